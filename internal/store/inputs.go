@@ -1,0 +1,117 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// NewInput is an input to admit. Validation of sizes, encoding and authority
+// happens before it reaches the store (package admission); the schema
+// enforces what it can again.
+type NewInput struct {
+	Session      string
+	SourceKind   string
+	SourceKey    string
+	Conversation string
+	Author       string
+	OccurredAt   time.Time
+	ReceivedAt   time.Time
+	Body         string
+}
+
+// Admitted identifies a committed input. For a duplicate source key it is the
+// original input's identity and Duplicate is true.
+type Admitted struct {
+	InputID   int64 `json:"id"`
+	EventID   int64 `json:"event_id"`
+	Duplicate bool  `json:"duplicate"`
+}
+
+// inputContent is the stored original of an input event: the body and the
+// source identity, kept once in events.
+type inputContent struct {
+	Text         string `json:"text"`
+	SourceKind   string `json:"source_kind"`
+	SourceKey    string `json:"source_key"`
+	Conversation string `json:"conversation"`
+	Author       string `json:"author"`
+}
+
+// AdmitInput stores the input's event, its session item, its canonical
+// identity and its pending inbox row, or finds the input already admitted
+// under the same source key in the session.
+func (t *Tx) AdmitInput(in NewInput) (Admitted, error) {
+	var a Admitted
+	err := t.queryRow(`SELECT id, event_id FROM inputs WHERE session_id = ? AND source_key = ?`, in.Session, in.SourceKey).
+		Scan(&a.InputID, &a.EventID)
+	if err == nil {
+		a.Duplicate = true
+		return a, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return a, fmt.Errorf("admit: look up source key: %w", err)
+	}
+	if _, err := t.Session(in.Session); err != nil {
+		return a, err
+	}
+	content, err := json.Marshal(inputContent{
+		Text: in.Body, SourceKind: in.SourceKind, SourceKey: in.SourceKey,
+		Conversation: in.Conversation, Author: in.Author,
+	})
+	if err != nil {
+		return a, fmt.Errorf("admit: %w", err)
+	}
+	a.EventID, _, err = t.appendItem(in.Session, in.SourceKind+".input", LaneInput, string(content), in.OccurredAt, in.ReceivedAt)
+	if err != nil {
+		return a, fmt.Errorf("admit: %w", err)
+	}
+	res, err := t.exec(`INSERT INTO inputs (session_id, event_id, source_kind, source_key, conversation, author, occurred_at, received_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		in.Session, a.EventID, in.SourceKind, in.SourceKey, in.Conversation, in.Author,
+		in.OccurredAt.UnixMilli(), in.ReceivedAt.UnixMilli())
+	if err != nil {
+		return a, fmt.Errorf("admit: insert input: %w", err)
+	}
+	a.InputID, _ = res.LastInsertId()
+	if _, err := t.exec(`INSERT INTO inbox (input_id, session_id, state, updated_at) VALUES (?, ?, 'pending', ?)`,
+		a.InputID, in.Session, t.now.UnixMilli()); err != nil {
+		return a, fmt.Errorf("admit: insert inbox: %w", err)
+	}
+	return a, nil
+}
+
+// PendingStat is the backlog of one session and source kind.
+type PendingStat struct {
+	Session    string
+	SourceKind string
+	Count      int64
+	Oldest     time.Time // received-at of the oldest pending input
+}
+
+// PendingStats reports pending inbox work by session and source kind.
+func (s *Store) PendingStats(ctx context.Context) ([]PendingStat, error) {
+	rows, err := s.rdb.QueryContext(ctx, `
+		SELECT b.session_id, i.source_kind, count(*), min(i.received_at)
+		FROM inbox b JOIN inputs i ON i.id = b.input_id
+		WHERE b.state = 'pending'
+		GROUP BY b.session_id, i.source_kind ORDER BY 1, 2`)
+	if err != nil {
+		return nil, fmt.Errorf("pending stats: %w", err)
+	}
+	defer rows.Close()
+	var out []PendingStat
+	for rows.Next() {
+		var p PendingStat
+		var oldest int64
+		if err := rows.Scan(&p.Session, &p.SourceKind, &p.Count, &oldest); err != nil {
+			return nil, fmt.Errorf("pending stats: %w", err)
+		}
+		p.Oldest = time.UnixMilli(oldest)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,186 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+)
+
+// writeReq is one caller's write function waiting for the writer.
+type writeReq struct {
+	ctx  context.Context
+	fn   func(*Tx) error
+	done chan error // buffered(1): the writer never blocks on a caller
+}
+
+// writerStats are monotonic counters of the writer path.
+type writerStats struct {
+	batches atomic.Uint64
+	writes  atomic.Uint64
+	failed  atomic.Uint64
+}
+
+// WriterStats is a snapshot of the writer's counters.
+type WriterStats struct {
+	Batches uint64 // committed or failed transactions
+	Writes  uint64 // write functions applied
+	Failed  uint64 // write functions that returned an error or lost their commit
+}
+
+// Stats reads the writer's counters.
+func (s *Store) Stats() WriterStats {
+	return WriterStats{Batches: s.stats.batches.Load(), Writes: s.stats.writes.Load(), Failed: s.stats.failed.Load()}
+}
+
+// Write runs fn inside the writer's next transaction and returns once that
+// transaction committed (nil) or fn failed (its error; its changes were rolled
+// back to its savepoint and nothing of it is visible). fn must only use tx,
+// must not block on anything outside the database, and must not retain tx.
+//
+// If ctx ends while the write is queued it is not applied; if it ends after
+// the writer took it, Write returns ctx.Err() and the write may still commit,
+// which is why every admission carries an idempotency key.
+func (s *Store) Write(ctx context.Context, fn func(*Tx) error) error {
+	r := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case s.reqs <- r:
+	case <-s.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// writer is the only goroutine that writes. It takes one request, then every
+// request already waiting (up to maxBatch), and commits them together.
+func (s *Store) writer() {
+	defer close(s.done)
+	batch := make([]*writeReq, 0, s.maxBatch)
+	for {
+		select {
+		case r := <-s.reqs:
+			batch = append(batch[:0], r)
+		case <-s.closing:
+			return
+		}
+	collect:
+		for len(batch) < s.maxBatch {
+			select {
+			case r := <-s.reqs:
+				batch = append(batch, r)
+			default:
+				break collect
+			}
+		}
+		s.runBatch(batch)
+		clear(batch)
+	}
+}
+
+func (s *Store) runBatch(batch []*writeReq) {
+	s.stats.batches.Add(1)
+	now := s.clock()
+	results := make([]error, len(batch))
+	touched := map[string]struct{}{}
+	fail := func(err error) {
+		for i, r := range batch {
+			if results[i] == nil {
+				results[i] = err
+			}
+			r.done <- results[i]
+		}
+		s.stats.failed.Add(uint64(len(batch)))
+	}
+	tx, err := s.wdb.BeginTx(context.Background(), nil)
+	if err != nil {
+		fail(fmt.Errorf("store: begin: %w", err))
+		return
+	}
+	applied := 0
+	for i, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			results[i] = err // the caller gave up before its turn; never applied
+			continue
+		}
+		if _, err := tx.Exec("SAVEPOINT w"); err != nil {
+			tx.Rollback()
+			fail(fmt.Errorf("store: savepoint: %w", err))
+			return
+		}
+		t := &Tx{tx: tx, now: now}
+		if err := callWrite(r.fn, t); err != nil {
+			results[i] = err
+			if _, rerr := tx.Exec("ROLLBACK TO w; RELEASE w"); rerr != nil {
+				tx.Rollback()
+				fail(fmt.Errorf("store: rollback to savepoint: %w", rerr))
+				return
+			}
+			continue
+		}
+		if _, err := tx.Exec("RELEASE w"); err != nil {
+			tx.Rollback()
+			fail(fmt.Errorf("store: release savepoint: %w", err))
+			return
+		}
+		applied++
+		for id := range t.touched {
+			touched[id] = struct{}{}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		tx.Rollback()
+		fail(fmt.Errorf("store: commit: %w", err))
+		return
+	}
+	s.stats.writes.Add(uint64(applied))
+	s.stats.failed.Add(uint64(len(batch) - applied))
+	s.notify(touched) // before answering, so a watcher never lags an acknowledged write
+	for i, r := range batch {
+		r.done <- results[i]
+	}
+}
+
+// callWrite runs fn, turning a panic into an error so that one bad write
+// function cannot take the writer (and every other caller) down.
+func callWrite(fn func(*Tx) error, t *Tx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("store: write panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return fn(t)
+}
+
+// Tx is the writer's transaction as seen by one write function.
+type Tx struct {
+	tx      *sql.Tx
+	now     time.Time
+	touched map[string]struct{} // sessions with new session items
+}
+
+// Now is the batch's timestamp; every write in one batch shares it.
+func (t *Tx) Now() time.Time { return t.now }
+
+func (t *Tx) touch(session string) {
+	if t.touched == nil {
+		t.touched = map[string]struct{}{}
+	}
+	t.touched[session] = struct{}{}
+}
+
+func (t *Tx) exec(query string, args ...any) (sql.Result, error) {
+	return t.tx.Exec(query, args...)
+}
+
+func (t *Tx) queryRow(query string, args ...any) *sql.Row {
+	return t.tx.QueryRow(query, args...)
+}
