@@ -1,9 +1,22 @@
+// Command klbr-core is klbr's host daemon and the operator's tool.
 package main
+
 import (
- _ "github.com/mattn/go-sqlite3"
- _ "github.com/spf13/cobra"
- _ "github.com/prometheus/client_golang/prometheus"
- _ "github.com/pelletier/go-toml/v2"
- _ "golang.org/x/sys/unix"
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/klbr-dev/klbr/internal/cli"
 )
-func main(){}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	err := cli.Run(ctx, os.Args[1:], cli.OSEnv())
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "klbr-core:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,89 @@
+// Package api holds the wire types of the operator API (control.sock): what
+// the server in package localapi answers and the client in package
+// localclient sends. Version 1 lives under /v1.
+package api
+
+import (
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// Version is the operator API's path prefix.
+const Version = "/v1"
+
+// MaxRequestBytes bounds every request body the operator API accepts.
+const MaxRequestBytes = 128 << 10
+
+// SendRequest is an operator input.
+type SendRequest struct {
+	Text string `json:"text"`
+	// SourceKey makes a retry idempotent: the same key in the same session is
+	// the same input. The CLI generates one per invocation.
+	SourceKey  string     `json:"source_key"`
+	OccurredAt *time.Time `json:"occurred_at,omitempty"`
+}
+
+// SendResponse is the receipt of a committed input.
+type SendResponse struct {
+	Session   string `json:"session"`
+	ID        int64  `json:"id"`
+	EventID   int64  `json:"event_id"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// Status is the daemon's state.
+type Status struct {
+	Version   string          `json:"version"`
+	PID       int             `json:"pid"`
+	StartedAt time.Time       `json:"started_at"`
+	DataDir   string          `json:"data_dir"`
+	Draining  bool            `json:"draining"`
+	SQLite    string          `json:"sqlite_version"`
+	Placement string          `json:"placement"`
+	Sessions  []SessionStatus `json:"sessions"`
+}
+
+// SessionStatus is one session's state and backlog.
+type SessionStatus struct {
+	store.Session
+	Pending  int64 `json:"pending"`
+	Draining bool  `json:"draining"`
+}
+
+// Records is one page of a session's durable records. More is set when the
+// page was full and more records may follow its last seq.
+type Records struct {
+	Records []store.Record `json:"records"`
+	More    bool           `json:"more"`
+}
+
+// Accepted answers a request that the daemon carries out after answering,
+// such as a daemon drain.
+type Accepted struct {
+	Accepted bool   `json:"accepted"`
+	Message  string `json:"message"`
+}
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody says what went wrong, in a stable code and an operator-facing message.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error codes.
+const (
+	CodeInvalid          = "invalid"   // 400: malformed or out-of-bounds request
+	CodeTooLarge         = "too_large" // 413
+	CodeForbidden        = "forbidden" // 403: wrong peer or authority
+	CodeNotFound         = "not_found" // 404: unknown session or path
+	CodeConflict         = "conflict"  // 409: stopped, illegal transition, concurrent change
+	CodeDraining         = "draining"  // 503: admission closed
+	CodeInternal         = "internal"  // 500
+	CodeMethodNotAllowed = "method_not_allowed"
+)

@@ -1,0 +1,215 @@
+// Package daemon wires klbr-core serve: it opens the store, builds the
+// domain parts, serves the operator API and the HTTP listener, and drains in
+// order when asked to stop.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/admission"
+	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/localapi"
+	"github.com/klbr-dev/klbr/internal/metrics"
+	"github.com/klbr-dev/klbr/internal/session"
+	"github.com/klbr-dev/klbr/internal/setup"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/unixsock"
+	"github.com/klbr-dev/klbr/internal/version"
+	"github.com/klbr-dev/klbr/internal/web"
+)
+
+// Options tune Run beyond the configuration.
+type Options struct {
+	// Ready is called once the listeners are bound and the store is migrated.
+	Ready func(Addrs)
+	// DrainTimeout bounds the wait for accepted work at shutdown; 0 means 60s.
+	DrainTimeout time.Duration
+	Clock        func() time.Time
+}
+
+// Addrs are where a running daemon listens.
+type Addrs struct {
+	HTTP    string // host:port
+	Control string // socket path
+}
+
+// daemon is one run of klbr-core serve.
+type daemon struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	clock    func() time.Time
+	started  time.Time
+	store    *store.Store
+	sessions *session.Manager
+	admit    *admission.Admitter
+
+	shutdownOnce sync.Once
+	shutdown     chan struct{} // closed when a drain or stop is requested
+	stop         bool          // set before shutdown closes: interrupt instead of await
+	closing      chan struct{} // closed when the drain begins
+}
+
+// Run serves until ctx ends (SIGTERM) or an operator asks for a drain or
+// stop, then drains in order and returns nil. Errors before serving (not
+// initialized, data directory held, port taken) are returned as they are.
+func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options) error {
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = 60 * time.Second
+	}
+	dir := cfg.Paths.DataDir
+	if !setup.Initialized(dir) {
+		return fmt.Errorf("serve: %s is not initialized; run `klbr-core init` first", dir)
+	}
+	if err := config.CheckBindAddr(cfg.BindAddr); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	st, err := store.Open(ctx, dir, store.Options{Clock: opts.Clock, Logger: log.With("component", "store")})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer st.Close()
+	var recovered int64
+	if err := st.Write(ctx, func(tx *store.Tx) (err error) {
+		recovered, err = tx.RecoverClaims()
+		return err
+	}); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if recovered > 0 {
+		log.Info("returned inputs claimed by a previous run to pending", "inputs", recovered)
+	}
+
+	d := &daemon{
+		cfg: cfg, log: log, clock: opts.Clock, started: opts.Clock(), store: st,
+		sessions: session.NewManager(st),
+		shutdown: make(chan struct{}), closing: make(chan struct{}),
+	}
+	m := metrics.New(st, opts.Clock, log.With("component", "metrics"))
+	d.admit = admission.New(st, d.sessions, opts.Clock, m.ObserveAdmission)
+
+	ctlL, err := unixsock.Listen(cfg.Paths.ControlSocket, 0o600)
+	if err != nil {
+		return fmt.Errorf("serve: control socket: %w", err)
+	}
+	defer os.Remove(cfg.Paths.ControlSocket)
+	httpL, err := net.Listen("tcp", cfg.BindAddr)
+	if err != nil {
+		ctlL.Close()
+		return fmt.Errorf("serve: %w (is another klbr-core or program using it? set KLBR_BIND_ADDR)", err)
+	}
+	ctlSrv := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi")).HTTPServer()
+	webSrv := web.New(d, m.Handler(), log.With("component", "web")).HTTPServer()
+
+	serveErr := make(chan error, 2)
+	var wg sync.WaitGroup
+	for _, s := range []struct {
+		srv *http.Server
+		l   net.Listener
+	}{{ctlSrv, ctlL}, {webSrv, httpL}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.srv.Serve(s.l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- err
+			}
+		}()
+	}
+	addrs := Addrs{HTTP: httpL.Addr().String(), Control: cfg.Paths.ControlSocket}
+	log.Info("serving", "url", "http://"+addrs.HTTP+"/", "control_socket", addrs.Control, "data_dir", dir,
+		"sqlite", st.Info().Version, "version", version.Version)
+	if opts.Ready != nil {
+		opts.Ready(addrs)
+	}
+
+	var cause error
+	select {
+	case <-ctx.Done():
+		log.Info("signal received: draining")
+	case <-d.shutdown:
+	case cause = <-serveErr:
+		log.Error("a listener failed: draining", "error", cause)
+	}
+	d.drain(opts.DrainTimeout, ctlSrv, webSrv)
+	wg.Wait()
+	if cause != nil {
+		return fmt.Errorf("serve: %w", cause)
+	}
+	return nil
+}
+
+// drain closes admission, lets accepted work finish and record its outcome,
+// closes the listeners and leaves closing the store to Run.
+func (d *daemon) drain(timeout time.Duration, servers ...*http.Server) {
+	close(d.closing)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := d.clock()
+	if err := d.admit.Close(ctx); err != nil {
+		d.log.Error("drain: admissions in flight did not finish", "error", err)
+	}
+	if d.stop {
+		d.log.Info("stop: no running work to interrupt") // turns arrive with the turn loop
+	}
+	if err := d.sessions.Shutdown(ctx); err != nil {
+		d.log.Error("drain: accepted work did not finish in time", "error", err, "timeout", timeout)
+	}
+	for _, s := range servers {
+		if err := s.Shutdown(ctx); err != nil {
+			d.log.Warn("drain: listener did not close cleanly", "error", err)
+			s.Close()
+		}
+	}
+	d.log.Info("drained", "took", d.clock().Sub(start).Round(time.Millisecond))
+}
+
+// Shutdown implements localapi.Daemon.
+func (d *daemon) Shutdown(stop bool) {
+	d.shutdownOnce.Do(func() {
+		d.stop = stop
+		close(d.shutdown)
+	})
+}
+
+// Closing implements localapi.Daemon.
+func (d *daemon) Closing() <-chan struct{} { return d.closing }
+
+// Draining implements web.Health.
+func (d *daemon) Draining() bool { return d.admit.Draining() }
+
+// Status implements localapi.Daemon.
+func (d *daemon) Status(ctx context.Context) (api.Status, error) {
+	sessions, err := d.store.Sessions(ctx)
+	if err != nil {
+		return api.Status{}, err
+	}
+	pending, err := d.store.PendingStats(ctx)
+	if err != nil {
+		return api.Status{}, err
+	}
+	bySession := map[string]int64{}
+	for _, p := range pending {
+		bySession[p.Session] += p.Count
+	}
+	st := api.Status{
+		Version: version.Version, PID: os.Getpid(), StartedAt: d.started, DataDir: d.cfg.Paths.DataDir,
+		Draining: d.admit.Draining(), SQLite: d.store.Info().Version,
+		Placement: "none (no workers yet)",
+		Sessions:  make([]api.SessionStatus, 0, len(sessions)),
+	}
+	for _, s := range sessions {
+		st.Sessions = append(st.Sessions, api.SessionStatus{Session: s, Pending: bySession[s.ID], Draining: d.sessions.Draining(s.ID)})
+	}
+	return st, nil
+}

@@ -1,0 +1,145 @@
+// Package doctor checks an installation: configuration, paths, the SQLite
+// runtime, the data directory and its lock, the operator token and Python.
+// Each failed check says what to do.
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/setup"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// Check is one finding.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"` // what to do when not OK
+}
+
+// Report is every finding, and the resolved paths.
+type Report struct {
+	OK     bool               `json:"ok"`
+	Paths  *config.Paths      `json:"paths,omitempty"`
+	SQLite *store.RuntimeInfo `json:"sqlite,omitempty"`
+	Checks []Check            `json:"checks"`
+}
+
+// Run checks the installation described by the environment lookup.
+func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
+	var r Report
+	add := func(c Check) { r.Checks = append(r.Checks, c) }
+
+	cfg, err := config.Load(lookup)
+	if err != nil {
+		add(Check{Name: "config", Detail: err.Error(), Fix: "correct the file or variable named above"})
+	} else {
+		r.Paths = &cfg.Paths
+		detail := "no config file (defaults apply): " + cfg.Paths.ConfigFile
+		if cfg.FileLoaded {
+			detail = "loaded " + cfg.Paths.ConfigFile
+		}
+		add(Check{Name: "config", OK: true, Detail: detail})
+		add(Check{Name: "bind", OK: true, Detail: cfg.BindAddr + " (loopback)"})
+	}
+
+	info, err := store.ReadRuntimeInfo(ctx)
+	switch {
+	case err != nil:
+		add(Check{Name: "sqlite", Detail: err.Error(), Fix: "rebuild klbr-core with cgo enabled"})
+	default:
+		r.SQLite = &info
+		if err := store.CheckSQLiteVersion(info.Version); err != nil {
+			add(Check{Name: "sqlite", Detail: err.Error(), Fix: "rebuild klbr-core without the libsqlite3 build tag, so it uses the bundled SQLite"})
+		} else {
+			add(Check{Name: "sqlite", OK: true, Detail: fmt.Sprintf("%s (WAL-reset fix present; %d compile options)", info.Version, len(info.CompileOptions))})
+		}
+	}
+
+	if cfg != nil {
+		checkDataDir(ctx, cfg.Paths.DataDir, add)
+		bin, ver, err := config.ResolvePython(ctx, cfg.Paths.Python)
+		if err != nil {
+			add(Check{Name: "python", Detail: err.Error(), Fix: "install Python 3.11 or newer, or point KLBR_PYTHON at one"})
+		} else {
+			add(Check{Name: "python", OK: true, Detail: fmt.Sprintf("%s (%s)", bin, ver)})
+		}
+	}
+	r.OK = true
+	for _, c := range r.Checks {
+		r.OK = r.OK && c.OK
+	}
+	return r
+}
+
+func checkDataDir(ctx context.Context, dir string, add func(Check)) {
+	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && !setup.Initialized(dir)) {
+		add(Check{Name: "data", Detail: dir + " is not initialized", Fix: "run `klbr-core init` (make run does it for you)"})
+		return
+	}
+	if err != nil {
+		add(Check{Name: "data", Detail: err.Error(), Fix: "check the permissions of KLBR_DATA_DIR"})
+		return
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		add(Check{Name: "data", Detail: fmt.Sprintf("%s is open to others (mode %v)", dir, fi.Mode().Perm()), Fix: "chmod 700 " + dir})
+	} else {
+		add(Check{Name: "data", OK: true, Detail: dir})
+	}
+	held, owner, err := store.Holder(ctx, dir)
+	switch {
+	case err != nil:
+		add(Check{Name: "lock", Detail: err.Error(), Fix: "check the permissions of " + dir})
+	case held && owner != nil:
+		add(Check{Name: "lock", OK: true, Detail: "held by klbr-core " + owner.String()})
+	case held:
+		add(Check{Name: "lock", OK: true, Detail: "held by a process that has not recorded itself yet"})
+	default:
+		add(Check{Name: "lock", OK: true, Detail: "free (no daemon is serving this directory)"})
+	}
+	if _, err := setup.ReadToken(setup.TokenFile(dir)); err != nil {
+		add(Check{Name: "token", Detail: err.Error(), Fix: "run `klbr-core init` to create the operator token, or chmod 600 it"})
+	} else {
+		add(Check{Name: "token", OK: true, Detail: setup.TokenFile(dir) + " (private)"})
+	}
+}
+
+// String renders the report for a terminal.
+func (r Report) String() string {
+	var b strings.Builder
+	if r.Paths != nil {
+		p := r.Paths
+		fmt.Fprintf(&b, "paths:\n  data      %s\n  config    %s\n  control   %s\n  ingress   %s\n  workspace %s\n  skills    %s\n",
+			p.DataDir, p.ConfigFile, p.ControlSocket, p.IngressSocket, p.Workspace, p.SkillsDir)
+		fmt.Fprintf(&b, "  behavior  %s\n  runtime   %s\n\n", orEmbedded(p.BehaviorDir), orEmbedded(p.RuntimeDir))
+	}
+	for _, c := range r.Checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(&b, "%s %-7s %s\n", mark, c.Name, c.Detail)
+		if !c.OK && c.Fix != "" {
+			fmt.Fprintf(&b, "             → %s\n", c.Fix)
+		}
+	}
+	if r.SQLite != nil {
+		fmt.Fprintf(&b, "\nsqlite compile options: %s\n", strings.Join(r.SQLite.CompileOptions, " "))
+	}
+	return b.String()
+}
+
+func orEmbedded(p string) string {
+	if p == "" {
+		return "(embedded)"
+	}
+	return p
+}

@@ -1,0 +1,271 @@
+// Package localapi is the operator API: HTTP + JSON over control.sock, for
+// the CLI and other local tools. Only the daemon's own user and root may use
+// it. It works without a model and without any policy hook.
+package localapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/admission"
+	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/session"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/unixsock"
+)
+
+// Daemon is what the operator API asks of the process it runs in.
+type Daemon interface {
+	// Status reports the daemon's state.
+	Status(ctx context.Context) (api.Status, error)
+	// Shutdown asks the daemon to drain and exit; it returns at once.
+	// With stop set, running work is interrupted instead of awaited.
+	Shutdown(stop bool)
+	// Closing is closed when the daemon begins to shut down; long-lived
+	// answers (tail --follow) end then.
+	Closing() <-chan struct{}
+}
+
+// Server serves the operator API.
+type Server struct {
+	store    *store.Store
+	admit    *admission.Admitter
+	sessions *session.Manager
+	daemon   Daemon
+	log      *slog.Logger
+	uid      uint32
+}
+
+// New returns a Server.
+func New(st *store.Store, admit *admission.Admitter, sessions *session.Manager, daemon Daemon, log *slog.Logger) *Server {
+	return &Server{store: st, admit: admit, sessions: sessions, daemon: daemon, log: log, uid: uint32(os.Getuid())}
+}
+
+// HTTPServer returns an http.Server for the control socket, recording each
+// connection's peer credentials.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s.Handler(),
+		ConnContext:       unixsock.ConnContext,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// Handler routes the API, behind the peer check.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", s.handleStatus)
+	mux.HandleFunc("GET /v1/sessions/{session}", s.handleSession)
+	mux.HandleFunc("POST /v1/sessions/{session}/inputs", s.handleSend)
+	mux.HandleFunc("GET /v1/sessions/{session}/records", s.handleRecords)
+	mux.HandleFunc("POST /v1/sessions/{session}/drain", s.handleSessionDrain)
+	mux.HandleFunc("POST /v1/sessions/{session}/stop", s.handleSessionMove(store.StateStopped, "stopped by operator"))
+	mux.HandleFunc("POST /v1/sessions/{session}/start", s.handleSessionMove(store.StateReady, "started by operator"))
+	mux.HandleFunc("POST /v1/drain", s.handleShutdown(false))
+	mux.HandleFunc("POST /v1/stop", s.handleShutdown(true))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such operator API endpoint: "+r.Method+" "+r.URL.Path)
+	})
+	return s.checkPeer(mux)
+}
+
+// checkPeer admits only the daemon's own uid and root.
+func (s *Server) checkPeer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cred, ok := unixsock.FromContext(r.Context())
+		if !ok || (cred.UID != s.uid && cred.UID != 0) {
+			s.log.Warn("operator API: refused peer", "peer_uid", cred.UID, "peer_pid", cred.PID, "known", ok, "path", r.URL.Path)
+			writeError(w, http.StatusForbidden, api.CodeForbidden, "the operator API serves only the daemon's user and root")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+	st, err := s.daemon.Status(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
+	st, err := s.daemon.Status(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	id := r.PathValue("session")
+	for _, ss := range st.Sessions {
+		if ss.ID == id {
+			writeJSON(w, http.StatusOK, ss)
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, api.CodeNotFound, "unknown session "+strconv.Quote(id))
+}
+
+func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
+	var req api.SendRequest
+	if !decodeRequest(w, r, &req) {
+		return
+	}
+	in := admission.Input{
+		Session: r.PathValue("session"), SourceKind: admission.SourceOperator, SourceKey: req.SourceKey,
+		Conversation: "operator", Author: "operator", Body: req.Text,
+	}
+	if req.OccurredAt != nil {
+		in.OccurredAt = *req.OccurredAt
+	}
+	got, err := s.admit.Admit(r.Context(), admission.DoorOperatorAPI, in)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	status := http.StatusCreated
+	if got.Duplicate {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, api.SendResponse{Session: in.Session, ID: got.InputID, EventID: got.EventID, Duplicate: got.Duplicate})
+}
+
+func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("session")
+	if _, err := s.store.Session(r.Context(), id); err != nil {
+		s.fail(w, err)
+		return
+	}
+	q := r.URL.Query()
+	since, err := queryInt(q.Get("since"), 0)
+	if err != nil || since < 0 {
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, "since must be a non-negative integer cursor")
+		return
+	}
+	limit, err := queryInt(q.Get("limit"), store.MaxRecordsPage)
+	if err != nil || limit < 1 || limit > store.MaxRecordsPage {
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, "limit must be between 1 and "+strconv.Itoa(store.MaxRecordsPage))
+		return
+	}
+	if q.Get("follow") != "1" && q.Get("follow") != "true" {
+		recs, err := s.store.Records(r.Context(), id, since, int(limit))
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, api.Records{Records: recs, More: len(recs) == int(limit)})
+		return
+	}
+	s.follow(w, r, id, since)
+}
+
+// follow streams records as JSON lines, from since on, until the client
+// leaves or the daemon shuts down.
+func (s *Server) follow(w http.ResponseWriter, r *http.Request, id string, since int64) {
+	wake, cancel := s.store.Watch(id) // before the first read, so no commit is missed
+	defer cancel()
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	if flusher != nil {
+		flusher.Flush()
+	}
+	enc := json.NewEncoder(w)
+	for {
+		for {
+			recs, err := s.store.Records(r.Context(), id, since, store.MaxRecordsPage)
+			if err != nil {
+				s.log.Warn("operator API: follow", "session", id, "error", err)
+				return
+			}
+			for _, rec := range recs {
+				if err := enc.Encode(rec); err != nil {
+					return
+				}
+				since = rec.Seq
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+			if len(recs) < store.MaxRecordsPage {
+				break
+			}
+		}
+		select {
+		case <-wake:
+		case <-r.Context().Done():
+			return
+		case <-s.daemon.Closing():
+			return
+		}
+	}
+}
+
+func (s *Server) handleSessionDrain(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.sessions.Drain(r.Context(), r.PathValue("session"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sess)
+}
+
+func (s *Server) handleSessionMove(to store.SessionState, reason string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sess, err := s.sessions.Transition(r.Context(), r.PathValue("session"), to, reason)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, sess)
+	}
+}
+
+func (s *Server) handleShutdown(stop bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		msg := "draining: admission is closed; klbr-core exits once accepted work has finished"
+		if stop {
+			msg = "stopping: admission is closed and running work is interrupted; klbr-core exits next"
+		}
+		s.log.Info("operator API: shutdown requested", "stop", stop)
+		writeJSON(w, http.StatusAccepted, api.Accepted{Accepted: true, Message: msg})
+		s.daemon.Shutdown(stop)
+	}
+}
+
+// fail maps a domain error to its HTTP answer.
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, admission.ErrInvalid):
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+	case errors.Is(err, admission.ErrForbidden):
+		writeError(w, http.StatusForbidden, api.CodeForbidden, err.Error())
+	case errors.Is(err, store.ErrUnknownSession):
+		writeError(w, http.StatusNotFound, api.CodeNotFound, err.Error())
+	case errors.Is(err, admission.ErrDraining):
+		writeError(w, http.StatusServiceUnavailable, api.CodeDraining, err.Error())
+	case errors.Is(err, session.ErrDraining), errors.Is(err, session.ErrStopped),
+		errors.Is(err, store.ErrIllegalTransition), errors.Is(err, store.ErrStaleState):
+		writeError(w, http.StatusConflict, api.CodeConflict, err.Error())
+	case errors.Is(err, context.Canceled):
+		// The client left; nobody reads an answer.
+	default:
+		s.log.Error("operator API: internal error", "error", err)
+		writeError(w, http.StatusInternalServerError, api.CodeInternal, err.Error())
+	}
+}
+
+func queryInt(v string, def int64) (int64, error) {
+	if v == "" {
+		return def, nil
+	}
+	return strconv.ParseInt(v, 10, 64)
+}

@@ -1,0 +1,193 @@
+// Package localclient is the one typed client of the operator API on
+// control.sock. The CLI uses it; so may any local tool.
+package localclient
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// Client talks to one daemon's control socket.
+type Client struct {
+	socket string
+	http   *http.Client
+}
+
+// New returns a client of the control socket at path.
+func New(path string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		MaxIdleConns:        64,
+		MaxIdleConnsPerHost: 64,
+	}
+	return &Client{socket: path, http: &http.Client{Transport: tr}}
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// Error is a non-2xx answer of the daemon.
+type Error struct {
+	Status int
+	api.ErrorBody
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// ErrUnreachable wraps a failure to reach the daemon at all.
+var ErrUnreachable = errors.New("klbr-core is not reachable")
+
+// Status reads the daemon's status.
+func (c *Client) Status(ctx context.Context) (api.Status, error) {
+	var st api.Status
+	err := c.do(ctx, http.MethodGet, "/v1/status", nil, &st)
+	return st, err
+}
+
+// Session reads one session's status.
+func (c *Client) Session(ctx context.Context, id string) (api.SessionStatus, error) {
+	var st api.SessionStatus
+	err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id), nil, &st)
+	return st, err
+}
+
+// Send admits an operator input and returns once it is committed.
+func (c *Client) Send(ctx context.Context, session string, req api.SendRequest) (api.SendResponse, error) {
+	var resp api.SendResponse
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/inputs", req, &resp)
+	return resp, err
+}
+
+// Records reads one page of a session's records after since.
+func (c *Client) Records(ctx context.Context, session string, since int64, limit int) (api.Records, error) {
+	var recs api.Records
+	q := url.Values{"since": {strconv.FormatInt(since, 10)}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/records?"+q.Encode(), nil, &recs)
+	return recs, err
+}
+
+// Follow streams a session's records after since to fn until ctx ends, fn
+// returns an error, or the daemon closes the stream (then it returns nil).
+func (c *Client) Follow(ctx context.Context, session string, since int64, fn func(store.Record) error) error {
+	q := url.Values{"since": {strconv.FormatInt(since, 10)}, "follow": {"1"}}
+	resp, err := c.send(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/records?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		var rec store.Record
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			return fmt.Errorf("follow: malformed record: %w", err)
+		}
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("follow: %w", err)
+	}
+	return ctx.Err()
+}
+
+// DrainSession closes a session's admission, waits for its work and stops it.
+func (c *Client) DrainSession(ctx context.Context, session string) (store.Session, error) {
+	return c.sessionMove(ctx, session, "drain")
+}
+
+// StopSession stops a session.
+func (c *Client) StopSession(ctx context.Context, session string) (store.Session, error) {
+	return c.sessionMove(ctx, session, "stop")
+}
+
+// StartSession makes a stopped session ready again.
+func (c *Client) StartSession(ctx context.Context, session string) (store.Session, error) {
+	return c.sessionMove(ctx, session, "start")
+}
+
+func (c *Client) sessionMove(ctx context.Context, session, verb string) (store.Session, error) {
+	var s store.Session
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/"+verb, nil, &s)
+	return s, err
+}
+
+// Drain asks the daemon to drain and exit. It returns once the daemon accepted.
+func (c *Client) Drain(ctx context.Context) (api.Accepted, error) {
+	var a api.Accepted
+	err := c.do(ctx, http.MethodPost, "/v1/drain", nil, &a)
+	return a, err
+}
+
+// Stop asks the daemon to interrupt its work and exit.
+func (c *Client) Stop(ctx context.Context) (api.Accepted, error) {
+	var a api.Accepted
+	err := c.do(ctx, http.MethodPost, "/v1/stop", nil, &a)
+	return a, err
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	resp, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: malformed answer: %w", method, path, err)
+	}
+	return nil
+}
+
+func (c *Client) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://klbr-core"+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w at %s (is `klbr-core serve` running, and is KLBR_DATA_DIR or KLBR_CONTROL_SOCKET the same as its?): %w", ErrUnreachable, c.socket, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		var e api.Error
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if json.Unmarshal(b, &e) != nil || e.Error.Message == "" {
+			e.Error = api.ErrorBody{Code: api.CodeInternal, Message: fmt.Sprintf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(b))}
+		}
+		return nil, &Error{Status: resp.StatusCode, ErrorBody: e.Error}
+	}
+	return resp, nil
+}

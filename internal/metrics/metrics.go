@@ -1,0 +1,125 @@
+// Package metrics builds klbr-core's Prometheus registry. Every metric is
+// registered on a registry made here and handed around; none is global.
+package metrics
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/klbr-dev/klbr/internal/admission"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/version"
+)
+
+// Metrics is the daemon's registry and the instruments other parts feed.
+type Metrics struct {
+	reg        *prometheus.Registry
+	admissions *prometheus.CounterVec
+}
+
+// New registers klbr-core's metrics, reading store-backed values from st at
+// scrape time.
+func New(st *store.Store, clock func() time.Time, log *slog.Logger) *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		reg: reg,
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "klbr_admissions_total",
+			Help: "Inputs offered for admission, by source kind and result (accepted, duplicate, invalid, refused, error).",
+		}, []string{"source_kind", "result"}),
+	}
+	for _, k := range []admission.SourceKind{admission.SourceOperator, admission.SourceDiscord} {
+		for _, r := range []admission.Result{admission.ResultAccepted, admission.ResultDuplicate, admission.ResultInvalid, admission.ResultRefused, admission.ResultError} {
+			m.admissions.WithLabelValues(string(k), string(r))
+		}
+	}
+	info := st.Info()
+	reg.MustRegister(
+		m.admissions,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&storeCollector{st: st, clock: clock, log: log},
+		constInfo("klbr_build_info", "klbr-core build: version, VCS revision and Go version.",
+			prometheus.Labels{"version": version.Version, "revision": version.Revision(), "goversion": runtime.Version()}),
+		constInfo("klbr_sqlite_info", "The SQLite runtime klbr-core is linked with.",
+			prometheus.Labels{"version": info.Version, "source_id": info.SourceID}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "klbr_store_transactions_total",
+			Help: "Write transactions of the store's writer (each is one group commit).",
+		}, func() float64 { return float64(st.Stats().Batches) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "klbr_store_writes_total",
+			Help: "Write functions committed by the store's writer.",
+		}, func() float64 { return float64(st.Stats().Writes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "klbr_store_write_failures_total",
+			Help: "Write functions that failed or lost their commit.",
+		}, func() float64 { return float64(st.Stats().Failed) }),
+	)
+	return m
+}
+
+func constInfo(name, help string, labels prometheus.Labels) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels})
+	g.Set(1)
+	return g
+}
+
+// ObserveAdmission counts one admission result; it is admission's observer.
+func (m *Metrics) ObserveAdmission(kind admission.SourceKind, res admission.Result) {
+	k := string(kind)
+	if kind != admission.SourceOperator && kind != admission.SourceDiscord {
+		k = "unknown" // never a label value an outside caller chose
+	}
+	m.admissions.WithLabelValues(k, string(res)).Inc()
+}
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Registerer is where other parts register their own instruments.
+func (m *Metrics) Registerer() prometheus.Registerer { return m.reg }
+
+// storeCollector reads the inbox backlog from the store at scrape time.
+type storeCollector struct {
+	st    *store.Store
+	clock func() time.Time
+	log   *slog.Logger
+}
+
+var (
+	pendingDesc = prometheus.NewDesc("klbr_inbox_pending_inputs",
+		"Admitted inputs not yet claimed, by session and source kind.", []string{"session", "source_kind"}, nil)
+	oldestDesc = prometheus.NewDesc("klbr_inbox_oldest_pending_age_seconds",
+		"Age of the oldest pending input (since it was received), by session and source kind.", []string{"session", "source_kind"}, nil)
+)
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- pendingDesc
+	ch <- oldestDesc
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stats, err := c.st.PendingStats(ctx)
+	if err != nil {
+		c.log.Warn("metrics: read pending inputs", "error", err)
+		ch <- prometheus.NewInvalidMetric(pendingDesc, err)
+		return
+	}
+	now := c.clock()
+	for _, p := range stats {
+		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(p.Count), p.Session, p.SourceKind)
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, now.Sub(p.Oldest).Seconds(), p.Session, p.SourceKind)
+	}
+}

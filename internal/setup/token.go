@@ -1,0 +1,61 @@
+package setup
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// TokenFile is where the operator token lives in a data directory.
+func TokenFile(dir string) string { return filepath.Join(dir, "operator-token") }
+
+// ensureToken writes a new random operator token unless one exists.
+func ensureToken(path string) (created bool, err error) {
+	if _, err := ReadToken(path); err == nil {
+		return false, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return false, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return false, fmt.Errorf("write operator token: %w", err)
+	}
+	if _, err := f.WriteString(hex.EncodeToString(b) + "\n"); err != nil {
+		f.Close()
+		return false, fmt.Errorf("write operator token: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return false, fmt.Errorf("write operator token: %w", err)
+	}
+	return true, f.Close()
+}
+
+// ReadToken reads the operator token. It refuses a file others can read.
+func ReadToken(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("operator token %s is readable by others (mode %v); chmod 600 it", path, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 32 {
+		return "", fmt.Errorf("operator token %s is too short; delete it and run klbr-core init", path)
+	}
+	return tok, nil
+}

@@ -1,0 +1,58 @@
+// Package web serves klbr-core's HTTP listener: health, metrics, and (with
+// the browser issue) the UI and its WebSocket. It binds loopback only.
+package web
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Health reports whether the daemon is serving or draining.
+type Health interface {
+	Draining() bool
+}
+
+// Server is the HTTP listener's handler set.
+type Server struct {
+	health  Health
+	metrics http.Handler
+	log     *slog.Logger
+}
+
+// New returns the HTTP server's handler set.
+func New(health Health, metrics http.Handler, log *slog.Logger) *Server {
+	return &Server{health: health, metrics: metrics, log: log}
+}
+
+// HTTPServer returns the http.Server for the loopback listener.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// Handler routes the listener.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.handleHealth)
+	mux.Handle("GET /metrics", s.metrics)
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("klbr-core is running. The browser client is not built yet; use `klbr-core send` and `klbr-core tail`.\n"))
+	})
+	return mux
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if s.health.Draining() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		json.NewEncoder(w).Encode(map[string]string{"status": "draining"})
+		return
+	}
+	json.NewEncoder(w).Encode(map[string]string{"status": "ok"})
+}
