@@ -1,0 +1,44 @@
+# klbr — the two commands a newcomer needs are `make run` and `make test`.
+GO      ?= go
+BIN     := bin
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/klbr-dev/klbr/internal/version.Version=$(VERSION)
+
+export CGO_ENABLED := 1
+
+.PHONY: all build run test lint gotest fuzz bench clean
+
+all: build
+
+## build: compile the binaries into bin/
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/klbr-core ./cmd/klbr-core
+
+## run: build, initialize the data directory if needed, and serve
+run: build
+	$(BIN)/klbr-core init
+	$(BIN)/klbr-core serve
+
+## test: every check and test: formatting, vet, Go tests with the race detector (fuzz seeds included)
+test: lint gotest
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+gotest:
+	$(GO) test -race -count=1 ./...
+
+## fuzz: run each fuzz target for FUZZTIME (default 30s)
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeSendRequest -fuzztime=$(FUZZTIME) ./internal/localapi/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/config/
+
+## bench: the admission benchmark of docs/performance.md
+bench:
+	$(GO) test -run='^$$' -bench=BenchmarkAdmission -benchtime=3s -count=1 ./internal/localapi/
+
+clean:
+	rm -rf $(BIN)
