@@ -364,3 +364,31 @@ func TestDrainUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	}
 	t.Logf("%d acknowledged and stored, %d refused while draining, %d stored in all", len(acked), refused, len(items))
 }
+
+// A broken klbr.toml stops serve with the line at fault, but never keeps the
+// operator from reaching a daemon that is already running.
+func TestBrokenConfigIsNamedByLine(t *testing.T) {
+	in := newInstance(t)
+	in.must("init")
+	srv := in.serve()
+	conf := filepath.Join(in.dir, "klbr.toml")
+	if err := os.WriteFile(conf, []byte("[agent]\nroute = \"main\"\n\n[routes.main]\nurl = \"ftp://nowhere\"\nmodel = \"m\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := in.run(nil, "doctor")
+	if err == nil || !strings.Contains(out, "klbr.toml:5:") || !strings.Contains(out, "routes.main.url") {
+		t.Fatalf("doctor with a broken config: %v\n%s", err, out)
+	}
+	if out := in.must("status"); !strings.Contains(out, "default") {
+		t.Fatalf("status with a broken config: %s", out)
+	}
+	if _, errOut, err := in.run(nil, "stop"); err != nil {
+		t.Fatalf("stop with a broken config: %v %s", err, errOut)
+	}
+	if err := srv.wait(t); err != nil {
+		t.Fatalf("exit after stop: %v", err)
+	}
+	if _, errOut, err := in.run(nil, "serve"); err == nil || !strings.Contains(errOut, "klbr.toml:5:") {
+		t.Fatalf("serve with a broken config: %v %s", err, errOut)
+	}
+}

@@ -78,11 +78,11 @@ func (g *globals) config() (*config.Config, error) {
 
 // client returns the operator API client for the configured control socket.
 func (g *globals) client() (*localclient.Client, error) {
-	cfg, err := g.config()
+	paths, err := config.LoadPaths(g.env.Lookup)
 	if err != nil {
 		return nil, err
 	}
-	return localclient.New(cfg.Paths.ControlSocket), nil
+	return localclient.New(paths.ControlSocket), nil
 }
 
 func printJSON(w io.Writer, v any) error {

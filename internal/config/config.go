@@ -1,0 +1,96 @@
+// Package config resolves klbr's configuration: the paths and bind address
+// from the environment (KLBR_*), and the TOML file klbr.toml with the model
+// routes, the Discord transport and the worker limits.
+//
+// Load is the entry point for the daemon and the CLI. Parse and Validate
+// check a file on their own, for doctor and for tests; errors name the file,
+// line and key they are about. ResolvePython turns KLBR_PYTHON into the
+// interpreter binary workers run.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+)
+
+// maxFileSize bounds what Load reads as klbr.toml.
+const maxFileSize = 1 << 20
+
+// Config is klbr's resolved configuration.
+type Config struct {
+	Paths    Paths
+	BindAddr string // KLBR_BIND_ADDR, default "127.0.0.1:8765"; passes CheckBindAddr
+	// File is the parsed klbr.toml; when the file does not exist at its
+	// default path, it is Defaults() and FileLoaded is false.
+	File       File
+	FileLoaded bool
+}
+
+// Load resolves the configuration from the environment, read through lookup
+// (production passes os.LookupEnv; nil means the same), and reads the TOML
+// file. A file missing at its default path is fine (FileLoaded is false); a
+// file named by KLBR_CONFIG must exist. Errors about the file's contents are
+// those of Parse, named by the file's path.
+func Load(lookup func(string) (string, bool)) (*Config, error) {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	paths, explicitConfig, err := resolvePaths(lookup)
+	if err != nil {
+		return nil, err
+	}
+	bind, _ := lookup(EnvBindAddr)
+	if bind == "" {
+		bind = DefaultBindAddr
+	}
+	if err := CheckBindAddr(bind); err != nil {
+		return nil, fmt.Errorf("%s: %w", EnvBindAddr, err)
+	}
+	cfg := &Config{Paths: paths, BindAddr: bind, File: Defaults()}
+
+	data, err := readFile(paths.ConfigFile)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !explicitConfig:
+		return cfg, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("config file %s (named by %s) does not exist", paths.ConfigFile, EnvConfig)
+	case err != nil:
+		return nil, fmt.Errorf("read config file: %w", err)
+	}
+	if cfg.File, err = Parse(paths.ConfigFile, data); err != nil {
+		return nil, err
+	}
+	cfg.FileLoaded = true
+	return cfg, nil
+}
+
+// LoadPaths resolves only the paths, without reading the TOML file. The
+// operator's client commands use it, so that a broken klbr.toml cannot keep
+// an operator from reaching (and stopping) a running daemon.
+func LoadPaths(lookup func(string) (string, bool)) (Paths, error) {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	p, _, err := resolvePaths(lookup)
+	return p, err
+}
+
+// readFile reads the config file at path, refusing one over maxFileSize.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes; is it the right file?", path, maxFileSize)
+	}
+	return data, nil
+}

@@ -1,0 +1,193 @@
+package config
+
+import (
+	"bytes"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// File is klbr.toml: model routes, the Discord transport and the limits of
+// worker scopes. Every section is optional. Parse fills the defaults below
+// into omitted fields and refuses keys it does not know.
+type File struct {
+	Agent   Agent            `toml:"agent"`
+	Routes  map[string]Route `toml:"routes"`
+	Discord Discord          `toml:"discord"`
+	Limits  Limits           `toml:"limits"`
+}
+
+// Agent is the [agent] section.
+type Agent struct {
+	// Route names the [routes.X] the agent's turns use. Default "main".
+	Route string `toml:"route"`
+}
+
+// Route is a [routes.X] section: one OpenAI-compatible /chat/completions
+// endpoint and how to talk to it.
+type Route struct {
+	URL   string `toml:"url"`   // required; http or https, with a host
+	Model string `toml:"model"` // required
+
+	// The API key comes from an environment variable or a file (e.g. a
+	// systemd credential), never from this file. Both are optional; at most
+	// one is set.
+	APIKeyEnv  string `toml:"api_key_env"`
+	APIKeyFile string `toml:"api_key_file"`
+
+	// Prompt caching is opt-in per route: CacheProfile declares which cache
+	// fields the route accepts; without it none is sent.
+	CacheProfile   string `toml:"cache_profile"`
+	CacheAffinity  string `toml:"cache_affinity"`  // the stable cache key; only with a profile
+	CacheRetention string `toml:"cache_retention"` // only where the profile accepts it
+
+	TimeoutSeconds int `toml:"timeout_seconds"` // 1..3600, default 120
+
+	// ExtraOptions are added to each request body. Cache fields are removed
+	// at parse time (see CacheOptionKeys) and listed in StrippedOptions.
+	ExtraOptions map[string]any `toml:"extra_options"`
+
+	// StrippedOptions are the keys Parse removed from extra_options, sorted,
+	// as they were spelled, so that doctor can say so.
+	StrippedOptions []string `toml:"-"`
+}
+
+// Discord is the [discord] section, read by klbr-discord.
+type Discord struct {
+	Enabled bool `toml:"enabled"`
+	// TokenFile is an absolute path; empty means
+	// $CREDENTIALS_DIRECTORY/discord-token.
+	TokenFile string `toml:"token_file"`
+	// APIBase is the REST base URL; the gateway URL comes from
+	// GET {APIBase}/gateway.
+	APIBase             string   `toml:"api_base"`
+	Channels            []string `toml:"channels"` // channel ids, digits only
+	Ingest              string   `toml:"ingest"`   // IngestAll or IngestDirected
+	AmbientWake         bool     `toml:"ambient_wake"`
+	IncludeBots         bool     `toml:"include_bots"`
+	AmbientBatchSeconds int      `toml:"ambient_batch_seconds"` // 0..600
+	PendingAgingSeconds int      `toml:"pending_aging_seconds"` // 1..86400
+}
+
+// Limits is the [limits] section: the resource limits of worker scopes, in
+// systemd's notation.
+type Limits struct {
+	MemoryMax string `toml:"memory_max"` // digits with an optional K, M, G or T suffix (base 1024)
+	TasksMax  int    `toml:"tasks_max"`  // 1..100000
+	CPUQuota  string `toml:"cpu_quota"`  // digits followed by %
+}
+
+// Cache profiles: the values cache_profile accepts.
+const (
+	CacheProfilePromptCacheKey       = "openai_prompt_cache_key"
+	CacheProfilePromptCacheRetention = "openai_prompt_cache_retention"
+	CacheProfilePromptCacheOptions   = "openai_prompt_cache_options"
+)
+
+// Ingest modes: the values discord.ingest accepts.
+const (
+	IngestAll      = "all"
+	IngestDirected = "directed"
+)
+
+// Defaults of the fields the file leaves out.
+const (
+	DefaultAgentRoute          = "main"
+	DefaultRouteTimeoutSeconds = 120
+	DefaultDiscordAPIBase      = "https://discord.com/api/v9"
+	DefaultAmbientBatchSeconds = 8
+	DefaultPendingAgingSeconds = 600
+	DefaultMemoryMax           = "2G"
+	DefaultTasksMax            = 256
+	DefaultCPUQuota            = "200%"
+)
+
+// Defaults returns the File an empty klbr.toml means.
+func Defaults() File {
+	return File{
+		Agent: Agent{Route: DefaultAgentRoute},
+		Discord: Discord{
+			APIBase:             DefaultDiscordAPIBase,
+			Ingest:              IngestAll,
+			AmbientWake:         true,
+			AmbientBatchSeconds: DefaultAmbientBatchSeconds,
+			PendingAgingSeconds: DefaultPendingAgingSeconds,
+		},
+		Limits: Limits{
+			MemoryMax: DefaultMemoryMax,
+			TasksMax:  DefaultTasksMax,
+			CPUQuota:  DefaultCPUQuota,
+		},
+	}
+}
+
+// CacheOptionKeys returns the request fields that only a cache profile may
+// set. Parse removes them from extra_options (compared case-insensitively,
+// since some servers match JSON fields that way).
+func CacheOptionKeys() []string {
+	return []string{"cache_prompt", "cache_control", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options"}
+}
+
+// AgentRoute returns the route the agent's turns use, and whether the file
+// defines it.
+func (f *File) AgentRoute() (Route, bool) {
+	r, ok := f.Routes[f.Agent.Route]
+	return r, ok
+}
+
+// Parse decodes and validates the TOML text of a klbr.toml. name is the
+// file name used in errors. Omitted fields get their defaults, cache fields
+// are stripped from extra_options, and every error is an *Error with the
+// line of the key it is about (several are joined; see Errors).
+func Parse(name string, data []byte) (File, error) {
+	f := Defaults()
+	var errs []*Error
+	if err := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields().Decode(&f); err != nil {
+		decErrs, fatal := decodeErrors(name, err)
+		if fatal {
+			return File{}, joinErrors(decErrs)
+		}
+		errs = append(errs, decErrs...)
+	}
+	index, keyErrs := indexKeys(name, data, reflect.TypeFor[File]())
+	for _, e := range errs {
+		// go-toml names a key inside an inline table without the table.
+		e.Key = index.qualify(position{e.Line, e.Column}, e.Key)
+	}
+	errs = append(errs, keyErrs...)
+
+	for id, r := range f.Routes {
+		if !index.has(formatKey("routes", id, "timeout_seconds")) {
+			r.TimeoutSeconds = DefaultRouteTimeoutSeconds
+		}
+		r.StrippedOptions = stripCacheOptions(r.ExtraOptions)
+		f.Routes[id] = r
+	}
+
+	errs = append(errs, validate(name, index, &f)...)
+	if err := joinErrors(errs); err != nil {
+		return File{}, err
+	}
+	return f, nil
+}
+
+// stripCacheOptions deletes the cache fields from options and returns the
+// deleted keys, sorted.
+func stripCacheOptions(options map[string]any) []string {
+	var stripped []string
+	for k := range options {
+		if isCacheOptionKey(k) {
+			stripped = append(stripped, k)
+			delete(options, k)
+		}
+	}
+	slices.Sort(stripped)
+	return stripped
+}
+
+// isCacheOptionKey reports whether k is one of CacheOptionKeys, ignoring case.
+func isCacheOptionKey(k string) bool {
+	return slices.ContainsFunc(CacheOptionKeys(), func(c string) bool { return strings.EqualFold(c, k) })
+}

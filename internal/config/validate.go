@@ -1,0 +1,287 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// Bounds of the numeric and length rules.
+const (
+	maxRouteTimeoutSeconds = 3600
+	maxCacheAffinityChars  = 64
+	maxAmbientBatchSeconds = 600
+	maxPendingAgingSeconds = 86400
+	maxTasksMax            = 100000
+)
+
+// Validate checks f by the rules Parse applies, for a File built or changed
+// in code. Its errors carry keys but no lines. A File that Parse returned
+// passes.
+func (f *File) Validate() error {
+	return joinErrors(validate("", nil, f))
+}
+
+// CacheRetentions returns the cache_retention values a cache profile
+// accepts (none for openai_prompt_cache_key), and whether profile is known.
+func CacheRetentions(profile string) ([]string, bool) {
+	switch profile {
+	case CacheProfilePromptCacheKey:
+		return nil, true
+	case CacheProfilePromptCacheRetention:
+		return []string{"in_memory", "24h"}, true
+	case CacheProfilePromptCacheOptions:
+		return []string{"in_memory", "24h", "30m"}, true
+	}
+	return nil, false
+}
+
+// validate checks f and returns what is wrong, each error placed at its key
+// by index (nil when f did not come from a document).
+func validate(name string, index *keyIndex, f *File) []*Error {
+	v := &validator{name: name, index: index}
+	v.agent(f)
+	for _, id := range slices.Sorted(maps.Keys(f.Routes)) {
+		v.route(id, f.Routes[id])
+	}
+	v.discord(&f.Discord)
+	v.limits(&f.Limits)
+	return v.errs
+}
+
+// validator collects the errors of one validate call.
+type validator struct {
+	name  string
+	index *keyIndex
+	errs  []*Error
+}
+
+// fail records an error about key, placed at key or, when the document does
+// not write key (a required field left out, a default), at the first of near
+// that it writes.
+func (v *validator) fail(key, msg string, near ...string) {
+	pos := v.index.find(append([]string{key}, near...)...)
+	v.errs = append(v.errs, &Error{File: v.name, Line: pos.line, Column: pos.column, Key: key, Msg: msg})
+}
+
+// agent checks that agent.route names a defined route.
+func (v *validator) agent(f *File) {
+	const key = "agent.route"
+	name := f.Agent.Route
+	if !isRouteName(name) {
+		v.fail(key, fmt.Sprintf("%q is not a route name (lowercase letters, digits, _ and -)", name), "agent")
+		return
+	}
+	if len(f.Routes) == 0 {
+		return
+	}
+	if _, ok := f.Routes[name]; ok {
+		return
+	}
+	var names []string
+	for _, id := range slices.Sorted(maps.Keys(f.Routes)) {
+		names = append(names, formatKey(id))
+	}
+	defined := strings.Join(names, ", ")
+	if v.index.has(key) || v.index == nil {
+		v.fail(key, fmt.Sprintf("no [routes.%s] is defined (routes: %s)", name, defined), "agent")
+		return
+	}
+	v.fail(key, fmt.Sprintf("defaults to %q, but no [routes.%s] is defined (routes: %s); set route in [agent]", name, name, defined),
+		"agent", "routes")
+}
+
+// route checks the route [routes.id].
+func (v *validator) route(id string, r Route) {
+	section := formatKey("routes", id)
+	key := func(field string) string { return section + "." + field }
+
+	if !isRouteName(id) {
+		v.fail(section, "route names are lowercase letters, digits, _ and -")
+	}
+
+	if r.URL == "" {
+		v.fail(key("url"), "required: the base URL of an OpenAI-compatible API, e.g. http://localhost:8001/v1", section)
+	} else if msg := checkHTTPURL(r.URL); msg != "" {
+		v.fail(key("url"), msg, section)
+	}
+	switch {
+	case strings.TrimSpace(r.Model) != "":
+	case v.index.has(key("model")):
+		v.fail(key("model"), "must not be empty", section)
+	default:
+		v.fail(key("model"), "required: the model name the route serves", section)
+	}
+
+	if r.APIKeyEnv != "" && !isEnvName(r.APIKeyEnv) {
+		v.fail(key("api_key_env"), fmt.Sprintf("%q is not an environment variable name ([A-Z_][A-Z0-9_]*)", r.APIKeyEnv), section)
+	}
+	if r.APIKeyFile != "" && !filepath.IsAbs(r.APIKeyFile) {
+		v.fail(key("api_key_file"), fmt.Sprintf("%q is not an absolute path", r.APIKeyFile), section)
+	}
+	if r.APIKeyEnv != "" && r.APIKeyFile != "" {
+		v.fail(key("api_key_file"), "set api_key_env or api_key_file, not both", section)
+	}
+
+	v.cache(section, r)
+
+	if r.TimeoutSeconds < 1 || r.TimeoutSeconds > maxRouteTimeoutSeconds {
+		v.fail(key("timeout_seconds"), fmt.Sprintf("%d is out of range 1..%d", r.TimeoutSeconds, maxRouteTimeoutSeconds), section)
+	}
+
+	options := key("extra_options")
+	for _, k := range slices.Sorted(maps.Keys(r.ExtraOptions)) {
+		optKey := options + "." + formatKey(k)
+		if isCacheOptionKey(k) {
+			v.fail(optKey, "is a cache field: declare cache_profile instead", options, section)
+			continue
+		}
+		if _, err := json.Marshal(r.ExtraOptions[k]); err != nil {
+			v.fail(optKey, "cannot be sent in a JSON request: "+strings.TrimPrefix(err.Error(), "json: "), options, section)
+		}
+	}
+}
+
+// cache checks the prompt-cache fields of a route.
+func (v *validator) cache(section string, r Route) {
+	key := func(field string) string { return section + "." + field }
+	if r.CacheProfile == "" {
+		const why = "needs a cache_profile: prompt caching is declared per route, never guessed"
+		if r.CacheAffinity != "" || v.index.has(key("cache_affinity")) {
+			v.fail(key("cache_affinity"), why, section)
+		}
+		if r.CacheRetention != "" {
+			v.fail(key("cache_retention"), why, section)
+		}
+		return
+	}
+	accepted, ok := CacheRetentions(r.CacheProfile)
+	if !ok {
+		v.fail(key("cache_profile"), fmt.Sprintf("%q is not a cache profile (one of %s, %s, %s)", r.CacheProfile,
+			CacheProfilePromptCacheKey, CacheProfilePromptCacheRetention, CacheProfilePromptCacheOptions), section)
+		return
+	}
+	switch n := utf8.RuneCountInString(r.CacheAffinity); {
+	case n == 0 && v.index.has(key("cache_affinity")):
+		v.fail(key("cache_affinity"), "must not be empty", section)
+	case n > maxCacheAffinityChars:
+		v.fail(key("cache_affinity"), fmt.Sprintf("is %d characters long; at most %d", n, maxCacheAffinityChars), section)
+	}
+	if r.CacheRetention != "" && !slices.Contains(accepted, r.CacheRetention) {
+		list := "none"
+		if len(accepted) > 0 {
+			list = strings.Join(accepted, ", ")
+		}
+		v.fail(key("cache_retention"), fmt.Sprintf("%q is not accepted by cache_profile %q (it accepts %s)",
+			r.CacheRetention, r.CacheProfile, list), section)
+	}
+}
+
+// discord checks the [discord] section.
+func (v *validator) discord(d *Discord) {
+	if msg := checkHTTPURL(d.APIBase); msg != "" {
+		v.fail("discord.api_base", msg, "discord")
+	}
+	if d.TokenFile != "" && !filepath.IsAbs(d.TokenFile) {
+		v.fail("discord.token_file", fmt.Sprintf("%q is not an absolute path", d.TokenFile), "discord")
+	}
+	for i, id := range d.Channels {
+		if !isDigits(id) {
+			v.fail(fmt.Sprintf("discord.channels[%d]", i), fmt.Sprintf("%q is not a channel id (digits)", id), "discord.channels", "discord")
+		}
+	}
+	if d.Ingest != IngestAll && d.Ingest != IngestDirected {
+		v.fail("discord.ingest", fmt.Sprintf("%q is not an ingest mode (%s or %s)", d.Ingest, IngestAll, IngestDirected), "discord")
+	}
+	if d.AmbientBatchSeconds < 0 || d.AmbientBatchSeconds > maxAmbientBatchSeconds {
+		v.fail("discord.ambient_batch_seconds", fmt.Sprintf("%d is out of range 0..%d", d.AmbientBatchSeconds, maxAmbientBatchSeconds), "discord")
+	}
+	if d.PendingAgingSeconds < 1 || d.PendingAgingSeconds > maxPendingAgingSeconds {
+		v.fail("discord.pending_aging_seconds", fmt.Sprintf("%d is out of range 1..%d", d.PendingAgingSeconds, maxPendingAgingSeconds), "discord")
+	}
+}
+
+// limits checks the [limits] section.
+func (v *validator) limits(l *Limits) {
+	if _, err := l.MemoryMaxBytes(); err != nil {
+		v.fail("limits.memory_max", err.Error(), "limits")
+	}
+	if l.TasksMax < 1 || l.TasksMax > maxTasksMax {
+		v.fail("limits.tasks_max", fmt.Sprintf("%d is out of range 1..%d", l.TasksMax, maxTasksMax), "limits")
+	}
+	if _, err := l.CPUQuotaPercent(); err != nil {
+		v.fail("limits.cpu_quota", err.Error(), "limits")
+	}
+}
+
+// checkHTTPURL returns what is wrong with s as the base URL of an HTTP API,
+// or "".
+func checkHTTPURL(s string) string {
+	if s == "" {
+		return "required: an http or https URL"
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return fmt.Sprintf("%q is not a URL: %v", s, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Sprintf("%q is not an http or https URL", s)
+	}
+	if u.Hostname() == "" {
+		return fmt.Sprintf("%q has no host", s)
+	}
+	if u.User != nil {
+		// Secrets stay out of this file, and URLs end up in logs.
+		return "a URL here must not carry credentials; keep secrets out of klbr.toml"
+	}
+	return ""
+}
+
+// isRouteName reports whether s matches [a-z0-9_-]+.
+func isRouteName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// isEnvName reports whether s matches [A-Z_][A-Z0-9_]*.
+func isEnvName(s string) bool {
+	if s == "" || s[0] >= '0' && s[0] <= '9' {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// isDigits reports whether s is one or more ASCII digits.
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
