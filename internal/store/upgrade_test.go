@@ -41,7 +41,10 @@ func TestUpgradeFrozenV1(t *testing.T) {
 	}
 	// The v1 input still deduplicates and can be claimed and framed.
 	var again Admitted
-	mustWrite(t, s, func(tx *Tx) (err error) { again, err = tx.AdmitInput(testInput("default", "v1-key", "retry")); return err })
+	mustWrite(t, s, func(tx *Tx) (err error) {
+		again, err = tx.AdmitInput(testInput("default", "v1-key", "retry"))
+		return err
+	})
 	if !again.Duplicate || again.InputID != 1 {
 		t.Fatalf("v1 input not found by its source key: %+v", again)
 	}
