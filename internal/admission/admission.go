@@ -120,7 +120,7 @@ func (a *Admitter) Admit(ctx context.Context, door Door, in Input) (store.Admitt
 		return store.Admitted{}, fmt.Errorf("%w: it accepts no new input; retry once it has restarted", ErrDraining)
 	}
 	defer a.inflight.Done()
-	if err := a.sessions.CheckAdmission(ctx, in.Session); err != nil {
+	if err := a.sessions.CheckAdmission(in.Session); err != nil {
 		a.observe(in.SourceKind, ResultRefused)
 		return store.Admitted{}, err
 	}
@@ -139,7 +139,7 @@ func (a *Admitter) Admit(ctx context.Context, door Door, in Input) (store.Admitt
 		return err
 	})
 	switch {
-	case errors.Is(err, store.ErrUnknownSession):
+	case errors.Is(err, store.ErrUnknownSession), errors.Is(err, store.ErrSessionStopped):
 		a.observe(in.SourceKind, ResultRefused)
 		return got, err
 	case err != nil:

@@ -21,7 +21,9 @@ func ValidID(id string) bool { return idPattern.MatchString(id) }
 // Errors callers branch on.
 var (
 	ErrDraining = errors.New("session is draining")
-	ErrStopped  = errors.New("session is stopped")
+	// ErrStopped is returned when an input reaches a stopped session; the
+	// store checks it inside the admitting transaction.
+	ErrStopped = store.ErrSessionStopped
 )
 
 // Manager is the runtime side of sessions: the admission gate of each
@@ -40,20 +42,15 @@ func NewManager(st *store.Store) *Manager {
 	return &Manager{store: st, draining: map[string]bool{}, work: map[string]*sync.WaitGroup{}}
 }
 
-// CheckAdmission tells whether session accepts new inputs now.
-func (m *Manager) CheckAdmission(ctx context.Context, id string) error {
+// CheckAdmission tells whether a drain has closed session id's admission.
+// (Whether the session exists and is not stopped is checked by the store,
+// in the transaction that admits the input.)
+func (m *Manager) CheckAdmission(id string) error {
 	m.mu.Lock()
 	draining := m.draining[id]
 	m.mu.Unlock()
 	if draining {
 		return fmt.Errorf("%w: %s refuses new inputs until the drain finishes", ErrDraining, id)
-	}
-	s, err := m.store.Session(ctx, id)
-	if err != nil {
-		return err
-	}
-	if s.State == store.StateStopped {
-		return fmt.Errorf("%w: %s refuses new inputs; start it with `klbr-core start %s`", ErrStopped, id, id)
 	}
 	return nil
 }

@@ -121,7 +121,7 @@ func TestDrainWaitsForAcceptedWorkThenStops(t *testing.T) {
 	for !m.Draining("a") && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if err := m.CheckAdmission(ctx, "a"); !errors.Is(err, ErrDraining) {
+	if err := m.CheckAdmission("a"); !errors.Is(err, ErrDraining) {
 		t.Fatalf("admission while draining: %v", err)
 	}
 	if _, err := m.Begin("a"); !errors.Is(err, ErrDraining) {
@@ -140,13 +140,17 @@ func TestDrainWaitsForAcceptedWorkThenStops(t *testing.T) {
 	if s.State != store.StateStopped {
 		t.Fatalf("after drain: %s", s.State)
 	}
-	if err := m.CheckAdmission(ctx, "a"); !errors.Is(err, ErrStopped) {
+	err = st.Write(ctx, func(tx *store.Tx) error {
+		_, err := tx.AdmitInput(store.NewInput{Session: "a", SourceKind: "operator", SourceKey: "k", Conversation: "c", Author: "a", Body: "b", OccurredAt: time.Now(), ReceivedAt: time.Now()})
+		return err
+	})
+	if !errors.Is(err, ErrStopped) {
 		t.Fatalf("admission when stopped: %v", err)
 	}
 	if _, err := m.Transition(ctx, "a", store.StateReady, "start"); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.CheckAdmission(ctx, "a"); err != nil {
+	if err := m.CheckAdmission("a"); err != nil {
 		t.Fatalf("admission after start: %v", err)
 	}
 }

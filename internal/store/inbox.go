@@ -39,7 +39,7 @@ type InboxItem struct {
 // claimed and returns them. Claiming is not completion: the inputs are
 // acknowledged only by CommitFrame.
 func (t *Tx) ClaimPending(session string, limit int) ([]InboxItem, error) {
-	rows, err := t.tx.Query(`
+	rows, err := t.query(`
 		SELECT b.input_id, i.source_kind, i.conversation, i.received_at
 		FROM inbox b JOIN inputs i ON i.id = b.input_id
 		WHERE b.session_id = ? AND b.state = 'pending' ORDER BY b.input_id LIMIT ?`, session, limit)

@@ -55,8 +55,12 @@ func (t *Tx) AdmitInput(in NewInput) (Admitted, error) {
 	if !errors.Is(err, sql.ErrNoRows) {
 		return a, fmt.Errorf("admit: look up source key: %w", err)
 	}
-	if _, err := t.Session(in.Session); err != nil {
+	sess, err := t.Session(in.Session)
+	if err != nil {
 		return a, err
+	}
+	if sess.State == StateStopped {
+		return a, fmt.Errorf("%w: %s refuses new inputs; start it with `klbr-core start %s`", ErrSessionStopped, in.Session, in.Session)
 	}
 	content, err := json.Marshal(inputContent{
 		Text: in.Body, SourceKind: in.SourceKind, SourceKey: in.SourceKey,

@@ -32,6 +32,7 @@ var (
 	ErrSessionExists     = errors.New("session already exists")
 	ErrIllegalTransition = errors.New("illegal session transition")
 	ErrStaleState        = errors.New("session state changed concurrently")
+	ErrSessionStopped    = errors.New("session is stopped")
 )
 
 // Session is the current operational state of one session.

@@ -48,6 +48,7 @@ type Store struct {
 	done     chan struct{}
 	maxBatch int
 	stats    writerStats
+	stmts    *stmtCache // the writer goroutine's prepared statements
 
 	closeOnce sync.Once
 	closeErr  error
@@ -94,6 +95,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		lock.release()
 		return nil, err
 	}
+	s.stmts = &stmtCache{db: s.wdb, m: map[string]*sql.Stmt{}, inTx: map[string]*sql.Stmt{}, missed: map[string]struct{}{}}
 	go s.writer()
 	return s, nil
 }
@@ -187,6 +189,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closing)
 		<-s.done
+		s.stmts.close()
 		s.closeErr = errors.Join(s.closeDBs(), s.lock.release())
 	})
 	return s.closeErr

@@ -87,6 +87,7 @@ func (s *Store) writer() {
 }
 
 func (s *Store) runBatch(batch []*writeReq) {
+	defer s.stmts.endTx()
 	s.stats.batches.Add(1)
 	now := s.clock()
 	results := make([]error, len(batch))
@@ -111,22 +112,26 @@ func (s *Store) runBatch(batch []*writeReq) {
 			results[i] = err // the caller gave up before its turn; never applied
 			continue
 		}
-		if _, err := tx.Exec("SAVEPOINT w"); err != nil {
+		t := &Tx{tx: tx, now: now, stmts: s.stmts}
+		if _, err := t.exec("SAVEPOINT w"); err != nil {
 			tx.Rollback()
 			fail(fmt.Errorf("store: savepoint: %w", err))
 			return
 		}
-		t := &Tx{tx: tx, now: now}
 		if err := callWrite(r.fn, t); err != nil {
 			results[i] = err
-			if _, rerr := tx.Exec("ROLLBACK TO w; RELEASE w"); rerr != nil {
+			_, rerr := t.exec("ROLLBACK TO w")
+			if rerr == nil {
+				_, rerr = t.exec("RELEASE w")
+			}
+			if rerr != nil {
 				tx.Rollback()
 				fail(fmt.Errorf("store: rollback to savepoint: %w", rerr))
 				return
 			}
 			continue
 		}
-		if _, err := tx.Exec("RELEASE w"); err != nil {
+		if _, err := t.exec("RELEASE w"); err != nil {
 			tx.Rollback()
 			fail(fmt.Errorf("store: release savepoint: %w", err))
 			return
@@ -164,6 +169,7 @@ func callWrite(fn func(*Tx) error, t *Tx) (err error) {
 type Tx struct {
 	tx      *sql.Tx
 	now     time.Time
+	stmts   *stmtCache
 	touched map[string]struct{} // sessions with new session items
 }
 
@@ -177,10 +183,80 @@ func (t *Tx) touch(session string) {
 	t.touched[session] = struct{}{}
 }
 
+// exec, queryRow and query run a statement prepared once on the writer's
+// connection: parsing SQL again for every admission would cost more than
+// the admission itself.
 func (t *Tx) exec(query string, args ...any) (sql.Result, error) {
-	return t.tx.Exec(query, args...)
+	st, err := t.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.Exec(args...)
 }
 
 func (t *Tx) queryRow(query string, args ...any) *sql.Row {
-	return t.tx.QueryRow(query, args...)
+	st, err := t.stmt(query)
+	if err != nil {
+		return t.tx.QueryRow(query, args...) // its Scan reports the same error
+	}
+	return st.QueryRow(args...)
+}
+
+func (t *Tx) query(query string, args ...any) (*sql.Rows, error) {
+	st, err := t.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.Query(args...)
+}
+
+// stmt returns query prepared for this transaction: from the cache when it
+// was seen before, otherwise prepared inside the transaction (the writer has
+// one connection, which the transaction holds) and noted for the cache.
+func (t *Tx) stmt(query string) (*sql.Stmt, error) {
+	c := t.stmts
+	if st, ok := c.inTx[query]; ok {
+		return st, nil
+	}
+	var st *sql.Stmt
+	if prepared, ok := c.m[query]; ok {
+		st = t.tx.Stmt(prepared)
+	} else {
+		c.missed[query] = struct{}{}
+		var err error
+		if st, err = t.tx.Prepare(query); err != nil {
+			return nil, err
+		}
+	}
+	c.inTx[query] = st
+	return st, nil
+}
+
+// stmtCache holds the writer's prepared statements, and their bindings to
+// the current transaction, shared by every write of a batch. Only the
+// writer goroutine uses it, so it needs no lock.
+type stmtCache struct {
+	db     *sql.DB
+	m      map[string]*sql.Stmt // prepared on the writer's connection
+	inTx   map[string]*sql.Stmt // bound to the current transaction
+	missed map[string]struct{}  // seen in this transaction, not yet in m
+}
+
+// endTx forgets the transaction's bindings (the transaction closed them)
+// and prepares the statements it missed, now that the connection is free.
+func (c *stmtCache) endTx() {
+	clear(c.inTx)
+	for q := range c.missed {
+		if st, err := c.db.Prepare(q); err == nil {
+			c.m[q] = st
+		}
+		delete(c.missed, q)
+	}
+}
+
+func (c *stmtCache) close() {
+	for _, st := range c.m {
+		st.Close()
+	}
+	clear(c.m)
 }
