@@ -6,7 +6,7 @@ LDFLAGS := -X github.com/klbr-dev/klbr/internal/version.Version=$(VERSION)
 
 export CGO_ENABLED := 1
 
-.PHONY: all build run test lint gotest fuzz bench clean
+.PHONY: all build run test lint gotest pytest fuzz bench clean
 
 all: build
 
@@ -19,8 +19,8 @@ run: build
 	$(BIN)/klbr-core init
 	$(BIN)/klbr-core serve
 
-## test: every check and test: formatting, vet, Go tests with the race detector (fuzz seeds included)
-test: lint gotest
+## test: every check and test: formatting, vet, Go tests with the race detector (fuzz seeds included), Python tests
+test: lint gotest pytest
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -29,6 +29,10 @@ lint:
 
 gotest:
 	$(GO) test -race -count=1 ./...
+
+PYTHON ?= python3
+pytest:
+	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s python/klbr-runtime/tests -t python/klbr-runtime
 
 ## fuzz: run each fuzz target for FUZZTIME (default 30s)
 FUZZTIME ?= 30s

@@ -1,0 +1,3 @@
+from klbr_runtime.runner import main
+
+main()
