@@ -1,0 +1,80 @@
+package kernel
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Exit statuses of klbr-kernel besides the child's own.
+const (
+	ExitDeadline  = 124 // the --deadline fired
+	ExitKernel    = 125 // the kernel failed: bad usage, not placed, a system call refused
+	ExitNotPlaced = 125 // the go-ahead pipe was closed without a byte
+	ExitCannotRun = 126 // ARGV exists but could not be executed
+	ExitNotFound  = 127 // ARGV was not found
+)
+
+// Config is what the command line says.
+type Config struct {
+	ProtocolFD int           // -1: none
+	GoAheadFD  int           // -1: none
+	Deadline   time.Duration // 0: none
+	KeepEnv    []string      // extra variable names to pass through
+	Argv       []string      // the child's argv, at least one element
+	// RlimitAS and RlimitNproc (0: none) are set as hard limits on the child, not on the
+	// kernel: placement's rlimit mode passes them (placement.Placer.KernelArgs).
+	RlimitAS    int64
+	RlimitNproc int64
+}
+
+// ParseArgs parses the kernel's arguments (without the program name).
+func ParseArgs(args []string) (Config, error) {
+	cfg := Config{ProtocolFD: -1, GoAheadFD: -1}
+	fs := flag.NewFlagSet("klbr-kernel", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.IntVar(&cfg.ProtocolFD, "protocol-fd", -1, "inherited fd of the protocol socket; the child gets it as fd 3")
+	fs.IntVar(&cfg.GoAheadFD, "go-ahead-fd", -1, "inherited fd to read one go-ahead byte from before starting")
+	fs.DurationVar(&cfg.Deadline, "deadline", 0, "kill the tree this long after the child started (0: never)")
+	fs.Int64Var(&cfg.RlimitAS, "rlimit-as", 0, "RLIMIT_AS (bytes) for the child (0: none)")
+	fs.Int64Var(&cfg.RlimitNproc, "rlimit-nproc", 0, "RLIMIT_NPROC for the child (0: none)")
+	fs.Func("keep-env", "pass this environment variable through as well (repeatable)", func(s string) error {
+		if s == "" || strings.ContainsAny(s, "=\x00") {
+			return fmt.Errorf("invalid variable name %q", s)
+		}
+		cfg.KeepEnv = append(cfg.KeepEnv, s)
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return Config{}, fmt.Errorf("usage: %w", err)
+	}
+	// flag stops at "--" (consumed) or at the first non-flag argument; demand the "--" so
+	// that an ARGV starting with a dash is never taken for a kernel flag.
+	consumed := len(args) - fs.NArg()
+	if consumed == 0 || args[consumed-1] != "--" {
+		return Config{}, errors.New("usage: klbr-kernel [flags] -- ARGV...")
+	}
+	cfg.Argv = fs.Args()
+	if len(cfg.Argv) == 0 || cfg.Argv[0] == "" {
+		return Config{}, errors.New("usage: no command after --")
+	}
+	if cfg.ProtocolFD != -1 && cfg.ProtocolFD < 3 {
+		return Config{}, fmt.Errorf("usage: --protocol-fd %d: must be 3 or above", cfg.ProtocolFD)
+	}
+	if cfg.GoAheadFD != -1 && cfg.GoAheadFD < 3 {
+		return Config{}, fmt.Errorf("usage: --go-ahead-fd %d: must be 3 or above", cfg.GoAheadFD)
+	}
+	if cfg.ProtocolFD != -1 && cfg.ProtocolFD == cfg.GoAheadFD {
+		return Config{}, errors.New("usage: --protocol-fd and --go-ahead-fd name the same fd")
+	}
+	if cfg.RlimitAS < 0 || cfg.RlimitNproc < 0 {
+		return Config{}, errors.New("usage: negative --rlimit-as or --rlimit-nproc")
+	}
+	if cfg.Deadline < 0 {
+		return Config{}, fmt.Errorf("usage: --deadline %s: negative", cfg.Deadline)
+	}
+	return cfg, nil
+}
