@@ -39,6 +39,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeSendRequest -fuzztime=$(FUZZTIME) ./internal/localapi/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/config/
+	$(GO) test -run='^$$' -fuzz=FuzzReadFrame -fuzztime=$(FUZZTIME) ./internal/worker/
 
 ## bench: the admission benchmark of docs/performance.md
 bench:
