@@ -43,6 +43,7 @@ type Session struct {
 	StateReason    string       `json:"state_reason,omitempty"`
 	ContextEpoch   int64        `json:"context_epoch"`
 	PolicyRevision string       `json:"policy_revision"`
+	KernelGen      int64        `json:"kernel_generation"`
 	CreatedAt      time.Time    `json:"created_at"`
 	UpdatedAt      time.Time    `json:"updated_at"`
 }
@@ -107,14 +108,14 @@ func (t *Tx) TransitionSession(id string, from, to SessionState, reason string) 
 	return err
 }
 
-const sessionSelect = `SELECT id, COALESCE(parent_id, ''), state, state_reason, context_epoch, policy_revision, created_at, updated_at FROM sessions`
+const sessionSelect = `SELECT id, COALESCE(parent_id, ''), state, state_reason, context_epoch, policy_revision, kernel_generation, created_at, updated_at FROM sessions`
 
 type rowScanner interface{ Scan(...any) error }
 
 func scanSession(row rowScanner, id string) (Session, error) {
 	var s Session
 	var created, updated int64
-	err := row.Scan(&s.ID, &s.ParentID, &s.State, &s.StateReason, &s.ContextEpoch, &s.PolicyRevision, &created, &updated)
+	err := row.Scan(&s.ID, &s.ParentID, &s.State, &s.StateReason, &s.ContextEpoch, &s.PolicyRevision, &s.KernelGen, &created, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return s, fmt.Errorf("%w: %s", ErrUnknownSession, id)
 	}

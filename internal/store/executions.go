@@ -1,0 +1,122 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrExecutionFinished reports a second finish of one execution.
+var ErrExecutionFinished = errors.New("execution already finished")
+
+// ExecutionStates are the final states of a cell.
+var ExecutionStates = []string{"ok", "error", "cancelled", "yielded", "lost"}
+
+// NextKernelGeneration bumps and returns session's workbench generation and
+// records a kernel.started notice with details (pid, python, placement…).
+func (t *Tx) NextKernelGeneration(session string, details map[string]any) (int64, error) {
+	if _, err := t.exec(`UPDATE sessions SET kernel_generation = kernel_generation + 1, updated_at = ? WHERE id = ?`, t.now.UnixMilli(), session); err != nil {
+		return 0, fmt.Errorf("next kernel generation: %w", err)
+	}
+	var gen int64
+	if err := t.queryRow(`SELECT kernel_generation FROM sessions WHERE id = ?`, session).Scan(&gen); err != nil {
+		return 0, fmt.Errorf("%w: %s", ErrUnknownSession, session)
+	}
+	content := map[string]any{"generation": gen}
+	for k, v := range details {
+		content[k] = v
+	}
+	if err := t.notice(session, "kernel.started", content); err != nil {
+		return 0, err
+	}
+	return gen, nil
+}
+
+// KernelReset records that a generation's Python state is gone, and why.
+func (t *Tx) KernelReset(session string, generation int64, reason string) error {
+	return t.notice(session, "kernel.reset", map[string]any{
+		"generation": generation, "reason": reason, "python_state_restored": false,
+	})
+}
+
+func (t *Tx) notice(session, kind string, content any) error {
+	b, err := json.Marshal(content)
+	if err != nil {
+		return err
+	}
+	_, _, err = t.appendItem(session, kind, LaneNotice, string(b), t.now, t.now)
+	return err
+}
+
+// StartExecution journals a cell before it runs: its code becomes a
+// cell.started record and the execution is running.
+func (t *Tx) StartExecution(session string, generation int64, code string) (int64, error) {
+	content, _ := json.Marshal(map[string]any{"code": code, "generation": generation})
+	eventID, _, err := t.appendItem(session, "cell.started", LaneCell, string(content), t.now, t.now)
+	if err != nil {
+		return 0, fmt.Errorf("start execution: %w", err)
+	}
+	res, err := t.exec(`INSERT INTO executions (session_id, generation, code_event_id, started_at) VALUES (?, ?, ?, ?)`,
+		session, generation, eventID, t.now.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("start execution: %w", err)
+	}
+	id, _ := res.LastInsertId()
+	return id, nil
+}
+
+// FinishExecution records a cell's outcome (state and the outcome record's
+// content) once.
+func (t *Tx) FinishExecution(session string, id int64, state string, reset bool, outcome json.RawMessage) error {
+	var content map[string]any
+	if err := json.Unmarshal(outcome, &content); err != nil {
+		return fmt.Errorf("finish execution: outcome: %w", err)
+	}
+	content["execution_id"] = id
+	b, _ := json.Marshal(content)
+	eventID, _, err := t.appendItem(session, "cell.finished", LaneCell, string(b), t.now, t.now)
+	if err != nil {
+		return fmt.Errorf("finish execution: %w", err)
+	}
+	_, err = t.exec(`UPDATE executions SET state = ?, reset = ?, outcome_event_id = ?, finished_at = ? WHERE id = ? AND session_id = ?`,
+		state, reset, eventID, t.now.UnixMilli(), id, session)
+	if err != nil && strings.Contains(err.Error(), "finishes once") {
+		return fmt.Errorf("%w: %d", ErrExecutionFinished, id)
+	}
+	if err != nil {
+		return fmt.Errorf("finish execution: %w", err)
+	}
+	return nil
+}
+
+// RecoverExecutions marks the cells a dead run left running as lost: their
+// outcome is unknown and they are never replayed.
+func (t *Tx) RecoverExecutions() (int64, error) {
+	rows, err := t.query(`SELECT id, session_id, generation FROM executions WHERE state = 'running'`)
+	if err != nil {
+		return 0, fmt.Errorf("recover executions: %w", err)
+	}
+	type lost struct {
+		id, gen int64
+		session string
+	}
+	var ls []lost
+	for rows.Next() {
+		var l lost
+		if err := rows.Scan(&l.id, &l.session, &l.gen); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		ls = append(ls, l)
+	}
+	rows.Close()
+	for _, l := range ls {
+		out, _ := json.Marshal(map[string]any{"status": "lost", "generation": l.gen,
+			"error": map[string]string{"type": "Lost", "message": "klbr-core stopped while this cell ran; its outcome is unknown and it was not replayed"}})
+		if err := t.FinishExecution(l.session, l.id, "lost", true, out); err != nil {
+			return 0, err
+		}
+	}
+	return int64(len(ls)), nil
+}
