@@ -13,6 +13,7 @@ all: build
 ## build: compile the binaries into bin/
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/klbr-core ./cmd/klbr-core
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/klbr-kernel ./cmd/klbr-kernel
 
 ## run: build, initialize the data directory if needed, and serve
 run: build

@@ -44,6 +44,12 @@ func binary(t *testing.T) string {
 		out, err := exec.Command("go", "build", "-o", buildOnce.bin, ".").CombinedOutput()
 		if err != nil {
 			buildOnce.err = fmt.Errorf("go build: %v: %s", err, out)
+			return
+		}
+		// klbr-core finds klbr-kernel beside itself.
+		out, err = exec.Command("go", "build", "-o", filepath.Join(dir, "klbr-kernel"), "../klbr-kernel").CombinedOutput()
+		if err != nil {
+			buildOnce.err = fmt.Errorf("go build klbr-kernel: %v: %s", err, out)
 		}
 	})
 	if buildOnce.err != nil {

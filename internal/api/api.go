@@ -34,14 +34,18 @@ type SendResponse struct {
 
 // Status is the daemon's state.
 type Status struct {
-	Version   string          `json:"version"`
-	PID       int             `json:"pid"`
-	StartedAt time.Time       `json:"started_at"`
-	DataDir   string          `json:"data_dir"`
-	Draining  bool            `json:"draining"`
-	SQLite    string          `json:"sqlite_version"`
-	Placement string          `json:"placement"`
-	Sessions  []SessionStatus `json:"sessions"`
+	Version   string    `json:"version"`
+	PID       int       `json:"pid"`
+	StartedAt time.Time `json:"started_at"`
+	DataDir   string    `json:"data_dir"`
+	Draining  bool      `json:"draining"`
+	SQLite    string    `json:"sqlite_version"`
+	Placement string    `json:"placement"`
+	// PlacementNotes says why earlier placement modes were skipped, and
+	// Workbench whether cells can run at all (and if not, why).
+	PlacementNotes []string        `json:"placement_notes,omitempty"`
+	Workbench      string          `json:"workbench"`
+	Sessions       []SessionStatus `json:"sessions"`
 }
 
 // SessionStatus is one session's state and backlog.
@@ -49,6 +53,17 @@ type SessionStatus struct {
 	store.Session
 	Pending  int64 `json:"pending"`
 	Draining bool  `json:"draining"`
+}
+
+// ExecRequest runs a cell in a session's workbench.
+type ExecRequest struct {
+	Code           string  `json:"code"`
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"` // default 60; the cell is interrupted after it
+}
+
+// ResetRequest resets a session's workbench.
+type ResetRequest struct {
+	Reason string `json:"reason,omitempty"`
 }
 
 // Records is one page of a session's durable records. More is set when the
@@ -78,12 +93,13 @@ type ErrorBody struct {
 
 // Error codes.
 const (
-	CodeInvalid          = "invalid"   // 400: malformed or out-of-bounds request
-	CodeTooLarge         = "too_large" // 413
-	CodeForbidden        = "forbidden" // 403: wrong peer or authority
-	CodeNotFound         = "not_found" // 404: unknown session or path
-	CodeConflict         = "conflict"  // 409: stopped, illegal transition, concurrent change
-	CodeDraining         = "draining"  // 503: admission closed
-	CodeInternal         = "internal"  // 500
+	CodeInvalid          = "invalid"     // 400: malformed or out-of-bounds request
+	CodeTooLarge         = "too_large"   // 413
+	CodeForbidden        = "forbidden"   // 403: wrong peer or authority
+	CodeNotFound         = "not_found"   // 404: unknown session or path
+	CodeConflict         = "conflict"    // 409: stopped, illegal transition, concurrent change
+	CodeDraining         = "draining"    // 503: admission closed
+	CodeInternal         = "internal"    // 500
+	CodeUnavailable      = "unavailable" // 503: a part the request needs cannot run (no Python, no kernel)
 	CodeMethodNotAllowed = "method_not_allowed"
 )

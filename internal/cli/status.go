@@ -45,7 +45,11 @@ func newStatus(g *globals) *cobra.Command {
 				state = "draining"
 			}
 			fmt.Fprintf(g.env.Stdout, "klbr-core %s: %s, pid %d, up %s\n", st.Version, state, st.PID, time.Since(st.StartedAt).Round(time.Second))
-			fmt.Fprintf(g.env.Stdout, "data %s · sqlite %s · placement %s\n\n", st.DataDir, st.SQLite, st.Placement)
+			fmt.Fprintf(g.env.Stdout, "data %s · sqlite %s · placement %s · workbench %s\n", st.DataDir, st.SQLite, st.Placement, st.Workbench)
+			for _, n := range st.PlacementNotes {
+				fmt.Fprintf(g.env.Stdout, "  (placement skipped %s)\n", n)
+			}
+			fmt.Fprintln(g.env.Stdout)
 			printSessions(g, st.Sessions)
 			return nil
 		},
@@ -56,7 +60,7 @@ func newStatus(g *globals) *cobra.Command {
 
 func printSessions(g *globals, ss []api.SessionStatus) {
 	tw := tabwriter.NewWriter(g.env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SESSION\tSTATE\tPENDING\tEPOCH\tREVISION\tSINCE")
+	fmt.Fprintln(tw, "SESSION\tSTATE\tPENDING\tKERNEL\tEPOCH\tREVISION\tSINCE")
 	for _, s := range ss {
 		state := string(s.State)
 		if s.Draining {
@@ -66,7 +70,7 @@ func printSessions(g *globals, ss []api.SessionStatus) {
 		if rev == "" {
 			rev = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", s.ID, state, s.Pending, s.ContextEpoch, rev, s.UpdatedAt.Local().Format(time.DateTime))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.ID, state, s.Pending, s.KernelGen, s.ContextEpoch, rev, s.UpdatedAt.Local().Format(time.DateTime))
 	}
 	tw.Flush()
 }

@@ -19,12 +19,14 @@ import (
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/localapi"
 	"github.com/klbr-dev/klbr/internal/metrics"
+	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/setup"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/unixsock"
 	"github.com/klbr-dev/klbr/internal/version"
 	"github.com/klbr-dev/klbr/internal/web"
+	"github.com/klbr-dev/klbr/internal/workbench"
 )
 
 // Options tune Run beyond the configuration.
@@ -51,6 +53,9 @@ type daemon struct {
 	store    *store.Store
 	sessions *session.Manager
 	admit    *admission.Admitter
+	bench    *workbench.Manager // nil when cells cannot run
+	benchErr error
+	placer   placement.Placer
 
 	shutdownOnce sync.Once
 	shutdown     chan struct{} // closed when a drain or stop is requested
@@ -98,6 +103,24 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	}
 	m := metrics.New(st, opts.Clock, log.With("component", "metrics"))
 	d.admit = admission.New(st, d.sessions, opts.Clock, m.ObserveAdmission)
+	if err := st.Write(ctx, func(tx *store.Tx) error {
+		n, err := tx.RecoverExecutions()
+		if n > 0 {
+			log.Warn("cells of a previous run were left running; recorded as lost, not replayed", "cells", n)
+		}
+		return err
+	}); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	d.bench, d.placer, d.benchErr = newWorkbench(ctx, cfg, st, d.sessions, log, func(e string) { m.WorkerEvent("workbench", e) })
+	mode := ""
+	if d.placer != nil {
+		mode = string(d.placer.Mode())
+	}
+	m.SetPlacement(mode)
+	if d.benchErr != nil {
+		log.Warn("cells cannot run; serving without a workbench", "error", d.benchErr)
+	}
 
 	ctlL, err := unixsock.Listen(cfg.Paths.ControlSocket, 0o600)
 	if err != nil {
@@ -109,7 +132,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		ctlL.Close()
 		return fmt.Errorf("serve: %w (is another klbr-core or program using it? set KLBR_BIND_ADDR)", err)
 	}
-	ctlSrv := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi")).HTTPServer()
+	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi"))
+	if d.bench != nil {
+		ctl.WithWorkbench(d.bench, nil)
+	} else {
+		ctl.WithWorkbench(nil, d.benchErr)
+	}
+	ctlSrv := ctl.HTTPServer()
 	webSrv := web.New(d, m.Handler(), log.With("component", "web")).HTTPServer()
 
 	serveErr := make(chan error, 2)
@@ -159,11 +188,15 @@ func (d *daemon) drain(timeout time.Duration, servers ...*http.Server) {
 	if err := d.admit.Close(ctx); err != nil {
 		d.log.Error("drain: admissions in flight did not finish", "error", err)
 	}
-	if d.stop {
-		d.log.Info("stop: no running work to interrupt") // turns arrive with the turn loop
+	if d.stop && d.bench != nil {
+		d.log.Info("stop: interrupting running cells")
+		d.bench.InterruptAll()
 	}
 	if err := d.sessions.Shutdown(ctx); err != nil {
 		d.log.Error("drain: accepted work did not finish in time", "error", err, "timeout", timeout)
+	}
+	if d.bench != nil {
+		d.bench.Close()
 	}
 	for _, s := range servers {
 		if err := s.Shutdown(ctx); err != nil {
@@ -205,8 +238,18 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 	st := api.Status{
 		Version: version.Version, PID: os.Getpid(), StartedAt: d.started, DataDir: d.cfg.Paths.DataDir,
 		Draining: d.admit.Draining(), SQLite: d.store.Info().Version,
-		Placement: "none (no workers yet)",
+		Placement: "none",
+		Workbench: "ready",
 		Sessions:  make([]api.SessionStatus, 0, len(sessions)),
+	}
+	if d.placer != nil {
+		st.Placement = string(d.placer.Mode())
+		for _, sk := range d.placer.Skipped() {
+			st.PlacementNotes = append(st.PlacementNotes, sk.String())
+		}
+	}
+	if d.benchErr != nil {
+		st.Workbench = "unavailable: " + d.benchErr.Error()
 	}
 	for _, s := range sessions {
 		st.Sessions = append(st.Sessions, api.SessionStatus{Session: s, Pending: bySession[s.ID], Draining: d.sessions.Draining(s.ID)})

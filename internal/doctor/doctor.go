@@ -12,8 +12,10 @@ import (
 	"strings"
 
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/setup"
 	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/worker"
 )
 
 // Check is one finding.
@@ -65,6 +67,21 @@ func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
 
 	if cfg != nil {
 		checkDataDir(ctx, cfg.Paths.DataDir, add)
+		if k, err := worker.FindKernel(); err != nil {
+			add(Check{Name: "kernel", Detail: err.Error(), Fix: "build it beside klbr-core (make build)"})
+		} else {
+			add(Check{Name: "kernel", OK: true, Detail: k})
+		}
+		if p, err := placement.Detect(ctx, placement.Options{}); err != nil {
+			add(Check{Name: "placement", Detail: err.Error(), Fix: "run as a user that can create cgroups, or under systemd"})
+		} else {
+			detail := string(p.Mode())
+			for _, sk := range p.Skipped() {
+				detail += "; skipped " + sk.String()
+			}
+			add(Check{Name: "placement", OK: true, Detail: detail})
+			p.Close()
+		}
 		bin, ver, err := config.ResolvePython(ctx, cfg.Paths.Python)
 		if err != nil {
 			add(Check{Name: "python", Detail: err.Error(), Fix: "install Python 3.11 or newer, or point KLBR_PYTHON at one"})

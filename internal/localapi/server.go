@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -18,6 +19,8 @@ import (
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/unixsock"
+	"github.com/klbr-dev/klbr/internal/workbench"
+	"github.com/klbr-dev/klbr/internal/worker"
 )
 
 // Daemon is what the operator API asks of the process it runs in.
@@ -32,11 +35,19 @@ type Daemon interface {
 	Closing() <-chan struct{}
 }
 
+// Workbench runs operator cells and resets (package workbench).
+type Workbench interface {
+	Execute(ctx context.Context, session, code string, h worker.Handler) (workbench.Result, error)
+	Reset(ctx context.Context, session, reason string) error
+}
+
 // Server serves the operator API.
 type Server struct {
 	store    *store.Store
 	admit    *admission.Admitter
 	sessions *session.Manager
+	bench    Workbench // nil when cells cannot run; benchErr says why
+	benchErr error
 	daemon   Daemon
 	log      *slog.Logger
 	uid      uint32
@@ -44,7 +55,14 @@ type Server struct {
 
 // New returns a Server.
 func New(st *store.Store, admit *admission.Admitter, sessions *session.Manager, daemon Daemon, log *slog.Logger) *Server {
-	return &Server{store: st, admit: admit, sessions: sessions, daemon: daemon, log: log, uid: uint32(os.Getuid())}
+	return &Server{store: st, admit: admit, sessions: sessions, daemon: daemon, log: log, uid: uint32(os.Getuid()),
+		benchErr: errors.New("no workbench is configured")}
+}
+
+// WithWorkbench lets the API run cells; err, when set, says why it cannot.
+func (s *Server) WithWorkbench(b Workbench, err error) *Server {
+	s.bench, s.benchErr = b, err
+	return s
 }
 
 // HTTPServer returns an http.Server for the control socket, recording each
@@ -68,6 +86,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{session}/drain", s.handleSessionDrain)
 	mux.HandleFunc("POST /v1/sessions/{session}/stop", s.handleSessionMove(store.StateStopped, "stopped by operator"))
 	mux.HandleFunc("POST /v1/sessions/{session}/start", s.handleSessionMove(store.StateReady, "started by operator"))
+	mux.HandleFunc("POST /v1/sessions/{session}/exec", s.handleExec)
+	mux.HandleFunc("POST /v1/sessions/{session}/reset", s.handleReset)
 	mux.HandleFunc("POST /v1/drain", s.handleShutdown(false))
 	mux.HandleFunc("POST /v1/stop", s.handleShutdown(true))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -209,6 +229,65 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, id string, since
 	}
 }
 
+// MaxExecTimeout bounds an operator cell.
+const MaxExecTimeout = time.Hour
+
+func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
+	var req api.ExecRequest
+	if !decodeRequest(w, r, &req) {
+		return
+	}
+	if s.bench == nil {
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "cells cannot run: "+s.benchErr.Error())
+		return
+	}
+	if req.Code == "" || len(req.Code) > admission.MaxBodyBytes {
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, fmt.Sprintf("code must be 1 to %d bytes", admission.MaxBodyBytes))
+		return
+	}
+	timeout := time.Duration(req.TimeoutSeconds * float64(time.Second))
+	if req.TimeoutSeconds == 0 {
+		timeout = 60 * time.Second
+	}
+	if timeout <= 0 || timeout > MaxExecTimeout {
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, "timeout_seconds must be above 0 and at most 3600")
+		return
+	}
+	id := r.PathValue("session")
+	if _, err := s.store.Session(r.Context(), id); err != nil {
+		s.fail(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	res, err := s.bench.Execute(ctx, id, req.Code, nil)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+	var req api.ResetRequest
+	if r.ContentLength != 0 && !decodeRequest(w, r, &req) {
+		return
+	}
+	if s.bench == nil {
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "cells cannot run: "+s.benchErr.Error())
+		return
+	}
+	reason := "reset by operator"
+	if req.Reason != "" {
+		reason += ": " + req.Reason
+	}
+	if err := s.bench.Reset(r.Context(), r.PathValue("session"), reason); err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Accepted{Accepted: true, Message: "the workbench was reset; Python state was not restored, the next cell starts a new generation"})
+}
+
 func (s *Server) handleSessionDrain(w http.ResponseWriter, r *http.Request) {
 	sess, err := s.sessions.Drain(r.Context(), r.PathValue("session"))
 	if err != nil {
@@ -250,7 +329,7 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusForbidden, api.CodeForbidden, err.Error())
 	case errors.Is(err, store.ErrUnknownSession):
 		writeError(w, http.StatusNotFound, api.CodeNotFound, err.Error())
-	case errors.Is(err, admission.ErrDraining):
+	case errors.Is(err, admission.ErrDraining), errors.Is(err, workbench.ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, api.CodeDraining, err.Error())
 	case errors.Is(err, session.ErrDraining), errors.Is(err, session.ErrStopped),
 		errors.Is(err, store.ErrIllegalTransition), errors.Is(err, store.ErrStaleState):

@@ -17,6 +17,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/workbench"
 )
 
 // Client talks to one daemon's control socket.
@@ -190,4 +191,18 @@ func (c *Client) send(ctx context.Context, method, path string, body any) (*http
 		return nil, &Error{Status: resp.StatusCode, ErrorBody: e.Error}
 	}
 	return resp, nil
+}
+
+// Exec runs a cell in a session's workbench and returns its recorded outcome.
+func (c *Client) Exec(ctx context.Context, session string, req api.ExecRequest) (workbench.Result, error) {
+	var res workbench.Result
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/exec", req, &res)
+	return res, err
+}
+
+// Reset kills a session's workbench; the next cell starts a new generation.
+func (c *Client) Reset(ctx context.Context, session, reason string) (api.Accepted, error) {
+	var a api.Accepted
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/reset", api.ResetRequest{Reason: reason}, &a)
+	return a, err
 }

@@ -22,6 +22,8 @@ import (
 type Metrics struct {
 	reg        *prometheus.Registry
 	admissions *prometheus.CounterVec
+	placement  *prometheus.GaugeVec
+	workers    *prometheus.CounterVec
 }
 
 // New registers klbr-core's metrics, reading store-backed values from st at
@@ -35,6 +37,18 @@ func New(st *store.Store, clock func() time.Time, log *slog.Logger) *Metrics {
 			Help: "Inputs offered for admission, by source kind and result (accepted, duplicate, invalid, refused, error).",
 		}, []string{"source_kind", "result"}),
 	}
+	m.placement = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "klbr_placement_mode",
+		Help: "How workers are contained: 1 for the mode in force (systemd-scope, cgroup, rlimit), or none when workers cannot run.",
+	}, []string{"mode"})
+	m.workers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "klbr_worker_events_total",
+		Help: "Worker lifecycle events by role: started, reset (killed or died; Python state lost), start_failed.",
+	}, []string{"role", "event"})
+	for _, e := range []string{"started", "reset", "start_failed"} {
+		m.workers.WithLabelValues("workbench", e)
+	}
+	reg.MustRegister(m.placement, m.workers)
 	for _, k := range []admission.SourceKind{admission.SourceOperator, admission.SourceDiscord} {
 		for _, r := range []admission.Result{admission.ResultAccepted, admission.ResultDuplicate, admission.ResultInvalid, admission.ResultRefused, admission.ResultError} {
 			m.admissions.WithLabelValues(string(k), string(r))
@@ -79,6 +93,20 @@ func (m *Metrics) ObserveAdmission(kind admission.SourceKind, res admission.Resu
 		k = "unknown" // never a label value an outside caller chose
 	}
 	m.admissions.WithLabelValues(k, string(res)).Inc()
+}
+
+// SetPlacement records the placement mode in force ("" for none).
+func (m *Metrics) SetPlacement(mode string) {
+	if mode == "" {
+		mode = "none"
+	}
+	m.placement.Reset()
+	m.placement.WithLabelValues(mode).Set(1)
+}
+
+// WorkerEvent counts a worker lifecycle event.
+func (m *Metrics) WorkerEvent(role, event string) {
+	m.workers.WithLabelValues(role, event).Inc()
 }
 
 // Handler serves the registry in the Prometheus exposition format.

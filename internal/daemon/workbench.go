@@ -1,0 +1,68 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/klbr-dev/klbr/internal/artifacts"
+	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/placement"
+	"github.com/klbr-dev/klbr/internal/session"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/workbench"
+	"github.com/klbr-dev/klbr/internal/worker"
+	"github.com/klbr-dev/klbr/python"
+)
+
+// Runtime returns the Python runtime's src directory and hash: the tree
+// KLBR_RUNTIME_DIR names, or the embedded one materialized under <data>/runtime.
+func Runtime(paths config.Paths) (src, hash string, err error) {
+	if paths.RuntimeDir != "" {
+		src = filepath.Join(paths.RuntimeDir, "src")
+		if _, err := os.Stat(filepath.Join(src, "klbr_runtime", "__main__.py")); err != nil {
+			return "", "", fmt.Errorf("KLBR_RUNTIME_DIR %s holds no src/klbr_runtime: %w", paths.RuntimeDir, err)
+		}
+		hash, err = python.Hash(os.DirFS(src))
+		return src, hash, err
+	}
+	return python.Materialize(filepath.Join(paths.DataDir, "runtime"))
+}
+
+// newWorkbench assembles the workbench manager, or says why cells cannot run.
+// The daemon serves either way: admission and the operator path need no Python.
+func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sessions *session.Manager,
+	log *slog.Logger, observe func(string)) (*workbench.Manager, placement.Placer, error) {
+	placer, err := placement.Detect(ctx, placement.Options{Logger: log.With("component", "placement")})
+	if err != nil {
+		return nil, nil, fmt.Errorf("placement: %w", err)
+	}
+	kernel, err := worker.FindKernel()
+	if err != nil {
+		return nil, placer, err
+	}
+	py, _, err := config.ResolvePython(ctx, cfg.Paths.Python)
+	if err != nil {
+		return nil, placer, err
+	}
+	src, hash, err := Runtime(cfg.Paths)
+	if err != nil {
+		return nil, placer, err
+	}
+	arts, err := artifacts.New(filepath.Join(cfg.Paths.DataDir, "artifacts"))
+	if err != nil {
+		return nil, placer, err
+	}
+	l := cfg.File.Limits
+	mem, _ := l.MemoryMaxBytes() // validated when the file was parsed
+	cpu, _ := l.CPUQuotaPercent()
+	return workbench.New(workbench.Config{
+		Store: st, Sessions: sessions, Kernel: kernel, Python: py, RuntimeSrc: src, RuntimeHash: hash,
+		Workspace: cfg.Paths.Workspace, Placer: placer, Artifacts: arts,
+		Limits:  placement.Limits{MemoryMaxBytes: int64(mem), TasksMax: l.TasksMax, CPUQuotaPercent: cpu},
+		Log:     log.With("component", "workbench"),
+		Observe: observe,
+	}), placer, nil
+}

@@ -1,0 +1,112 @@
+package workbench
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/worker"
+)
+
+// commands answers a cell's host requests that need no model.
+type commands struct {
+	m       *Manager
+	b       *bench
+	session string
+}
+
+// RunArgs are workspace.run's arguments.
+type RunArgs struct {
+	Argv    []string          `json:"argv"`
+	Cwd     string            `json:"cwd"`
+	Env     map[string]string `json:"env"`
+	Timeout float64           `json:"timeout"`
+}
+
+// Bounds of workspace.run.
+const (
+	MaxRunTimeout = time.Hour
+	MaxRunOutput  = 1 << 20
+)
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (c *commands) HandleRequest(ctx context.Context, r worker.Request) (json.RawMessage, error) {
+	switch r.Op {
+	case "workspace.run":
+		return c.run(ctx, r.Args)
+	default:
+		return nil, &worker.RequestError{Code: "unsupported", Message: fmt.Sprintf("%s is not served here yet", r.Op)}
+	}
+}
+
+func invalid(format string, a ...any) error {
+	return &worker.RequestError{Code: "invalid", Message: fmt.Sprintf(format, a...)}
+}
+
+func (c *commands) run(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+	var a RunArgs
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return nil, invalid("workspace.run: %v", err)
+	}
+	if len(a.Argv) == 0 || a.Argv[0] == "" {
+		return nil, invalid("workspace.run: argv must name a program")
+	}
+	for k := range a.Env {
+		if !envName.MatchString(k) {
+			return nil, invalid("workspace.run: %q is not an environment variable name", k)
+		}
+	}
+	timeout := time.Duration(a.Timeout * float64(time.Second))
+	if a.Timeout == 0 {
+		timeout = 60 * time.Second
+	}
+	if timeout <= 0 || timeout > MaxRunTimeout {
+		return nil, invalid("workspace.run: timeout must be between 0 and %s", MaxRunTimeout)
+	}
+	dir, err := Bind(c.m.cfg.Workspace, a.Cwd)
+	if err != nil {
+		return nil, invalid("workspace.run: %v", err)
+	}
+	c.b.commands++
+	res, err := worker.RunCommand(ctx, worker.CommandSpec{
+		Kernel: c.m.cfg.Kernel, Placer: c.m.cfg.Placer, Limits: c.m.cfg.Limits,
+		Session: c.session, Seq: c.b.commands, Argv: a.Argv, Dir: dir, Env: a.Env,
+		Timeout: timeout, MaxOutput: MaxRunOutput,
+	})
+	if err != nil {
+		return nil, &worker.RequestError{Code: "failed", Message: err.Error()}
+	}
+	return json.Marshal(map[string]any{
+		"exit_code": res.ExitCode, "truncated": res.Truncated, "timed_out": res.TimedOut, "cancelled": res.Cancelled,
+		"stdout_b64": base64.StdEncoding.EncodeToString(res.Stdout),
+		"stderr_b64": base64.StdEncoding.EncodeToString(res.Stderr),
+	})
+}
+
+// Bind resolves rel against the workspace root and refuses anything that
+// leaves it, through ".." or through a symlink.
+func Bind(root, rel string) (string, error) {
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", fmt.Errorf("workspace %s: %w", root, err)
+	}
+	if filepath.IsAbs(rel) {
+		return "", errors.New("paths are relative to the workspace")
+	}
+	p, err := filepath.EvalSymlinks(filepath.Join(realRoot, rel))
+	if err != nil {
+		return "", err
+	}
+	if p != realRoot && !strings.HasPrefix(p, realRoot+string(os.PathSeparator)) {
+		return "", fmt.Errorf("%q leaves the workspace", rel)
+	}
+	return p, nil
+}

@@ -1,0 +1,299 @@
+// Package workbench keeps each session's persistent Python workbench: it
+// starts a worker generation when a cell needs one, journals every cell
+// before it runs and its outcome after, records kernel resets, backs off
+// restarts, and serves the cells' host requests that need no model
+// (workspace.run).
+package workbench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/artifacts"
+	"github.com/klbr-dev/klbr/internal/placement"
+	"github.com/klbr-dev/klbr/internal/session"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/worker"
+)
+
+// Config is what every session's workbench is made of.
+type Config struct {
+	Store       *store.Store
+	Sessions    *session.Manager
+	Kernel      string // klbr-kernel binary
+	Python      string // resolved interpreter
+	RuntimeSrc  string // materialized klbr-runtime src
+	RuntimeHash string
+	Workspace   string
+	Placer      placement.Placer
+	Limits      placement.Limits
+	Artifacts   *artifacts.Store
+	Log         *slog.Logger
+	// Observe, if set, is told of worker starts and resets (for metrics).
+	Observe func(event string)
+}
+
+// Result is a finished cell: its execution id and outcome.
+type Result struct {
+	Execution int64           `json:"execution"`
+	Outcome   *worker.Outcome `json:"outcome"`
+}
+
+// ErrClosed is returned once the manager is shutting down.
+var ErrClosed = errors.New("workbench is shutting down")
+
+// Manager owns every session's workbench.
+type Manager struct {
+	cfg Config
+
+	mu      sync.Mutex // guards benches, closed
+	benches map[string]*bench
+	closed  bool
+
+	stopCtx context.Context // ends when the daemon stops: running cells are interrupted
+	stopAll context.CancelFunc
+}
+
+// bench is one session's workbench. Its turn channel admits one cell at a time.
+type bench struct {
+	turn chan struct{} // buffered(1): holding the token means running a cell
+
+	// Fields below are used only by the goroutine holding the turn token.
+	w        *worker.Worker
+	started  time.Time
+	backoff  time.Duration
+	notSoon  time.Time // no new generation before this
+	commands int64
+}
+
+// New returns a Manager.
+func New(cfg Config) *Manager {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observe == nil {
+		cfg.Observe = func(string) {}
+	}
+	stopCtx, stopAll := context.WithCancel(context.Background())
+	return &Manager{cfg: cfg, benches: map[string]*bench{}, stopCtx: stopCtx, stopAll: stopAll}
+}
+
+// InterruptAll interrupts every running cell (daemon stop).
+func (m *Manager) InterruptAll() { m.stopAll() }
+
+// Mode is the placement mode workers run under.
+func (m *Manager) Mode() placement.Mode {
+	if m.cfg.Placer == nil {
+		return ""
+	}
+	return m.cfg.Placer.Mode()
+}
+
+func (m *Manager) bench(id string) (*bench, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	b := m.benches[id]
+	if b == nil {
+		b = &bench{turn: make(chan struct{}, 1)}
+		m.benches[id] = b
+	}
+	return b, nil
+}
+
+// take waits for the session's turn token.
+func (b *bench) take(ctx context.Context) error {
+	select {
+	case b.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the running cell to finish: %w", ctx.Err())
+	}
+}
+
+func (b *bench) give() { <-b.turn }
+
+// Execute runs code in session's workbench. The cell is journaled before it
+// runs; its outcome is recorded before Execute returns. ctx's end interrupts
+// the cell (cooperatively, then by a kernel reset). h answers host requests;
+// nil serves workspace.run only.
+func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.Handler) (Result, error) {
+	b, err := m.bench(sessionID)
+	if err != nil {
+		return Result{}, err
+	}
+	done, err := m.cfg.Sessions.Begin(sessionID)
+	if err != nil {
+		return Result{}, err
+	}
+	defer done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(m.stopCtx, cancel)()
+	if err := b.take(ctx); err != nil {
+		return Result{}, err
+	}
+	defer b.give()
+
+	w, err := m.ensureWorker(ctx, sessionID, b)
+	if err != nil {
+		return Result{}, err
+	}
+	var execID int64
+	if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
+		execID, err = tx.StartExecution(sessionID, w.Generation(), code)
+		return err
+	}); err != nil {
+		return Result{}, err
+	}
+	if h == nil {
+		h = &commands{m: m, b: b, session: sessionID}
+	}
+	out, err := w.Execute(ctx, "x"+strconv.FormatInt(execID, 10), code, h)
+	if err != nil {
+		// The worker died between the check and the cell: nothing ran.
+		out = &worker.Outcome{Execution: "x" + strconv.FormatInt(execID, 10), Generation: w.Generation(),
+			Status: "error", Reset: true, Error: &worker.ErrorInfo{Type: "WorkerDied", Message: err.Error()}}
+	}
+	record, _ := json.Marshal(out)
+	// The outcome is recorded even when the caller has gone: it happened.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer wcancel()
+	err = m.cfg.Store.Write(wctx, func(tx *store.Tx) error {
+		if err := tx.FinishExecution(sessionID, execID, out.Status, out.Reset, record); err != nil {
+			return err
+		}
+		if out.Reset {
+			return tx.KernelReset(sessionID, w.Generation(), out.Error.Message)
+		}
+		return nil
+	})
+	if out.Reset {
+		m.retire(b, w)
+	}
+	return Result{Execution: execID, Outcome: out}, err
+}
+
+// ensureWorker returns the session's live worker, starting a new generation
+// if there is none, no sooner than the restart backoff allows.
+func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) (*worker.Worker, error) {
+	if b.w != nil {
+		select {
+		case <-b.w.Dead():
+			m.retire(b, b.w)
+		default:
+			return b.w, nil
+		}
+	}
+	if wait := time.Until(b.notSoon); wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the workbench restarts in %s (backing off after failures): %w", wait.Round(time.Millisecond), ctx.Err())
+		}
+	}
+	var gen int64
+	details := map[string]any{"placement": string(m.Mode()), "runtime": m.cfg.RuntimeHash, "python": m.cfg.Python}
+	if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
+		gen, err = tx.NextKernelGeneration(sessionID, details)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	w, err := worker.Start(ctx, worker.Spec{
+		Role: worker.RoleWorkbench, Session: sessionID, Generation: gen,
+		Kernel: m.cfg.Kernel, Python: m.cfg.Python, RuntimeSrc: m.cfg.RuntimeSrc, Workspace: m.cfg.Workspace,
+		Placer: m.cfg.Placer, Limits: m.cfg.Limits, Artifacts: m.cfg.Artifacts,
+		Log: m.cfg.Log,
+	})
+	if err != nil {
+		m.fail(b)
+		m.cfg.Observe("start_failed")
+		m.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
+			return tx.KernelReset(sessionID, gen, "the workbench failed to start: "+err.Error())
+		})
+		return nil, fmt.Errorf("start workbench generation %d: %w", gen, err)
+	}
+	m.cfg.Observe("started")
+	b.w, b.started = w, time.Now()
+	return w, nil
+}
+
+// retire drops a dead or killed worker and sets the backoff for the next.
+func (m *Manager) retire(b *bench, w *worker.Worker) {
+	w.Kill()
+	m.cfg.Observe("reset")
+	if time.Since(b.started) < time.Minute {
+		m.fail(b)
+	} else {
+		b.backoff = 0
+	}
+	b.w = nil
+}
+
+// fail doubles the restart backoff: 0.5 s up to 30 s.
+func (m *Manager) fail(b *bench) {
+	switch {
+	case b.backoff == 0:
+		b.backoff = 500 * time.Millisecond
+	case b.backoff < 30*time.Second:
+		b.backoff = min(2*b.backoff, 30*time.Second)
+	}
+	b.notSoon = time.Now().Add(b.backoff)
+}
+
+// Reset kills the session's workbench (if any) and records that its Python
+// state is gone. The next cell starts a fresh generation.
+func (m *Manager) Reset(ctx context.Context, sessionID, reason string) error {
+	if _, err := m.cfg.Store.Session(ctx, sessionID); err != nil {
+		return err
+	}
+	b, err := m.bench(sessionID)
+	if err != nil {
+		return err
+	}
+	if err := b.take(ctx); err != nil {
+		return err
+	}
+	defer b.give()
+	if b.w == nil {
+		return nil
+	}
+	gen := b.w.Generation()
+	b.w.Kill()
+	b.w = nil
+	b.backoff, b.notSoon = 0, time.Time{}
+	m.cfg.Observe("reset")
+	return m.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.KernelReset(sessionID, gen, reason) })
+}
+
+// Close stops every workbench without waiting on any of them.
+func (m *Manager) Close() {
+	m.stopAll()
+	m.mu.Lock()
+	m.closed = true
+	benches := m.benches
+	m.mu.Unlock()
+	for _, b := range benches {
+		select {
+		case b.turn <- struct{}{}:
+			if b.w != nil {
+				b.w.Stop()
+			}
+			<-b.turn
+		default:
+			// A cell is still running: stopAll has interrupted it, and its
+			// Execute retires the worker if the interrupt escalates.
+		}
+	}
+}
