@@ -55,11 +55,11 @@ func (t *Tx) AdmitInput(in NewInput) (Admitted, error) {
 	if !errors.Is(err, sql.ErrNoRows) {
 		return a, fmt.Errorf("admit: look up source key: %w", err)
 	}
-	sess, err := t.Session(in.Session)
+	state, err := t.sessionState(in.Session)
 	if err != nil {
 		return a, err
 	}
-	if sess.State == StateStopped {
+	if state == StateStopped {
 		return a, fmt.Errorf("%w: %s refuses new inputs; start it with `klbr-core start %s`", ErrSessionStopped, in.Session, in.Session)
 	}
 	content, err := json.Marshal(inputContent{
@@ -80,11 +80,7 @@ func (t *Tx) AdmitInput(in NewInput) (Admitted, error) {
 	if err != nil {
 		return a, fmt.Errorf("admit: insert input: %w", err)
 	}
-	a.InputID, _ = res.LastInsertId()
-	if _, err := t.exec(`INSERT INTO inbox (input_id, session_id, state, updated_at) VALUES (?, ?, 'pending', ?)`,
-		a.InputID, in.Session, t.now.UnixMilli()); err != nil {
-		return a, fmt.Errorf("admit: insert inbox: %w", err)
-	}
+	a.InputID, _ = res.LastInsertId() // the inputs_enqueue trigger made its pending inbox row
 	return a, nil
 }
 

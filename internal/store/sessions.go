@@ -76,6 +76,22 @@ func (t *Tx) EnsureSession(id string) (created bool, err error) {
 	return n == 1, nil
 }
 
+// sessionState reads a session's state, once per transaction.
+func (t *Tx) sessionState(id string) (SessionState, error) {
+	if st, ok := t.stmts.states[id]; ok {
+		return st, nil
+	}
+	var st SessionState
+	if err := t.queryRow(`SELECT state FROM sessions WHERE id = ?`, id).Scan(&st); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", fmt.Errorf("%w: %s", ErrUnknownSession, id)
+		}
+		return "", fmt.Errorf("read session %s: %w", id, err)
+	}
+	t.stmts.states[id] = st
+	return st, nil
+}
+
 // Session reads one session inside the transaction.
 func (t *Tx) Session(id string) (Session, error) {
 	return scanSession(t.queryRow(sessionSelect+` WHERE id = ?`, id), id)
@@ -88,6 +104,7 @@ func (t *Tx) TransitionSession(id string, from, to SessionState, reason string) 
 	if from == to {
 		return fmt.Errorf("%w: %s is already %s", ErrIllegalTransition, id, to)
 	}
+	delete(t.stmts.states, id)
 	res, err := t.exec(`UPDATE sessions SET state = ?, state_reason = ?, updated_at = ? WHERE id = ? AND state = ?`,
 		to, reason, t.now.UnixMilli(), id, from)
 	if err != nil {

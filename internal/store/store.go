@@ -95,7 +95,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		lock.release()
 		return nil, err
 	}
-	s.stmts = &stmtCache{db: s.wdb, m: map[string]*sql.Stmt{}, inTx: map[string]*sql.Stmt{}, missed: map[string]struct{}{}}
+	s.stmts = &stmtCache{db: s.wdb, m: map[string]*sql.Stmt{}, inTx: map[string]*sql.Stmt{}, missed: map[string]struct{}{}, states: map[string]SessionState{}}
 	go s.writer()
 	return s, nil
 }

@@ -90,68 +90,95 @@ func (s *Store) runBatch(batch []*writeReq) {
 	defer s.stmts.endTx()
 	s.stats.batches.Add(1)
 	now := s.clock()
-	results := make([]error, len(batch))
-	touched := map[string]struct{}{}
-	fail := func(err error) {
+	// Optimistic pass without savepoints: almost every write succeeds. If one
+	// fails, the pass is rolled back and the batch runs again with a
+	// savepoint around each write, so the failure sinks only its own write.
+	res, ok := s.tryBatch(batch, now, len(batch) == 1)
+	if !ok {
+		s.stmts.endTx()
+		res, _ = s.tryBatch(batch, now, true)
+	}
+	if res.fatal != nil {
 		for i, r := range batch {
-			if results[i] == nil {
-				results[i] = err
+			if res.results[i] == nil {
+				res.results[i] = res.fatal
 			}
-			r.done <- results[i]
+			r.done <- res.results[i]
 		}
 		s.stats.failed.Add(uint64(len(batch)))
-	}
-	tx, err := s.wdb.BeginTx(context.Background(), nil)
-	if err != nil {
-		fail(fmt.Errorf("store: begin: %w", err))
 		return
 	}
-	applied := 0
+	s.stats.writes.Add(uint64(res.applied))
+	s.stats.failed.Add(uint64(len(batch) - res.applied))
+	s.notify(res.touched) // before answering, so a watcher never lags an acknowledged write
+	for i, r := range batch {
+		r.done <- res.results[i]
+	}
+}
+
+type batchResult struct {
+	results []error
+	touched map[string]struct{}
+	applied int
+	fatal   error // the transaction itself failed: nothing was committed
+}
+
+// tryBatch applies batch in one transaction and commits it. With isolate, a
+// savepoint around each write confines a failing write to itself; without,
+// the first failing write aborts the pass (ok is false, nothing committed).
+func (s *Store) tryBatch(batch []*writeReq, now time.Time, isolate bool) (res batchResult, ok bool) {
+	res = batchResult{results: make([]error, len(batch)), touched: map[string]struct{}{}}
+	tx, err := s.wdb.BeginTx(context.Background(), nil)
+	if err != nil {
+		res.fatal = fmt.Errorf("store: begin: %w", err)
+		return res, true
+	}
+	abort := func(err error) (batchResult, bool) {
+		tx.Rollback()
+		res.fatal = err
+		return res, true
+	}
 	for i, r := range batch {
 		if err := r.ctx.Err(); err != nil {
-			results[i] = err // the caller gave up before its turn; never applied
+			res.results[i] = err // the caller gave up before its turn; never applied
 			continue
 		}
 		t := &Tx{tx: tx, now: now, stmts: s.stmts}
-		if _, err := t.exec("SAVEPOINT w"); err != nil {
-			tx.Rollback()
-			fail(fmt.Errorf("store: savepoint: %w", err))
-			return
+		if isolate {
+			if _, err := t.exec("SAVEPOINT w"); err != nil {
+				return abort(fmt.Errorf("store: savepoint: %w", err))
+			}
 		}
 		if err := callWrite(r.fn, t); err != nil {
-			results[i] = err
+			res.results[i] = err
+			if !isolate {
+				tx.Rollback()
+				return res, len(batch) == 1 // a lone write's failure is final
+			}
 			_, rerr := t.exec("ROLLBACK TO w")
 			if rerr == nil {
 				_, rerr = t.exec("RELEASE w")
 			}
 			if rerr != nil {
-				tx.Rollback()
-				fail(fmt.Errorf("store: rollback to savepoint: %w", rerr))
-				return
+				return abort(fmt.Errorf("store: rollback to savepoint: %w", rerr))
 			}
+			s.stmts.forgetSessions() // the rolled-back write may have moved one
 			continue
 		}
-		if _, err := t.exec("RELEASE w"); err != nil {
-			tx.Rollback()
-			fail(fmt.Errorf("store: release savepoint: %w", err))
-			return
+		if isolate {
+			if _, err := t.exec("RELEASE w"); err != nil {
+				return abort(fmt.Errorf("store: release savepoint: %w", err))
+			}
 		}
-		applied++
+		res.applied++
 		for id := range t.touched {
-			touched[id] = struct{}{}
+			res.touched[id] = struct{}{}
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		tx.Rollback()
-		fail(fmt.Errorf("store: commit: %w", err))
-		return
+		return abort(fmt.Errorf("store: commit: %w", err))
 	}
-	s.stats.writes.Add(uint64(applied))
-	s.stats.failed.Add(uint64(len(batch) - applied))
-	s.notify(touched) // before answering, so a watcher never lags an acknowledged write
-	for i, r := range batch {
-		r.done <- results[i]
-	}
+	return res, true
 }
 
 // callWrite runs fn, turning a panic into an error so that one bad write
@@ -240,12 +267,20 @@ type stmtCache struct {
 	m      map[string]*sql.Stmt // prepared on the writer's connection
 	inTx   map[string]*sql.Stmt // bound to the current transaction
 	missed map[string]struct{}  // seen in this transaction, not yet in m
+
+	// states caches session states read in the current transaction, so a
+	// batch of admissions reads each session once. Every write that can
+	// change a session's state drops its entry.
+	states map[string]SessionState
 }
+
+func (c *stmtCache) forgetSessions() { clear(c.states) }
 
 // endTx forgets the transaction's bindings (the transaction closed them)
 // and prepares the statements it missed, now that the connection is free.
 func (c *stmtCache) endTx() {
 	clear(c.inTx)
+	clear(c.states)
 	for q := range c.missed {
 		if st, err := c.db.Prepare(q); err == nil {
 			c.m[q] = st
