@@ -44,6 +44,7 @@ type Session struct {
 	ContextEpoch   int64        `json:"context_epoch"`
 	PolicyRevision string       `json:"policy_revision"`
 	KernelGen      int64        `json:"kernel_generation"`
+	BehaviorEpoch  int64        `json:"behavior_epoch"`
 	CreatedAt      time.Time    `json:"created_at"`
 	UpdatedAt      time.Time    `json:"updated_at"`
 }
@@ -125,14 +126,14 @@ func (t *Tx) TransitionSession(id string, from, to SessionState, reason string) 
 	return err
 }
 
-const sessionSelect = `SELECT id, COALESCE(parent_id, ''), state, state_reason, context_epoch, policy_revision, kernel_generation, created_at, updated_at FROM sessions`
+const sessionSelect = `SELECT id, COALESCE(parent_id, ''), state, state_reason, context_epoch, policy_revision, kernel_generation, behavior_epoch, created_at, updated_at FROM sessions`
 
 type rowScanner interface{ Scan(...any) error }
 
 func scanSession(row rowScanner, id string) (Session, error) {
 	var s Session
 	var created, updated int64
-	err := row.Scan(&s.ID, &s.ParentID, &s.State, &s.StateReason, &s.ContextEpoch, &s.PolicyRevision, &s.KernelGen, &created, &updated)
+	err := row.Scan(&s.ID, &s.ParentID, &s.State, &s.StateReason, &s.ContextEpoch, &s.PolicyRevision, &s.KernelGen, &s.BehaviorEpoch, &created, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return s, fmt.Errorf("%w: %s", ErrUnknownSession, id)
 	}

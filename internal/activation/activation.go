@@ -1,0 +1,233 @@
+// Package activation changes what behavior a session runs: it checks a
+// candidate release in a candidate hook worker, switches the session's
+// epoch with a compare-and-swap, and replaces only the processes the change
+// needs. It also boots sessions at startup, restoring the last good release
+// when the active one is corrupt.
+package activation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/worker"
+)
+
+// Workbench is the part of the workbench manager an activation needs.
+type Workbench interface {
+	Reset(ctx context.Context, session, reason string) error
+}
+
+// Service activates releases.
+type Service struct {
+	store    *store.Store
+	releases *behavior.Releases
+	hooks    *hooks.Dispatcher
+	bench    Workbench // nil when cells cannot run
+	log      *slog.Logger
+}
+
+// New returns a Service.
+func New(st *store.Store, rel *behavior.Releases, h *hooks.Dispatcher, bench Workbench, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{store: st, releases: rel, hooks: h, bench: bench, log: log}
+}
+
+// ErrCandidate marks a release refused by its check.
+var ErrCandidate = errors.New("candidate release refused")
+
+// Result is a completed activation.
+type Result struct {
+	Session  string        `json:"session"`
+	Epoch    int64         `json:"epoch"`
+	Release  string        `json:"release"`
+	Kind     behavior.Kind `json:"kind"`
+	Replaced []string      `json:"replaced"` // processes replaced: "hooks", "workbench"
+	Took     time.Duration `json:"took_ns"`
+}
+
+// Publish stores a tree as a release and records it.
+func (s *Service) Publish(ctx context.Context, m behavior.Manifest) error {
+	b, _ := json.Marshal(m)
+	return s.store.Write(ctx, func(tx *store.Tx) error { return tx.RecordRelease(m.ID, b) })
+}
+
+// Activate makes release the session's behavior, if the session is still
+// at epoch parent. The candidate is checked in its own hook worker first; a
+// refused candidate changes nothing.
+func (s *Service) Activate(ctx context.Context, session string, parent int64, release, reason string) (Result, error) {
+	return s.activate(ctx, session, parent, release, "", reason)
+}
+
+// activate is Activate with the recorded kind forced when override is set
+// (rollback, restore).
+func (s *Service) activate(ctx context.Context, session string, parent int64, release, override, reason string) (Result, error) {
+	start := time.Now()
+	res := Result{Session: session, Release: release}
+	next, err := s.releases.Verify(release)
+	if err != nil {
+		return res, fmt.Errorf("%w: %v", ErrCandidate, err)
+	}
+	if err := s.Publish(ctx, next); err != nil {
+		return res, err
+	}
+	sess, err := s.store.Session(ctx, session)
+	if err != nil {
+		return res, err
+	}
+	if sess.BehaviorEpoch != parent {
+		return res, fmt.Errorf("%w: %s is at epoch %d, not %d", store.ErrStaleEpoch, session, sess.BehaviorEpoch, parent)
+	}
+	res.Kind = behavior.KindWorkbench // a first activation starts everything fresh
+	if sess.PolicyRevision != "" {
+		if cur, err := s.releases.Verify(sess.PolicyRevision); err == nil {
+			res.Kind = behavior.ActivationKind(cur.Components, next.Components)
+		}
+	}
+	// A prompt-only change replaces no process: its hooks are the running
+	// ones, so there is nothing to check in a candidate either.
+	promptOnly := parent != 0 && (res.Kind == behavior.KindPrompt || res.Kind == behavior.KindNone)
+	var cand *worker.Worker
+	if !promptOnly {
+		if cand, err = s.check(ctx, session, release); err != nil {
+			return res, err
+		}
+	}
+	kind := string(res.Kind)
+	if parent == 0 {
+		kind = "initial"
+	}
+	if override != "" {
+		kind = override
+	}
+	if err := s.store.Write(ctx, func(tx *store.Tx) (err error) {
+		res.Epoch, err = tx.Activate(session, parent, release, kind, reason)
+		return err
+	}); err != nil {
+		if cand != nil {
+			cand.Stop()
+		}
+		return res, err
+	}
+	if promptOnly {
+		s.hooks.Repin(session, release, res.Epoch)
+		res.Took = time.Since(start)
+		return res, nil
+	}
+	// Switch the processes the change needs. The hook worker is swapped for
+	// the checked candidate (old invocations finish on the old one); the
+	// workbench is replaced only when skills or the environment changed, at
+	// its next safe boundary (Reset waits for a running cell).
+	s.hooks.Swap(session, cand, release, res.Epoch)
+	if res.Kind == behavior.KindHooks || res.Kind == behavior.KindWorkbench {
+		res.Replaced = append(res.Replaced, "hooks")
+	}
+	if res.Kind == behavior.KindWorkbench && s.bench != nil && parent != 0 {
+		if err := s.bench.Reset(ctx, session, fmt.Sprintf("behavior epoch %d (%s) changed skills or environment", res.Epoch, release[:12])); err != nil {
+			s.log.Warn("activation: workbench reset", "session", session, "error", err)
+		}
+		res.Replaced = append(res.Replaced, "workbench")
+	}
+	res.Took = time.Since(start)
+	return res, nil
+}
+
+// fixtures are the inputs a candidate's slots must answer well.
+var fixtures = map[string]any{
+	hooks.SlotReview: hooks.ReviewInput{Channel: "local", Text: "candidate check", Session: "check"},
+	hooks.SlotPlan:   hooks.PlanInput{Items: []hooks.PlanItem{{ID: 1, SourceKind: "operator", Conversation: "operator", ReceivedAt: 1}}, Now: 2},
+}
+
+// check starts release in a candidate hook worker and has every slot answer
+// a fixture with a well-formed result. The candidate's own claims count for
+// nothing: only the host's reading of its answers does.
+func (s *Service) check(ctx context.Context, session, release string) (*worker.Worker, error) {
+	w, err := s.hooks.StartWorker(ctx, session, release)
+	if err != nil {
+		return nil, fmt.Errorf("%w: its hook worker did not start: %v", ErrCandidate, err)
+	}
+	for slot, in := range fixtures {
+		b, _ := json.Marshal(in)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		out, err := w.Invoke(cctx, slot, b)
+		cancel()
+		if err == nil {
+			err = hooks.CheckResult(slot, in, out)
+		}
+		if err != nil {
+			w.Kill()
+			return nil, fmt.Errorf("%w: %s: %v", ErrCandidate, slot, err)
+		}
+	}
+	return w, nil
+}
+
+// Rollback activates the release of the newest earlier epoch that still
+// verifies. It changes future behavior only: nothing sent is unsent.
+func (s *Service) Rollback(ctx context.Context, session string) (Result, error) {
+	sess, err := s.store.Session(ctx, session)
+	if err != nil {
+		return Result{}, err
+	}
+	history, err := s.store.Activations(ctx, session)
+	if err != nil {
+		return Result{}, err
+	}
+	for _, a := range history {
+		if a.Release == sess.PolicyRevision {
+			continue
+		}
+		if _, err := s.releases.Verify(a.Release); err != nil {
+			continue
+		}
+		return s.activate(ctx, session, sess.BehaviorEpoch, a.Release, "rollback",
+			fmt.Sprintf("rollback to the release of epoch %d", a.Epoch))
+	}
+	return Result{}, fmt.Errorf("session %s has no earlier release to roll back to", session)
+}
+
+// Boot gives a session with no behavior the default release, and restores
+// the last good release when the active one no longer verifies (or fails
+// its check), recording why. No model is involved.
+func (s *Service) Boot(ctx context.Context, session, defaultRelease string) (Result, error) {
+	sess, err := s.store.Session(ctx, session)
+	if err != nil {
+		return Result{}, err
+	}
+	if sess.PolicyRevision == "" {
+		return s.Activate(ctx, session, sess.BehaviorEpoch, defaultRelease, "initial behavior")
+	}
+	_, verr := s.releases.Verify(sess.PolicyRevision)
+	if verr == nil {
+		return Result{Session: session, Epoch: sess.BehaviorEpoch, Release: sess.PolicyRevision, Kind: behavior.KindNone}, nil
+	}
+	s.log.Error("active behavior release is corrupt; restoring the last good one", "session", session, "release", sess.PolicyRevision, "error", verr)
+	history, err := s.store.Activations(ctx, session)
+	if err != nil {
+		return Result{}, err
+	}
+	candidates := []string{}
+	for _, a := range history {
+		if a.Release != sess.PolicyRevision {
+			candidates = append(candidates, a.Release)
+		}
+	}
+	candidates = append(candidates, defaultRelease)
+	for _, rel := range candidates {
+		res, err := s.activate(ctx, session, sess.BehaviorEpoch, rel, "restore",
+			fmt.Sprintf("restored at startup: release %s failed verification (%v)", sess.PolicyRevision[:12], verr))
+		if err == nil {
+			return res, nil
+		}
+		s.log.Warn("restore candidate refused", "session", session, "release", rel, "error", err)
+	}
+	return Result{}, fmt.Errorf("session %s: no release could be restored", session)
+}

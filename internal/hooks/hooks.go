@@ -1,0 +1,262 @@
+// Package hooks runs a session's policy hooks (attention.plan and
+// delivery.review) in its hook worker, pinned to the session's active
+// behavior release, under host deadlines. Every invocation is recorded.
+// delivery.review fails closed: anything but a well-formed decision holds.
+// attention.plan falls back to the host's default.
+package hooks
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/placement"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/worker"
+)
+
+// Slots.
+const (
+	SlotPlan   = "attention.plan"
+	SlotReview = "delivery.review"
+)
+
+// Config is what hook workers are made of.
+type Config struct {
+	Store      *store.Store
+	Releases   *behavior.Releases
+	Kernel     string
+	Python     string
+	RuntimeSrc string
+	Workspace  string
+	Placer     placement.Placer
+	Limits     placement.Limits
+	Log        *slog.Logger
+	// Deadlines per invocation; zero means 1 s for review, 500 ms for plan.
+	ReviewDeadline time.Duration
+	PlanDeadline   time.Duration
+	// Observe, if set, is told of each invocation (for metrics).
+	Observe func(slot, outcome string, latency time.Duration)
+}
+
+// Dispatcher owns every session's hook worker.
+type Dispatcher struct {
+	cfg Config
+
+	mu      sync.Mutex // guards pinned, gen, closed
+	pinned  map[string]*pinned
+	gen     int64
+	closed  bool
+	startMu sync.Map // session → *sync.Mutex: one start at a time per session
+}
+
+// pinned is a live hook worker and the release it runs.
+type pinned struct {
+	w       *worker.Worker
+	release string
+	epoch   int64
+}
+
+// New returns a Dispatcher.
+func New(cfg Config) *Dispatcher {
+	if cfg.ReviewDeadline <= 0 {
+		cfg.ReviewDeadline = time.Second
+	}
+	if cfg.PlanDeadline <= 0 {
+		cfg.PlanDeadline = 500 * time.Millisecond
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observe == nil {
+		cfg.Observe = func(string, string, time.Duration) {}
+	}
+	return &Dispatcher{cfg: cfg, pinned: map[string]*pinned{}}
+}
+
+// ErrUnavailable is the cause when no hook worker can run.
+var ErrUnavailable = errors.New("hook worker unavailable")
+
+// StartWorker starts a hook worker for release; it is how candidates are
+// checked and how sessions get theirs.
+func (d *Dispatcher) StartWorker(ctx context.Context, session, release string) (*worker.Worker, error) {
+	if _, err := d.cfg.Releases.Verify(release); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.gen++
+	gen := d.gen
+	d.mu.Unlock()
+	return worker.Start(ctx, worker.Spec{
+		Role: worker.RoleHooks, Session: session, Generation: gen,
+		Kernel: d.cfg.Kernel, Python: d.cfg.Python, RuntimeSrc: d.cfg.RuntimeSrc, Workspace: d.cfg.Workspace,
+		Behavior: d.cfg.Releases.Tree(release), Placer: d.cfg.Placer, Limits: d.cfg.Limits,
+		Handshake: 5 * time.Second, Log: d.cfg.Log,
+	})
+}
+
+// current returns the session's hook worker for its active release,
+// starting one if needed.
+func (d *Dispatcher) current(ctx context.Context, session string) (*pinned, error) {
+	m, _ := d.startMu.LoadOrStore(session, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	defer mu.Unlock()
+	sess, err := d.cfg.Store.Session(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	p := d.pinned[session]
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
+	if p != nil && p.epoch == sess.BehaviorEpoch {
+		select {
+		case <-p.w.Dead():
+		default:
+			return p, nil
+		}
+	}
+	if sess.PolicyRevision == "" {
+		return nil, fmt.Errorf("%w: session %s has no active behavior release", ErrUnavailable, session)
+	}
+	w, err := d.StartWorker(ctx, session, sess.PolicyRevision)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	np := &pinned{w: w, release: sess.PolicyRevision, epoch: sess.BehaviorEpoch}
+	d.install(session, np)
+	return np, nil
+}
+
+// install makes p the session's hook worker and stops the one it replaces.
+func (d *Dispatcher) install(session string, p *pinned) {
+	d.mu.Lock()
+	old := d.pinned[session]
+	d.pinned[session] = p
+	d.mu.Unlock()
+	if old != nil && old.w != p.w {
+		old.w.Stop()
+	}
+}
+
+// Swap installs an already checked worker for a new epoch (hook-only
+// activation): future invocations use it; the workbench is not touched.
+func (d *Dispatcher) Swap(session string, w *worker.Worker, release string, epoch int64) {
+	d.install(session, &pinned{w: w, release: release, epoch: epoch})
+}
+
+// call is one invocation on its way to its record.
+type call struct {
+	result json.RawMessage
+	rec    store.HookInvocation
+}
+
+// Repin moves the session's running hook worker to a new epoch without
+// replacing it (prompt-only activation: its hooks did not change).
+func (d *Dispatcher) Repin(session, release string, epoch int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p := d.pinned[session]; p != nil {
+		d.pinned[session] = &pinned{w: p.w, release: release, epoch: epoch}
+	}
+}
+
+// invoke calls slot under deadline. It never fails: the record says what
+// happened, and the caller completes and stores it with finish.
+func (d *Dispatcher) invoke(ctx context.Context, session, slot string, input any, deadline time.Duration) *call {
+	in, _ := json.Marshal(input)
+	sum := sha256.Sum256(in)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	c := &call{rec: store.HookInvocation{Session: session, Slot: slot, InputDigest: hex.EncodeToString(sum[:]), Outcome: "ok"}}
+	p, err := d.current(ctx, session)
+	if err == nil {
+		c.rec.Release, c.rec.Epoch = p.release, p.epoch
+		c.result, err = p.w.Invoke(ctx, slot, in)
+	}
+	switch {
+	case err == nil:
+		c.rec.Result = c.result
+	case p == nil, errors.Is(err, worker.ErrDead):
+		c.rec.Outcome, c.rec.Error = "unavailable", err.Error()
+	case errors.Is(err, worker.ErrTimeout):
+		// A hung hook must not hang the next one: its worker is replaced.
+		c.rec.Outcome, c.rec.Error = "timeout", fmt.Sprintf("no answer within %s", deadline)
+		p.w.Kill()
+	default:
+		c.rec.Outcome, c.rec.Error = "error", err.Error()
+	}
+	c.rec.Latency = time.Since(start)
+	return c
+}
+
+// finish stores the invocation's record, outside the caller's deadline.
+func (d *Dispatcher) finish(c *call) {
+	d.cfg.Observe(c.rec.Slot, c.rec.Outcome, c.rec.Latency)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.RecordHookInvocation(c.rec) }); err != nil {
+		d.cfg.Log.Error("hooks: record invocation", "slot", c.rec.Slot, "error", err)
+	}
+}
+
+// Close stops every hook worker without waiting on them.
+func (d *Dispatcher) Close() {
+	d.mu.Lock()
+	d.closed = true
+	ps := d.pinned
+	d.pinned = map[string]*pinned{}
+	d.mu.Unlock()
+	for _, p := range ps {
+		p.w.Stop()
+	}
+}
+
+// CheckResult validates a slot's answer to input as the host would.
+func CheckResult(slot string, input any, out json.RawMessage) error {
+	switch slot {
+	case SlotReview:
+		var r struct {
+			Decision *string `json:"decision"`
+			Reason   *string `json:"reason"`
+		}
+		if err := json.Unmarshal(out, &r); err != nil || r.Decision == nil || r.Reason == nil {
+			return fmt.Errorf("answered %s, not {decision, reason}", truncate(out))
+		}
+		if *r.Decision != "allow" && *r.Decision != "hold" {
+			return fmt.Errorf("decided %q, neither allow nor hold", *r.Decision)
+		}
+	case SlotPlan:
+		in, ok := input.(PlanInput)
+		if !ok {
+			return errors.New("plan check needs a PlanInput")
+		}
+		var p Plan
+		if err := json.Unmarshal(out, &p); err != nil {
+			return fmt.Errorf("answered %s, not {order, defer, reason}", truncate(out))
+		}
+		return validatePlan(in, p)
+	default:
+		return fmt.Errorf("unknown slot %q", slot)
+	}
+	return nil
+}
+
+func truncate(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
+}

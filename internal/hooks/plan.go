@@ -1,0 +1,140 @@
+package hooks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+)
+
+// PlanItem is one input waiting for attention.
+type PlanItem struct {
+	ID           int64   `json:"id"`
+	SourceKind   string  `json:"source_kind"` // operator or discord
+	Directed     bool    `json:"directed"`    // a DM or a mention
+	Conversation string  `json:"conversation"`
+	ReceivedAt   float64 `json:"received_at"` // unix seconds
+}
+
+// PlanInput is what attention.plan orders.
+type PlanInput struct {
+	Items []PlanItem `json:"items"`
+	Now   float64    `json:"now"`
+}
+
+// Deferral puts an item off until a time.
+type Deferral struct {
+	ID    int64   `json:"id"`
+	Until float64 `json:"until"`
+}
+
+// Plan is attention.plan's answer, validated by the host.
+type Plan struct {
+	Order    []int64    `json:"order"`
+	Defer    []Deferral `json:"defer"`
+	Reason   string     `json:"reason"`
+	Fallback bool       `json:"fallback"`
+}
+
+// AmbientDefer is the host default's ambient batching delay.
+const AmbientDefer = 8.0
+
+// DefaultPlan is the host's documented default, used when the hook fails:
+// operator inputs first, then directed inputs, oldest first; ambient inputs
+// are deferred until 8 s after they arrived, then attended after directed ones.
+func DefaultPlan(in PlanInput) Plan {
+	rank := func(it PlanItem) int {
+		switch {
+		case it.SourceKind == "operator":
+			return 0
+		case it.Directed:
+			return 1
+		default:
+			return 2
+		}
+	}
+	items := append([]PlanItem(nil), in.Items...)
+	sort.SliceStable(items, func(i, j int) bool {
+		if rank(items[i]) != rank(items[j]) {
+			return rank(items[i]) < rank(items[j])
+		}
+		return items[i].ReceivedAt < items[j].ReceivedAt
+	})
+	p := Plan{Order: []int64{}, Defer: []Deferral{}, Reason: "host default: operator, then directed, then ambient after 8 s"}
+	for _, it := range items {
+		if rank(it) == 2 && in.Now < it.ReceivedAt+AmbientDefer {
+			p.Defer = append(p.Defer, Deferral{ID: it.ID, Until: it.ReceivedAt + AmbientDefer})
+			continue
+		}
+		p.Order = append(p.Order, it.ID)
+	}
+	return p
+}
+
+// Plan runs attention.plan and validates its answer: every item is either
+// ordered or deferred exactly once, and no operator input is deferred or
+// put after a non-operator one. On any failure it returns DefaultPlan with
+// Fallback set.
+func (d *Dispatcher) Plan(ctx context.Context, session string, in PlanInput) Plan {
+	c := d.invoke(ctx, session, SlotPlan, in, d.cfg.PlanDeadline)
+	var p Plan
+	var problem string
+	if c.rec.Outcome != "ok" {
+		problem = fmt.Sprintf("attention.plan %s: %s", c.rec.Outcome, c.rec.Error)
+	} else if err := json.Unmarshal(c.result, &p); err != nil {
+		problem = "attention.plan answered something that is not {order, defer, reason}"
+		c.rec.Outcome = "invalid"
+	} else if err := validatePlan(in, p); err != nil {
+		problem = err.Error()
+		c.rec.Outcome = "invalid"
+	}
+	if problem != "" {
+		p = DefaultPlan(in)
+		p.Fallback = true
+		p.Reason = "host default (" + problem + ")"
+		c.rec.Error = problem
+	}
+	c.rec.Fallback = p.Fallback
+	d.finish(c)
+	return p
+}
+
+func validatePlan(in PlanInput, p Plan) error {
+	kind := map[int64]string{}
+	for _, it := range in.Items {
+		kind[it.ID] = it.SourceKind
+	}
+	seen := map[int64]bool{}
+	mark := func(id int64) error {
+		if _, ok := kind[id]; !ok {
+			return fmt.Errorf("attention.plan named input %d, which it was not given", id)
+		}
+		if seen[id] {
+			return fmt.Errorf("attention.plan placed input %d twice", id)
+		}
+		seen[id] = true
+		return nil
+	}
+	nonOperatorSeen := false
+	for _, id := range p.Order {
+		if err := mark(id); err != nil {
+			return err
+		}
+		if kind[id] == "operator" && nonOperatorSeen {
+			return fmt.Errorf("attention.plan put operator input %d after other input", id)
+		}
+		nonOperatorSeen = nonOperatorSeen || kind[id] != "operator"
+	}
+	for _, df := range p.Defer {
+		if err := mark(df.ID); err != nil {
+			return err
+		}
+		if kind[df.ID] == "operator" {
+			return fmt.Errorf("attention.plan deferred operator input %d", df.ID)
+		}
+	}
+	if len(seen) != len(kind) {
+		return fmt.Errorf("attention.plan left %d inputs out", len(kind)-len(seen))
+	}
+	return nil
+}
