@@ -212,16 +212,20 @@ func (d *Dispatcher) finish(c *call) {
 	}
 }
 
-// Close stops every hook worker without waiting on them.
+// Close stops every hook worker and waits, bounded, until their trees are
+// gone and their placements released.
 func (d *Dispatcher) Close() {
 	d.mu.Lock()
 	d.closed = true
 	ps := d.pinned
 	d.pinned = map[string]*pinned{}
 	d.mu.Unlock()
+	ws := make([]*worker.Worker, 0, len(ps))
 	for _, p := range ps {
 		p.w.Stop()
+		ws = append(ws, p.w)
 	}
+	worker.WaitDone(ws, 5*time.Second)
 }
 
 // CheckResult validates a slot's answer to input as the host would.

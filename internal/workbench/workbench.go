@@ -277,18 +277,21 @@ func (m *Manager) Reset(ctx context.Context, sessionID, reason string) error {
 	return m.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.KernelReset(sessionID, gen, reason) })
 }
 
-// Close stops every workbench without waiting on any of them.
+// Close stops every workbench and waits, bounded, until their trees are gone
+// and their placements released.
 func (m *Manager) Close() {
 	m.stopAll()
 	m.mu.Lock()
 	m.closed = true
 	benches := m.benches
 	m.mu.Unlock()
+	var stopped []*worker.Worker
 	for _, b := range benches {
 		select {
 		case b.turn <- struct{}{}:
 			if b.w != nil {
 				b.w.Stop()
+				stopped = append(stopped, b.w)
 			}
 			<-b.turn
 		default:
@@ -296,4 +299,5 @@ func (m *Manager) Close() {
 			// Execute retires the worker if the interrupt escalates.
 		}
 	}
+	worker.WaitDone(stopped, 5*time.Second)
 }

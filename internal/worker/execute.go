@@ -216,3 +216,17 @@ func (w *Worker) kill() {
 		}
 	}
 }
+
+// WaitDone waits until every worker in ws is Done, or the timeout passes.
+// Shutdown uses it so that no placement outlives the daemon.
+func WaitDone(ws []*Worker, timeout time.Duration) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for _, w := range ws {
+		select {
+		case <-w.Done():
+		case <-deadline.C:
+			return
+		}
+	}
+}

@@ -328,6 +328,10 @@ func (w *Worker) Diagnostics() string { return w.diag.String() }
 // Dead is closed once the worker cannot be used any more.
 func (w *Worker) Dead() <-chan struct{} { return w.dead }
 
+// Done is closed once the worker's whole tree is gone and its placement
+// released (after Kill, or after Stop's grace).
+func (w *Worker) Done() <-chan struct{} { return w.killed }
+
 // Exited is closed once the kernel process has been reaped.
 func (w *Worker) Exited() <-chan struct{} { return w.exited }
 
