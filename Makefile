@@ -34,6 +34,7 @@ gotest:
 PYTHON ?= python3
 pytest:
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s python/klbr-runtime/tests -t python/klbr-runtime
+	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s behavior/tests -t behavior
 
 ## fuzz: run each fuzz target for FUZZTIME (default 30s)
 FUZZTIME ?= 30s

@@ -6,6 +6,7 @@ package api
 import (
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
@@ -66,6 +67,45 @@ type ResetRequest struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// PublishRequest publishes the behavior tree at Path (absolute, on the
+// daemon's machine) as an immutable release.
+type PublishRequest struct {
+	Path string `json:"path"`
+}
+
+// ActivateRequest activates a release for a session. ExpectedEpoch is the
+// session's current behavior epoch as the operator saw it (compare-and-swap);
+// Release is a release id or its directory under <data>/releases.
+type ActivateRequest struct {
+	ExpectedEpoch int64  `json:"expected_epoch"`
+	Release       string `json:"release"`
+	Reason        string `json:"reason,omitempty"`
+}
+
+// Releases lists the recorded releases and each session's behavior.
+type Releases struct {
+	Releases []Release         `json:"releases"`
+	Sessions []SessionBehavior `json:"sessions"`
+}
+
+// Release is one recorded release.
+type Release struct {
+	ID         string              `json:"id"`
+	Path       string              `json:"path"`
+	Files      int                 `json:"files"`
+	Skills     []string            `json:"skills"`
+	Components behavior.Components `json:"components"`
+	Problem    string              `json:"problem,omitempty"` // set when it no longer verifies
+}
+
+// SessionBehavior is a session's active epoch and its history.
+type SessionBehavior struct {
+	Session string             `json:"session"`
+	Epoch   int64              `json:"epoch"`
+	Release string             `json:"release"`
+	History []store.Activation `json:"history"`
+}
+
 // Records is one page of a session's durable records. More is set when the
 // page was full and more records may follow its last seq.
 type Records struct {
@@ -101,5 +141,6 @@ const (
 	CodeDraining         = "draining"    // 503: admission closed
 	CodeInternal         = "internal"    // 500
 	CodeUnavailable      = "unavailable" // 503: a part the request needs cannot run (no Python, no kernel)
+	CodeRefused          = "refused"     // 422: a candidate release failed its check
 	CodeMethodNotAllowed = "method_not_allowed"
 )

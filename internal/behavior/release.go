@@ -45,9 +45,9 @@ type File struct {
 // is activated.
 type Components struct {
 	Documents   string `json:"documents"`   // soul, instructions and other top-level documents
-	Hooks       string `json:"hooks"`       // klbr_hooks/
+	Hooks       string `json:"hooks"`       // klbr_hooks/, settings.toml, tests/
 	Skills      string `json:"skills"`      // skills/ and klbr_skills/
-	Environment string `json:"environment"` // settings and anything else
+	Environment string `json:"environment"` // anything else
 }
 
 // Manifest describes a release. ID is the SHA-256 of the canonical JSON of
@@ -173,7 +173,9 @@ func components(files []File) Components {
 	var docs, hooks, skills, env []File
 	for _, f := range files {
 		switch {
-		case strings.HasPrefix(f.Path, "klbr_hooks/"):
+		case strings.HasPrefix(f.Path, "klbr_hooks/"), f.Path == "settings.toml", strings.HasPrefix(f.Path, "tests/"):
+			// settings and the behavior's own tests belong to the hooks: only
+			// hooks read settings, and a new hook worker is cheap.
 			hooks = append(hooks, f)
 		case strings.HasPrefix(f.Path, "skills/"), strings.HasPrefix(f.Path, "klbr_skills/"):
 			skills = append(skills, f)

@@ -149,7 +149,8 @@ func TestActivationKind(t *testing.T) {
 		{"hook", func(f map[string]string) { f["klbr_hooks/__init__.py"] = "SLOTS = {'x': 1}\n" }, KindHooks},
 		{"hook and soul", func(f map[string]string) { f["klbr_hooks/__init__.py"] = "X=1\n"; f["soul.md"] = "s\n" }, KindHooks},
 		{"skill", func(f map[string]string) { f["skills/workspace/SKILL.md"] = "# workspace\nmore\n" }, KindWorkbench},
-		{"settings", func(f map[string]string) { f["settings.toml"] = "" }, KindWorkbench},
+		{"settings", func(f map[string]string) { f["settings.toml"] = "" }, KindHooks},
+		{"environment", func(f map[string]string) { f["requirements.txt"] = "numpy\n" }, KindWorkbench},
 	} {
 		if got := ActivationKind(orig, scan(tc.edit)); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)

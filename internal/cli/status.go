@@ -60,17 +60,19 @@ func newStatus(g *globals) *cobra.Command {
 
 func printSessions(g *globals, ss []api.SessionStatus) {
 	tw := tabwriter.NewWriter(g.env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SESSION\tSTATE\tPENDING\tKERNEL\tEPOCH\tREVISION\tSINCE")
+	fmt.Fprintln(tw, "SESSION\tSTATE\tPENDING\tKERNEL\tBEHAVIOR\tRELEASE\tSINCE")
 	for _, s := range ss {
 		state := string(s.State)
 		if s.Draining {
 			state += " (draining)"
 		}
 		rev := s.PolicyRevision
-		if rev == "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		} else if rev == "" {
 			rev = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.ID, state, s.Pending, s.KernelGen, s.ContextEpoch, rev, s.UpdatedAt.Local().Format(time.DateTime))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.ID, state, s.Pending, s.KernelGen, s.BehaviorEpoch, rev, s.UpdatedAt.Local().Format(time.DateTime))
 	}
 	tw.Flush()
 }

@@ -14,9 +14,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/admission"
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/localapi"
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/placement"
@@ -56,6 +59,9 @@ type daemon struct {
 	bench    *workbench.Manager // nil when cells cannot run
 	benchErr error
 	placer   placement.Placer
+	hooks    *hooks.Dispatcher // nil when cells cannot run
+	behavior *activation.Service
+	releases *behavior.Releases
 
 	shutdownOnce sync.Once
 	shutdown     chan struct{} // closed when a drain or stop is requested
@@ -120,6 +126,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	m.SetPlacement(mode)
 	if d.benchErr != nil {
 		log.Warn("cells cannot run; serving without a workbench", "error", d.benchErr)
+	} else if err := d.bootBehavior(ctx, cfg, m); err != nil {
+		return fmt.Errorf("serve: behavior: %w", err)
 	}
 
 	ctlL, err := unixsock.Listen(cfg.Paths.ControlSocket, 0o600)
@@ -134,7 +142,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	}
 	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi"))
 	if d.bench != nil {
-		ctl.WithWorkbench(d.bench, nil)
+		ctl.WithWorkbench(d.bench, nil).WithBehavior(d.behavior, d.releases)
 	} else {
 		ctl.WithWorkbench(nil, d.benchErr)
 	}
@@ -197,6 +205,9 @@ func (d *daemon) drain(timeout time.Duration, servers ...*http.Server) {
 	}
 	if d.bench != nil {
 		d.bench.Close()
+	}
+	if d.hooks != nil {
+		d.hooks.Close()
 	}
 	for _, s := range servers {
 		if err := s.Shutdown(ctx); err != nil {

@@ -14,8 +14,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/admission"
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/unixsock"
@@ -48,9 +50,12 @@ type Server struct {
 	sessions *session.Manager
 	bench    Workbench // nil when cells cannot run; benchErr says why
 	benchErr error
-	daemon   Daemon
-	log      *slog.Logger
-	uid      uint32
+
+	activation *activation.Service // nil when releases are unavailable
+	releases   *behavior.Releases
+	daemon     Daemon
+	log        *slog.Logger
+	uid        uint32
 }
 
 // New returns a Server.
@@ -88,6 +93,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{session}/start", s.handleSessionMove(store.StateReady, "started by operator"))
 	mux.HandleFunc("POST /v1/sessions/{session}/exec", s.handleExec)
 	mux.HandleFunc("POST /v1/sessions/{session}/reset", s.handleReset)
+	mux.HandleFunc("GET /v1/releases", s.handleReleases)
+	mux.HandleFunc("POST /v1/releases", s.handlePublish)
+	mux.HandleFunc("POST /v1/sessions/{session}/activate", s.handleActivate)
+	mux.HandleFunc("POST /v1/sessions/{session}/rollback", s.handleRollback)
 	mux.HandleFunc("POST /v1/drain", s.handleShutdown(false))
 	mux.HandleFunc("POST /v1/stop", s.handleShutdown(true))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -322,6 +331,10 @@ func (s *Server) handleShutdown(stop bool) http.HandlerFunc {
 
 // fail maps a domain error to its HTTP answer.
 func (s *Server) fail(w http.ResponseWriter, err error) {
+	if status, code, ok := behaviorError(err); ok {
+		writeError(w, status, code, err.Error())
+		return
+	}
 	switch {
 	case errors.Is(err, admission.ErrInvalid):
 		writeError(w, http.StatusBadRequest, api.CodeInvalid, err.Error())

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
@@ -205,4 +206,32 @@ func (c *Client) Reset(ctx context.Context, session, reason string) (api.Accepte
 	var a api.Accepted
 	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/reset", api.ResetRequest{Reason: reason}, &a)
 	return a, err
+}
+
+// Releases lists releases and each session's behavior.
+func (c *Client) Releases(ctx context.Context) (api.Releases, error) {
+	var r api.Releases
+	err := c.do(ctx, http.MethodGet, "/v1/releases", nil, &r)
+	return r, err
+}
+
+// Activate activates a release for a session at its expected epoch.
+func (c *Client) Activate(ctx context.Context, session string, req api.ActivateRequest) (activation.Result, error) {
+	var r activation.Result
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/activate", req, &r)
+	return r, err
+}
+
+// Rollback activates the session's newest earlier release.
+func (c *Client) Rollback(ctx context.Context, session string) (activation.Result, error) {
+	var r activation.Result
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/rollback", nil, &r)
+	return r, err
+}
+
+// Publish publishes the tree at an absolute path as a release.
+func (c *Client) Publish(ctx context.Context, path string) (api.Release, error) {
+	var r api.Release
+	err := c.do(ctx, http.MethodPost, "/v1/releases", api.PublishRequest{Path: path}, &r)
+	return r, err
 }

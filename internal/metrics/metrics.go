@@ -4,6 +4,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime"
@@ -24,6 +25,7 @@ type Metrics struct {
 	admissions *prometheus.CounterVec
 	placement  *prometheus.GaugeVec
 	workers    *prometheus.CounterVec
+	hooks      *prometheus.HistogramVec
 }
 
 // New registers klbr-core's metrics, reading store-backed values from st at
@@ -48,7 +50,12 @@ func New(st *store.Store, clock func() time.Time, log *slog.Logger) *Metrics {
 	for _, e := range []string{"started", "reset", "start_failed"} {
 		m.workers.WithLabelValues("workbench", e)
 	}
-	reg.MustRegister(m.placement, m.workers)
+	m.hooks = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "klbr_hook_invocation_duration_seconds",
+		Help:    "Policy hook invocations by slot and outcome (ok, error, invalid, timeout, unavailable), with their latency.",
+		Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	}, []string{"slot", "outcome"})
+	reg.MustRegister(m.placement, m.workers, m.hooks, &behaviorCollector{st: st, log: log})
 	for _, k := range []admission.SourceKind{admission.SourceOperator, admission.SourceDiscord} {
 		for _, r := range []admission.Result{admission.ResultAccepted, admission.ResultDuplicate, admission.ResultInvalid, admission.ResultRefused, admission.ResultError} {
 			m.admissions.WithLabelValues(string(k), string(r))
@@ -109,6 +116,11 @@ func (m *Metrics) WorkerEvent(role, event string) {
 	m.workers.WithLabelValues(role, event).Inc()
 }
 
+// HookInvocation observes one policy hook invocation.
+func (m *Metrics) HookInvocation(slot, outcome string, latency time.Duration) {
+	m.hooks.WithLabelValues(slot, outcome).Observe(latency.Seconds())
+}
+
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
@@ -149,5 +161,50 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range stats {
 		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(p.Count), p.Session, p.SourceKind)
 		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, now.Sub(p.Oldest).Seconds(), p.Session, p.SourceKind)
+	}
+}
+
+// behaviorCollector reports each session's active behavior epoch and
+// release, read from the store at scrape time.
+type behaviorCollector struct {
+	st  *store.Store
+	log *slog.Logger
+}
+
+var (
+	epochDesc = prometheus.NewDesc("klbr_behavior_epoch",
+		"The session's active behavior epoch; the release label names its active release.", []string{"session", "release"}, nil)
+	releasesDesc = prometheus.NewDesc("klbr_behavior_releases", "Behavior releases recorded.", nil, nil)
+	heldDesc     = prometheus.NewDesc("klbr_delivery_reviews_held_total",
+		"delivery.review invocations that held a send, by session and whether the host held it as a fallback.", []string{"session", "fallback"}, nil)
+)
+
+func (c *behaviorCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- epochDesc
+	ch <- releasesDesc
+	ch <- heldDesc
+}
+
+func (c *behaviorCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sessions, err := c.st.Sessions(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(epochDesc, err)
+		return
+	}
+	for _, s := range sessions {
+		ch <- prometheus.MustNewConstMetric(epochDesc, prometheus.GaugeValue, float64(s.BehaviorEpoch), s.ID, s.PolicyRevision)
+	}
+	if ids, err := c.st.ReleaseIDs(ctx); err == nil {
+		ch <- prometheus.MustNewConstMetric(releasesDesc, prometheus.GaugeValue, float64(len(ids)))
+	}
+	held, err := c.st.HeldReviews(ctx)
+	if err != nil {
+		c.log.Warn("metrics: held reviews", "error", err)
+		return
+	}
+	for _, h := range held {
+		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.CounterValue, float64(h.Count), h.Session, fmt.Sprint(h.Fallback))
 	}
 }

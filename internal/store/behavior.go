@@ -132,3 +132,58 @@ func (t *Tx) RecordHookInvocation(h HookInvocation) error {
 	}
 	return nil
 }
+
+// HeldCount counts held reviews of one session.
+type HeldCount struct {
+	Session  string
+	Fallback bool
+	Count    int64
+}
+
+// HeldReviews counts delivery.review invocations that held, per session and
+// by whether the hook decided (fallback false) or the host held for it.
+func (s *Store) HeldReviews(ctx context.Context) ([]HeldCount, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT session_id, fallback, count(*) FROM hook_invocations
+		WHERE slot = 'delivery.review' AND (fallback = 1 OR json_extract(result, '$.decision') = 'hold')
+		GROUP BY session_id, fallback`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []HeldCount
+	for rows.Next() {
+		var h HeldCount
+		if err := rows.Scan(&h.Session, &h.Fallback, &h.Count); err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+// HookInvocationRecord is a stored invocation, for tests and tools.
+type HookInvocationRecord struct {
+	Slot     string `json:"slot"`
+	Outcome  string `json:"outcome"`
+	Fallback bool   `json:"fallback"`
+	Epoch    int64  `json:"epoch"`
+	Error    string `json:"error"`
+}
+
+// HookInvocations lists a session's recorded invocations, oldest first.
+func (s *Store) HookInvocations(ctx context.Context, session string) ([]HookInvocationRecord, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT slot, outcome, fallback, epoch, error FROM hook_invocations WHERE session_id = ? ORDER BY id`, session)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []HookInvocationRecord
+	for rows.Next() {
+		var h HookInvocationRecord
+		if err := rows.Scan(&h.Slot, &h.Outcome, &h.Fallback, &h.Epoch, &h.Error); err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}

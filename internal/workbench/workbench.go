@@ -87,6 +87,9 @@ func New(cfg Config) *Manager {
 // InterruptAll interrupts every running cell (daemon stop).
 func (m *Manager) InterruptAll() { m.stopAll() }
 
+// Config returns what the manager was made with (the hook workers share it).
+func (m *Manager) Config() Config { return m.cfg }
+
 // Mode is the placement mode workers run under.
 func (m *Manager) Mode() placement.Mode {
 	if m.cfg.Placer == nil {

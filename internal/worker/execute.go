@@ -167,6 +167,7 @@ func (w *Worker) Invoke(ctx context.Context, slot string, input json.RawMessage)
 // released in the background.
 func (w *Worker) Stop() {
 	w.stopOnce.Do(func() {
+		w.stopping.Store(true)
 		go func() {
 			done := make(chan struct{})
 			go func() { w.send(&Frame{Type: TypeShutdown}); close(done) }()

@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -129,6 +130,7 @@ type Worker struct {
 	exitErr  error         // set before exited closes
 	requests chan *Frame
 	stopOnce sync.Once
+	stopping atomic.Bool // Stop was called: the end of the stream is expected
 	killOnce sync.Once
 	killed   chan struct{} // closed once the tree is gone and the placement released
 	wg       sync.WaitGroup
@@ -375,7 +377,9 @@ func (w *Worker) readLoop() {
 			select {
 			case <-w.dead: // we closed it
 			default:
-				w.log.Warn("worker: protocol stream ended", "error", err, "diagnostics", w.diag.String())
+				if !w.stopping.Load() {
+					w.log.Warn("worker: protocol stream ended", "error", err, "diagnostics", w.diag.String())
+				}
 				w.markDead(fmt.Errorf("%w: %v", ErrDead, err))
 				if errors.Is(err, ErrProtocol) {
 					w.Kill()

@@ -1,0 +1,128 @@
+"""SLOTS as the hook worker sees it: every slot callable with one dict, every
+result a JSON object within the frame bound, no effects attempted."""
+
+import ast
+import asyncio
+import inspect
+import json
+import os
+import unittest
+
+import klbr_hooks
+from tests import ROOT
+from tests.fakes import no_effects
+
+FRAME_MAX = 1 << 20   # the worker protocol's frame bound, in bytes
+
+SAMPLES = {
+    "attention.plan": [
+        {"items": [], "now": 100.0},
+        {"items": [
+            {"id": 1, "source_kind": "discord", "directed": False, "conversation": "d1",
+             "received_at": 99.0, "text": "lol"},
+            {"id": 2, "source_kind": "operator", "directed": True, "conversation": "local",
+             "received_at": 98.0, "text": "status?"},
+            {"id": 3, "source_kind": "discord", "directed": True, "conversation": "d2",
+             "received_at": 50.0},
+            {"id": 4, "source_kind": "discord", "directed": False, "conversation": "d1",
+             "received_at": 10.0},
+        ], "now": 100.0},
+    ],
+    "delivery.review": [
+        {"channel": "local", "text": "hello", "session": "default"},
+        {"channel": "discord", "text": "", "destination": "d1", "session": "default",
+         "frame": {"id": 1}},
+    ],
+}
+
+VALIDATORS = {
+    "attention.plan": lambda test, out: (
+        test.assertEqual(set(out), {"order", "defer", "reason"}),
+        test.assertIsInstance(out["order"], list),
+        test.assertIsInstance(out["defer"], list),
+        test.assertIsInstance(out["reason"], str),
+    ),
+    "delivery.review": lambda test, out: (
+        test.assertEqual(set(out), {"decision", "reason"}),
+        test.assertIn(out["decision"], ("allow", "hold")),
+        test.assertIsInstance(out["reason"], str),
+    ),
+}
+
+
+def invoke(fn, data):
+    """Call a handler the way the hook worker does: one dict in; an awaitable
+    result is awaited."""
+    result = fn(data)
+    if inspect.isawaitable(result):
+        async def run():
+            return await result
+        result = asyncio.run(run())
+    return result
+
+
+class SlotsTest(unittest.TestCase):
+    def test_slots_shape(self):
+        self.assertIsInstance(klbr_hooks.SLOTS, dict)
+        self.assertEqual(set(klbr_hooks.SLOTS), {"attention.plan", "delivery.review"})
+        for slot, fn in klbr_hooks.SLOTS.items():
+            with self.subTest(slot=slot):
+                self.assertIsInstance(slot, str)
+                self.assertTrue(callable(fn))
+                inspect.signature(fn).bind({})   # takes exactly one positional input
+
+    def test_every_slot_has_samples(self):
+        self.assertEqual(set(SAMPLES), set(klbr_hooks.SLOTS))
+
+    def test_results_are_json_objects_within_the_frame_bound(self):
+        for slot, fn in klbr_hooks.SLOTS.items():
+            for data in SAMPLES[slot]:
+                with self.subTest(slot=slot, data=data):
+                    with no_effects() as attempts:
+                        out = invoke(fn, data)
+                    self.assertEqual(attempts, [])
+                    self.assertIsInstance(out, dict)
+                    encoded = json.dumps(out, allow_nan=False).encode()
+                    self.assertLessEqual(len(encoded), FRAME_MAX)
+                    self.assertEqual(json.loads(encoded), out)
+                    VALIDATORS[slot](self, out)
+
+    def test_bad_input_is_a_value_error_not_an_effect(self):
+        for slot, fn in klbr_hooks.SLOTS.items():
+            with self.subTest(slot=slot):
+                with no_effects() as attempts:
+                    with self.assertRaises(ValueError):
+                        invoke(fn, {"nonsense": True})
+                self.assertEqual(attempts, [])
+
+    def test_fake_effects_catch_a_hook_that_acts(self):
+        async def sends(data):
+            from klbr import local
+            await local.send("hi")
+
+        with no_effects() as attempts:
+            with self.assertRaises(AssertionError):
+                invoke(sends, {})
+        self.assertEqual(attempts, ["klbr.local"])
+
+    def test_hooks_do_not_import_the_sdk(self):
+        # Hooks have no effect scope; host requests would fail in the hook worker.
+        pkg = os.path.join(ROOT, "klbr_hooks")
+        for name in sorted(os.listdir(pkg)):
+            if not name.endswith(".py"):
+                continue
+            with open(os.path.join(pkg, name), encoding="utf-8") as f:
+                tree = ast.parse(f.read(), name)
+            for node in ast.walk(tree):
+                mods = []
+                if isinstance(node, ast.Import):
+                    mods = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    mods = [node.module or ""]
+                for mod in mods:
+                    with self.subTest(file=name, module=mod):
+                        self.assertNotIn(mod.split(".")[0], ("klbr", "klbr_runtime"))
+
+
+if __name__ == "__main__":
+    unittest.main()

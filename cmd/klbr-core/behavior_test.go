@@ -1,0 +1,124 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/klbr-dev/klbr/internal/api"
+)
+
+// copyTree copies a published release tree into a writable directory.
+func copyTree(t *testing.T, from, to string) {
+	t.Helper()
+	err := filepath.WalkDir(from, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, p)
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func releases(t *testing.T, in *instance) api.Releases {
+	t.Helper()
+	var r api.Releases
+	if err := json.Unmarshal([]byte(in.must("releases", "--json")), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Seed 002's gate, from the operator's side: edit a hook, publish, activate;
+// the workbench keeps its variables; a broken candidate is refused; a
+// corrupted active release is restored at the next start; no model anywhere.
+func TestBehaviorReleasesThroughTheDaemon(t *testing.T) {
+	in := newInstance(t)
+	in.must("init")
+	srv := in.serve()
+	r := releases(t, in)
+	if len(r.Sessions) != 1 || r.Sessions[0].Epoch != 1 || r.Sessions[0].History[0].Kind != "initial" {
+		t.Fatalf("initial behavior: %+v", r.Sessions)
+	}
+	initial := r.Sessions[0].Release
+
+	in.must("exec", "default", "kept = 'before the activation'")
+
+	// A hook-only edit: delivery.review now holds everything.
+	draft := filepath.Join(t.TempDir(), "draft")
+	copyTree(t, filepath.Join(in.dir, "releases", initial, "tree"), draft)
+	os.WriteFile(filepath.Join(draft, "klbr_hooks", "__init__.py"), []byte(`
+from . import attention
+def review(inp):
+    return {"decision": "hold", "reason": "everything waits today"}
+SLOTS = {"attention.plan": attention.plan, "delivery.review": review}
+`), 0o644)
+	id := strings.TrimSpace(in.must("publish", draft))
+	if len(id) != 64 || id == initial {
+		t.Fatalf("publish printed %q", id)
+	}
+	if out := in.must("activate", "default", "1", id); !strings.Contains(out, "epoch 2") || !strings.Contains(out, "hooks change") {
+		t.Fatalf("activate: %s", out)
+	}
+	if out := in.must("exec", "default", "kept"); out != "'before the activation'\n" {
+		t.Fatalf("a hook-only activation lost the workbench: %q", out)
+	}
+	// A stale epoch is refused.
+	if _, errOut, err := in.run(nil, "activate", "default", "1", initial); err == nil || !strings.Contains(errOut, "epoch 2, not 1") {
+		t.Fatalf("stale activate: %v %s", err, errOut)
+	}
+	// A broken candidate is refused and the active release stays.
+	os.WriteFile(filepath.Join(draft, "klbr_hooks", "__init__.py"), []byte("raise ImportError('broken on purpose')\n"), 0o644)
+	broken := strings.TrimSpace(in.must("publish", draft))
+	if _, errOut, err := in.run(nil, "activate", "default", "2", broken); err == nil || !strings.Contains(errOut, "broken on purpose") {
+		t.Fatalf("broken candidate: %v %s", err, errOut)
+	}
+	if r := releases(t, in); r.Sessions[0].Epoch != 2 || r.Sessions[0].Release != id {
+		t.Fatalf("after a refused candidate: %+v", r.Sessions[0])
+	}
+	// A tree with a symlink cannot even be published.
+	os.Symlink("/etc/passwd", filepath.Join(draft, "soul.md.link"))
+	if _, errOut, err := in.run(nil, "publish", draft); err == nil || !strings.Contains(errOut, "symlink") {
+		t.Fatalf("symlink tree: %v %s", err, errOut)
+	}
+	// Rollback, then roll forward again to have something to corrupt.
+	if out := in.must("rollback", "default"); !strings.Contains(out, "epoch 3") || !strings.Contains(out, initial) {
+		t.Fatalf("rollback: %s", out)
+	}
+	in.must("activate", "default", "3", id)
+	in.must("drain")
+	if err := srv.wait(t); err != nil {
+		t.Fatal(err)
+	}
+
+	// Corrupt the active release on disk; the next start restores the last good one.
+	p := filepath.Join(in.dir, "releases", id, "tree", "klbr_hooks", "__init__.py")
+	os.Chmod(filepath.Dir(p), 0o755)
+	os.Chmod(p, 0o644)
+	os.WriteFile(p, []byte("SLOTS = {}\n"), 0o644)
+	srv = in.serve()
+	r = releases(t, in)
+	s := r.Sessions[0]
+	if s.Epoch != 5 || s.Release != initial || s.History[0].Kind != "restore" || !strings.Contains(s.History[0].Reason, "failed verification") {
+		t.Fatalf("after restart over a corrupt release: %+v", s.History[0])
+	}
+	_, metrics := get(t, srv.url+"metrics")
+	if !strings.Contains(metrics, `klbr_behavior_epoch{release="`+initial+`",session="default"} 5`) {
+		t.Errorf("metrics lack the active epoch")
+	}
+	in.must("stop")
+	srv.wait(t)
+}

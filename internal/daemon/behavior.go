@@ -1,0 +1,67 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	behaviortree "github.com/klbr-dev/klbr/behavior"
+	"github.com/klbr-dev/klbr/internal/activation"
+	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/metrics"
+)
+
+// behaviorSource is the tree published as the default release: the
+// embedded one, or KLBR_BEHAVIOR_DIR for development.
+func behaviorSource(paths config.Paths) (fs.FS, string) {
+	if paths.BehaviorDir != "" {
+		return os.DirFS(paths.BehaviorDir), paths.BehaviorDir
+	}
+	return behaviortree.Tree(), "embedded"
+}
+
+// bootBehavior publishes the default behavior tree, starts the hook
+// dispatcher, and gives every session its behavior: the default release for
+// a new session, the last good release where the active one is corrupt.
+func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metrics.Metrics) error {
+	rel, err := behavior.Open(filepath.Join(cfg.Paths.DataDir, "releases"))
+	if err != nil {
+		return err
+	}
+	src, from := behaviorSource(cfg.Paths)
+	man, err := rel.Publish(src)
+	if err != nil {
+		return fmt.Errorf("publish the default behavior tree (%s): %w", from, err)
+	}
+	wb := d.bench.Config()
+	d.releases = rel
+	d.hooks = hooks.New(hooks.Config{
+		Store: d.store, Releases: rel, Kernel: wb.Kernel, Python: wb.Python, RuntimeSrc: wb.RuntimeSrc,
+		Workspace: wb.Workspace, Placer: wb.Placer, Limits: wb.Limits, Log: d.log.With("component", "hooks"),
+		Observe: func(slot, outcome string, latency time.Duration) { m.HookInvocation(slot, outcome, latency) },
+	})
+	d.behavior = activation.New(d.store, rel, d.hooks, d.bench, d.log.With("component", "activation"))
+	if err := d.behavior.Publish(ctx, man); err != nil {
+		return err
+	}
+	sessions, err := d.store.Sessions(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range sessions {
+		res, err := d.behavior.Boot(ctx, s.ID, man.ID)
+		if err != nil {
+			// The session stays on whatever it had; cells still run, and
+			// reviews hold until an operator activates a good release.
+			d.log.Error("behavior: session has no usable release", "session", s.ID, "error", err)
+			continue
+		}
+		d.log.Info("behavior", "session", s.ID, "epoch", res.Epoch, "release", res.Release, "kind", res.Kind)
+	}
+	return nil
+}
