@@ -5,6 +5,7 @@
 package python
 
 import (
+	"context"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"sort"
@@ -140,4 +142,20 @@ func copyTree(fsys fs.FS, dst string) error {
 		}
 		return f.Close()
 	})
+}
+
+// Compile byte-compiles a materialized runtime for interpreter py, once, so
+// that workers (which run with PYTHONDONTWRITEBYTECODE) do not recompile it
+// at every start. A failure only costs start-up time, so it is returned for
+// logging, not acted on.
+func Compile(ctx context.Context, src, py string) error {
+	marker := filepath.Join(src, "klbr_runtime", "__pycache__")
+	if _, err := os.Stat(marker); err == nil {
+		return nil
+	}
+	out, err := exec.CommandContext(ctx, py, "-s", "-m", "compileall", "-q", "-j", "0", src).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("compileall %s: %v: %s", src, err, out)
+	}
+	return nil
 }

@@ -48,6 +48,10 @@ func setupEnv(t testing.TB) {
 			env.err = err
 			return
 		}
+		if err := python.Compile(context.Background(), env.runtime, env.python); err != nil {
+			env.err = err
+			return
+		}
 		env.placer, env.err = placement.Detect(context.Background(), placement.Options{})
 	})
 	if env.err != nil {

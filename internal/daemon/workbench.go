@@ -35,7 +35,10 @@ func Runtime(paths config.Paths) (src, hash string, err error) {
 // The daemon serves either way: admission and the operator path need no Python.
 func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sessions *session.Manager,
 	log *slog.Logger, observe func(string)) (*workbench.Manager, placement.Placer, error) {
-	placer, err := placement.Detect(ctx, placement.Options{Logger: log.With("component", "placement")})
+	placer, err := placement.Detect(ctx, placement.Options{
+		SystemdBus: os.Getenv(EnvSystemdBus), // unset: the system bus
+		Logger:     log.With("component", "placement"),
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("placement: %w", err)
 	}
@@ -50,6 +53,11 @@ func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sess
 	src, hash, err := Runtime(cfg.Paths)
 	if err != nil {
 		return nil, placer, err
+	}
+	if cfg.Paths.RuntimeDir == "" {
+		if err := python.Compile(ctx, src, py); err != nil {
+			log.Warn("could not byte-compile the runtime; workers will compile it at each start", "error", err)
+		}
 	}
 	arts, err := artifacts.New(filepath.Join(cfg.Paths.DataDir, "artifacts"))
 	if err != nil {

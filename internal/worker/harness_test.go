@@ -50,6 +50,10 @@ func setup(t *testing.T) {
 			env.err = err
 			return
 		}
+		if err := python.Compile(context.Background(), env.runtime, env.python); err != nil {
+			env.err = err
+			return
+		}
 		env.placer, env.err = placement.Detect(context.Background(), placement.Options{})
 	})
 	if env.err != nil {

@@ -1,0 +1,112 @@
+package activation
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/artifacts"
+	"github.com/klbr-dev/klbr/internal/session"
+	"github.com/klbr-dev/klbr/internal/workbench"
+)
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d[int(float64(len(d)-1)*p)]
+}
+
+// BenchmarkHooks measures, in one run, the delivery.review round trip and
+// the time of a hook-only activation against an activation that replaces the
+// workbench (until the new generation has run its first cell).
+func BenchmarkHooks(b *testing.B) {
+	ctx := context.Background()
+	b.Run("op=review", func(b *testing.B) {
+		f := newFixture(b, 2*time.Second)
+		if _, err := f.svc.Boot(ctx, "s", f.publish(b, allowHooks, "# soul\n")); err != nil {
+			b.Fatal(err)
+		}
+		f.review("warm up")
+		lat := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for range b.N {
+			t := time.Now()
+			if d := f.review("hello"); !d.Allow {
+				b.Fatalf("%+v", d)
+			}
+			lat = append(lat, time.Since(t))
+		}
+		b.ReportMetric(float64(percentile(lat, .5).Microseconds()), "p50-us")
+		b.ReportMetric(float64(percentile(lat, .99).Microseconds()), "p99-us")
+	})
+	for _, kind := range []string{"hooks", "workbench"} {
+		b.Run("op=activate/kind="+kind, func(b *testing.B) {
+			f := newFixture(b, 2*time.Second)
+			dir := b.TempDir()
+			bench := workbench.New(workbench.Config{Store: f.st, Sessions: session.NewManager(f.st), Kernel: env.kernel,
+				Python: env.python, RuntimeSrc: env.runtime, Workspace: dir, Placer: env.placer, Artifacts: mustArtifacts(b, dir)})
+			defer bench.Close()
+			f.svc.bench = bench
+			if _, err := f.svc.Boot(ctx, "s", f.publish(b, allowHooks, "# soul\n")); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := bench.Execute(ctx, "s", "x = 1", nil); err != nil {
+				b.Fatal(err)
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				// Each release differs from the last in the component under test.
+				hooksPy := allowHooks + "\n# variant " + strings.Repeat("x", i%7) + time.Now().String() + "\n"
+				var rel string
+				if kind == "hooks" {
+					rel = f.publish(b, hooksPy, "# soul\n")
+				} else {
+					rel = f.publishWithSkill(b, allowHooks, time.Now().String())
+				}
+				sess, _ := f.st.Session(ctx, "s")
+				b.StartTimer()
+				t := time.Now()
+				res, err := f.svc.Activate(ctx, "s", sess.BehaviorEpoch, rel, "bench")
+				if err != nil || string(res.Kind) != kind {
+					b.Fatalf("activate: %+v %v", res, err)
+				}
+				// Ready again: a cell runs (in a new generation after a workbench replacement).
+				out, err := bench.Execute(ctx, "s", "1", nil)
+				if err != nil || out.Outcome.Status != "ok" {
+					b.Fatalf("cell after activation: %+v %v", out, err)
+				}
+				lat = append(lat, time.Since(t))
+			}
+			b.ReportMetric(float64(percentile(lat, .5).Milliseconds()), "p50-ms")
+		})
+	}
+}
+
+func mustArtifacts(b *testing.B, dir string) *artifacts.Store {
+	a, err := artifacts.New(filepath.Join(dir, "artifacts"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return a
+}
+
+// publishWithSkill publishes a tree whose skill text differs by body.
+func (f *fixture) publishWithSkill(t testing.TB, hooksPy, body string) string {
+	t.Helper()
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "klbr_hooks"), 0o755)
+	os.MkdirAll(filepath.Join(dir, "skills", "note"), 0o755)
+	os.WriteFile(filepath.Join(dir, "klbr_hooks", "__init__.py"), []byte(hooksPy), 0o644)
+	os.WriteFile(filepath.Join(dir, "soul.md"), []byte("# soul\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "skills", "note", "SKILL.md"), []byte("# note\n"+body+"\n"), 0o644)
+	m, err := f.rel.Publish(os.DirFS(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.ID
+}
