@@ -11,6 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/behavior"
@@ -154,6 +157,10 @@ func (s *Service) check(ctx context.Context, session, release string) (*worker.W
 	if err != nil {
 		return nil, fmt.Errorf("%w: its hook worker did not start: %v", ErrCandidate, err)
 	}
+	if err := s.runTests(ctx, session, release); err != nil {
+		w.Kill()
+		return nil, err
+	}
 	for slot, in := range fixtures {
 		b, _ := json.Marshal(in)
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -230,4 +237,37 @@ func (s *Service) Boot(ctx context.Context, session, defaultRelease string) (Res
 		s.log.Warn("restore candidate refused", "session", session, "release", rel, "error", err)
 	}
 	return Result{}, fmt.Errorf("session %s: no release could be restored", session)
+}
+
+// TestTimeout bounds a candidate's own test suite.
+const TestTimeout = 2 * time.Minute
+
+var testRuns atomic.Int64
+
+// runTests runs the candidate's own tests (tests/ in its tree, unittest) in
+// a contained command, with bytecode off. A failure refuses the candidate,
+// with the tail of the output. A tree without tests passes.
+func (s *Service) runTests(ctx context.Context, session, release string) error {
+	tree := s.releases.Tree(release)
+	if fi, err := os.Stat(filepath.Join(tree, "tests")); err != nil || !fi.IsDir() {
+		return nil
+	}
+	cfg := s.hooks.Config()
+	res, err := worker.RunCommand(ctx, worker.CommandSpec{
+		Kernel: cfg.Kernel, Placer: cfg.Placer, Limits: cfg.Limits, Session: session, Seq: testRuns.Add(1),
+		Argv: []string{cfg.Python, "-s", "-m", "unittest", "discover", "-s", "tests", "-t", "."},
+		Dir:  tree, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": cfg.RuntimeSrc},
+		Timeout: TestTimeout, MaxOutput: 64 << 10,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: its tests could not run: %v", ErrCandidate, err)
+	}
+	if res.ExitCode != 0 {
+		out := string(res.Stderr) + string(res.Stdout)
+		if len(out) > 2000 {
+			out = "…" + out[len(out)-2000:]
+		}
+		return fmt.Errorf("%w: its own tests failed (exit %d):\n%s", ErrCandidate, res.ExitCode, out)
+	}
+	return nil
 }

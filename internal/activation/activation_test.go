@@ -277,3 +277,40 @@ func TestCorruptActiveReleaseIsRestoredAtBoot(t *testing.T) {
 		t.Fatalf("restore not recorded with its reason: %+v", hist[0])
 	}
 }
+
+func TestCandidateWhoseOwnTestsFailIsRefused(t *testing.T) {
+	f := newFixture(t, time.Second)
+	ctx := context.Background()
+	a := f.publish(t, allowHooks, "# soul\n")
+	if _, err := f.svc.Boot(ctx, "s", a); err != nil {
+		t.Fatal(err)
+	}
+	for name, test := range map[string]string{
+		"passing": "import unittest\nclass T(unittest.TestCase):\n    def test_ok(self):\n        import klbr_hooks\n        self.assertIn('delivery.review', klbr_hooks.SLOTS)\n",
+		"failing": "import unittest\nclass T(unittest.TestCase):\n    def test_claims_success(self):\n        self.fail('the candidate says it passed, but it did not')\n",
+	} {
+		dir := t.TempDir()
+		os.MkdirAll(filepath.Join(dir, "klbr_hooks"), 0o755)
+		os.MkdirAll(filepath.Join(dir, "tests"), 0o755)
+		os.WriteFile(filepath.Join(dir, "klbr_hooks", "__init__.py"), []byte(allowHooks+"\n# "+name+"\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, "tests", "__init__.py"), nil, 0o644)
+		os.WriteFile(filepath.Join(dir, "tests", "test_it.py"), []byte(test), 0o644)
+		os.WriteFile(filepath.Join(dir, "soul.md"), []byte("# soul\n"), 0o644)
+		m, err := f.rel.Publish(os.DirFS(dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sess, _ := f.st.Session(ctx, "s")
+		_, err = f.svc.Activate(ctx, "s", sess.BehaviorEpoch, m.ID, name)
+		switch name {
+		case "passing":
+			if err != nil {
+				t.Fatalf("passing tests refused: %v", err)
+			}
+		case "failing":
+			if !errors.Is(err, ErrCandidate) || !strings.Contains(err.Error(), "did not") {
+				t.Fatalf("failing tests: %v", err)
+			}
+		}
+	}
+}

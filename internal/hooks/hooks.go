@@ -81,6 +81,9 @@ func New(cfg Config) *Dispatcher {
 	return &Dispatcher{cfg: cfg, pinned: map[string]*pinned{}}
 }
 
+// Config returns what the dispatcher was made with.
+func (d *Dispatcher) Config() Config { return d.cfg }
+
 // ErrUnavailable is the cause when no hook worker can run.
 var ErrUnavailable = errors.New("hook worker unavailable")
 
