@@ -212,7 +212,7 @@ func TestNewcomerPath(t *testing.T) {
 	if !regexp.MustCompile(`^\d+$`).MatchString(id) {
 		t.Fatalf("send printed %q, want the input id", id)
 	}
-	lines := strings.Split(strings.TrimSpace(in.must("tail", "default", "--json")), "\n")
+	lines := inputLines(t, in.must("tail", "default", "--json"))
 	if len(lines) != 1 {
 		t.Fatalf("tail: %q", lines)
 	}
@@ -285,7 +285,7 @@ func TestNewcomerPath(t *testing.T) {
 
 	// The inputs are still there after a restart; SIGTERM drains and exits 0.
 	srv = in.serve()
-	if lines := strings.Split(strings.TrimSpace(in.must("tail", "default", "--json")), "\n"); len(lines) != 2 {
+	if lines := inputLines(t, in.must("tail", "default", "--json")); len(lines) != 2 {
 		t.Fatalf("after restart: %q", lines)
 	}
 	srv.cmd.Process.Signal(syscall.SIGTERM)
@@ -397,4 +397,20 @@ func TestBrokenConfigIsNamedByLine(t *testing.T) {
 	if _, errOut, err := in.run(nil, "serve"); err == nil || !strings.Contains(errOut, "klbr.toml:5:") {
 		t.Fatalf("serve with a broken config: %v %s", err, errOut)
 	}
+}
+
+// inputLines keeps the input-lane records of tail --json output.
+func inputLines(t *testing.T, out string) []string {
+	t.Helper()
+	var keep []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r struct{ Lane string }
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("tail line %q: %v", line, err)
+		}
+		if r.Lane == "input" {
+			keep = append(keep, line)
+		}
+	}
+	return keep
 }
