@@ -61,8 +61,9 @@ func TestBehaviorReleasesThroughTheDaemon(t *testing.T) {
 	draft := filepath.Join(t.TempDir(), "draft")
 	copyTree(t, filepath.Join(in.dir, "releases", initial, "tree"), draft)
 	os.WriteFile(filepath.Join(draft, "klbr_hooks", "__init__.py"), []byte(`
-from . import attention
+from . import attention, delivery
 def review(inp):
+    delivery.review(inp)  # keeps its input checks (the tree's own tests insist)
     return {"decision": "hold", "reason": "everything waits today"}
 SLOTS = {"attention.plan": attention.plan, "delivery.review": review}
 `), 0o644)
