@@ -36,7 +36,8 @@ var (
 // cgroupPlacer places kernels in cgroups it creates itself.
 type cgroupPlacer struct {
 	skippedList
-	layout cgroupLayout
+	layout   cgroupLayout
+	instance string // suffix of every directory name (Options.Instance)
 }
 
 // NewCgroup returns the cgroup placer if this process can create cgroups with the memory
@@ -55,7 +56,7 @@ func NewCgroup(opts Options) (Placer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cgroupPlacer{layout: layout}, nil
+	return &cgroupPlacer{layout: layout, instance: opts.instance()}, nil
 }
 
 func (p *cgroupPlacer) Mode() Mode               { return ModeCgroup }
@@ -293,7 +294,7 @@ func (p *cgroupPlacer) Place(ctx context.Context, pid int, spec Spec) (Placement
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
-	name := escapeName(spec)
+	name := escapeName(spec) + "-" + escapeComponent(p.instance)
 	pl := &cgroupPlacement{version: p.layout.version, limits: spec.Limits, dirs: map[string]string{}}
 	// One directory per distinct parent (v2: one; v1: one per hierarchy).
 	for c, parent := range p.layout.parents {

@@ -165,7 +165,7 @@ func TestCgroupWithKernel(t *testing.T) {
 	t.Cleanup(func() { _ = pl.Release(ctx) })
 	t.Log(pl.Describe())
 	cg, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/cgroup")
-	if !strings.Contains(string(cg), "/klbr-workbench-e2e-7\n") {
+	if !strings.Contains(string(cg), "/klbr-workbench-e2e-7-p"+strconv.Itoa(os.Getpid())+"\n") {
 		t.Fatalf("kernel not in its cgroup:\n%s", cg)
 	}
 	if _, err := goW.Write([]byte{1}); err != nil {

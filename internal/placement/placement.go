@@ -44,6 +44,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 )
 
 // Mode names a way of placing a kernel.
@@ -144,6 +146,19 @@ type Options struct {
 	Only []Mode
 	// Logger receives one line per skipped mode and one for the mode chosen; nil: none.
 	Logger *slog.Logger
+	// Instance tells this placer's cgroups apart from another klbr-core's on the same
+	// machine (cgroup mode: it suffixes each directory name). Without it, two daemons
+	// whose sessions share a name and generation would take each other's cgroup for a
+	// stale leftover and kill what runs in it. The daemon passes a digest of its data
+	// directory, stable across restarts; empty means "p" + this process's pid.
+	Instance string
+}
+
+func (o Options) instance() string {
+	if o.Instance == "" {
+		return "p" + strconv.Itoa(os.Getpid())
+	}
+	return o.Instance
 }
 
 func (o Options) slice() string {
