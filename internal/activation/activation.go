@@ -24,7 +24,9 @@ import (
 
 // Workbench is the part of the workbench manager an activation needs.
 type Workbench interface {
-	Reset(ctx context.Context, session, reason string) error
+	// ResetAtBoundary replaces the session's workbench before its next cell,
+	// without waiting (the activation may come from the running cell).
+	ResetAtBoundary(session, reason string)
 }
 
 // Service activates releases.
@@ -134,9 +136,7 @@ func (s *Service) activate(ctx context.Context, session string, parent int64, re
 		res.Replaced = append(res.Replaced, "hooks")
 	}
 	if res.Kind == behavior.KindWorkbench && s.bench != nil && parent != 0 {
-		if err := s.bench.Reset(ctx, session, fmt.Sprintf("behavior epoch %d (%s) changed skills or environment", res.Epoch, release[:12])); err != nil {
-			s.log.Warn("activation: workbench reset", "session", session, "error", err)
-		}
+		s.bench.ResetAtBoundary(session, fmt.Sprintf("behavior epoch %d (%s) changed skills or environment", res.Epoch, release[:12]))
 		res.Replaced = append(res.Replaced, "workbench")
 	}
 	res.Took = time.Since(start)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/metrics"
+	"github.com/klbr-dev/klbr/internal/workbench"
 )
 
 // behaviorSource is the tree published as the default release: the
@@ -46,6 +48,8 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 		Observe: func(slot, outcome string, latency time.Duration) { m.HookInvocation(slot, outcome, latency) },
 	})
 	d.behavior = activation.New(d.store, rel, d.hooks, d.bench, d.log.With("component", "activation"))
+	d.bench.SetOps(activation.NewOps(d.behavior, filepath.Join(cfg.Paths.DataDir, "drafts")))
+	d.bench.SetSkills(d.skillsFor(cfg.Paths.DataDir, rel))
 	if err := d.behavior.Publish(ctx, man); err != nil {
 		return err
 	}
@@ -64,4 +68,39 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 		d.log.Info("behavior", "session", s.ID, "epoch", res.Epoch, "release", res.Release, "kind", res.Kind)
 	}
 	return nil
+}
+
+// skillsFor reads a session's skills when a workbench generation starts:
+// builtin ones from its active release, managed ones from <data>/skills (an
+// id in both is refused), written once per revision under <data>/runtime.
+func (d *daemon) skillsFor(dataDir string, rel *behavior.Releases) workbench.SkillsFunc {
+	return func(ctx context.Context, session string) (behavior.SkillSet, string, error) {
+		sess, err := d.store.Session(ctx, session)
+		if err != nil {
+			return behavior.SkillSet{}, "", err
+		}
+		var roots []behavior.SkillRoot
+		if sess.PolicyRevision != "" {
+			roots = append(roots, behavior.SkillRoot{Name: "builtin", Dir: filepath.Join(rel.Tree(sess.PolicyRevision), "skills")})
+		}
+		roots = append(roots, behavior.SkillRoot{Name: "managed", Dir: filepath.Join(dataDir, "skills")})
+		set, err := behavior.LoadSkills(roots)
+		if err != nil {
+			return set, "", err
+		}
+		dir := filepath.Join(dataDir, "runtime", "skills")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return set, "", err
+		}
+		file := filepath.Join(dir, set.Revision+".json")
+		if _, err := os.Stat(file); err == nil {
+			return set, file, nil
+		}
+		b, _ := json.Marshal(set)
+		tmp := file + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o600); err != nil {
+			return set, "", err
+		}
+		return set, file, os.Rename(tmp, file)
+	}
 }

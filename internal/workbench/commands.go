@@ -43,6 +43,9 @@ func (c *commands) HandleRequest(ctx context.Context, r worker.Request) (json.Ra
 	case "workspace.run":
 		return c.run(ctx, r.Args)
 	default:
+		if ops, _ := c.m.ext(); ops != nil && (strings.HasPrefix(r.Op, "behavior.") || strings.HasPrefix(r.Op, "hooks.")) {
+			return ops.HandleRequest(WithSession(ctx, c.session), r)
+		}
 		return nil, &worker.RequestError{Code: "unsupported", Message: fmt.Sprintf("%s is not served here yet", r.Op)}
 	}
 }
@@ -109,4 +112,17 @@ func Bind(root, rel string) (string, error) {
 		return "", fmt.Errorf("%q leaves the workspace", rel)
 	}
 	return p, nil
+}
+
+type sessionKey struct{}
+
+// WithSession tells a delegated request handler whose cell asked.
+func WithSession(ctx context.Context, session string) context.Context {
+	return context.WithValue(ctx, sessionKey{}, session)
+}
+
+// SessionFrom returns the session WithSession recorded.
+func SessionFrom(ctx context.Context) string {
+	s, _ := ctx.Value(sessionKey{}).(string)
+	return s
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/artifacts"
+	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -39,6 +40,10 @@ type Config struct {
 	Observe func(event string)
 }
 
+// SkillsFunc returns the skill set a new generation of session is offered,
+// and the file holding it, which must stay readable while the generation lives.
+type SkillsFunc func(ctx context.Context, session string) (set behavior.SkillSet, file string, err error)
+
 // Result is a finished cell: its execution id and outcome.
 type Result struct {
 	Execution int64           `json:"execution"`
@@ -58,11 +63,40 @@ type Manager struct {
 
 	stopCtx context.Context // ends when the daemon stops: running cells are interrupted
 	stopAll context.CancelFunc
+
+	extMu  sync.Mutex     // guards ops, skills
+	ops    worker.Handler // answers the host requests commands does not (behavior.*, hooks.*)
+	skills SkillsFunc
+}
+
+// SetOps installs the handler of behavior.* and hooks.* requests.
+func (m *Manager) SetOps(h worker.Handler) {
+	m.extMu.Lock()
+	defer m.extMu.Unlock()
+	m.ops = h
+}
+
+// SetSkills installs how a new generation learns its skills.
+func (m *Manager) SetSkills(f SkillsFunc) {
+	m.extMu.Lock()
+	defer m.extMu.Unlock()
+	m.skills = f
+}
+
+func (m *Manager) ext() (worker.Handler, SkillsFunc) {
+	m.extMu.Lock()
+	defer m.extMu.Unlock()
+	return m.ops, m.skills
 }
 
 // bench is one session's workbench. Its turn channel admits one cell at a time.
 type bench struct {
 	turn chan struct{} // buffered(1): holding the token means running a cell
+
+	// resetReason, when set, retires the worker before the next cell: a
+	// reset requested while a cell held the turn (an activation from a cell).
+	resetMu     sync.Mutex
+	resetReason string
 
 	// Fields below are used only by the goroutine holding the turn token.
 	w        *worker.Worker
@@ -188,6 +222,19 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 // ensureWorker returns the session's live worker, starting a new generation
 // if there is none, no sooner than the restart backoff allows.
 func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) (*worker.Worker, error) {
+	b.resetMu.Lock()
+	reason := b.resetReason
+	b.resetReason = ""
+	b.resetMu.Unlock()
+	if reason != "" && b.w != nil {
+		gen := b.w.Generation()
+		b.w.Kill()
+		b.w = nil
+		m.cfg.Observe("reset")
+		if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.KernelReset(sessionID, gen, reason) }); err != nil {
+			return nil, err
+		}
+	}
 	if b.w != nil {
 		select {
 		case <-b.w.Dead():
@@ -207,6 +254,19 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 	}
 	var gen int64
 	details := map[string]any{"placement": string(m.Mode()), "runtime": m.cfg.RuntimeHash, "python": m.cfg.Python}
+	var env []string
+	var skillsRev string
+	if _, skills := m.ext(); skills != nil {
+		set, file, err := skills(ctx, sessionID)
+		if err != nil {
+			return nil, fmt.Errorf("skills: %w", err)
+		}
+		env = append(env, "KLBR_SKILLS_FILE="+file)
+		skillsRev = set.Revision
+		details["skills_revision"] = set.Revision
+		details["skills"] = len(set.Skills)
+		details["skills_refused"] = set.Refused
+	}
 	if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
 		gen, err = tx.NextKernelGeneration(sessionID, details)
 		return err
@@ -217,7 +277,7 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 		Role: worker.RoleWorkbench, Session: sessionID, Generation: gen,
 		Kernel: m.cfg.Kernel, Python: m.cfg.Python, RuntimeSrc: m.cfg.RuntimeSrc, Workspace: m.cfg.Workspace,
 		Placer: m.cfg.Placer, Limits: m.cfg.Limits, Artifacts: m.cfg.Artifacts,
-		Log: m.cfg.Log,
+		Skills: skillsRev, Env: env, Log: m.cfg.Log,
 	})
 	if err != nil {
 		m.fail(b)
@@ -278,6 +338,19 @@ func (m *Manager) Reset(ctx context.Context, sessionID, reason string) error {
 	b.backoff, b.notSoon = 0, time.Time{}
 	m.cfg.Observe("reset")
 	return m.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.KernelReset(sessionID, gen, reason) })
+}
+
+// ResetAtBoundary asks for session's workbench to be replaced before its
+// next cell, without waiting: the safe boundary of an activation that a
+// running cell (maybe the caller itself) requested.
+func (m *Manager) ResetAtBoundary(sessionID, reason string) {
+	b, err := m.bench(sessionID)
+	if err != nil {
+		return
+	}
+	b.resetMu.Lock()
+	b.resetReason = reason
+	b.resetMu.Unlock()
 }
 
 // Close stops every workbench and waits, bounded, until their trees are gone

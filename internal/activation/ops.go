@@ -1,0 +1,325 @@
+package activation
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/workbench"
+	"github.com/klbr-dev/klbr/internal/worker"
+)
+
+// Ops answers the behavior.* and hooks.* host requests of cells: the agent
+// editing its own behavior through drafts, releases and activations.
+type Ops struct {
+	svc    *Service
+	drafts string // <data>/drafts
+
+	mu      sync.Mutex       // guards parents
+	parents map[string]int64 // release → parent epoch of the draft it was published from
+}
+
+// NewOps returns the handler; drafts is <data>/drafts.
+func NewOps(svc *Service, drafts string) *Ops {
+	return &Ops{svc: svc, drafts: drafts, parents: map[string]int64{}}
+}
+
+func invalid(format string, a ...any) error {
+	return &worker.RequestError{Code: "invalid", Message: fmt.Sprintf(format, a...)}
+}
+
+// HandleRequest implements worker.Handler.
+func (o *Ops) HandleRequest(ctx context.Context, r worker.Request) (json.RawMessage, error) {
+	session := workbench.SessionFrom(ctx)
+	if session == "" {
+		return nil, invalid("%s: no session", r.Op)
+	}
+	var res any
+	var err error
+	switch r.Op {
+	case "behavior.status":
+		res, err = o.status(ctx, session)
+	case "behavior.draft":
+		res, err = o.draft(ctx, session)
+	case "behavior.publish":
+		res, err = o.publish(ctx, session, r.Args)
+	case "behavior.activate":
+		res, err = o.activate(ctx, session, r.Args)
+	case "behavior.rollback":
+		res, err = o.svc.Rollback(ctx, session)
+	case "hooks.list":
+		res, err = o.hooksList(ctx, session)
+	case "hooks.describe":
+		res, err = o.hooksDescribe(r.Args)
+	case "hooks.test":
+		res, err = o.hooksTest(ctx, session, r.Args)
+	case "hooks.trace":
+		res, err = o.hooksTrace(ctx, session, r.Args)
+	default:
+		return nil, &worker.RequestError{Code: "unsupported", Message: r.Op + " is not a behavior or hooks operation"}
+	}
+	if err != nil {
+		var re *worker.RequestError
+		switch {
+		case errors.As(err, &re):
+		case errors.Is(err, ErrCandidate), errors.Is(err, behavior.ErrInvalidTree), errors.Is(err, behavior.ErrCorrupt):
+			err = &worker.RequestError{Code: "refused", Message: err.Error()}
+		case errors.Is(err, store.ErrStaleEpoch):
+			err = &worker.RequestError{Code: "stale", Message: err.Error()}
+		}
+		return nil, err
+	}
+	return json.Marshal(res)
+}
+
+func (o *Ops) status(ctx context.Context, session string) (any, error) {
+	sess, err := o.svc.store.Session(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	hist, err := o.svc.store.Activations(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"epoch": sess.BehaviorEpoch, "release": sess.PolicyRevision, "history": hist}, nil
+}
+
+// draftRecord is <data>/drafts/<id>/draft.json.
+type draftRecord struct {
+	ID            string    `json:"draft"`
+	Path          string    `json:"path"`
+	Session       string    `json:"session"`
+	ParentEpoch   int64     `json:"parent_epoch"`
+	ParentRelease string    `json:"parent_release"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// draft copies the active release's tree into a writable draft that records
+// its parent epoch.
+func (o *Ops) draft(ctx context.Context, session string) (any, error) {
+	sess, err := o.svc.store.Session(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	if sess.PolicyRevision == "" {
+		return nil, invalid("session %s has no active release to draft from", session)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	id := time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b)
+	dir := filepath.Join(o.drafts, id)
+	rec := draftRecord{ID: id, Path: filepath.Join(dir, "tree"), Session: session,
+		ParentEpoch: sess.BehaviorEpoch, ParentRelease: sess.PolicyRevision, CreatedAt: time.Now()}
+	if err := copyTree(o.svc.releases.Tree(sess.PolicyRevision), rec.Path); err != nil {
+		return nil, fmt.Errorf("draft: %w", err)
+	}
+	j, _ := json.MarshalIndent(rec, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "draft.json"), j, 0o600); err != nil {
+		return nil, fmt.Errorf("draft: %w", err)
+	}
+	return rec, nil
+}
+
+func (o *Ops) readDraft(id string) (draftRecord, error) {
+	var rec draftRecord
+	if id == "" || filepath.Base(id) != id || id[0] == '.' {
+		return rec, invalid("%q is not a draft id", id)
+	}
+	b, err := os.ReadFile(filepath.Join(o.drafts, id, "draft.json"))
+	if err != nil {
+		return rec, invalid("no draft %q", id)
+	}
+	return rec, json.Unmarshal(b, &rec)
+}
+
+func (o *Ops) publish(ctx context.Context, session string, args json.RawMessage) (any, error) {
+	var a struct {
+		Draft string `json:"draft"`
+	}
+	if err := json.Unmarshal(args, &a); err != nil {
+		return nil, invalid("behavior.publish: %v", err)
+	}
+	rec, err := o.readDraft(a.Draft)
+	if err != nil {
+		return nil, err
+	}
+	m, err := o.svc.releases.Publish(os.DirFS(rec.Path))
+	if err != nil {
+		return nil, err
+	}
+	if err := o.svc.Publish(ctx, m); err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	o.parents[m.ID] = rec.ParentEpoch
+	o.mu.Unlock()
+	kind := behavior.KindWorkbench
+	if parent, err := o.svc.releases.Verify(rec.ParentRelease); err == nil {
+		kind = behavior.ActivationKind(parent.Components, m.Components)
+	}
+	return map[string]any{"release": m.ID, "kind": kind, "files": len(m.Files), "skills": m.Skills, "parent_epoch": rec.ParentEpoch}, nil
+}
+
+func (o *Ops) activate(ctx context.Context, session string, args json.RawMessage) (any, error) {
+	var a struct {
+		Release       string `json:"release"`
+		ExpectedEpoch *int64 `json:"expected_epoch"`
+		Reason        string `json:"reason"`
+	}
+	if err := json.Unmarshal(args, &a); err != nil {
+		return nil, invalid("behavior.activate: %v", err)
+	}
+	id, err := o.svc.releases.Resolve(a.Release)
+	if err != nil {
+		return nil, invalid("behavior.activate: %v", err)
+	}
+	var parent int64
+	switch {
+	case a.ExpectedEpoch != nil:
+		parent = *a.ExpectedEpoch
+	default:
+		o.mu.Lock()
+		p, ok := o.parents[id]
+		o.mu.Unlock()
+		if ok {
+			parent = p // a draft's release activates against the epoch it was drafted from
+		} else {
+			sess, err := o.svc.store.Session(ctx, session)
+			if err != nil {
+				return nil, err
+			}
+			parent = sess.BehaviorEpoch
+		}
+	}
+	reason := a.Reason
+	if reason == "" {
+		reason = "activated from a cell"
+	}
+	res, err := o.svc.Activate(ctx, session, parent, id, reason)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"epoch": res.Epoch, "release": res.Release, "kind": res.Kind, "replaced": res.Replaced,
+		"workbench_reset_pending": res.Kind == behavior.KindWorkbench}, nil
+}
+
+func (o *Ops) hooksList(ctx context.Context, session string) (any, error) {
+	sess, err := o.svc.store.Session(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"release": sess.PolicyRevision, "epoch": sess.BehaviorEpoch, "slots": []string{hooks.SlotPlan, hooks.SlotReview}}, nil
+}
+
+var slotDocs = map[string]map[string]string{
+	hooks.SlotPlan: {
+		"doc":      "Orders the inputs waiting for attention. Operator input first; DMs and mentions before ambient chatter; ambient items may be deferred.",
+		"contract": `{"items":[{"id","source_kind","directed","conversation","received_at"}],"now"} -> {"order":[ids],"defer":[{"id","until"}],"reason"}; on failure the host's default plan is used`,
+	},
+	hooks.SlotReview: {
+		"doc":      "Reviews an explicit send before it is delivered. Fails closed: anything but a well-formed decision holds the send.",
+		"contract": `{"channel","text","destination","session","frame"} -> {"decision":"allow"|"hold","reason"}`,
+	},
+}
+
+func (o *Ops) hooksDescribe(args json.RawMessage) (any, error) {
+	var a struct {
+		Slot string `json:"slot"`
+	}
+	json.Unmarshal(args, &a)
+	d, ok := slotDocs[a.Slot]
+	if !ok {
+		return nil, invalid("unknown slot %q (slots: %s, %s)", a.Slot, hooks.SlotPlan, hooks.SlotReview)
+	}
+	return map[string]any{"slot": a.Slot, "doc": d["doc"], "contract": d["contract"]}, nil
+}
+
+// hooksTest invokes a slot in a fresh worker of the given (or active)
+// release: a test never touches the session's live hook worker.
+func (o *Ops) hooksTest(ctx context.Context, session string, args json.RawMessage) (any, error) {
+	var a struct {
+		Slot    string          `json:"slot"`
+		Input   json.RawMessage `json:"input"`
+		Release string          `json:"release"`
+	}
+	if err := json.Unmarshal(args, &a); err != nil {
+		return nil, invalid("hooks.test: %v", err)
+	}
+	if _, ok := slotDocs[a.Slot]; !ok {
+		return nil, invalid("unknown slot %q", a.Slot)
+	}
+	rel := a.Release
+	if rel == "" {
+		sess, err := o.svc.store.Session(ctx, session)
+		if err != nil {
+			return nil, err
+		}
+		rel = sess.PolicyRevision
+	}
+	id, err := o.svc.releases.Resolve(rel)
+	if err != nil {
+		return nil, invalid("hooks.test: %v", err)
+	}
+	w, err := o.svc.hooks.StartWorker(ctx, session, id)
+	if err != nil {
+		return map[string]any{"ok": false, "outcome": "unavailable", "error": err.Error()}, nil
+	}
+	defer w.Kill()
+	start := time.Now()
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := w.Invoke(ictx, a.Slot, a.Input)
+	lat := float64(time.Since(start).Microseconds()) / 1000
+	if err != nil {
+		return map[string]any{"ok": false, "outcome": "error", "error": err.Error(), "latency_ms": lat}, nil
+	}
+	return map[string]any{"ok": true, "outcome": "ok", "result": out, "latency_ms": lat}, nil
+}
+
+func (o *Ops) hooksTrace(ctx context.Context, session string, args json.RawMessage) (any, error) {
+	var a struct {
+		Limit int `json:"limit"`
+	}
+	json.Unmarshal(args, &a)
+	if a.Limit <= 0 || a.Limit > 500 {
+		a.Limit = 20
+	}
+	all, err := o.svc.store.HookInvocations(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	if len(all) > a.Limit {
+		all = all[len(all)-a.Limit:]
+	}
+	return map[string]any{"invocations": all}, nil
+}
+
+// copyTree copies a release tree into a new writable directory.
+func copyTree(from, to string) error {
+	return filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, p)
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o644)
+	})
+}
