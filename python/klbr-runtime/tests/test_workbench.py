@@ -116,6 +116,9 @@ class BasicsTest(WorkbenchCase):
                          "['delete', 'ls', 'open_file', 'run', 'search']")
         self.assertEqual(self.value("(local is klbr.local, runtime is klbr.runtime, workspace is klbr.workspace)"),
                          "(True, True, True)")
+        self.assertEqual(self.value("all(globals()[n] is getattr(klbr, n) for n in klbr.PRELUDE_MODULES)"), "True")
+        self.assertEqual(self.value("klbr.PRELUDE_MODULES"),
+                         "('local', 'runtime', 'workspace', 'behavior', 'hooks', 'skills')")
 
     def test_real_main_module(self):
         self.assertEqual(self.value(

@@ -5,13 +5,22 @@
 - ``klbr.runtime.wait(seconds=None, reason="")``: a terminal yield.
 - ``klbr.workspace``: ``open_file``, ``ls``, ``search``, ``delete``, ``run``
   (bound in every cell; ``klbr.workspace.PRELUDE_NAMES`` lists them).
+- ``klbr.behavior``: ``status``, ``draft``, ``publish``, ``activate``,
+  ``rollback`` (your behavior release).
+- ``klbr.hooks``: ``list``, ``describe``, ``test``, ``trace``, ``bind`` (the
+  policy hooks of a release).
+- ``klbr.skills``: the skills this generation offers (``dir``, ``help``).
 
-All of it is a thin facade over ``klbr._sdk``.
+``PRELUDE_MODULES`` are bound by name in every cell. All of it is a thin facade
+over ``klbr._sdk``; klbr.behavior and klbr.hooks load ``klbr._behavior`` on
+first use, and klbr.skills reads its file on first use.
 """
 
 from ._sdk import SDK_VERSION as __version__
-from ._sdk import HostError, NoExecutionScope, WorkspaceEscape, Yielded
-from . import host, local, runtime, workspace
+from ._sdk import DraftEscape, HostError, NoExecutionScope, WorkspaceEscape, Yielded
+from . import behavior, hooks, host, local, runtime, skills, workspace
 
-__all__ = ["HostError", "NoExecutionScope", "WorkspaceEscape", "Yielded",
-           "host", "local", "runtime", "workspace"]
+PRELUDE_MODULES = ("local", "runtime", "workspace", "behavior", "hooks", "skills")
+
+__all__ = ["DraftEscape", "HostError", "NoExecutionScope", "WorkspaceEscape", "Yielded",
+           "PRELUDE_MODULES", "behavior", "hooks", "host", "local", "runtime", "skills", "workspace"]

@@ -1,5 +1,6 @@
 """The one internal module behind the ``klbr`` SDK (klbr.host, klbr.local,
-klbr.runtime, klbr.workspace are thin facades over it).
+klbr.runtime, klbr.workspace are thin facades over it; klbr.behavior and
+klbr.hooks load klbr._behavior on first use, and klbr.skills stands alone).
 
 Host requests go through the workbench runner, which binds itself here with
 ``_bind``. Outside a workbench cell (the hooks role, a plain interpreter)
@@ -58,7 +59,12 @@ class WorkspaceEscape(PermissionError):
     """A path that resolves (through ``..`` or symlinks) outside the workspace."""
 
 
-for _cls in (HostError, NoExecutionScope, Yielded, WorkspaceEscape):
+class DraftEscape(PermissionError):
+    """A behavior-draft path that is absolute, climbs out with ``..``, or goes
+    through a symlink (a draft may hold none: publish refuses them)."""
+
+
+for _cls in (HostError, NoExecutionScope, Yielded, WorkspaceEscape, DraftEscape):
     _cls.__module__ = "klbr"
 
 

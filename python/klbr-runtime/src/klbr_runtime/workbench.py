@@ -27,9 +27,6 @@ import types
 
 import klbr
 import klbr._sdk as sdk
-import klbr.local
-import klbr.runtime
-import klbr.workspace
 
 from . import framing
 from .connection import ProtocolError, block_async_signals, diag, field
@@ -321,9 +318,8 @@ class Workbench:
         main = types.ModuleType("__main__")
         g = main.__dict__
         g["__builtins__"] = builtins
-        g["local"] = klbr.local
-        g["runtime"] = klbr.runtime
-        g["workspace"] = klbr.workspace
+        for name in klbr.PRELUDE_MODULES:
+            g[name] = getattr(klbr, name)
         for name in klbr.workspace.PRELUDE_NAMES:
             g[name] = getattr(klbr.workspace, name)
         sys.modules["__main__"] = main
