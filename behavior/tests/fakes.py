@@ -46,7 +46,8 @@ def no_effects():
         return _refused
 
     fakes = {name: FakeSDK(name, attempts)
-             for name in ("klbr", "klbr.host", "klbr.local", "klbr.runtime", "klbr.workspace")}
+             for name in ("klbr", "klbr.host", "klbr.local", "klbr.runtime", "klbr.workspace",
+                          "klbr.behavior", "klbr.hooks", "klbr.skills")}
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.dict(sys.modules, fakes))
         # Connecting is the effect; creating a socket is not (an event loop

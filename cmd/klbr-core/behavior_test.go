@@ -123,3 +123,50 @@ SLOTS = {"attention.plan": attention.plan, "delivery.review": review}
 	in.must("stop")
 	srv.wait(t)
 }
+
+// Seed 002's gate, from inside a cell: the agent edits a hook through the
+// SDK, tests the new release in a fresh worker, activates it; a variable set
+// before survives, and the next cell sees the new behavior.
+func TestAgentEditsItsOwnHookFromACell(t *testing.T) {
+	in := newInstance(t)
+	in.must("init")
+	srv := in.serve()
+	in.must("exec", "default", "kept = 'set before the edit'")
+	out := in.must("exec", "default", `
+d = await behavior.draft()
+await d.write("klbr_hooks/strict.py", '''
+from . import delivery
+
+def review(inp):
+    delivery.review(inp)  # keep the input checks
+    return {"decision": "hold", "reason": "strict mode"}
+''')
+await hooks.bind(d, "delivery.review", "strict", "review")
+pub = await behavior.publish(d)
+t = await hooks.test("delivery.review", {"channel": "local", "text": "hi", "session": "default"}, release=pub.release)
+a = await behavior.activate(pub.release, reason="stricter reviews")
+(pub.kind, t.result["decision"], a.epoch, a.kind, a.workbench_reset_pending)`)
+	if strings.TrimSpace(out) != "('hooks', 'hold', 2, 'hooks', False)" {
+		t.Fatalf("edit from a cell: %q", out)
+	}
+	out = in.must("exec", "default", `
+st = await behavior.status()
+t = await hooks.test("delivery.review", {"channel": "local", "text": "hi", "session": "default"})
+(kept, st.epoch, t.result["decision"], sorted(dir(skills)))`)
+	if strings.TrimSpace(out) != "('set before the edit', 2, 'hold', ['discord', 'maintenance', 'workspace'])" {
+		t.Fatalf("the next cell: %q", out)
+	}
+	// A broken candidate from a cell is refused; the active release stays.
+	_, errOut, err := in.run(nil, "exec", "default", `
+d = await behavior.draft()
+await d.write("klbr_hooks/__init__.py", "raise RuntimeError('broken on purpose')\n")
+await behavior.activate((await behavior.publish(d)).release)`)
+	if err == nil || !strings.Contains(errOut, "refused") || !strings.Contains(errOut, "broken on purpose") {
+		t.Fatalf("broken candidate from a cell: %v %s", err, errOut)
+	}
+	if r := releases(t, in); r.Sessions[0].Epoch != 2 {
+		t.Fatalf("epoch after a refused candidate: %d", r.Sessions[0].Epoch)
+	}
+	in.must("stop")
+	srv.wait(t)
+}
