@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/activation"
@@ -26,7 +27,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/setup"
 	"github.com/klbr-dev/klbr/internal/store"
-	"github.com/klbr-dev/klbr/internal/unixsock"
+	"github.com/klbr-dev/klbr/internal/systemd"
 	"github.com/klbr-dev/klbr/internal/version"
 	"github.com/klbr-dev/klbr/internal/web"
 	"github.com/klbr-dev/klbr/internal/workbench"
@@ -63,6 +64,10 @@ type daemon struct {
 	behavior *activation.Service
 	releases *behavior.Releases
 
+	notify       *systemd.Notifier // no-op without NOTIFY_SOCKET
+	cellsRunning atomic.Int64      // cells running through the operator API, for STATUS=
+	statusPoke   chan struct{}     // buffered(1): the STATUS= line may have changed
+
 	shutdownOnce sync.Once
 	shutdown     chan struct{} // closed when a drain or stop is requested
 	stop         bool          // set before shutdown closes: interrupt instead of await
@@ -71,7 +76,14 @@ type daemon struct {
 
 // Run serves until ctx ends (SIGTERM) or an operator asks for a drain or
 // stop, then drains in order and returns nil. Errors before serving (not
-// initialized, data directory held, port taken) are returned as they are.
+// initialized, data directory held, port taken, a socket from systemd that
+// is not what klbr-core serves) are returned as they are.
+//
+// Under systemd it serves the sockets systemd passes (by FileDescriptorName:
+// http, control, ingress) and binds the others itself; it sends READY=1 once
+// its listeners are bound, the store is migrated and placement and behavior
+// are ready, keeps STATUS= current, pings the watchdog, and sends STOPPING=1
+// and EXTEND_TIMEOUT_USEC= while it drains (package systemd).
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
@@ -86,6 +98,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err := config.CheckBindAddr(cfg.BindAddr); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	notify := systemd.NewNotifier(log.With("component", "systemd"))
+	ls, err := inheritListeners(log)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer ls.close()
+	notify.Status("starting: opening the store")
 	st, err := store.Open(ctx, dir, store.Options{Clock: opts.Clock, Logger: log.With("component", "store")})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -106,6 +125,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		cfg: cfg, log: log, clock: opts.Clock, started: opts.Clock(), store: st,
 		sessions: session.NewManager(st),
 		shutdown: make(chan struct{}), closing: make(chan struct{}),
+		notify: notify, statusPoke: make(chan struct{}, 1),
 	}
 	m := metrics.New(st, opts.Clock, log.With("component", "metrics"))
 	d.admit = admission.New(st, d.sessions, opts.Clock, m.ObserveAdmission)
@@ -118,6 +138,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	}); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	notify.Status("starting: detecting placement and the workbench")
 	d.bench, d.placer, d.benchErr = newWorkbench(ctx, cfg, st, d.sessions, log, func(e string) { m.WorkerEvent("workbench", e) })
 	mode := ""
 	if d.placer != nil {
@@ -130,45 +151,38 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		return fmt.Errorf("serve: behavior: %w", err)
 	}
 
-	ctlL, err := unixsock.Listen(cfg.Paths.ControlSocket, 0o600)
-	if err != nil {
-		return fmt.Errorf("serve: control socket: %w", err)
-	}
-	defer os.Remove(cfg.Paths.ControlSocket)
-	httpL, err := net.Listen("tcp", cfg.BindAddr)
-	if err != nil {
-		ctlL.Close()
-		return fmt.Errorf("serve: %w (is another klbr-core or program using it? set KLBR_BIND_ADDR)", err)
+	if err := ls.bindMissing(cfg, log); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
 	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi"))
 	if d.bench != nil {
-		ctl.WithWorkbench(d.bench, nil).WithBehavior(d.behavior, d.releases)
+		ctl.WithWorkbench(d.countCells(d.bench), nil).WithBehavior(d.behavior, d.releases)
 	} else {
 		ctl.WithWorkbench(nil, d.benchErr)
 	}
 	ctlSrv := ctl.HTTPServer()
 	webSrv := web.New(d, m.Handler(), log.With("component", "web")).HTTPServer()
+	ingSrv := ingressServer(log.With("component", "ingress"))
 
-	serveErr := make(chan error, 2)
+	serveErr := make(chan error, len(ls.all()))
 	var wg sync.WaitGroup
 	for _, s := range []struct {
 		srv *http.Server
-		l   net.Listener
-	}{{ctlSrv, ctlL}, {webSrv, httpL}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.srv.Serve(s.l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				serveErr <- err
-			}
-		}()
+		ls  []net.Listener
+	}{{ctlSrv, ls.control}, {webSrv, ls.http}, {ingSrv, ls.ingress}} {
+		for _, l := range s.ls {
+			wg.Go(func() { d.serve(s.srv, l, serveErr) })
+		}
 	}
-	addrs := Addrs{HTTP: httpL.Addr().String(), Control: cfg.Paths.ControlSocket}
+	addrs := Addrs{HTTP: ls.http[0].Addr().String(), Control: ls.control[0].Addr().String()}
 	log.Info("serving", "url", "http://"+addrs.HTTP+"/", "control_socket", addrs.Control, "data_dir", dir,
-		"sqlite", st.Info().Version, "version", version.Version)
+		"sqlite", st.Info().Version, "version", version.Version, "socket_activated", ls.activated())
 	if opts.Ready != nil {
 		opts.Ready(addrs)
 	}
+	notify.Ready(d.serveStatus(ctx))
+	stopWatchdog := notify.StartWatchdog(ctx, d.alive)
+	stopStatus := d.startStatus(ctx)
 
 	var cause error
 	select {
@@ -178,7 +192,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	case cause = <-serveErr:
 		log.Error("a listener failed: draining", "error", cause)
 	}
-	d.drain(opts.DrainTimeout, ctlSrv, webSrv)
+	stopStatus()
+	stopWatchdog() // systemd stops watching once it has STOPPING=1
+	d.drain(opts.DrainTimeout, ls, ctlSrv, webSrv, ingSrv)
 	wg.Wait()
 	if cause != nil {
 		return fmt.Errorf("serve: %w", cause)
@@ -186,13 +202,37 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	return nil
 }
 
+// serve serves srv on l until the server shuts down, or, for a listener
+// systemd passed, until the drain closes it; any other end is sent to failed.
+func (d *daemon) serve(srv *http.Server, l net.Listener, failed chan<- error) {
+	err := srv.Serve(l)
+	if err == nil || errors.Is(err, http.ErrServerClosed) {
+		return
+	}
+	select {
+	case <-d.closing:
+		if errors.Is(err, net.ErrClosed) {
+			return // stopAccepting
+		}
+	default:
+	}
+	failed <- err
+}
+
 // drain closes admission, lets accepted work finish and record its outcome,
-// closes the listeners and leaves closing the store to Run.
-func (d *daemon) drain(timeout time.Duration, servers ...*http.Server) {
+// closes the listeners and leaves closing the store to Run. Sockets systemd
+// passed stop accepting first, so that new connections wait for the next
+// daemon; systemd hears STOPPING=1, then EXTEND_TIMEOUT_USEC= for as long as
+// accepted work is awaited.
+func (d *daemon) drain(timeout time.Duration, ls *listeners, servers ...*http.Server) {
 	close(d.closing)
+	d.notify.Stopping(d.drainStatus())
+	ls.stopAccepting()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := d.clock()
+	stopExtending := d.notify.KeepExtending(extendEvery, d.drainStatus)
+	defer stopExtending()
 	if err := d.admit.Close(ctx); err != nil {
 		d.log.Error("drain: admissions in flight did not finish", "error", err)
 	}
@@ -203,12 +243,15 @@ func (d *daemon) drain(timeout time.Duration, servers ...*http.Server) {
 	if err := d.sessions.Shutdown(ctx); err != nil {
 		d.log.Error("drain: accepted work did not finish in time", "error", err, "timeout", timeout)
 	}
+	stopExtending()
+	d.notify.Status("draining: stopping workers")
 	if d.bench != nil {
 		d.bench.Close()
 	}
 	if d.hooks != nil {
 		d.hooks.Close()
 	}
+	d.notify.Status("draining: closing connections")
 	for _, s := range servers {
 		if err := s.Shutdown(ctx); err != nil {
 			d.log.Warn("drain: listener did not close cleanly", "error", err)

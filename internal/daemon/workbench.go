@@ -36,7 +36,7 @@ func Runtime(paths config.Paths) (src, hash string, err error) {
 func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sessions *session.Manager,
 	log *slog.Logger, observe func(string)) (*workbench.Manager, placement.Placer, error) {
 	placer, err := placement.Detect(ctx, placement.Options{
-		SystemdBus: os.Getenv("KLBR_SYSTEMD_BUS"), // unset: the system bus
+		SystemdBus: os.Getenv(EnvSystemdBus), // unset: the system bus
 		Logger:     log.With("component", "placement"),
 	})
 	if err != nil {
