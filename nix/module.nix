@@ -1,0 +1,307 @@
+# The NixOS module services.klbr.
+#
+# The unit files are the package's (nix/systemd, installed into
+# lib/systemd/system): this module enables them with systemd.packages and
+# adds only what a NixOS host decides, as drop-ins — the user, the groups,
+# the configuration file, credentials, and which units start at boot. This is
+# the pattern of nixpkgs' tailscale module: one source of truth for the
+# units, shared with non-Nix installs and with the systemd test harness.
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}:
+
+let
+  inherit (lib)
+    literalExpression
+    mkDefault
+    mkEnableOption
+    mkIf
+    mkMerge
+    mkOption
+    mkPackageOption
+    types
+    ;
+
+  cfg = config.services.klbr;
+  settingsFormat = pkgs.formats.toml { };
+  configFile = settingsFormat.generate "klbr.toml" cfg.settings;
+
+  # Where klbr-core-control.socket puts the operator socket (%t/klbr/control.sock).
+  controlSocket = "/run/klbr/control.sock";
+
+  credentialName = name: builtins.match "[A-Za-z0-9_.-]+" name != null;
+in
+{
+  options.services.klbr = {
+    enable = mkEnableOption "klbr, the persistent personal agent (klbr-core, started by its socket)";
+
+    package = mkPackageOption pkgs "klbr" {
+      extraDescription = ''
+        The flake's `nixosModules.default` sets this to the flake's own
+        package, built with the nixpkgs its flake.lock pins.
+      '';
+    };
+
+    user = mkOption {
+      type = types.str;
+      default = "klbr";
+      description = ''
+        The user klbr-core runs as. The default user is created as a system
+        user; any other must exist. Its workers run as this user too, in
+        transient scopes it may create through the polkit rule this module
+        installs (only units named `klbr-*.scope`).
+      '';
+    };
+
+    group = mkOption {
+      type = types.str;
+      default = "klbr";
+      description = "The primary group of the klbr-core service.";
+    };
+
+    ingressGroup = mkOption {
+      type = types.str;
+      default = "klbr-ingress";
+      description = ''
+        The group of klbr-core's ingress socket, /run/klbr/ingress.sock.
+        klbr-discord runs in it, so it can admit inputs; so can any other
+        transport you put in it. Ingress peers have source authority only:
+        the operator socket, /run/klbr/control.sock, admits the service user
+        and root.
+      '';
+    };
+
+    settings = mkOption {
+      description = ''
+        klbr.toml (model routes, Discord, worker limits), written to the Nix
+        store and named by `KLBR_CONFIG`; see docs/operating.md. klbr-core
+        refuses keys it does not know. Secrets never go here: name an
+        environment variable (`api_key_env`) or a file (`api_key_file`, e.g. a
+        credential from `services.klbr.credentials`).
+      '';
+      default = { };
+      example = literalExpression ''
+        {
+          agent.route = "main";
+          routes.main = {
+            url = "http://localhost:8001/v1";
+            model = "local";
+            api_key_file = "/run/credentials/klbr-core.service/openai-key";
+          };
+          limits = { memory_max = "4G"; tasks_max = 512; cpu_quota = "200%"; };
+        }
+      '';
+      type = types.submodule {
+        freeformType = settingsFormat.type;
+        options.limits = {
+          memory_max = mkOption {
+            type = types.strMatching "[0-9]+[KMGT]?";
+            default = "2G";
+            description = "MemoryMax= of each worker scope (base 1024 suffixes K, M, G, T).";
+          };
+          tasks_max = mkOption {
+            type = types.ints.between 1 100000;
+            default = 256;
+            description = "TasksMax= of each worker scope.";
+          };
+          cpu_quota = mkOption {
+            type = types.strMatching "[0-9]+%";
+            default = "200%";
+            description = "CPUQuota= of each worker scope (100% is one CPU).";
+          };
+        };
+      };
+    };
+
+    credentials = mkOption {
+      type = types.attrsOf types.externalPath;
+      default = { };
+      example = {
+        openai-key = "/run/secrets/openai-key";
+      };
+      description = ''
+        Files handed to klbr-core as systemd credentials (LoadCredential=):
+        name = path. Each is readable by the service as
+        `/run/credentials/klbr-core.service/<name>`, for example as a route's
+        `api_key_file`. The files stay where they are, outside the Nix store.
+      '';
+    };
+
+    discord = {
+      enable = mkEnableOption "klbr-discord, the Discord transport (klbr-discord.service)";
+
+      tokenFile = mkOption {
+        type = types.nullOr types.externalPath;
+        default = null;
+        example = "/run/secrets/klbr-discord-token";
+        description = ''
+          A file holding the Discord bot token, outside the Nix store. It
+          reaches klbr-discord as the credential `discord-token`
+          (LoadCredential=); the service never sees its path.
+        '';
+      };
+    };
+
+    grafana = {
+      enable = mkEnableOption ''
+        the klbr dashboard in this host's Grafana, through
+        `services.grafana.provision.dashboards.settings.providers`. The
+        dashboard asks for a Prometheus data source that scrapes klbr-core's
+        /metrics (see `services.klbr.prometheus.enable`)
+      '';
+    };
+
+    prometheus = {
+      enable = mkEnableOption ''
+        a scrape job for klbr-core's /metrics in this host's Prometheus
+        (`services.prometheus.scrapeConfigs`)
+      '';
+      target = mkOption {
+        type = types.str;
+        default = "127.0.0.1:8765";
+        description = "Where klbr-core's HTTP listener is (klbr-core.socket's ListenStream; loopback only).";
+      };
+    };
+  };
+
+  config = mkIf cfg.enable (mkMerge [
+    {
+      assertions = [
+        {
+          assertion = cfg.discord.enable -> cfg.discord.tokenFile != null;
+          message = "services.klbr.discord.tokenFile must be set when services.klbr.discord.enable is true: klbr-discord reads the bot token from that file, as the credential discord-token.";
+        }
+        {
+          assertion = cfg.discord.enable -> (cfg.package.hasDiscord or true);
+          message = "services.klbr.discord.enable is true, but services.klbr.package has no klbr-discord.";
+        }
+        {
+          assertion = lib.all credentialName (lib.attrNames cfg.credentials);
+          message = "services.klbr.credentials: names may hold only letters, digits, '_', '.' and '-'.";
+        }
+        {
+          assertion = !(cfg.credentials ? discord-token);
+          message = "services.klbr.credentials: discord-token is klbr-discord's; set services.klbr.discord.tokenFile instead.";
+        }
+      ];
+
+      services.klbr.settings.discord = mkIf cfg.discord.enable { enabled = mkDefault true; };
+
+      environment.systemPackages = [ cfg.package ];
+      # The CLI (`klbr-core status`, `send`, `tail`, `drain`) finds the daemon
+      # through this; the socket admits the service user and root.
+      environment.variables.KLBR_CONTROL_SOCKET = controlSocket;
+
+      systemd.packages = [ cfg.package ];
+
+      # The three listeners (HTTP, operator, ingress) start at boot; NixOS
+      # does not read the units' [Install] sections, so wantedBy says it.
+      systemd.sockets.klbr-core.wantedBy = [ "sockets.target" ];
+      systemd.sockets.klbr-core-control = {
+        wantedBy = [ "sockets.target" ];
+        # Mode 0600 as shipped: the service user and root.
+        socketConfig = {
+          SocketUser = cfg.user;
+          SocketGroup = cfg.group;
+        };
+      };
+      systemd.sockets.klbr-core-ingress = {
+        wantedBy = [ "sockets.target" ];
+        # Mode 0660 as shipped: klbr-discord reaches it through the group.
+        socketConfig = {
+          SocketUser = cfg.user;
+          SocketGroup = cfg.ingressGroup;
+        };
+      };
+
+      # No wantedBy: the first connection to one of its sockets starts it.
+      systemd.services.klbr-core = {
+        environment.KLBR_CONFIG = "${configFile}";
+        restartTriggers = [ configFile ];
+        # A changed unit is restarted in one step while the socket keeps
+        # its listeners, so connections made meanwhile wait, not fail.
+        stopIfChanged = false;
+        serviceConfig = {
+          User = cfg.user;
+          Group = cfg.group;
+          LoadCredential = mkIf (cfg.credentials != { }) (
+            lib.mapAttrsToList (name: path: "${name}:${path}") cfg.credentials
+          );
+        };
+      };
+
+      users.users = mkIf (cfg.user == "klbr") {
+        klbr = {
+          isSystemUser = true;
+          group = cfg.group;
+          home = "/var/lib/klbr";
+          description = "klbr agent";
+        };
+      };
+      users.groups = mkMerge [
+        (mkIf (cfg.group == "klbr") { klbr = { }; })
+        { ${cfg.ingressGroup} = { }; }
+      ];
+
+      # Worker placement: klbr-core creates klbr-<role>-<session>-<gen>.scope
+      # units under klbr.slice over the system bus. This lets the service
+      # user manage those units and nothing else.
+      security.polkit.enable = true;
+      security.polkit.extraConfig = ''
+        // services.klbr: klbr-core may manage its own worker scopes only.
+        polkit.addRule(function (action, subject) {
+          if (action.id == "org.freedesktop.systemd1.manage-units" &&
+              subject.user == ${builtins.toJSON cfg.user}) {
+            var unit = action.lookup("unit");
+            if (typeof unit == "string" && /^klbr-[^\/]+\.scope$/.test(unit)) {
+              return polkit.Result.YES;
+            }
+          }
+        });
+      '';
+    }
+
+    (mkIf cfg.discord.enable {
+      systemd.services.klbr-discord = {
+        wantedBy = [ "multi-user.target" ];
+        environment.KLBR_CONFIG = "${configFile}";
+        restartTriggers = [ configFile ];
+        serviceConfig = {
+          DynamicUser = true;
+          SupplementaryGroups = [ cfg.ingressGroup ];
+          # Replace the shipped /etc/klbr/discord-token with the option's file.
+          LoadCredential = [
+            ""
+          ]
+          ++ lib.optional (cfg.discord.tokenFile != null) "discord-token:${cfg.discord.tokenFile}";
+        };
+      };
+    })
+
+    (mkIf cfg.grafana.enable {
+      services.grafana.provision = {
+        enable = mkDefault true;
+        dashboards.settings.providers = [
+          {
+            name = "klbr";
+            type = "file";
+            folder = "klbr";
+            options.path = "${cfg.package}/share/klbr/grafana";
+          }
+        ];
+      };
+    })
+
+    (mkIf cfg.prometheus.enable {
+      services.prometheus.scrapeConfigs = [
+        {
+          job_name = "klbr";
+          static_configs = [ { targets = [ cfg.prometheus.target ]; } ];
+        }
+      ];
+    })
+  ]);
+}
