@@ -85,6 +85,10 @@ func shutdownOrMove(ctx context.Context, g *globals, args []string, noWait bool,
 		fmt.Fprintf(g.env.Stdout, "session %s is %s\n", s.ID, s.State)
 		return nil
 	}
+	before, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
 	acc, err := shutdown(c, ctx)
 	if err != nil {
 		return err
@@ -93,23 +97,25 @@ func shutdownOrMove(ctx context.Context, g *globals, args []string, noWait bool,
 	if noWait {
 		return nil
 	}
-	if err := waitGone(ctx, c, timeout); err != nil {
+	if err := waitGone(ctx, c, before.PID, timeout); err != nil {
 		return err
 	}
 	fmt.Fprintln(g.env.Stderr, "klbr-core has exited")
 	return nil
 }
 
-// waitGone polls until the daemon no longer answers on its socket.
-func waitGone(ctx context.Context, c *localclient.Client, timeout time.Duration) error {
+// waitGone polls until the daemon with pid no longer answers on its socket.
+// Under socket activation the poll itself may start a new daemon: an answer
+// from another pid also means this one has exited.
+func waitGone(ctx context.Context, c *localclient.Client, pid int, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		c.Close() // no kept-alive connection may hide the daemon's exit
-		_, err := c.Status(ctx)
-		if errors.Is(err, localclient.ErrUnreachable) {
+		st, err := c.Status(ctx)
+		if errors.Is(err, localclient.ErrUnreachable) || (err == nil && st.PID != pid) {
 			return nil
 		}
 		select {
