@@ -153,13 +153,18 @@ var fixtures = map[string]any{
 // a fixture with a well-formed result. The candidate's own claims count for
 // nothing: only the host's reading of its answers does.
 func (s *Service) check(ctx context.Context, session, release string) (*worker.Worker, error) {
+	if err := s.runTests(ctx, session, release); err != nil {
+		return nil, err
+	}
+	return s.checkSlots(ctx, session, release)
+}
+
+// checkSlots starts release's hook worker and has every slot answer a
+// fixture well; the worker is returned ready to serve.
+func (s *Service) checkSlots(ctx context.Context, session, release string) (*worker.Worker, error) {
 	w, err := s.hooks.StartWorker(ctx, session, release)
 	if err != nil {
 		return nil, fmt.Errorf("%w: its hook worker did not start: %v", ErrCandidate, err)
-	}
-	if err := s.runTests(ctx, session, release); err != nil {
-		w.Kill()
-		return nil, err
 	}
 	for slot, in := range fixtures {
 		b, _ := json.Marshal(in)
@@ -214,9 +219,17 @@ func (s *Service) Boot(ctx context.Context, session, defaultRelease string) (Res
 	}
 	_, verr := s.releases.Verify(sess.PolicyRevision)
 	if verr == nil {
-		return Result{Session: session, Epoch: sess.BehaviorEpoch, Release: sess.PolicyRevision, Kind: behavior.KindNone}, nil
+		// The bytes are right; the release must also still start and answer
+		// (an interpreter upgrade can break an import). Its worker becomes
+		// the session's hook worker.
+		w, err := s.checkSlots(ctx, session, sess.PolicyRevision)
+		if err == nil {
+			s.hooks.Swap(session, w, sess.PolicyRevision, sess.BehaviorEpoch)
+			return Result{Session: session, Epoch: sess.BehaviorEpoch, Release: sess.PolicyRevision, Kind: behavior.KindNone}, nil
+		}
+		verr = err
 	}
-	s.log.Error("active behavior release is corrupt; restoring the last good one", "session", session, "release", sess.PolicyRevision, "error", verr)
+	s.log.Error("active behavior release is corrupt or failing; restoring the last good one", "session", session, "release", sess.PolicyRevision, "error", verr)
 	history, err := s.store.Activations(ctx, session)
 	if err != nil {
 		return Result{}, err
@@ -230,7 +243,7 @@ func (s *Service) Boot(ctx context.Context, session, defaultRelease string) (Res
 	candidates = append(candidates, defaultRelease)
 	for _, rel := range candidates {
 		res, err := s.activate(ctx, session, sess.BehaviorEpoch, rel, "restore",
-			fmt.Sprintf("restored at startup: release %s failed verification (%v)", sess.PolicyRevision[:12], verr))
+			fmt.Sprintf("restored at startup: release %s failed verification or its check (%v)", sess.PolicyRevision[:12], verr))
 		if err == nil {
 			return res, nil
 		}

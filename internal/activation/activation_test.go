@@ -314,3 +314,35 @@ func TestCandidateWhoseOwnTestsFailIsRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestFailingActiveReleaseIsRestoredAtBoot(t *testing.T) {
+	f := newFixture(t, time.Second)
+	ctx := context.Background()
+	a := f.publish(t, allowHooks, "# soul\n")
+	f.svc.Boot(ctx, "s", a)
+	// A release whose bytes verify but whose hooks no longer import: the
+	// environment changed under it (here: a module it needs disappears).
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "klbr_hooks"), 0o755)
+	dep := filepath.Join(t.TempDir(), "fragile_dep.py")
+	os.WriteFile(dep, []byte("OK = True\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "klbr_hooks", "__init__.py"), []byte(
+		"import sys\nsys.path.insert(0, "+fmt.Sprintf("%q", filepath.Dir(dep))+")\nimport fragile_dep\n"+allowHooks), 0o644)
+	os.WriteFile(filepath.Join(dir, "soul.md"), []byte("# soul\n"), 0o644)
+	m, err := f.rel.Publish(os.DirFS(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Activate(ctx, "s", 1, m.ID, "uses a dependency"); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(dep)
+	res, err := f.svc.Boot(ctx, "s", a)
+	if err != nil || res.Release != a || res.Epoch != 3 {
+		t.Fatalf("boot over a failing release: %+v %v", res, err)
+	}
+	hist, _ := f.st.Activations(ctx, "s")
+	if hist[0].Kind != "restore" || !strings.Contains(hist[0].Reason, "fragile_dep") {
+		t.Fatalf("restore not recorded with its reason: %+v", hist[0])
+	}
+}

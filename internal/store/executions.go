@@ -49,10 +49,17 @@ func (t *Tx) notice(session, kind string, content any) error {
 	return err
 }
 
-// StartExecution journals a cell before it runs: its code becomes a
-// cell.started record and the execution is running.
+// StartExecution journals a cell before it runs: its code, generation and
+// behavior epoch become a cell.started record and the execution is running.
 func (t *Tx) StartExecution(session string, generation int64, code string) (int64, error) {
-	content, _ := json.Marshal(map[string]any{"code": code, "generation": generation})
+	// The cell is pinned to the behavior in force when it was accepted: its
+	// epoch and release are part of its record.
+	var epoch int64
+	var release string
+	if err := t.queryRow(`SELECT behavior_epoch, policy_revision FROM sessions WHERE id = ?`, session).Scan(&epoch, &release); err != nil {
+		return 0, fmt.Errorf("%w: %s", ErrUnknownSession, session)
+	}
+	content, _ := json.Marshal(map[string]any{"code": code, "generation": generation, "behavior_epoch": epoch, "release": release})
 	eventID, _, err := t.appendItem(session, "cell.started", LaneCell, string(content), t.now, t.now)
 	if err != nil {
 		return 0, fmt.Errorf("start execution: %w", err)
