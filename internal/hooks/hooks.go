@@ -102,6 +102,7 @@ func (d *Dispatcher) StartWorker(ctx context.Context, session, release string) (
 		Kernel: d.cfg.Kernel, Python: d.cfg.Python, RuntimeSrc: d.cfg.RuntimeSrc, Workspace: d.cfg.Workspace,
 		Behavior: d.cfg.Releases.Tree(release), Placer: d.cfg.Placer, Limits: d.cfg.Limits,
 		Handshake: 5 * time.Second, Log: d.cfg.Log,
+		NoSite: true, // policy hooks use the standard library only
 	})
 }
 
