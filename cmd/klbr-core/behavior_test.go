@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klbr-dev/klbr/internal/api"
 )
@@ -166,6 +167,52 @@ await behavior.activate((await behavior.publish(d)).release)`)
 	}
 	if r := releases(t, in); r.Sessions[0].Epoch != 2 {
 		t.Fatalf("epoch after a refused candidate: %d", r.Sessions[0].Epoch)
+	}
+	in.must("stop")
+	srv.wait(t)
+}
+
+// A cell keeps the behavior it was accepted under: an activation during the
+// cell changes what the next cell sees, not what this one does.
+func TestInFlightCellStaysPinnedToItsEpoch(t *testing.T) {
+	in := newInstance(t)
+	in.must("init")
+	srv := in.serve()
+	r := releases(t, in)
+	initial := r.Sessions[0].Release
+	draft := filepath.Join(t.TempDir(), "draft")
+	copyTree(t, filepath.Join(in.dir, "releases", initial, "tree"), draft)
+	os.WriteFile(filepath.Join(draft, "klbr_hooks", "strict.py"), []byte(`
+from . import delivery
+def review(inp):
+    delivery.review(inp)
+    return {"decision": "hold", "reason": "strict"}
+`), 0o644)
+	os.WriteFile(filepath.Join(draft, "klbr_hooks", "__init__.py"), []byte(`
+from . import attention, strict
+SLOTS = {"attention.plan": attention.plan, "delivery.review": strict.review}
+`), 0o644)
+	strict := strings.TrimSpace(in.must("publish", draft))
+
+	probe := `
+st = await behavior.status()
+t = await hooks.test("delivery.review", {"channel": "local", "text": "hi", "session": "default"})
+(st.cell_epoch, st.epoch, t.result["decision"])`
+	done := make(chan string, 1)
+	go func() {
+		out, errOut, err := in.run(nil, "exec", "default", "import asyncio\nawait asyncio.sleep(1.5)\n"+probe)
+		if err != nil {
+			out = err.Error() + errOut
+		}
+		done <- out
+	}()
+	time.Sleep(500 * time.Millisecond) // the cell is running
+	in.must("activate", "default", "1", strict)
+	if out := strings.TrimSpace(<-done); out != "(1, 2, 'allow')" {
+		t.Fatalf("the in-flight cell: %q, want its own epoch 1 and the old review", out)
+	}
+	if out := strings.TrimSpace(in.must("exec", "default", probe)); out != "(2, 2, 'hold')" {
+		t.Fatalf("the next cell: %q", out)
 	}
 	in.must("stop")
 	srv.wait(t)

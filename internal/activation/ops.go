@@ -92,7 +92,12 @@ func (o *Ops) status(ctx context.Context, session string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"epoch": sess.BehaviorEpoch, "release": sess.PolicyRevision, "history": hist}, nil
+	out := map[string]any{"epoch": sess.BehaviorEpoch, "release": sess.PolicyRevision, "history": hist}
+	if pin, ok := workbench.PinFrom(ctx); ok {
+		// The behavior this cell runs under; it keeps it until it ends.
+		out["cell_epoch"], out["cell_release"] = pin.Epoch, pin.Release
+	}
+	return out, nil
 }
 
 // draftRecord is <data>/drafts/<id>/draft.json.
@@ -260,6 +265,9 @@ func (o *Ops) hooksTest(ctx context.Context, session string, args json.RawMessag
 		return nil, invalid("unknown slot %q", a.Slot)
 	}
 	rel := a.Release
+	if pin, ok := workbench.PinFrom(ctx); ok && rel == "" {
+		rel = pin.Release // a cell tests the behavior it runs under
+	}
 	if rel == "" {
 		sess, err := o.svc.store.Session(ctx, session)
 		if err != nil {

@@ -49,28 +49,35 @@ func (t *Tx) notice(session, kind string, content any) error {
 	return err
 }
 
+// Pin is the behavior a cell was accepted under; it keeps it until it ends.
+type Pin struct {
+	Epoch   int64  `json:"epoch"`
+	Release string `json:"release"`
+}
+
 // StartExecution journals a cell before it runs: its code, generation and
 // behavior epoch become a cell.started record and the execution is running.
-func (t *Tx) StartExecution(session string, generation int64, code string) (int64, error) {
+func (t *Tx) StartExecution(session string, generation int64, code string) (int64, Pin, error) {
 	// The cell is pinned to the behavior in force when it was accepted: its
 	// epoch and release are part of its record.
 	var epoch int64
 	var release string
 	if err := t.queryRow(`SELECT behavior_epoch, policy_revision FROM sessions WHERE id = ?`, session).Scan(&epoch, &release); err != nil {
-		return 0, fmt.Errorf("%w: %s", ErrUnknownSession, session)
+		return 0, Pin{}, fmt.Errorf("%w: %s", ErrUnknownSession, session)
 	}
+	pin := Pin{Epoch: epoch, Release: release}
 	content, _ := json.Marshal(map[string]any{"code": code, "generation": generation, "behavior_epoch": epoch, "release": release})
 	eventID, _, err := t.appendItem(session, "cell.started", LaneCell, string(content), t.now, t.now)
 	if err != nil {
-		return 0, fmt.Errorf("start execution: %w", err)
+		return 0, pin, fmt.Errorf("start execution: %w", err)
 	}
 	res, err := t.exec(`INSERT INTO executions (session_id, generation, code_event_id, started_at) VALUES (?, ?, ?, ?)`,
 		session, generation, eventID, t.now.UnixMilli())
 	if err != nil {
-		return 0, fmt.Errorf("start execution: %w", err)
+		return 0, pin, fmt.Errorf("start execution: %w", err)
 	}
 	id, _ := res.LastInsertId()
-	return id, nil
+	return id, pin, nil
 }
 
 // FinishExecution records a cell's outcome (state and the outcome record's

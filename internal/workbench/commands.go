@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
 )
 
@@ -125,4 +126,16 @@ func WithSession(ctx context.Context, session string) context.Context {
 func SessionFrom(ctx context.Context) string {
 	s, _ := ctx.Value(sessionKey{}).(string)
 	return s
+}
+
+type pinKey struct{}
+
+func withPin(ctx context.Context, p store.Pin) context.Context {
+	return context.WithValue(ctx, pinKey{}, p)
+}
+
+// PinFrom returns the behavior the asking cell was accepted under.
+func PinFrom(ctx context.Context) (store.Pin, bool) {
+	p, ok := ctx.Value(pinKey{}).(store.Pin)
+	return p, ok
 }

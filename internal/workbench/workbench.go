@@ -185,12 +185,14 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 		return Result{}, err
 	}
 	var execID int64
+	var pin store.Pin
 	if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
-		execID, err = tx.StartExecution(sessionID, w.Generation(), code)
+		execID, pin, err = tx.StartExecution(sessionID, w.Generation(), code)
 		return err
 	}); err != nil {
 		return Result{}, err
 	}
+	ctx = withPin(ctx, pin)
 	if h == nil {
 		h = &commands{m: m, b: b, session: sessionID}
 	}
