@@ -5,58 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/behavior"
-	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/hooks"
-	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/store"
-	"github.com/klbr-dev/klbr/python"
+	"github.com/klbr-dev/klbr/internal/workertest"
 )
 
-var env struct {
-	once                    sync.Once
-	err                     error
-	kernel, runtime, python string
-	placer                  placement.Placer
-}
+// env is the shared worker environment (workertest), set by setupEnv.
+var env workertest.Env
 
 func setupEnv(t testing.TB) {
 	t.Helper()
-	env.once.Do(func() {
-		dir, err := os.MkdirTemp("", "klbr-activation-test-")
-		if err != nil {
-			env.err = err
-			return
-		}
-		env.kernel = filepath.Join(dir, "klbr-kernel")
-		if out, err := exec.Command("go", "build", "-o", env.kernel, "../../cmd/klbr-kernel").CombinedOutput(); err != nil {
-			env.err = fmt.Errorf("build klbr-kernel: %v: %s", err, out)
-			return
-		}
-		if env.runtime, _, err = python.Materialize(filepath.Join(dir, "runtime")); err != nil {
-			env.err = err
-			return
-		}
-		if env.python, _, err = config.ResolvePython(context.Background(), "python3"); err != nil {
-			env.err = err
-			return
-		}
-		if err := python.Compile(context.Background(), env.runtime, env.python); err != nil {
-			env.err = err
-			return
-		}
-		env.placer, env.err = placement.Detect(context.Background(), placement.Options{})
-	})
-	if env.err != nil {
-		t.Fatal(env.err)
-	}
+	env = workertest.Setup(t)
 }
 
 const allowHooks = `
@@ -86,8 +51,8 @@ func newFixture(t testing.TB, review time.Duration) *fixture {
 	t.Cleanup(func() { st.Close() })
 	st.Write(context.Background(), func(tx *store.Tx) error { _, err := tx.EnsureSession("s"); return err })
 	rel, _ := behavior.Open(filepath.Join(dir, "releases"))
-	hk := hooks.New(hooks.Config{Store: st, Releases: rel, Kernel: env.kernel, Python: env.python,
-		RuntimeSrc: env.runtime, Workspace: dir, Placer: env.placer, ReviewDeadline: review})
+	hk := hooks.New(hooks.Config{Store: st, Releases: rel, Kernel: env.Kernel, Python: env.Python,
+		RuntimeSrc: env.Runtime, Workspace: dir, Placer: env.Placer, ReviewDeadline: review})
 	t.Cleanup(hk.Close)
 	return &fixture{st: st, rel: rel, hk: hk, svc: New(st, rel, hk, nil, nil), soul: "# soul\n"}
 }

@@ -46,8 +46,8 @@ func BenchmarkHooks(b *testing.B) {
 		b.Run("op=activate/kind="+kind, func(b *testing.B) {
 			f := newFixture(b, 2*time.Second)
 			dir := b.TempDir()
-			bench := workbench.New(workbench.Config{Store: f.st, Sessions: session.NewManager(f.st), Kernel: env.kernel,
-				Python: env.python, RuntimeSrc: env.runtime, Workspace: dir, Placer: env.placer, Artifacts: mustArtifacts(b, dir)})
+			bench := workbench.New(workbench.Config{Store: f.st, Sessions: session.NewManager(f.st), Kernel: env.Kernel,
+				Python: env.Python, RuntimeSrc: env.Runtime, Workspace: dir, Placer: env.Placer, Artifacts: mustArtifacts(b, dir)})
 			defer bench.Close()
 			f.svc.bench = bench
 			if _, err := f.svc.Boot(ctx, "s", f.publish(b, allowHooks, "# soul\n")); err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,52 +12,16 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/artifacts"
-	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/placement"
-	"github.com/klbr-dev/klbr/python"
+	"github.com/klbr-dev/klbr/internal/workertest"
 )
 
-// Shared, built once: the kernel binary, the materialized runtime, the
-// interpreter and the placer.
-var env struct {
-	once    sync.Once
-	err     error
-	kernel  string
-	runtime string
-	python  string
-	placer  placement.Placer
-}
+// env is the shared worker environment (workertest), set by setup.
+var env workertest.Env
 
 func setup(t *testing.T) {
 	t.Helper()
-	env.once.Do(func() {
-		dir, err := os.MkdirTemp("", "klbr-worker-test-")
-		if err != nil {
-			env.err = err
-			return
-		}
-		env.kernel = filepath.Join(dir, "klbr-kernel")
-		if out, err := exec.Command("go", "build", "-o", env.kernel, "../../cmd/klbr-kernel").CombinedOutput(); err != nil {
-			env.err = fmt.Errorf("build klbr-kernel: %v: %s", err, out)
-			return
-		}
-		if env.runtime, _, err = python.Materialize(filepath.Join(dir, "runtime")); err != nil {
-			env.err = err
-			return
-		}
-		if env.python, _, err = config.ResolvePython(context.Background(), "python3"); err != nil {
-			env.err = err
-			return
-		}
-		if err := python.Compile(context.Background(), env.runtime, env.python); err != nil {
-			env.err = err
-			return
-		}
-		env.placer, env.err = placement.Detect(context.Background(), placement.Options{})
-	})
-	if env.err != nil {
-		t.Fatal(env.err)
-	}
+	env = workertest.Setup(t)
 }
 
 type late struct {
@@ -93,7 +56,7 @@ func start(t *testing.T, o opts) (*Worker, *late) {
 		o.role = RoleWorkbench
 	}
 	if o.runtime == "" {
-		o.runtime = env.runtime
+		o.runtime = env.Runtime
 	}
 	store, err := artifacts.New(filepath.Join(t.TempDir(), "artifacts"))
 	if err != nil {
@@ -102,8 +65,8 @@ func start(t *testing.T, o opts) (*Worker, *late) {
 	l := &late{}
 	w, err := Start(context.Background(), Spec{
 		Role: o.role, Session: "s1", Generation: 1,
-		Kernel: env.kernel, Python: env.python, RuntimeSrc: o.runtime, Workspace: t.TempDir(), Behavior: o.behavior,
-		Placer: env.placer, Limits: o.limits, Artifacts: store, Handshake: o.handshake,
+		Kernel: env.Kernel, Python: env.Python, RuntimeSrc: o.runtime, Workspace: t.TempDir(), Behavior: o.behavior,
+		Placer: env.Placer, Limits: o.limits, Artifacts: store, Handshake: o.handshake,
 		InterruptGrace: 500 * time.Millisecond, LateOutput: l.add,
 	})
 	if err != nil {

@@ -18,7 +18,7 @@ func TestMemoryHogIsStoppedByItsLimitAndRecorded(t *testing.T) {
 	if !strings.Contains(o.Error.Message, "memory") {
 		t.Fatalf("the cause is not recorded: %+v", o.Error)
 	}
-	t.Logf("placement %s: %s", env.placer.Mode(), o.Error.Message[:min(len(o.Error.Message), 200)])
+	t.Logf("placement %s: %s", env.Placer.Mode(), o.Error.Message[:min(len(o.Error.Message), 200)])
 }
 
 func TestForkBombIsBounded(t *testing.T) {
@@ -44,5 +44,5 @@ for i in range(200):
 	if len(parts) != 2 || strings.TrimSpace(parts[1]) == "0" {
 		t.Fatalf("no fork was refused under TasksMax 40: %s", *o.Value)
 	}
-	t.Logf("placement %s: (made, refused) = %s", env.placer.Mode(), *o.Value)
+	t.Logf("placement %s: (made, refused) = %s", env.Placer.Mode(), *o.Value)
 }

@@ -258,8 +258,8 @@ func TestMisbehavingWorkersAreRejectedAndKilled(t *testing.T) {
 			setup(t)
 			rt := fakeRuntime(t, tc.body)
 			_, err := Start(context.Background(), Spec{
-				Role: RoleWorkbench, Session: "s1", Generation: 1, Kernel: env.kernel, Python: env.python,
-				RuntimeSrc: rt, Workspace: t.TempDir(), Placer: env.placer, Handshake: 500 * time.Millisecond,
+				Role: RoleWorkbench, Session: "s1", Generation: 1, Kernel: env.Kernel, Python: env.Python,
+				RuntimeSrc: rt, Workspace: t.TempDir(), Placer: env.Placer, Handshake: 500 * time.Millisecond,
 			})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Start: %v, want an error mentioning %q", err, tc.want)
@@ -278,8 +278,8 @@ func TestBadFramesAfterTheHandshakeKillTheWorker(t *testing.T) {
 			setup(t)
 			rt := fakeRuntime(t, "hello()\n"+tc.frame+"\nimport time\ntime.sleep(1000)")
 			w, err := Start(context.Background(), Spec{
-				Role: RoleWorkbench, Session: "s1", Generation: 1, Kernel: env.kernel, Python: env.python,
-				RuntimeSrc: rt, Workspace: t.TempDir(), Placer: env.placer,
+				Role: RoleWorkbench, Session: "s1", Generation: 1, Kernel: env.Kernel, Python: env.Python,
+				RuntimeSrc: rt, Workspace: t.TempDir(), Placer: env.Placer,
 			})
 			if err != nil {
 				t.Fatal(err)
