@@ -197,7 +197,8 @@ SLOTS = {"attention.plan": attention.plan, "delivery.review": strict.review}
 	probe := `
 st = await behavior.status()
 t = await hooks.test("delivery.review", {"channel": "local", "text": "hi", "session": "default"})
-(st.cell_epoch, st.epoch, t.result["decision"])`
+sent = await local.send("does this go out?")
+(st.cell_epoch, st.epoch, t.result["decision"], sent["status"], sent["epoch"])`
 	done := make(chan string, 1)
 	go func() {
 		out, errOut, err := in.run(nil, "exec", "default", "import asyncio\nawait asyncio.sleep(1.5)\n"+probe)
@@ -208,11 +209,70 @@ t = await hooks.test("delivery.review", {"channel": "local", "text": "hi", "sess
 	}()
 	time.Sleep(500 * time.Millisecond) // the cell is running
 	in.must("activate", "default", "1", strict)
-	if out := strings.TrimSpace(<-done); out != "(1, 2, 'allow')" {
+	if out := strings.TrimSpace(<-done); out != "(1, 2, 'allow', 'confirmed', 1)" {
 		t.Fatalf("the in-flight cell: %q, want its own epoch 1 and the old review", out)
 	}
-	if out := strings.TrimSpace(in.must("exec", "default", probe)); out != "(2, 2, 'hold')" {
+	if out := strings.TrimSpace(in.must("exec", "default", probe)); out != "(2, 2, 'hold', 'held', 2)" {
 		t.Fatalf("the next cell: %q", out)
+	}
+	in.must("stop")
+	srv.wait(t)
+}
+
+// Speech is explicit: local.send is reviewed under the cell's own behavior,
+// published to the speech lane with a receipt, or held with the reason. A
+// review that fails holds; admission and the operator path go on.
+func TestLocalSendIsReviewedAndFailsClosed(t *testing.T) {
+	in := newInstance(t)
+	in.must("init")
+	srv := in.serve()
+	if out := in.must("exec", "default", "r = await local.send('hello, operator')\n(r['status'], r['epoch'])"); strings.TrimSpace(out) != "('confirmed', 1)" {
+		t.Fatalf("send under the default review: %q", out)
+	}
+	if out := in.must("exec", "default", "print('printing is not speech')"); !strings.Contains(out, "not speech") {
+		t.Fatal(out)
+	}
+	// A review hook that raises: every send is held, with the reason.
+	initial := releases(t, in).Sessions[0].Release
+	draft := filepath.Join(t.TempDir(), "draft")
+	copyTree(t, filepath.Join(in.dir, "releases", initial, "tree"), draft)
+	os.WriteFile(filepath.Join(draft, "klbr_hooks", "broken.py"), []byte(`
+from . import delivery
+def review(inp):
+    if inp.get("text") != "this should not go out":
+        return delivery.review(inp)  # passes the host's candidate check
+    raise RuntimeError("review bug")
+`), 0o644)
+	os.WriteFile(filepath.Join(draft, "klbr_hooks", "__init__.py"), []byte(`
+from . import attention, broken
+SLOTS = {"attention.plan": attention.plan, "delivery.review": broken.review}
+`), 0o644)
+	rel := strings.TrimSpace(in.must("publish", draft))
+	in.must("activate", "default", "1", rel)
+	out := in.must("exec", "default", "r = await local.send('this should not go out')\n(r['status'], 'review bug' in r['reason'])")
+	if strings.TrimSpace(out) != "('held', True)" {
+		t.Fatalf("send under a failing review: %q", out)
+	}
+	// Admission and operator control still work.
+	in.must("send", "default", "still admitted")
+	in.must("status")
+	var speech []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(in.must("tail", "default", "--json")), "\n") {
+		var r map[string]any
+		json.Unmarshal([]byte(line), &r)
+		if r["lane"] == "speech" {
+			speech = append(speech, r)
+		}
+	}
+	if len(speech) != 2 || speech[0]["kind"] != "local.sent" || speech[1]["kind"] != "local.held" {
+		t.Fatalf("speech lane: %+v", speech)
+	}
+	if c := speech[1]["content"].(map[string]any); c["fallback"] != true || !strings.Contains(c["reason"].(string), "review bug") {
+		t.Fatalf("held card: %+v", c)
+	}
+	_, metrics := get(t, srv.url+"metrics")
+	if !strings.Contains(metrics, `klbr_delivery_reviews_held_total{fallback="true",session="default"} 1`) {
+		t.Errorf("metrics lack the held review")
 	}
 	in.must("stop")
 	srv.wait(t)

@@ -13,6 +13,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/delivery"
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/workbench"
@@ -48,7 +49,10 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 		Observe: func(slot, outcome string, latency time.Duration) { m.HookInvocation(slot, outcome, latency) },
 	})
 	d.behavior = activation.New(d.store, rel, d.hooks, d.bench, d.log.With("component", "activation"))
-	d.bench.SetOps(activation.NewOps(d.behavior, filepath.Join(cfg.Paths.DataDir, "drafts")))
+	ops := activation.NewOps(d.behavior, filepath.Join(cfg.Paths.DataDir, "drafts"))
+	d.bench.SetOps("behavior.", ops)
+	d.bench.SetOps("hooks.", ops)
+	d.bench.SetOps("local.", delivery.NewLocal(d.store, d.hooks))
 	d.bench.SetSkills(d.skillsFor(cfg.Paths.DataDir, rel))
 	if err := d.behavior.Publish(ctx, man); err != nil {
 		return err

@@ -179,6 +179,13 @@ func (d *Dispatcher) Repin(session, release string, epoch int64) {
 // invoke calls slot under deadline. It never fails: the record says what
 // happened, and the caller completes and stores it with finish.
 func (d *Dispatcher) invoke(ctx context.Context, session, slot string, input any, deadline time.Duration) *call {
+	return d.invokeAt(ctx, session, nil, slot, input, deadline)
+}
+
+// invokeAt is invoke for the behavior pinned at pin (nil: the active one).
+// When the pin is not the session's live epoch (the cell started before an
+// activation), a worker of the pinned release answers, then goes.
+func (d *Dispatcher) invokeAt(ctx context.Context, session string, pin *store.Pin, slot string, input any, deadline time.Duration) *call {
 	in, _ := json.Marshal(input)
 	sum := sha256.Sum256(in)
 	start := time.Now()
@@ -186,6 +193,15 @@ func (d *Dispatcher) invoke(ctx context.Context, session, slot string, input any
 	defer cancel()
 	c := &call{rec: store.HookInvocation{Session: session, Slot: slot, InputDigest: hex.EncodeToString(sum[:]), Outcome: "ok"}}
 	p, err := d.current(ctx, session)
+	if err == nil && pin != nil && pin.Epoch != p.epoch && pin.Release != "" {
+		var w *worker.Worker
+		if w, err = d.StartWorker(ctx, session, pin.Release); err == nil {
+			defer w.Kill()
+			p = &pinned{w: w, release: pin.Release, epoch: pin.Epoch}
+		} else {
+			p = nil
+		}
+	}
 	if err == nil {
 		c.rec.Release, c.rec.Epoch = p.release, p.epoch
 		c.result, err = p.w.Invoke(ctx, slot, in)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/klbr-dev/klbr/internal/store"
 )
 
 // ReviewInput is what delivery.review judges.
@@ -29,7 +31,13 @@ type Decision struct {
 // Review runs delivery.review. It fails closed: an exception, a malformed
 // answer, a timeout or a dead worker holds the send, with the reason.
 func (d *Dispatcher) Review(ctx context.Context, session string, in ReviewInput) Decision {
-	c := d.invoke(ctx, session, SlotReview, in, d.cfg.ReviewDeadline)
+	return d.ReviewAt(ctx, session, nil, in)
+}
+
+// ReviewAt reviews under the behavior pinned at pin (the cell's), or the
+// active one when pin is nil.
+func (d *Dispatcher) ReviewAt(ctx context.Context, session string, pin *store.Pin, in ReviewInput) Decision {
+	c := d.invokeAt(ctx, session, pin, SlotReview, in, d.cfg.ReviewDeadline)
 	dec := Decision{Release: c.rec.Release, Epoch: c.rec.Epoch}
 	if c.rec.Outcome != "ok" {
 		dec.Fallback, dec.Reason = true, fmt.Sprintf("held: delivery.review %s: %s", c.rec.Outcome, c.rec.Error)

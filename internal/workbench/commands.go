@@ -44,8 +44,11 @@ func (c *commands) HandleRequest(ctx context.Context, r worker.Request) (json.Ra
 	case "workspace.run":
 		return c.run(ctx, r.Args)
 	default:
-		if ops, _ := c.m.ext(); ops != nil && (strings.HasPrefix(r.Op, "behavior.") || strings.HasPrefix(r.Op, "hooks.")) {
-			return ops.HandleRequest(WithSession(ctx, c.session), r)
+		ops, _ := c.m.ext()
+		if prefix, _, ok := strings.Cut(r.Op, "."); ok {
+			if h := ops[prefix+"."]; h != nil {
+				return h.HandleRequest(WithSession(ctx, c.session), r)
+			}
 		}
 		return nil, &worker.RequestError{Code: "unsupported", Message: fmt.Sprintf("%s is not served here yet", r.Op)}
 	}

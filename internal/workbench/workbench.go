@@ -64,16 +64,19 @@ type Manager struct {
 	stopCtx context.Context // ends when the daemon stops: running cells are interrupted
 	stopAll context.CancelFunc
 
-	extMu  sync.Mutex     // guards ops, skills
-	ops    worker.Handler // answers the host requests commands does not (behavior.*, hooks.*)
+	extMu  sync.Mutex                // guards ops, skills
+	ops    map[string]worker.Handler // by op prefix ("behavior.", "hooks.", "local."): what commands does not answer
 	skills SkillsFunc
 }
 
-// SetOps installs the handler of behavior.* and hooks.* requests.
-func (m *Manager) SetOps(h worker.Handler) {
+// SetOps installs the handler of the requests whose op starts with prefix.
+func (m *Manager) SetOps(prefix string, h worker.Handler) {
 	m.extMu.Lock()
 	defer m.extMu.Unlock()
-	m.ops = h
+	if m.ops == nil {
+		m.ops = map[string]worker.Handler{}
+	}
+	m.ops[prefix] = h
 }
 
 // SetSkills installs how a new generation learns its skills.
@@ -83,7 +86,7 @@ func (m *Manager) SetSkills(f SkillsFunc) {
 	m.skills = f
 }
 
-func (m *Manager) ext() (worker.Handler, SkillsFunc) {
+func (m *Manager) ext() (map[string]worker.Handler, SkillsFunc) {
 	m.extMu.Lock()
 	defer m.extMu.Unlock()
 	return m.ops, m.skills
