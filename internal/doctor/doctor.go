@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/klbr-dev/klbr/internal/config"
@@ -134,8 +135,8 @@ func (r Report) String() string {
 	var b strings.Builder
 	if r.Paths != nil {
 		p := r.Paths
-		fmt.Fprintf(&b, "paths:\n  data      %s\n  config    %s\n  control   %s\n  ingress   %s\n  workspace %s\n  skills    %s\n",
-			p.DataDir, p.ConfigFile, p.ControlSocket, p.IngressSocket, p.Workspace, p.SkillsDir)
+		fmt.Fprintf(&b, "paths:\n  data      %s\n  config    %s\n  control   %s\n  ingress   %s\n  workspace %s\n  skills    builtin: the active release's skills/; managed: %s\n",
+			p.DataDir, p.ConfigFile, p.ControlSocket, p.IngressSocket, p.Workspace, filepath.Join(p.DataDir, "skills"))
 		fmt.Fprintf(&b, "  behavior  %s\n  runtime   %s\n\n", orEmbedded(p.BehaviorDir), orEmbedded(p.RuntimeDir))
 	}
 	for _, c := range r.Checks {
