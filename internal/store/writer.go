@@ -39,6 +39,9 @@ func (s *Store) Stats() WriterStats {
 // transaction committed (nil) or fn failed (its error; its changes were rolled
 // back to its savepoint and nothing of it is visible). fn must only use tx,
 // must not block on anything outside the database, and must not retain tx.
+// fn may run twice: when another write in its batch fails, the batch is
+// rolled back and run again with a savepoint around each write. So fn must
+// assign its results, never accumulate them across calls.
 //
 // If ctx ends while the write is queued it is not applied; if it ends after
 // the writer took it, Write returns ctx.Err() and the write may still commit,
