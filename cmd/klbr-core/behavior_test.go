@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -273,6 +275,80 @@ SLOTS = {"attention.plan": attention.plan, "delivery.review": broken.review}
 	_, metrics := get(t, srv.url+"metrics")
 	if !strings.Contains(metrics, `klbr_delivery_reviews_held_total{fallback="true",session="default"} 1`) {
 		t.Errorf("metrics lack the held review")
+	}
+	in.must("stop")
+	srv.wait(t)
+}
+
+// descendants lists the pids below root whose command line contains all of want.
+func descendants(root int, want ...string) []int {
+	parent := map[int]int{}
+	cmdline := map[int]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) > 1 {
+			parent[pid], _ = strconv.Atoi(f[1])
+		}
+		c, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		cmdline[pid] = strings.ReplaceAll(string(c), "\x00", " ")
+	}
+	var out []int
+	for pid := range parent {
+		below := false
+		for p := parent[pid]; p > 1; p = parent[p] {
+			if p == root {
+				below = true
+				break
+			}
+		}
+		match := below && !strings.Contains(cmdline[pid], "--protocol-fd") // not the kernel that started it
+		for _, w := range want {
+			match = match && strings.Contains(cmdline[pid], w)
+		}
+		if match {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// The operator path works with the hook worker dead; the next review gets a
+// fresh worker.
+func TestOperatorPathWorksWithTheHookWorkerDead(t *testing.T) {
+	in := newInstance(t)
+	in.must("init")
+	srv := in.serve()
+	initial := releases(t, in).Sessions[0].Release
+	draft := filepath.Join(t.TempDir(), "draft")
+	copyTree(t, filepath.Join(in.dir, "releases", initial, "tree"), draft)
+	os.WriteFile(filepath.Join(draft, "soul.md"), []byte("# a second soul\n"), 0o644)
+	second := strings.TrimSpace(in.must("publish", draft))
+	in.must("exec", "default", "await local.send('warm up the hook worker')")
+	hooksWorkers := descendants(srv.cmd.Process.Pid, "-S -m klbr_runtime")
+	if len(hooksWorkers) != 1 {
+		t.Fatalf("hook workers below the daemon: %v", hooksWorkers)
+	}
+	syscall.Kill(hooksWorkers[0], syscall.SIGKILL)
+	in.must("status")
+	in.must("releases")
+	if out := in.must("activate", "default", "1", second); !strings.Contains(out, "prompt change") {
+		t.Fatalf("activate with the hook worker dead: %s", out)
+	}
+	if out := in.must("rollback", "default"); !strings.Contains(out, "epoch 3") {
+		t.Fatalf("rollback with the hook worker dead: %s", out)
+	}
+	in.must("send", "default", "admitted while the hook worker was dead")
+	if out := in.must("exec", "default", "(await local.send('after'))['status']"); strings.TrimSpace(out) != "'confirmed'" {
+		t.Fatalf("send after the hook worker died: %q", out)
 	}
 	in.must("stop")
 	srv.wait(t)
