@@ -153,6 +153,12 @@ func (s *server) wait(t *testing.T) error {
 	t.Helper()
 	select {
 	case err := <-s.exited:
+		// Nothing the daemon placed may outlive it: in cgroup mode every
+		// worker's cgroup is named with the daemon's pid.
+		left, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/pids/klbr-*-p%d", s.cmd.Process.Pid))
+		if len(left) > 0 {
+			t.Errorf("cgroups left behind by klbr-core: %v", left)
+		}
 		return err
 	case <-time.After(30 * time.Second):
 		t.Fatalf("klbr-core did not exit:\n%s", s.log())
