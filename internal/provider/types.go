@@ -1,0 +1,177 @@
+package provider
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// Message is one chat message as sent to the route.
+type Message struct {
+	Role       string     // "system", "user", "assistant" or "tool"
+	Content    string     // sent as null for an assistant message with tool calls and no text
+	ToolCalls  []ToolCall // assistant messages only
+	ToolCallID string     // tool messages: the id of the call this answers
+	Name       string     // optional
+
+	// Extra is an opaque JSON object whose fields are added to the message
+	// verbatim: provider-specific blocks (e.g. reasoning_content for a route
+	// that wants it back) that the caller stored and must pass back. A field
+	// that collides with one of the above is an error.
+	Extra json.RawMessage
+}
+
+// MarshalJSON writes the OpenAI wire form of m, followed by Extra's fields
+// (sorted, values byte for byte).
+func (m Message) MarshalJSON() ([]byte, error) {
+	type wire struct {
+		Role       string     `json:"role"`
+		Content    *string    `json:"content"`
+		ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+		ToolCallID string     `json:"tool_call_id,omitempty"`
+		Name       string     `json:"name,omitempty"`
+	}
+	w := wire{Role: m.Role, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
+	if m.Content != "" || len(m.ToolCalls) == 0 {
+		w.Content = &m.Content
+	}
+	b, err := json.Marshal(w)
+	if err != nil || len(bytes.TrimSpace(m.Extra)) == 0 {
+		return b, err
+	}
+	var extra map[string]json.RawMessage
+	if err := json.Unmarshal(m.Extra, &extra); err != nil {
+		return nil, fmt.Errorf("message Extra is not a JSON object: %w", err)
+	}
+	if len(extra) == 0 {
+		return b, nil
+	}
+	reserved := []string{"role", "content", "tool_calls", "tool_call_id", "name"}
+	var buf bytes.Buffer
+	buf.Write(b[:len(b)-1]) // without the closing brace
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		if slices.Contains(reserved, k) {
+			return nil, fmt.Errorf("message Extra sets %q, which Message already carries", k)
+		}
+		kb, _ := json.Marshal(k)
+		buf.WriteByte(',')
+		buf.Write(kb)
+		buf.WriteByte(':')
+		buf.Write(extra[k])
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// ToolCall is a complete tool call from an assistant message.
+type ToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"` // "function"
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall names the function and carries its arguments, a JSON text as
+// the model wrote it (not validated here: invalid arguments are the turn
+// loop's to answer under the call's id).
+type FunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// Tool is a tool the model may call.
+type Tool struct {
+	Type     string      `json:"type"` // "function"
+	Function FunctionDef `json:"function"`
+}
+
+// FunctionDef declares a function tool.
+type FunctionDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+// PythonTool returns the one tool the agent sees: python, with a single
+// required string parameter code.
+func PythonTool(description string) Tool {
+	return Tool{Type: "function", Function: FunctionDef{
+		Name:        "python",
+		Description: description,
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"code":{"type":"string"}},"required":["code"],"additionalProperties":false}`),
+	}}
+}
+
+// Request is one /chat/completions request.
+type Request struct {
+	Messages []Message
+	Tools    []Tool
+	Stream   bool
+
+	// OnDelta, when set and Stream is true, receives best-effort deltas as
+	// they arrive, on the goroutine that called Complete. It must return
+	// quickly. The Response, not the deltas, is the record.
+	OnDelta func(Delta)
+}
+
+// Delta is one streamed increment.
+type Delta struct {
+	Content   string
+	Reasoning string
+	ToolCall  *ToolCallDelta
+}
+
+// ToolCallDelta is a streamed piece of the tool call at Index.
+type ToolCallDelta struct {
+	Index     int
+	ID        string
+	Name      string
+	Arguments string
+}
+
+// Response is a model's answer.
+//
+// When Complete returns an error together with a Response, the Response is
+// partial: Content and Reasoning hold what arrived, ToolCalls is nil, and any
+// tool calls that had started are in Incomplete (never to be run).
+type Response struct {
+	Content   string
+	Reasoning string
+	// ReasoningField is the provider field reasoning came in
+	// ("reasoning_content" or "reasoning"), "" when there was none.
+	ReasoningField string
+	ToolCalls      []ToolCall
+	Incomplete     []ToolCall
+	FinishReason   string
+	Usage          Usage
+	// MessageExtra holds the other fields of the assistant message as the
+	// provider sent them (e.g. refusal, annotations, provider-specific
+	// blocks), as one JSON object; nil when there are none. Non-streaming
+	// responses only: streamed deltas of unknown fields are not assembled.
+	// Nothing here is sent back automatically; a caller that must return a
+	// block to the route puts it in Message.Extra.
+	MessageExtra json.RawMessage
+	// Raw keeps the provider's top-level non-delta fields (id, model,
+	// created, system_fingerprint, usage, ...; never choices), the last value
+	// seen of each when streaming.
+	Raw map[string]json.RawMessage
+}
+
+// Usage is token accounting as the provider reported it. A nil field means
+// the provider did not report it, which is a different statement from 0.
+// Nothing here is inferred from anything else.
+type Usage struct {
+	PromptTokens     *int
+	CompletionTokens *int
+	TotalTokens      *int
+	// CacheReadTokens: OpenAI prompt_tokens_details.cached_tokens, else
+	// DeepSeek prompt_cache_hit_tokens.
+	CacheReadTokens *int
+	// CacheWriteTokens: cache_write_tokens, in prompt_tokens_details or at
+	// the top level of usage.
+	CacheWriteTokens *int
+	// CacheMissTokens: DeepSeek prompt_cache_miss_tokens. Not counted as a
+	// write: that would be an inference.
+	CacheMissTokens *int
+}
