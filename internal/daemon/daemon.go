@@ -161,7 +161,17 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		ctl.WithWorkbench(nil, d.benchErr)
 	}
 	ctlSrv := ctl.HTTPServer()
-	webSrv := web.New(d, m.Handler(), log.With("component", "web")).HTTPServer()
+	token, err := setup.ReadToken(setup.TokenFile(dir))
+	if err != nil {
+		return fmt.Errorf("serve: operator token (run klbr-core init): %w", err)
+	}
+	webH, err := web.New(d, m.Handler(), log.With("component", "web")).WithBrowser(web.Browser{
+		Store: st, Admit: d.admit, Sessions: d.sessions, Daemon: d, Token: token,
+	})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	webSrv := webH.HTTPServer()
 	ingSrv := ingressServer(log.With("component", "ingress"))
 
 	serveErr := make(chan error, len(ls.all()))

@@ -1,5 +1,6 @@
-// Package web serves klbr-core's HTTP listener: health, metrics, and (with
-// the browser issue) the UI and its WebSocket. It binds loopback only.
+// Package web serves klbr-core's HTTP listener: health, metrics, and the
+// browser client (its page, /v2/status and the /v2/ws socket). It binds
+// loopback only.
 package web
 
 import (
@@ -19,9 +20,11 @@ type Server struct {
 	health  Health
 	metrics http.Handler
 	log     *slog.Logger
+	browser *browser // nil until WithBrowser: / then serves a placeholder
 }
 
-// New returns the HTTP server's handler set.
+// New returns the HTTP server's handler set. Without WithBrowser it serves
+// /healthz, /metrics and a placeholder page.
 func New(health Health, metrics http.Handler, log *slog.Logger) *Server {
 	return &Server{health: health, metrics: metrics, log: log}
 }
@@ -35,11 +38,16 @@ func (s *Server) HTTPServer() *http.Server {
 	}
 }
 
-// Handler routes the listener.
+// Handler routes the listener. /healthz and /metrics are open; everything
+// else needs the operator token (see WithBrowser).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.handleHealth)
 	mux.Handle("GET /metrics", s.metrics)
+	if s.browser != nil {
+		s.browser.routes(mux)
+		return mux
+	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("klbr-core is running. The browser client is not built yet; use `klbr-core send` and `klbr-core tail`.\n"))

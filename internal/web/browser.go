@@ -1,0 +1,469 @@
+package web
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"iter"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/klbr-dev/klbr/internal/admission"
+	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/session"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+//go:embed ui
+var uiFiles embed.FS
+
+// Daemon is what the browser asks of the process it runs in: the daemon
+// already implements it for the operator API (localapi.Daemon).
+type Daemon interface {
+	// Status reports the daemon's state (GET /v2/status).
+	Status(ctx context.Context) (api.Status, error)
+	// Shutdown asks the daemon to drain (stop false) or stop and exit; it
+	// returns at once.
+	Shutdown(stop bool)
+	// Closing is closed when the daemon begins to shut down; sockets end then.
+	Closing() <-chan struct{}
+}
+
+// Browser is what the browser client needs. All fields are required.
+type Browser struct {
+	Store    *store.Store
+	Admit    *admission.Admitter // operator inputs enter through admission.DoorBrowser
+	Sessions *session.Manager    // reserved for session-level controls
+	Daemon   Daemon
+	Token    string // the operator token (setup.ReadToken(setup.TokenFile(dataDir)))
+}
+
+// browser is the configured client.
+type browser struct {
+	Browser
+	tokenSum [sha256.Size]byte
+	log      *slog.Logger
+	ui       http.Handler
+
+	writeTimeout time.Duration // one message to one client
+	helloTimeout time.Duration
+}
+
+// WithBrowser serves the browser client: the page at /, its assets under
+// /ui/, GET /v2/status and /v2/ws, all behind the operator token.
+func (s *Server) WithBrowser(b Browser) (*Server, error) {
+	switch {
+	case b.Store == nil || b.Admit == nil || b.Daemon == nil:
+		return nil, errors.New("web: the browser needs the store, the admitter and the daemon")
+	case len(b.Token) < 32:
+		return nil, errors.New("web: the operator token is missing or too short")
+	}
+	sub, err := fs.Sub(uiFiles, "ui")
+	if err != nil {
+		return nil, err
+	}
+	s.browser = &browser{
+		Browser: b, tokenSum: sha256.Sum256([]byte(b.Token)), log: s.log,
+		ui:           http.StripPrefix("/ui/", http.FileServerFS(sub)),
+		writeTimeout: 10 * time.Second, helloTimeout: 10 * time.Second,
+	}
+	return s, nil
+}
+
+func (b *browser) routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /{$}", b.guard(http.StatusUnauthorized, b.handlePage))
+	mux.HandleFunc("GET /ui/", b.guard(http.StatusUnauthorized, b.handleAsset))
+	mux.HandleFunc("GET /v2/status", b.guard(http.StatusUnauthorized, b.handleStatus))
+	mux.HandleFunc("GET /v2/ws", b.guard(http.StatusForbidden, b.handleWS))
+	mux.HandleFunc("/", b.guard(http.StatusUnauthorized, http.NotFound))
+}
+
+func secureHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; connect-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+}
+
+func (b *browser) handlePage(w http.ResponseWriter, r *http.Request) {
+	page, err := uiFiles.ReadFile("ui/index.html")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	secureHeaders(w)
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write(page)
+}
+
+func (b *browser) handleAsset(w http.ResponseWriter, r *http.Request) {
+	secureHeaders(w)
+	b.ui.ServeHTTP(w, r)
+}
+
+func (b *browser) handleStatus(w http.ResponseWriter, r *http.Request) {
+	st, err := b.Daemon.Status(r.Context())
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if err != nil {
+		w.WriteHeader(http.StatusInternalServerError)
+		json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+		return
+	}
+	json.NewEncoder(w).Encode(st)
+}
+
+func (b *browser) handleWS(w http.ResponseWriter, r *http.Request) {
+	if !originOK(r) {
+		b.refuse(w, r, http.StatusForbidden, "foreign Origin "+r.Header.Get("Origin"))
+		return
+	}
+	// The origin was checked above, more strictly than Accept would.
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		b.log.Warn("browser: websocket accept", "error", err)
+		return
+	}
+	conn.SetReadLimit(MaxClientFrame + 16) // readFrame enforces MaxClientFrame itself
+	c := &client{b: b, conn: conn, queue: make(chan []byte, SendQueue), sent: make(chan struct{}, 1), done: make(chan struct{})}
+	c.serve(r.Context())
+}
+
+// client is one socket.
+type client struct {
+	b       *browser
+	conn    *websocket.Conn
+	queue   chan []byte   // bounded; full means the client is too slow
+	dropped atomic.Bool   // set when the client is dropped for being slow
+	sent    chan struct{} // coalescing: the writer sent a message
+
+	closeOnce   sync.Once
+	done        chan struct{} // closed by close: everything winds down
+	closeCode   websocket.StatusCode
+	closeReason string
+}
+
+// errTooLarge is a client frame over MaxClientFrame.
+var errTooLarge = errors.New("client frame too large")
+
+// readFrame reads one text message of at most MaxClientFrame bytes.
+func (c *client) readFrame(ctx context.Context) ([]byte, error) {
+	typ, rd, err := c.conn.Reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(rd, MaxClientFrame+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxClientFrame {
+		return nil, errTooLarge
+	}
+	if typ != websocket.MessageText {
+		return nil, fmt.Errorf("%w: binary frame", ErrBadMessage)
+	}
+	return b, nil
+}
+
+// close asks for the socket to end with a status and reason; serve sends
+// the close frame once the stream has stopped. The first call wins.
+func (c *client) close(code websocket.StatusCode, reason string) {
+	c.closeOnce.Do(func() {
+		c.closeCode, c.closeReason = code, reason
+		close(c.done)
+	})
+}
+
+func (c *client) serve(ctx context.Context) {
+	defer c.conn.CloseNow()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	hctx, hcancel := context.WithTimeout(ctx, c.b.helloTimeout)
+	raw, err := c.readFrame(hctx)
+	hcancel()
+	if err != nil {
+		c.readFailed(err)
+		c.conn.Close(c.closeCode, c.closeReason)
+		return
+	}
+	hello, err := DecodeClientMessage(raw)
+	if err == nil && hello.Type != MsgHello {
+		err = fmt.Errorf("%w: the first message must be hello", ErrBadMessage)
+	}
+	if err != nil {
+		c.conn.Close(websocket.StatusPolicyViolation, truncate(err.Error()))
+		return
+	}
+	if _, err := c.b.Store.Session(ctx, hello.Session); err != nil {
+		c.conn.Close(websocket.StatusPolicyViolation, truncate(err.Error()))
+		return
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() { c.writeLoop(ctx) })
+	wg.Go(func() { c.readLoop(ctx, hello.Session) })
+	c.stream(ctx, hello.Session, hello.Cursor)
+	select {
+	case <-c.done:
+		if c.dropped.Load() {
+			// A client too slow to take its messages is too slow for a close
+			// handshake too (the close frame would queue behind them): cut it.
+			c.conn.CloseNow()
+		} else {
+			c.conn.Close(c.closeCode, c.closeReason) // bounded: the library waits 5 s at most
+		}
+	default:
+	}
+	cancel()
+	wg.Wait()
+}
+
+func (c *client) readFailed(err error) {
+	switch {
+	case errors.Is(err, errTooLarge):
+		c.close(websocket.StatusPolicyViolation, "client frame over the limit")
+	case errors.Is(err, ErrBadMessage):
+		c.close(websocket.StatusPolicyViolation, truncate(err.Error()))
+	default:
+		c.close(websocket.StatusNormalClosure, "")
+	}
+}
+
+// stream replays the records after cursor in pages, then streams live
+// records as they commit, until the client or the daemon goes.
+func (c *client) stream(ctx context.Context, id string, cursor int64) {
+	wake, cancel := c.b.Store.Watch(id) // before the first read: no commit is missed
+	defer cancel()
+	first := true
+	for {
+		for {
+			// Flow control: at most a few pages in flight, so a replay
+			// holds little memory; a client that stops reading is dropped.
+			if !c.waitRoom(ctx, 4) {
+				return
+			}
+			recs, err := c.b.Store.Records(ctx, id, cursor, ReplayPage)
+			if err != nil {
+				if ctx.Err() == nil {
+					c.b.log.Warn("browser: read records", "session", id, "error", err)
+					c.close(websocket.StatusInternalError, "reading records failed")
+				}
+				return
+			}
+			more := len(recs) == ReplayPage
+			if len(recs) == 0 && first {
+				if !c.send(recordsMsg{Type: MsgRecords, Records: recs}) {
+					return
+				}
+			}
+			for chunk := range chunks(recs) {
+				last := &chunk[len(chunk)-1] == &recs[len(recs)-1]
+				if !c.waitRoom(ctx, 4) || !c.send(recordsMsg{Type: MsgRecords, Records: chunk, More: more || !last}) {
+					return
+				}
+				cursor = chunk[len(chunk)-1].Seq
+			}
+			first = false
+			if !more {
+				break
+			}
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return
+		case <-c.done:
+			return
+		case <-c.b.Daemon.Closing():
+			c.close(websocket.StatusGoingAway, "klbr-core is shutting down")
+			return
+		}
+	}
+}
+
+// MaxMessageBytes bounds the records content in one records message (one
+// record may exceed it alone).
+const MaxMessageBytes = 1 << 20
+
+// chunks splits a page of records into messages of at most MaxMessageBytes
+// of content, in order, each with at least one record.
+func chunks(recs []store.Record) iter.Seq[[]store.Record] {
+	return func(yield func([]store.Record) bool) {
+		start, size := 0, 0
+		for i, r := range recs {
+			n := len(r.Content) + 256
+			if i > start && size+n > MaxMessageBytes {
+				if !yield(recs[start:i]) {
+					return
+				}
+				start, size = i, 0
+			}
+			size += n
+		}
+		if start < len(recs) {
+			yield(recs[start:])
+		}
+	}
+}
+
+// waitRoom waits until at most n messages are queued, for at most the
+// write timeout.
+func (c *client) waitRoom(ctx context.Context, n int) bool {
+	if len(c.queue) <= n {
+		return true
+	}
+	t := time.NewTimer(c.b.writeTimeout)
+	defer t.Stop()
+	for len(c.queue) > n {
+		select {
+		case <-c.sent:
+		case <-t.C:
+			c.slow()
+			return false
+		case <-ctx.Done():
+			return false
+		case <-c.done:
+			return false
+		}
+	}
+	return true
+}
+
+func (c *client) slow() {
+	c.b.log.Warn("browser: dropping a slow client")
+	c.dropped.Store(true)
+	c.close(websocket.StatusPolicyViolation, "client too slow: send queue full")
+}
+
+// send queues v for the client without blocking; a full queue drops the
+// client.
+func (c *client) send(v any) bool {
+	b, err := json.Marshal(v)
+	if err != nil {
+		c.b.log.Error("browser: encode", "error", err)
+		return false
+	}
+	select {
+	case <-c.done:
+		return false
+	default:
+	}
+	select {
+	case c.queue <- b:
+		return true
+	default:
+		c.slow()
+		return false
+	}
+}
+
+func (c *client) writeLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.done:
+			return
+		case b := <-c.queue:
+			wctx, cancel := context.WithTimeout(ctx, c.b.writeTimeout)
+			err := c.conn.Write(wctx, websocket.MessageText, b)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					c.b.log.Warn("browser: write failed; dropping the client", "error", err)
+				}
+				c.dropped.Store(true)
+				c.close(websocket.StatusPolicyViolation, "client too slow")
+				return
+			}
+			select {
+			case c.sent <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (c *client) readLoop(ctx context.Context, id string) {
+	for {
+		raw, err := c.readFrame(ctx)
+		if err != nil {
+			c.readFailed(err)
+			return
+		}
+		m, err := DecodeClientMessage(raw)
+		if err != nil {
+			if !c.send(errorMsg{Type: MsgError, Code: api.CodeInvalid, Message: err.Error()}) {
+				return
+			}
+			continue
+		}
+		if !c.handle(ctx, id, m) {
+			return
+		}
+	}
+}
+
+func (c *client) handle(ctx context.Context, id string, m ClientMessage) bool {
+	switch m.Type {
+	case MsgSend:
+		got, err := c.b.Admit.Admit(ctx, admission.DoorBrowser, admission.Input{
+			Session: id, SourceKind: admission.SourceOperator, SourceKey: m.Key,
+			Conversation: "operator", Author: "operator", Body: m.Text,
+		})
+		if err != nil {
+			return c.send(errorMsg{Type: MsgError, Code: errorCode(err), Message: err.Error(), Key: m.Key})
+		}
+		return c.send(receiptMsg{Type: MsgReceipt, Key: m.Key, Session: id, ID: got.InputID, EventID: got.EventID, Duplicate: got.Duplicate})
+	case MsgDrain, MsgStop:
+		stop := m.Type == MsgStop
+		msg := "draining: admission is closed; klbr-core exits once accepted work has finished"
+		if stop {
+			msg = "stopping: admission is closed and running work is interrupted; klbr-core exits next"
+		}
+		c.b.log.Info("browser: shutdown requested", "stop", stop)
+		ok := c.send(acceptedMsg{Type: MsgAccepted, Action: m.Type, Message: msg})
+		c.b.Daemon.Shutdown(stop)
+		return ok
+	case MsgHello:
+		return c.send(errorMsg{Type: MsgError, Code: api.CodeInvalid, Message: "hello was already received; reconnect to change session or cursor"})
+	}
+	return true
+}
+
+func errorCode(err error) string {
+	switch {
+	case errors.Is(err, admission.ErrInvalid):
+		return api.CodeInvalid
+	case errors.Is(err, admission.ErrForbidden):
+		return api.CodeForbidden
+	case errors.Is(err, store.ErrUnknownSession):
+		return api.CodeNotFound
+	case errors.Is(err, admission.ErrDraining):
+		return api.CodeDraining
+	case errors.Is(err, session.ErrDraining), errors.Is(err, session.ErrStopped), errors.Is(err, store.ErrSessionStopped):
+		return api.CodeConflict
+	}
+	return api.CodeInternal
+}
+
+// truncate keeps a close reason within the 123 bytes a close frame allows.
+func truncate(s string) string {
+	if len(s) <= 120 {
+		return s
+	}
+	return strings.ToValidUTF8(s[:120], "")
+}

@@ -1,0 +1,141 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"unicode/utf8"
+
+	"github.com/klbr-dev/klbr/internal/admission"
+	"github.com/klbr-dev/klbr/internal/session"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// The /v2/ws protocol (docs/browser.md). Every message is one JSON object
+// in one text frame, with a "type".
+
+// Client → server message types.
+const (
+	MsgHello = "hello" // first message: {"type":"hello","session":S,"cursor":N}
+	MsgSend  = "send"  // {"type":"send","text":T,"key":K}: an operator input
+	MsgDrain = "drain" // {"type":"drain"}: the daemon drains and exits
+	MsgStop  = "stop"  // {"type":"stop"}: the daemon interrupts work and exits
+)
+
+// Server → client message types.
+const (
+	MsgRecords  = "records"  // {"type":"records","records":[...],"more":bool}
+	MsgReceipt  = "receipt"  // {"type":"receipt","key":K,"id":N,"event_id":N,"duplicate":bool}
+	MsgAccepted = "accepted" // {"type":"accepted","action":"drain"|"stop","message":M}
+	MsgError    = "error"    // {"type":"error","code":C,"message":M,"key":K}
+	MsgDelta    = "delta"    // reserved: best-effort token deltas, no cursor
+)
+
+// Bounds of the protocol.
+const (
+	// MaxClientFrame bounds one client message: room for the largest
+	// admissible body even when JSON escaping doubles it.
+	MaxClientFrame = 2*admission.MaxBodyBytes + 1024
+	// ReplayPage bounds the records in one records message.
+	ReplayPage = 500
+	// SendQueue bounds the messages queued for one client; a client that
+	// lets it fill is disconnected.
+	SendQueue = 256
+)
+
+// ClientMessage is a decoded client message.
+type ClientMessage struct {
+	Type    string `json:"type"`
+	Session string `json:"session,omitempty"`
+	Cursor  int64  `json:"cursor,omitempty"`
+	Text    string `json:"text,omitempty"`
+	Key     string `json:"key,omitempty"`
+}
+
+// ErrBadMessage is wrapped by every decode error.
+var ErrBadMessage = errors.New("bad client message")
+
+// DecodeClientMessage decodes and checks one client message: one JSON
+// object, no unknown fields, no trailing data, fields in bounds.
+func DecodeClientMessage(b []byte) (ClientMessage, error) {
+	var m ClientMessage
+	if len(b) > MaxClientFrame {
+		return m, fmt.Errorf("%w: %d bytes, at most %d", ErrBadMessage, len(b), MaxClientFrame)
+	}
+	if !utf8.Valid(b) {
+		return m, fmt.Errorf("%w: not valid UTF-8", ErrBadMessage)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return ClientMessage{}, fmt.Errorf("%w: %v", ErrBadMessage, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return ClientMessage{}, fmt.Errorf("%w: trailing data after the object", ErrBadMessage)
+	}
+	bad := func(format string, a ...any) (ClientMessage, error) {
+		return ClientMessage{}, fmt.Errorf("%w: %s: %s", ErrBadMessage, m.Type, fmt.Sprintf(format, a...))
+	}
+	switch m.Type {
+	case MsgHello:
+		if !session.ValidID(m.Session) {
+			return bad("session %q: want 1-64 letters, digits, '-' or '_'", m.Session)
+		}
+		if m.Cursor < 0 {
+			return bad("cursor must be a non-negative integer")
+		}
+		if m.Text != "" || m.Key != "" {
+			return bad("only session and cursor")
+		}
+	case MsgSend:
+		if m.Text == "" || len(m.Text) > admission.MaxBodyBytes {
+			return bad("text must be 1 to %d bytes", admission.MaxBodyBytes)
+		}
+		if m.Key == "" || len(m.Key) > admission.MaxKeyBytes {
+			return bad("key must be 1 to %d bytes", admission.MaxKeyBytes)
+		}
+		if m.Session != "" || m.Cursor != 0 {
+			return bad("only text and key")
+		}
+	case MsgDrain, MsgStop:
+		if m != (ClientMessage{Type: m.Type}) {
+			return bad("takes no fields")
+		}
+	case "":
+		return ClientMessage{}, fmt.Errorf("%w: no type", ErrBadMessage)
+	default:
+		return ClientMessage{}, fmt.Errorf("%w: unknown type %q (want hello, send, drain or stop)", ErrBadMessage, m.Type)
+	}
+	return m, nil
+}
+
+// recordsMsg is a page of records.
+type recordsMsg struct {
+	Type    string         `json:"type"`
+	Records []store.Record `json:"records"`
+	More    bool           `json:"more"`
+}
+
+type receiptMsg struct {
+	Type      string `json:"type"`
+	Key       string `json:"key"`
+	Session   string `json:"session"`
+	ID        int64  `json:"id"`
+	EventID   int64  `json:"event_id"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+type acceptedMsg struct {
+	Type    string `json:"type"`
+	Action  string `json:"action"`
+	Message string `json:"message"`
+}
+
+type errorMsg struct {
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Key     string `json:"key,omitempty"`
+}
