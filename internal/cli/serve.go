@@ -24,7 +24,7 @@ func newServe(g *globals) *cobra.Command {
 			}
 			return daemon.Run(cmd.Context(), cfg, log, daemon.Options{
 				Ready: func(a daemon.Addrs) {
-					fmt.Fprintf(g.env.Stderr, "klbr-core is serving: open http://%s/ — operator socket %s\n", a.HTTP, a.Control)
+					fmt.Fprintf(g.env.Stderr, "klbr-core is serving: open http://%s/ (`klbr-core open` prints the URL with your operator token) — operator socket %s\n", a.HTTP, a.Control)
 				},
 			})
 		},
