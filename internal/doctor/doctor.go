@@ -73,7 +73,7 @@ func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
 		} else {
 			add(Check{Name: "kernel", OK: true, Detail: k})
 		}
-		if p, err := placement.Detect(ctx, placement.Options{}); err != nil {
+		if p, err := placement.Detect(ctx, placement.Options{SystemdBus: os.Getenv("KLBR_SYSTEMD_BUS")}); err != nil {
 			add(Check{Name: "placement", Detail: err.Error(), Fix: "run as a user that can create cgroups, or under systemd"})
 		} else {
 			detail := string(p.Mode())
