@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/admission"
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/hooks"
@@ -165,9 +167,19 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err != nil {
 		return fmt.Errorf("serve: operator token (run klbr-core init): %w", err)
 	}
-	webH, err := web.New(d, m.Handler(), log.With("component", "web")).WithBrowser(web.Browser{
-		Store: st, Admit: d.admit, Sessions: d.sessions, Daemon: d, Token: token,
-	})
+	wb := web.Browser{Store: st, Admit: d.admit, Sessions: d.sessions, Daemon: d, Token: token}
+	if d.bench != nil {
+		wb.Workbench = d.bench
+	}
+	if d.behavior != nil {
+		wb.Behavior, wb.Releases = d.behavior, d.releases
+	}
+	if arts, err := artifacts.New(filepath.Join(cfg.Paths.DataDir, "artifacts")); err == nil {
+		wb.Artifacts = arts
+	} else {
+		log.Warn("the browser cannot serve artifacts", "error", err)
+	}
+	webH, err := web.New(d, m.Handler(), log.With("component", "web")).WithBrowser(wb)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

@@ -21,6 +21,8 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/admission"
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/artifacts"
+	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -40,13 +42,20 @@ type Daemon interface {
 	Closing() <-chan struct{}
 }
 
-// Browser is what the browser client needs. All fields are required.
+// Browser is what the browser client needs. Store, Admit, Daemon and Token
+// are required; a control whose part is nil is answered "unavailable".
 type Browser struct {
 	Store    *store.Store
 	Admit    *admission.Admitter // operator inputs enter through admission.DoorBrowser
-	Sessions *session.Manager    // reserved for session-level controls
+	Sessions *session.Manager    // session_drain, session_stop, session_start
 	Daemon   Daemon
 	Token    string // the operator token (setup.ReadToken(setup.TokenFile(dataDir)))
+
+	// Optional parts (leave nil, not a typed nil, when absent).
+	Workbench Workbench          // reset
+	Behavior  Behavior           // activate, rollback, edit_soul
+	Releases  *behavior.Releases // activate, edit_soul and GET /v2/soul
+	Artifacts *artifacts.Store   // GET /v2/artifacts/{sha256}
 }
 
 // browser is the configured client.
@@ -85,6 +94,8 @@ func (b *browser) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /{$}", b.guard(http.StatusUnauthorized, b.handlePage))
 	mux.HandleFunc("GET /ui/", b.guard(http.StatusUnauthorized, b.handleAsset))
 	mux.HandleFunc("GET /v2/status", b.guard(http.StatusUnauthorized, b.handleStatus))
+	mux.HandleFunc("GET /v2/soul", b.guard(http.StatusUnauthorized, b.handleSoul))
+	mux.HandleFunc("GET /v2/artifacts/{sha256}", b.guard(http.StatusUnauthorized, b.handleArtifact))
 	mux.HandleFunc("GET /v2/ws", b.guard(http.StatusForbidden, b.handleWS))
 	mux.HandleFunc("/", b.guard(http.StatusUnauthorized, http.NotFound))
 }
@@ -438,6 +449,11 @@ func (c *client) handle(ctx context.Context, id string, m ClientMessage) bool {
 		ok := c.send(acceptedMsg{Type: MsgAccepted, Action: m.Type, Message: msg})
 		c.b.Daemon.Shutdown(stop)
 		return ok
+	case MsgReset, MsgSessionDrain, MsgSessionStop, MsgSessionStart, MsgActivate, MsgRollback, MsgEditSoul:
+		// A control may take long (a drain waits for accepted work): it
+		// runs on its own, and other messages are handled meanwhile.
+		go c.control(ctx, id, m)
+		return true
 	case MsgHello:
 		return c.send(errorMsg{Type: MsgError, Code: api.CodeInvalid, Message: "hello was already received; reconnect to change session or cursor"})
 	}

@@ -73,7 +73,11 @@ type harness struct {
 	logs     *syncBuffer
 }
 
-func start(t *testing.T) *harness {
+func start(t *testing.T) *harness { t.Helper(); return startWith(t, nil) }
+
+// startWith is start with the optional parts of Browser set by with (it may
+// use the harness's store, admitter and sessions).
+func startWith(t *testing.T, with func(h *harness, b *Browser)) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	h := &harness{logs: &syncBuffer{}}
@@ -90,9 +94,11 @@ func start(t *testing.T) *harness {
 	h.admit = admission.New(h.st, h.sessions, nil, nil)
 	h.daemon = &fakeDaemon{st: h.st, closing: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(h.logs, nil))
-	h.srv, err = New(h.daemon, promhttp.Handler(), log).WithBrowser(Browser{
-		Store: h.st, Admit: h.admit, Sessions: h.sessions, Daemon: h.daemon, Token: testToken,
-	})
+	b := Browser{Store: h.st, Admit: h.admit, Sessions: h.sessions, Daemon: h.daemon, Token: testToken}
+	if with != nil {
+		with(h, &b)
+	}
+	h.srv, err = New(h.daemon, promhttp.Handler(), log).WithBrowser(b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"unicode/utf8"
 
+	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/admission"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -22,15 +23,27 @@ const (
 	MsgSend  = "send"  // {"type":"send","text":T,"key":K}: an operator input
 	MsgDrain = "drain" // {"type":"drain"}: the daemon drains and exits
 	MsgStop  = "stop"  // {"type":"stop"}: the daemon interrupts work and exits
+
+	// Operator controls (controls.go): they reach the domain operations
+	// directly, never through the model or the hooks.
+	MsgReset        = "reset"         // {"type":"reset","session":S?}: the workbench Reset
+	MsgSessionDrain = "session_drain" // the connected session drains
+	MsgSessionStop  = "session_stop"  // the connected session moves to stopped
+	MsgSessionStart = "session_start" // the connected session moves to ready
+	MsgActivate     = "activate"      // {"type":"activate","release":R,"expected_epoch":E}
+	MsgRollback     = "rollback"      // {"type":"rollback"}
+	MsgEditSoul     = "edit_soul"     // {"type":"edit_soul","text":T,"expected_epoch":E}: a prompt-only activation
 )
 
 // Server → client message types.
 const (
-	MsgRecords  = "records"  // {"type":"records","records":[...],"more":bool}
-	MsgReceipt  = "receipt"  // {"type":"receipt","key":K,"id":N,"event_id":N,"duplicate":bool}
-	MsgAccepted = "accepted" // {"type":"accepted","action":"drain"|"stop","message":M}
-	MsgError    = "error"    // {"type":"error","code":C,"message":M,"key":K}
-	MsgDelta    = "delta"    // reserved: best-effort token deltas, no cursor
+	MsgRecords   = "records"   // {"type":"records","records":[...],"more":bool}
+	MsgReceipt   = "receipt"   // {"type":"receipt","key":K,"id":N,"event_id":N,"duplicate":bool}
+	MsgAccepted  = "accepted"  // {"type":"accepted","action":"drain"|"stop","message":M}
+	MsgError     = "error"     // {"type":"error","code":C,"message":M,"key":K}
+	MsgDelta     = "delta"     // reserved: best-effort token deltas, no cursor
+	MsgAck       = "ack"       // {"type":"ack","action":A,"session":S,"message":M,"state":{...}?}
+	MsgActivated = "activated" // {"type":"activated","action":A,"result":{...}}
 )
 
 // Bounds of the protocol.
@@ -52,7 +65,15 @@ type ClientMessage struct {
 	Cursor  int64  `json:"cursor,omitempty"`
 	Text    string `json:"text,omitempty"`
 	Key     string `json:"key,omitempty"`
+	// Release names a release (an id or a unique id prefix) for activate.
+	Release string `json:"release,omitempty"`
+	// ExpectedEpoch is the behavior epoch an activation or soul edit is
+	// made against (compare-and-swap); required by both.
+	ExpectedEpoch *int64 `json:"expected_epoch,omitempty"`
 }
+
+// MaxReleaseRef bounds a release reference.
+const MaxReleaseRef = 128
 
 // ErrBadMessage is wrapped by every decode error.
 var ErrBadMessage = errors.New("bad client message")
@@ -86,7 +107,7 @@ func DecodeClientMessage(b []byte) (ClientMessage, error) {
 		if m.Cursor < 0 {
 			return bad("cursor must be a non-negative integer")
 		}
-		if m.Text != "" || m.Key != "" {
+		if m != (ClientMessage{Type: m.Type, Session: m.Session, Cursor: m.Cursor}) {
 			return bad("only session and cursor")
 		}
 	case MsgSend:
@@ -96,17 +117,44 @@ func DecodeClientMessage(b []byte) (ClientMessage, error) {
 		if m.Key == "" || len(m.Key) > admission.MaxKeyBytes {
 			return bad("key must be 1 to %d bytes", admission.MaxKeyBytes)
 		}
-		if m.Session != "" || m.Cursor != 0 {
+		if m != (ClientMessage{Type: m.Type, Text: m.Text, Key: m.Key}) {
 			return bad("only text and key")
 		}
-	case MsgDrain, MsgStop:
+	case MsgReset:
+		if m.Session != "" && !session.ValidID(m.Session) {
+			return bad("session %q: want 1-64 letters, digits, '-' or '_'", m.Session)
+		}
+		if m != (ClientMessage{Type: m.Type, Session: m.Session}) {
+			return bad("only session")
+		}
+	case MsgActivate:
+		if m.Release == "" || len(m.Release) > MaxReleaseRef {
+			return bad("release must be 1 to %d bytes", MaxReleaseRef)
+		}
+		if m.ExpectedEpoch == nil || *m.ExpectedEpoch < 0 {
+			return bad("expected_epoch must be a non-negative integer")
+		}
+		if m != (ClientMessage{Type: m.Type, Release: m.Release, ExpectedEpoch: m.ExpectedEpoch}) {
+			return bad("only release and expected_epoch")
+		}
+	case MsgEditSoul:
+		if m.Text == "" || len(m.Text) > admission.MaxBodyBytes {
+			return bad("text must be 1 to %d bytes", admission.MaxBodyBytes)
+		}
+		if m.ExpectedEpoch == nil || *m.ExpectedEpoch < 0 {
+			return bad("expected_epoch must be a non-negative integer")
+		}
+		if m != (ClientMessage{Type: m.Type, Text: m.Text, ExpectedEpoch: m.ExpectedEpoch}) {
+			return bad("only text and expected_epoch")
+		}
+	case MsgDrain, MsgStop, MsgSessionDrain, MsgSessionStop, MsgSessionStart, MsgRollback:
 		if m != (ClientMessage{Type: m.Type}) {
 			return bad("takes no fields")
 		}
 	case "":
 		return ClientMessage{}, fmt.Errorf("%w: no type", ErrBadMessage)
 	default:
-		return ClientMessage{}, fmt.Errorf("%w: unknown type %q (want hello, send, drain or stop)", ErrBadMessage, m.Type)
+		return ClientMessage{}, fmt.Errorf("%w: unknown type %q (want hello, send, drain, stop, reset, session_drain, session_stop, session_start, activate, rollback or edit_soul)", ErrBadMessage, m.Type)
 	}
 	return m, nil
 }
@@ -138,4 +186,21 @@ type errorMsg struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Key     string `json:"key,omitempty"`
+	Action  string `json:"action,omitempty"` // the control refused, for control messages
+}
+
+// ackMsg answers a reset or a session control.
+type ackMsg struct {
+	Type    string         `json:"type"`
+	Action  string         `json:"action"`
+	Session string         `json:"session"`
+	Message string         `json:"message"`
+	State   *store.Session `json:"state,omitempty"` // the session after a session control
+}
+
+// activatedMsg answers activate, rollback and edit_soul.
+type activatedMsg struct {
+	Type   string            `json:"type"`
+	Action string            `json:"action"`
+	Result activation.Result `json:"result"`
 }

@@ -99,8 +99,15 @@ function fillOutcome(box, r, c) {
   if (c.value != null) box.appendChild(collapsible(String(c.value), "value", "value"));
   if (c.error) box.appendChild(collapsible((c.error.traceback || c.error.message || "").trimEnd(), "stderr", "traceback"));
   if (o.omitted_bytes) box.appendChild(el("div", "meta", `${o.omitted_bytes} bytes not in the preview`));
-  if (o.artifact && o.artifact.sha256) {
-    box.appendChild(el("div", "artifact", `full output: artifacts/sha256/${o.artifact.sha256} (${o.artifact.size} bytes)`));
+  if (o.artifact && /^[0-9a-f]{64}$/.test(o.artifact.sha256 || "")) {
+    const d = el("div", "artifact");
+    const a = el("a", "", `full output (${o.artifact.size} bytes)`);
+    a.href = `/v2/artifacts/${o.artifact.sha256}`;
+    a.target = "_blank";
+    a.rel = "noopener";
+    a.title = `artifact sha256 ${o.artifact.sha256}`;
+    d.appendChild(a);
+    box.appendChild(d);
   }
   if (o.spool_error) box.appendChild(el("div", "meta", `artifact not written: ${o.spool_error}`));
 }
@@ -172,7 +179,10 @@ function render(r) {
 function headerFromNotice(r, c) {
   if (r.kind.startsWith("session.")) $("#h-state").textContent = r.kind.slice(8);
   if (r.kind === "kernel.started" || r.kind === "kernel.reset") $("#h-kernel").textContent = `gen ${c.generation}`;
-  if (r.kind === "revision.activated") $("#h-revision").textContent = `epoch ${c.epoch} · ${String(c.release || "").slice(0, 12)}`;
+  if (r.kind === "revision.activated") {
+    $("#h-revision").textContent = `epoch ${c.epoch} · ${String(c.release || "").slice(0, 12)}`;
+    if (typeof c.epoch === "number") epoch = c.epoch;
+  }
 }
 
 async function refreshStatus() {
@@ -185,6 +195,7 @@ async function refreshStatus() {
     if (!s) return;
     $("#h-state").textContent = s.state + (s.draining ? " (draining)" : "");
     $("#h-revision").textContent = `epoch ${s.behavior_epoch} · ${String(s.policy_revision || "—").slice(0, 12)}`;
+    epoch = s.behavior_epoch;
     $("#h-kernel").textContent = `gen ${s.kernel_generation}`;
   } catch (_) { /* the socket reports the connection state */ }
 }
@@ -224,9 +235,23 @@ function connect() {
         status(m.duplicate ? "already sent (duplicate key)" : `sent · input ${m.id}`);
         break;
       case "error":
+        if (m.action) { ctlStatus(`${m.action}: ${m.code}: ${m.message}`, true); break; }
         if (pending && pending.key === m.key) pending = null;
         status(`${m.code}: ${m.message}`, true);
         break;
+      case "ack":
+        ctlStatus(`${m.action}: ${m.message}`);
+        if (m.state) $("#h-state").textContent = m.state.state;
+        break;
+      case "activated": {
+        const res = m.result || {};
+        epoch = res.epoch;
+        $("#h-revision").textContent = `epoch ${res.epoch} · ${String(res.release || "").slice(0, 12)}`;
+        ctlStatus(`${m.action}: epoch ${res.epoch}, ${res.kind} ${String(res.release || "").slice(0, 12)}` +
+          (res.replaced && res.replaced.length ? ` (replaced ${res.replaced.join(", ")})` : ""));
+        if (m.action === "edit_soul" || $("#soul").open) loadSoul();
+        break;
+      }
       case "accepted":
         status(m.message);
         break;
@@ -268,6 +293,69 @@ function control(type, question) {
   if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type }));
 }
 
+// --- operator controls ----------------------------------------------------
+// They reach the daemon's own operations (docs/browser.md), not the model or
+// the hooks, so they work when those are broken. Answers: ack, activated, or
+// an error carrying the action.
+
+let epoch = null;     // the session's behavior epoch, as last seen
+let soulEpoch = null; // the epoch the soul in the editor was loaded at
+
+function ctlStatus(text, err) {
+  const s = $("#controls-status");
+  s.textContent = text;
+  s.classList.toggle("err", !!err);
+}
+
+function sendControl(msg, question) {
+  if (question && !confirm(question)) return;
+  if (!ws || ws.readyState !== WebSocket.OPEN) { ctlStatus("not connected", true); return; }
+  ws.send(JSON.stringify(msg));
+  ctlStatus(`${msg.type}…`);
+}
+
+async function loadSoul() {
+  try {
+    const res = await fetch(`/v2/soul?session=${encodeURIComponent(SESSION)}`, { credentials: "same-origin", cache: "no-store" });
+    const body = await res.json().catch(() => ({}));
+    if (!res.ok) { $("#soul-meta").textContent = `cannot load the soul: ${body.error || res.status}`; return; }
+    $("#soul-text").value = body.text;
+    soulEpoch = body.epoch;
+    $("#soul-meta").textContent = `loaded at epoch ${body.epoch} · ${String(body.release || "—").slice(0, 12)}` +
+      (body.exists ? "" : " · this release has no soul.md");
+  } catch (e) {
+    $("#soul-meta").textContent = `cannot load the soul: ${e}`;
+  }
+}
+
+function setupControls() {
+  $("#btn-reset").addEventListener("click", () => sendControl({ type: "reset", session: SESSION },
+    `Reset the workbench of ${SESSION}? Python state is lost; the next cell starts a new kernel generation.`));
+  $("#btn-session-drain").addEventListener("click", () => sendControl({ type: "session_drain" },
+    `Drain session ${SESSION}? It finishes accepted work, then stops.`));
+  $("#btn-session-stop").addEventListener("click", () => sendControl({ type: "session_stop" },
+    `Stop session ${SESSION} now?`));
+  $("#btn-session-start").addEventListener("click", () => sendControl({ type: "session_start" }));
+  $("#btn-rollback").addEventListener("click", () => sendControl({ type: "rollback" },
+    `Roll ${SESSION} back to the release of its previous epoch?`));
+  $("#btn-activate").addEventListener("click", () => {
+    const release = $("#release-ref").value.trim();
+    if (!release) { ctlStatus("activate: give a release id (or a prefix of 8+ hex digits)", true); return; }
+    if (epoch === null) { ctlStatus("activate: the current epoch is not known yet", true); return; }
+    sendControl({ type: "activate", release, expected_epoch: epoch },
+      `Activate release ${release} on ${SESSION} (from epoch ${epoch})?`);
+  });
+  $("#soul").addEventListener("toggle", () => { if ($("#soul").open) loadSoul(); });
+  $("#btn-soul-reload").addEventListener("click", loadSoul);
+  $("#btn-soul-save").addEventListener("click", () => {
+    const text = $("#soul-text").value;
+    if (!text.trim()) { ctlStatus("edit_soul: the soul is empty", true); return; }
+    if (soulEpoch === null) { ctlStatus("edit_soul: load the soul first", true); return; }
+    sendControl({ type: "edit_soul", text, expected_epoch: soulEpoch },
+      `Publish this soul as a new release and activate it on ${SESSION} (from epoch ${soulEpoch})?`);
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   $("#h-session").textContent = SESSION;
   $("#composer").addEventListener("keydown", (e) => {
@@ -275,5 +363,6 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("#btn-drain").addEventListener("click", () => control("drain", "Drain klbr-core? Admission closes, accepted work finishes, then it exits."));
   $("#btn-stop").addEventListener("click", () => control("stop", "Stop klbr-core? Running work is interrupted and it exits."));
+  setupControls();
   connect();
 });

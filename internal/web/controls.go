@@ -1,0 +1,344 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/activation"
+	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/session"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/workbench"
+)
+
+// The operator controls of the browser (docs/browser.md). They call the
+// same domain operations as the operator API (package localapi), so they
+// work when the model or the hooks are broken.
+
+// Workbench is the part of the workbench manager the browser needs
+// (*workbench.Manager implements it).
+type Workbench interface {
+	// Reset replaces the session's Python kernel; its state is not restored.
+	Reset(ctx context.Context, session, reason string) error
+}
+
+// Behavior is the part of the activation service the browser needs
+// (*activation.Service implements it).
+type Behavior interface {
+	// Publish records a release stored by behavior.Releases.Publish.
+	Publish(ctx context.Context, m behavior.Manifest) error
+	// Activate makes release the session's behavior if it is still at
+	// epoch parent; a refused candidate changes nothing.
+	Activate(ctx context.Context, session string, parent int64, release, reason string) (activation.Result, error)
+	// Rollback returns the session to the release before the active one.
+	Rollback(ctx context.Context, session string) (activation.Result, error)
+}
+
+// SoulFile is the soul's file in a behavior tree.
+const SoulFile = "soul.md"
+
+// controlTimeout bounds one control. Controls run detached from the socket:
+// an operator who closes the tab does not abort a reset or an activation
+// half way.
+const controlTimeout = 5 * time.Minute
+
+// control runs a control message for the connected session id and answers.
+func (c *client) control(ctx context.Context, id string, m ClientMessage) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), controlTimeout)
+	defer cancel()
+	b := c.b
+	fail := func(err error) bool {
+		code := controlErrorCode(err)
+		if code == api.CodeInternal {
+			b.log.Error("browser: control failed", "action", m.Type, "session", id, "error", err)
+		}
+		return c.send(errorMsg{Type: MsgError, Code: code, Message: err.Error(), Action: m.Type})
+	}
+	unavailable := func(what string) bool {
+		return c.send(errorMsg{Type: MsgError, Code: api.CodeUnavailable, Message: what + " is unavailable in this daemon", Action: m.Type})
+	}
+	b.log.Info("browser: control", "action", m.Type, "session", id)
+	switch m.Type {
+	case MsgReset:
+		target := id
+		if m.Session != "" {
+			target = m.Session
+		}
+		if b.Workbench == nil {
+			return unavailable("the workbench (cells cannot run)")
+		}
+		if err := b.Workbench.Reset(ctx, target, "reset from the browser"); err != nil {
+			return fail(err)
+		}
+		return c.send(ackMsg{Type: MsgAck, Action: m.Type, Session: target,
+			Message: "the workbench was reset; Python state was not restored, the next cell starts a new generation"})
+	case MsgSessionDrain, MsgSessionStop, MsgSessionStart:
+		if b.Sessions == nil {
+			return unavailable("the session manager")
+		}
+		var (
+			sess store.Session
+			err  error
+			msg  string
+		)
+		switch m.Type {
+		case MsgSessionDrain:
+			sess, err = b.Sessions.Drain(ctx, id)
+			msg = "the session is draining: it finishes accepted work and admits no more"
+		case MsgSessionStop:
+			sess, err = b.Sessions.Transition(ctx, id, store.StateStopped, "stopped from the browser")
+			msg = "the session is stopped"
+		default:
+			sess, err = b.Sessions.Transition(ctx, id, store.StateReady, "started from the browser")
+			msg = "the session is ready"
+		}
+		if err != nil {
+			return fail(err)
+		}
+		return c.send(ackMsg{Type: MsgAck, Action: m.Type, Session: id, Message: msg, State: &sess})
+	case MsgActivate:
+		if b.Behavior == nil || b.Releases == nil {
+			return unavailable("behavior releases")
+		}
+		rel, err := b.resolveRelease(m.Release)
+		if err != nil {
+			return c.send(errorMsg{Type: MsgError, Code: api.CodeInvalid, Message: err.Error(), Action: m.Type})
+		}
+		res, err := b.Behavior.Activate(ctx, id, *m.ExpectedEpoch, rel, "activated from the browser")
+		if err != nil {
+			return fail(err)
+		}
+		return c.send(activatedMsg{Type: MsgActivated, Action: m.Type, Result: res})
+	case MsgRollback:
+		if b.Behavior == nil {
+			return unavailable("behavior releases")
+		}
+		res, err := b.Behavior.Rollback(ctx, id)
+		if err != nil {
+			return fail(err)
+		}
+		return c.send(activatedMsg{Type: MsgActivated, Action: m.Type, Result: res})
+	case MsgEditSoul:
+		if b.Behavior == nil || b.Releases == nil {
+			return unavailable("behavior releases")
+		}
+		res, err := b.editSoul(ctx, id, m.Text, *m.ExpectedEpoch)
+		if err != nil {
+			return fail(err)
+		}
+		return c.send(activatedMsg{Type: MsgActivated, Action: m.Type, Result: res})
+	}
+	return true
+}
+
+// editSoul publishes the session's active release with a new soul and
+// activates it against expected: a prompt-only activation through the
+// revision path.
+func (b *browser) editSoul(ctx context.Context, id, text string, expected int64) (activation.Result, error) {
+	sess, err := b.Store.Session(ctx, id)
+	if err != nil {
+		return activation.Result{}, err
+	}
+	if sess.PolicyRevision == "" {
+		return activation.Result{}, fmt.Errorf("%w: session %s has no active release to edit", errNoRelease, id)
+	}
+	if sess.BehaviorEpoch != expected {
+		// Checked again, atomically, by the activation; this only saves a publish.
+		return activation.Result{}, fmt.Errorf("%w: session %s is at epoch %d, not %d", store.ErrStaleEpoch, id, sess.BehaviorEpoch, expected)
+	}
+	tmp, err := os.MkdirTemp("", "klbr-soul-")
+	if err != nil {
+		return activation.Result{}, err
+	}
+	defer os.RemoveAll(tmp)
+	if err := copyTree(b.Releases.Tree(sess.PolicyRevision), tmp); err != nil {
+		return activation.Result{}, fmt.Errorf("copy release %s: %w", sess.PolicyRevision, err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, SoulFile), []byte(text), 0o644); err != nil {
+		return activation.Result{}, err
+	}
+	m, err := b.Releases.Publish(os.DirFS(tmp))
+	if err != nil {
+		return activation.Result{}, err
+	}
+	if err := b.Behavior.Publish(ctx, m); err != nil {
+		return activation.Result{}, err
+	}
+	return b.Behavior.Activate(ctx, id, expected, m.ID, "soul edited from the browser")
+}
+
+var errNoRelease = errors.New("no active release")
+
+// resolveRelease accepts what behavior.Releases.Resolve does, or a unique
+// prefix of at least 8 hex digits of a stored release id (the page shows 12).
+func (b *browser) resolveRelease(ref string) (string, error) {
+	id, err := b.Releases.Resolve(ref)
+	if err == nil {
+		return id, nil
+	}
+	if len(ref) < 8 || strings.Trim(ref, "0123456789abcdef") != "" {
+		return "", err
+	}
+	ids, lerr := b.Releases.List()
+	if lerr != nil {
+		return "", lerr
+	}
+	var found []string
+	for _, id := range ids {
+		if strings.HasPrefix(id, ref) {
+			found = append(found, id)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return "", fmt.Errorf("no stored release starts with %q", ref)
+	}
+	return "", fmt.Errorf("%d stored releases start with %q; give more of the id", len(found), ref)
+}
+
+// copyTree copies a release tree into a new writable directory.
+func copyTree(from, to string) error {
+	return filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, p)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("%s is not a regular file", p)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, data, 0o644)
+	})
+}
+
+// controlErrorCode maps a control's error to its code.
+func controlErrorCode(err error) string {
+	switch {
+	case errors.Is(err, store.ErrStaleEpoch), errors.Is(err, store.ErrIllegalTransition), errors.Is(err, store.ErrStaleState):
+		return api.CodeConflict
+	case errors.Is(err, activation.ErrCandidate), errors.Is(err, behavior.ErrCorrupt), errors.Is(err, behavior.ErrInvalidTree):
+		return api.CodeRefused
+	case errors.Is(err, workbench.ErrClosed):
+		return api.CodeDraining
+	case errors.Is(err, errNoRelease):
+		return api.CodeConflict
+	case errors.Is(err, session.ErrDraining), errors.Is(err, session.ErrStopped):
+		return api.CodeConflict
+	}
+	return errorCode(err)
+}
+
+// soulMsg is GET /v2/soul's answer.
+type soulMsg struct {
+	Session string `json:"session"`
+	Epoch   int64  `json:"epoch"`
+	Release string `json:"release"`
+	Text    string `json:"text"`
+	Exists  bool   `json:"exists"` // false when the release has no soul.md
+}
+
+// handleSoul serves the connected session's active soul and epoch:
+// GET /v2/soul?session=S (default "default").
+func (b *browser) handleSoul(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	jsonErr := func(status int, code, msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(map[string]string{"code": code, "error": msg})
+	}
+	if b.Releases == nil {
+		jsonErr(http.StatusServiceUnavailable, api.CodeUnavailable, "behavior releases are unavailable in this daemon")
+		return
+	}
+	id := r.URL.Query().Get("session")
+	if id == "" {
+		id = "default"
+	}
+	if !session.ValidID(id) {
+		jsonErr(http.StatusBadRequest, api.CodeInvalid, "bad session name")
+		return
+	}
+	sess, err := b.Store.Session(r.Context(), id)
+	if err != nil {
+		if errors.Is(err, store.ErrUnknownSession) {
+			jsonErr(http.StatusNotFound, api.CodeNotFound, err.Error())
+			return
+		}
+		jsonErr(http.StatusInternalServerError, api.CodeInternal, err.Error())
+		return
+	}
+	out := soulMsg{Session: id, Epoch: sess.BehaviorEpoch, Release: sess.PolicyRevision}
+	if sess.PolicyRevision != "" {
+		text, err := os.ReadFile(filepath.Join(b.Releases.Tree(sess.PolicyRevision), SoulFile))
+		switch {
+		case err == nil:
+			out.Text, out.Exists = string(text), true
+		case errors.Is(err, fs.ErrNotExist):
+		default:
+			jsonErr(http.StatusInternalServerError, api.CodeInternal, err.Error())
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+// handleArtifact serves stored content, GET /v2/artifacts/{sha256}, as
+// plain text the browser never sniffs.
+func (b *browser) handleArtifact(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if b.Artifacts == nil {
+		http.Error(w, "artifacts are unavailable in this daemon", http.StatusServiceUnavailable)
+		return
+	}
+	p, err := b.Artifacts.Path(r.PathValue("sha256"))
+	if err != nil {
+		http.Error(w, "not a sha256 hex digest", http.StatusBadRequest)
+		return
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			http.Error(w, "no such artifact", http.StatusNotFound)
+			return
+		}
+		b.log.Warn("browser: open artifact", "error", err)
+		http.Error(w, "reading the artifact failed", http.StatusInternalServerError)
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		http.Error(w, "no such artifact", http.StatusNotFound)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	h.Set("Content-Disposition", "inline")
+	// ServeContent handles Range and HEAD; the content is immutable.
+	http.ServeContent(w, r, "", st.ModTime(), f)
+}
