@@ -182,6 +182,12 @@ func TestBrowserEndToEnd(t *testing.T) {
 		if err := tx.FinishExecution("default", id, "ok", false, outcome); err != nil {
 			return err
 		}
+		if _, err := tx.RecordLocalSend(store.LocalSend{Session: "default", Execution: id, Request: 1, Text: "hello there", Status: "confirmed", Reason: "fine", Epoch: 1}); err != nil {
+			return err
+		}
+		if _, err := tx.RecordLocalSend(store.LocalSend{Session: "default", Execution: id, Request: 2, Text: "<i>not yet</i>", Status: "held", Reason: "review bug", Epoch: 1, Fallback: true}); err != nil {
+			return err
+		}
 		return tx.KernelReset("default", gen, "operator reset")
 	})
 	if err != nil {
@@ -204,6 +210,17 @@ func TestBrowserEndToEnd(t *testing.T) {
 	if cell["n"] != 1.0 || cell["kw"] == 0.0 || cell["bold"] != 0.0 || cell["collapsed"] != true ||
 		!strings.Contains(cell["text"].(string), "kernel reset") {
 		t.Errorf("cell lane: %v (want one highlighted cell, no injected markup, long output collapsed, a reset notice)", cell)
+	}
+	speech, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]any](`(() => { const s = document.querySelectorAll('#lane-speech .record');
+		return {n: s.length, held: document.querySelectorAll('#lane-speech .record.held').length,
+		        italic: document.querySelectorAll('#lane-speech i').length,
+		        text: document.querySelector('#lane-speech .items').innerText}; })()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if speech["n"] != 2.0 || speech["held"] != 1.0 || speech["italic"] != 0.0 ||
+		!strings.Contains(speech["text"].(string), "held by the host (the review did not decide): review bug") {
+		t.Errorf("speech lane: %v (want a sent card and a held card with its reason, no injected markup)", speech)
 	}
 	if shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)); err == nil {
 		if dir := os.Getenv("KLBR_ARTIFACTS"); dir != "" {

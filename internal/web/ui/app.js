@@ -140,6 +140,22 @@ function noticeText(r, c) {
   return null;
 }
 
+// Speech is explicit: a sent card, or a held card that says why it was not
+// delivered (and whether the host held it because the review failed).
+function renderSpeech(r, c) {
+  const held = r.kind === "local.held";
+  const e = el("div", held ? "record speech held" : "record speech");
+  e.appendChild(meta(r, `epoch ${c.behavior_epoch ?? "?"}`));
+  e.appendChild(el("div", "text", c.text ?? ""));
+  if (held) {
+    const why = (c.fallback ? "held by the host (the review did not decide): " : "held by review: ") + (c.reason || "no reason given");
+    e.appendChild(el("div", "held-reason", why));
+  } else {
+    e.appendChild(el("div", "meta", "delivered to this lane" + (c.reason ? " · " + c.reason : "")));
+  }
+  return e;
+}
+
 function renderGeneric(r, c) {
   const e = el("div", "record");
   e.appendChild(meta(r));
@@ -157,6 +173,7 @@ function render(r) {
   if (r.lane === "input") node = renderInput(r, c);
   else if (r.kind === "cell.started") node = renderCellStarted(r, c);
   else if (r.kind === "cell.finished") node = renderCellFinished(r, c);
+  else if (r.kind === "local.sent" || r.kind === "local.held") node = renderSpeech(r, c);
   else if (r.lane === "notice") {
     const t = noticeText(r, c);
     if (t !== null) { node = el("div", "record"); node.appendChild(meta(r)); node.appendChild(el("div", "text", t)); }
