@@ -50,11 +50,12 @@ type Config struct {
 type Dispatcher struct {
 	cfg Config
 
-	mu      sync.Mutex // guards pinned, gen, closed
-	pinned  map[string]*pinned
-	gen     int64
-	closed  bool
-	startMu sync.Map // session → *sync.Mutex: one start at a time per session
+	mu       sync.Mutex // guards pinned, retiring, gen, closed
+	pinned   map[string]*pinned
+	retiring map[*worker.Worker]struct{} // replaced, finishing their invocations
+	gen      int64
+	closed   bool
+	startMu  sync.Map // session → *sync.Mutex: one start at a time per session
 }
 
 // pinned is a live hook worker and the release it runs.
@@ -78,7 +79,7 @@ func New(cfg Config) *Dispatcher {
 	if cfg.Observe == nil {
 		cfg.Observe = func(string, string, time.Duration) {}
 	}
-	return &Dispatcher{cfg: cfg, pinned: map[string]*pinned{}}
+	return &Dispatcher{cfg: cfg, pinned: map[string]*pinned{}, retiring: map[*worker.Worker]struct{}{}}
 }
 
 // Config returns what the dispatcher was made with.
@@ -150,8 +151,22 @@ func (d *Dispatcher) install(session string, p *pinned) {
 	d.pinned[session] = p
 	d.mu.Unlock()
 	if old != nil && old.w != p.w {
-		old.w.Stop()
+		d.retire(old.w)
 	}
+}
+
+// retire stops a replaced worker once the invocations already on it can no
+// longer be running: they finish on the behavior they started with.
+func (d *Dispatcher) retire(w *worker.Worker) {
+	d.mu.Lock()
+	d.retiring[w] = struct{}{}
+	d.mu.Unlock()
+	time.AfterFunc(max(d.cfg.ReviewDeadline, d.cfg.PlanDeadline), func() {
+		w.Stop()
+		d.mu.Lock()
+		delete(d.retiring, w)
+		d.mu.Unlock()
+	})
 }
 
 // Swap installs an already checked worker for a new epoch (hook-only
@@ -237,13 +252,17 @@ func (d *Dispatcher) finish(c *call) {
 func (d *Dispatcher) Close() {
 	d.mu.Lock()
 	d.closed = true
-	ps := d.pinned
+	ws := make([]*worker.Worker, 0, len(d.pinned)+len(d.retiring))
+	for _, p := range d.pinned {
+		ws = append(ws, p.w)
+	}
+	for w := range d.retiring {
+		ws = append(ws, w)
+	}
 	d.pinned = map[string]*pinned{}
 	d.mu.Unlock()
-	ws := make([]*worker.Worker, 0, len(ps))
-	for _, p := range ps {
-		p.w.Stop()
-		ws = append(ws, p.w)
+	for _, w := range ws {
+		w.Stop()
 	}
 	worker.WaitDone(ws, 5*time.Second)
 }

@@ -56,7 +56,36 @@ func NewCgroup(opts Options) (Placer, error) {
 	if err != nil {
 		return nil, err
 	}
+	sweepDeadInstances(layout)
 	return &cgroupPlacer{layout: layout, instance: opts.instance()}, nil
+}
+
+// sweepDeadInstances removes the empty cgroups that a klbr-core which died
+// without releasing its placements left behind (their names end in
+// "-p<pid>" and that pid is gone). A cgroup that still holds a process, or
+// whose pid is alive (maybe reused), is left alone: this only tidies.
+func sweepDeadInstances(layout cgroupLayout) {
+	for _, parent := range layout.parents {
+		ents, err := os.ReadDir(parent)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			name := e.Name()
+			i := strings.LastIndex(name, "-p")
+			if !e.IsDir() || !strings.HasPrefix(name, "klbr-") || i < 0 {
+				continue
+			}
+			pid, err := strconv.Atoi(name[i+2:])
+			if err != nil || pid <= 0 {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid))); err == nil {
+				continue
+			}
+			os.Remove(filepath.Join(parent, name)) // fails, harmlessly, while it holds a process
+		}
+	}
 }
 
 func (p *cgroupPlacer) Mode() Mode               { return ModeCgroup }

@@ -364,3 +364,28 @@ print(time.process_time())
 		t.Fatalf("used %.3f s of CPU in 1 s under a 20%% quota", used)
 	}
 }
+
+func TestDeadInstancesAreSwept(t *testing.T) {
+	p := newCgroupPlacer(t)
+	var parent string
+	for _, dir := range p.layout.parents {
+		parent = dir
+		break
+	}
+	// A pid that cannot be alive: above the kernel's maximum.
+	dead := filepath.Join(parent, "klbr-workbench-swept-1-p99999999")
+	alive := filepath.Join(parent, "klbr-workbench-kept-1-p"+strconv.Itoa(os.Getpid()))
+	for _, d := range []string{dead, alive} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { os.Remove(dead); os.Remove(alive) })
+	sweepDeadInstances(p.layout)
+	if _, err := os.Stat(dead); err == nil {
+		t.Error("the cgroup of a dead klbr-core was not swept")
+	}
+	if _, err := os.Stat(alive); err != nil {
+		t.Error("the cgroup of a live process was swept")
+	}
+}
