@@ -73,11 +73,11 @@ type harness struct {
 	logs     *syncBuffer
 }
 
-func start(t *testing.T) *harness { t.Helper(); return startWith(t, nil) }
+func start(t testing.TB) *harness { t.Helper(); return startWith(t, nil) }
 
 // startWith is start with the optional parts of Browser set by with (it may
 // use the harness's store, admitter and sessions).
-func startWith(t *testing.T, with func(h *harness, b *Browser)) *harness {
+func startWith(t testing.TB, with func(h *harness, b *Browser)) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	h := &harness{logs: &syncBuffer{}}
@@ -110,7 +110,7 @@ func startWith(t *testing.T, with func(h *harness, b *Browser)) *harness {
 func (h *harness) wsURL() string { return "ws" + strings.TrimPrefix(h.http.URL, "http") + "/v2/ws" }
 
 // dial opens /v2/ws with the token cookie and extra headers.
-func (h *harness) dial(t *testing.T, hdr http.Header) (*websocket.Conn, *http.Response, error) {
+func (h *harness) dial(t testing.TB, hdr http.Header) (*websocket.Conn, *http.Response, error) {
 	t.Helper()
 	if hdr == nil {
 		hdr = http.Header{}
@@ -124,7 +124,7 @@ func (h *harness) dial(t *testing.T, hdr http.Header) (*websocket.Conn, *http.Re
 }
 
 // hello dials and sends hello with cursor.
-func (h *harness) hello(t *testing.T, cursor int64) *websocket.Conn {
+func (h *harness) hello(t testing.TB, cursor int64) *websocket.Conn {
 	t.Helper()
 	c, _, err := h.dial(t, nil)
 	if err != nil {
@@ -136,7 +136,7 @@ func (h *harness) hello(t *testing.T, cursor int64) *websocket.Conn {
 // helloSmallBuffer is hello over a connection whose receive buffer is fixed
 // small (no autotuning; on this machine loopback buffers grow to 32 MiB), so
 // a client that does not read fills it quickly.
-func (h *harness) helloSmallBuffer(t *testing.T, cursor int64) *websocket.Conn {
+func (h *harness) helloSmallBuffer(t testing.TB, cursor int64) *websocket.Conn {
 	t.Helper()
 	dialer := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 		var serr error
@@ -155,7 +155,7 @@ func (h *harness) helloSmallBuffer(t *testing.T, cursor int64) *websocket.Conn {
 	return h.sayHello(t, c, cursor)
 }
 
-func (h *harness) sayHello(t *testing.T, c *websocket.Conn, cursor int64) *websocket.Conn {
+func (h *harness) sayHello(t testing.TB, c *websocket.Conn, cursor int64) *websocket.Conn {
 	t.Helper()
 	c.SetReadLimit(8 << 20)
 	t.Cleanup(func() { c.CloseNow() })
@@ -163,7 +163,7 @@ func (h *harness) sayHello(t *testing.T, c *websocket.Conn, cursor int64) *webso
 	return c
 }
 
-func writeJSON(t *testing.T, c *websocket.Conn, v any) {
+func writeJSON(t testing.TB, c *websocket.Conn, v any) {
 	t.Helper()
 	b, _ := json.Marshal(v)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -208,7 +208,7 @@ func tryRead(c *websocket.Conn, d time.Duration) (serverMsg, error) {
 }
 
 // admitN admits n operator inputs in one commit and returns their texts.
-func (h *harness) admitN(t *testing.T, n int, prefix string, body int) {
+func (h *harness) admitN(t testing.TB, n int, prefix string, body int) {
 	t.Helper()
 	// Random text: compression must not shrink what a slow client is sent.
 	raw := make([]byte, body*3/4+3)
