@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -68,7 +69,7 @@ func (p *rlimitPlacer) Place(ctx context.Context, pid int, spec Spec) (Placement
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	b, err := readCmdline(ctx, pid)
 	if err != nil {
 		return nil, fmt.Errorf("rlimit: %w", err)
 	}
@@ -150,4 +151,28 @@ func hasSysResource() bool {
 		}
 	}
 	return false
+}
+
+// readCmdline reads pid's command line once its exec has finished. Right
+// after exec.Cmd.Start returns, the kernel may not have set up the new
+// program's argument pages yet (Start returns when close-on-exec ran, which
+// comes before the ELF loader fills them), and /proc/pid/cmdline is empty.
+// A klbr-kernel command line always holds "--", so wait for it, briefly.
+func readCmdline(ctx context.Context, pid int) ([]byte, error) {
+	path := "/proc/" + strconv.Itoa(pid) + "/cmdline"
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		if strings.Contains(string(b), "\x00--\x00") || time.Now().After(deadline) {
+			return b, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
