@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/klbr-dev/klbr/internal/citest"
 )
 
 // envMap returns a lookup func over m, standing in for os.LookupEnv.
@@ -849,7 +851,7 @@ func TestResolvePython(t *testing.T) {
 	t.Run("python3 on PATH", func(t *testing.T) {
 		found, err := exec.LookPath("python3")
 		if err != nil {
-			skipOrFail(t, "no python3 on PATH")
+			citest.SkipOrFail(t, "no python3 on PATH")
 		}
 		bin, version, err := ResolvePython(ctx, "python3")
 		if err != nil {
@@ -985,11 +987,11 @@ esac
 
 	t.Run("a virtual environment keeps its path", func(t *testing.T) {
 		if _, err := exec.LookPath("python3"); err != nil {
-			skipOrFail(t, "no python3 on PATH")
+			citest.SkipOrFail(t, "no python3 on PATH")
 		}
 		venv := filepath.Join(t.TempDir(), "venv")
 		if out, err := exec.Command("python3", "-m", "venv", "--without-pip", venv).CombinedOutput(); err != nil {
-			skipOrFail(t, fmt.Sprintf("cannot make a venv: %v\n%s", err, out))
+			citest.SkipOrFail(t, fmt.Sprintf("cannot make a venv: %v\n%s", err, out))
 		}
 		want := filepath.Join(venv, "bin", "python3")
 		bin, _, err := ResolvePython(ctx, want)
@@ -1040,14 +1042,4 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
-}
-
-// skipOrFail skips a test that needs something this machine lacks, saying
-// why; under CI=true it fails instead, so CI cannot pass by skipping.
-func skipOrFail(t *testing.T, reason string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true and %s", reason)
-	}
-	t.Skip(reason)
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/citest"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/localclient"
 	"github.com/klbr-dev/klbr/internal/setup"
@@ -488,10 +489,7 @@ func kernelDir(t *testing.T) string {
 func requirePython(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true and python3 is missing")
-		}
-		t.Skip("python3 is missing")
+		citest.SkipOrFail(t, "python3 is missing")
 	}
 }
 

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/klbr-dev/klbr/internal/citest"
 )
 
 // kernelBin is the klbr-kernel binary built once for the tests.
@@ -44,16 +46,6 @@ func goTool() string {
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
-// skipOrFail skips a test that needs something this machine lacks, saying why; under
-// CI=true it fails instead, so CI cannot pass by skipping.
-func skipOrFail(t *testing.T, reason string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true and %s", reason)
-	}
-	t.Skip(reason)
-}
-
 // python returns a real python3 interpreter (not a version-manager shim).
 func python(t *testing.T) string {
 	t.Helper()
@@ -62,7 +54,7 @@ func python(t *testing.T) string {
 	}
 	p, err := exec.LookPath("python3")
 	if err != nil {
-		skipOrFail(t, "python3 is not installed")
+		citest.SkipOrFail(t, "python3 is not installed")
 	}
 	return p
 }

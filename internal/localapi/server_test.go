@@ -22,6 +22,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/admission"
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/citest"
 	"github.com/klbr-dev/klbr/internal/localclient"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -257,7 +258,7 @@ func rawRequest(t *testing.T, sock, method, path, body string, length int) (int,
 
 func TestPeerUnderAnotherUIDIsRefused(t *testing.T) {
 	if os.Getuid() != 0 {
-		skipOrFail(t, "needs root to run a client under another uid")
+		citest.SkipOrFail(t, "needs root to run a client under another uid")
 	}
 	h := start(t)
 	// Copy the test binary where uid 65534 can run it.

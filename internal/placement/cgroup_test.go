@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/klbr-dev/klbr/internal/citest"
 )
 
 // cgroupPlacer returns the cgroup placer of this machine, or skips (fails under CI=true).
@@ -17,7 +19,7 @@ func newCgroupPlacer(t *testing.T) *cgroupPlacer {
 	requireRoot(t)
 	p, err := NewCgroup(Options{})
 	if err != nil {
-		skipOrFail(t, "no writable cgroup here: "+err.Error())
+		citest.SkipOrFail(t, "no writable cgroup here: "+err.Error())
 	}
 	t.Logf("cgroup placer: %s", p.(*cgroupPlacer).describe())
 	return p.(*cgroupPlacer)
@@ -334,7 +336,7 @@ func TestSpecName(t *testing.T) {
 func TestCgroupCPUQuota(t *testing.T) {
 	p := newCgroupPlacer(t)
 	if _, ok := p.layout.parents["cpu"]; !ok {
-		skipOrFail(t, "no cpu controller in the cgroup layout")
+		citest.SkipOrFail(t, "no cpu controller in the cgroup layout")
 	}
 	ctx := testCtx(t)
 	h := startHeld(t, python(t), "-c", `

@@ -16,22 +16,14 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// skipOrFail skips a test that needs something this machine lacks, saying why; under
-// CI=true it fails instead, so CI cannot pass by skipping.
-func skipOrFail(t *testing.T, reason string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true and %s", reason)
-	}
-	t.Skip(reason)
-}
+	"github.com/klbr-dev/klbr/internal/citest"
+)
 
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "the test needs root")
+		citest.SkipOrFail(t, "the test needs root")
 	}
 }
 
@@ -44,7 +36,7 @@ func python(t *testing.T) string {
 	}
 	p, err := exec.LookPath("python3")
 	if err != nil {
-		skipOrFail(t, "python3 is not installed")
+		citest.SkipOrFail(t, "python3 is not installed")
 	}
 	return p
 }

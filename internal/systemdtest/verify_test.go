@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/klbr-dev/klbr/internal/citest"
 )
 
 // unitDir is where the unit files are kept, as shipped.
@@ -22,16 +24,6 @@ var units = []string{
 // binaries are the programs the units run, by the path they name; the package installing the
 // units replaces these paths with its own.
 var binaries = regexp.MustCompile(`/usr/bin/(klbr-core|klbr-discord)\b`)
-
-// skipOrFail skips a test that needs something this machine lacks, saying why; under CI=true
-// it fails instead, so CI cannot pass by skipping.
-func skipOrFail(t testing.TB, reason string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true and %s", reason)
-	}
-	t.Skip(reason)
-}
 
 func readUnits(t testing.TB) map[string]string {
 	t.Helper()
@@ -74,7 +66,7 @@ func install(t testing.TB, dir string, bin func(name string) string) {
 func TestUnitsVerify(t *testing.T) {
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
-		skipOrFail(t, "systemd-analyze is missing (apt-get install -y systemd)")
+		citest.SkipOrFail(t, "systemd-analyze is missing (apt-get install -y systemd)")
 	}
 	dir := t.TempDir()
 	stub := filepath.Join(dir, "stub")

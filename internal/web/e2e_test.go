@@ -13,18 +13,9 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/klbr-dev/klbr/internal/citest"
 	"github.com/klbr-dev/klbr/internal/store"
 )
-
-// skipOrFail skips a test that needs something this machine lacks, saying
-// why; under CI=true it fails instead, so CI cannot pass by skipping.
-func skipOrFail(t *testing.T, reason string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true and %s", reason)
-	}
-	t.Skip(reason)
-}
 
 // chromiumPath finds Debian's chromium (KLBR_CHROMIUM overrides).
 func chromiumPath(t *testing.T) string {
@@ -37,7 +28,7 @@ func chromiumPath(t *testing.T) string {
 			return path
 		}
 	}
-	skipOrFail(t, "chromium is not installed (apt-get install chromium); the browser end-to-end test needs it")
+	citest.SkipOrFail(t, "chromium is not installed (apt-get install chromium); the browser end-to-end test needs it")
 	return ""
 }
 
@@ -65,7 +56,7 @@ func browserCtx(t *testing.T) context.Context {
 	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
 	t.Cleanup(cancelT)
 	if err := chromedp.Do(ctx); err != nil {
-		skipOrFail(t, "chromium does not start: "+err.Error())
+		citest.SkipOrFail(t, "chromium does not start: "+err.Error())
 	}
 	return ctx
 }
