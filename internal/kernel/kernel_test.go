@@ -80,7 +80,7 @@ func startTree(t *testing.T, flags []string, tail string) (*exec.Cmd, *logFile, 
 }
 
 func TestTreeKilledWhenChildExits(t *testing.T) {
-	cmd, stderr, procs := startTree(t, nil, "exit 0")
+	cmd, stderr, procs := startTree(t, nil, "sleep 0.5; exit 0") // long enough to see the tree alive first
 	start := time.Now()
 	if code := exitCode(t, cmd.Wait()); code != 0 {
 		t.Fatalf("exit %d, want 0; stderr: %s", code, stderr)
