@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/klbr-dev/klbr/internal/citest"
 )
 
 // The systemd scope mode is tested against a real systemd: TestSystemdScope boots one as
@@ -32,17 +34,17 @@ func TestSystemdScope(t *testing.T) {
 	requireRoot(t)
 	for _, tool := range []string{"/lib/systemd/systemd"} {
 		if _, err := os.Stat(tool); err != nil {
-			skipOrFail(t, tool+" is missing (apt-get install -y systemd dbus)")
+			citest.SkipOrFail(t, tool+" is missing (apt-get install -y systemd dbus)")
 		}
 	}
 	for _, tool := range []string{"dbus-daemon", "unshare", "nsenter", "setsid", "bash"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			skipOrFail(t, tool+" is missing (apt-get install -y systemd dbus util-linux)")
+			citest.SkipOrFail(t, tool+" is missing (apt-get install -y systemd dbus util-linux)")
 		}
 	}
 	for _, h := range []string{"pids", "memory"} {
 		if err := syscall.Access("/sys/fs/cgroup/"+h, 2); err != nil {
-			skipOrFail(t, "the systemd lab needs a writable cgroup v1 hierarchy /sys/fs/cgroup/"+h)
+			citest.SkipOrFail(t, "the systemd lab needs a writable cgroup v1 hierarchy /sys/fs/cgroup/"+h)
 		}
 	}
 	kernel := klbrKernel(t)
