@@ -63,8 +63,11 @@ type Input struct {
 	SourceKey    string // canonical, unique per session: a retry with the same key is a duplicate
 	Conversation string
 	Author       string
-	OccurredAt   time.Time // when the source says it happened; zero means now
-	Body         string
+	// Directed marks a Discord DM or mention: it demands attention. Operator
+	// input is always directed.
+	Directed   bool
+	OccurredAt time.Time // when the source says it happened; zero means now
+	Body       string
 }
 
 // Result names the outcomes admissions are counted by.
@@ -134,6 +137,7 @@ func (a *Admitter) Admit(ctx context.Context, door Door, in Input) (store.Admitt
 		got, err = tx.AdmitInput(store.NewInput{
 			Session: in.Session, SourceKind: string(in.SourceKind), SourceKey: in.SourceKey,
 			Conversation: in.Conversation, Author: in.Author,
+			Directed:   in.Directed || in.SourceKind == SourceOperator,
 			OccurredAt: occurred, ReceivedAt: now, Body: in.Body,
 		})
 		return err

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,9 +56,17 @@ type Pin struct {
 	Release string `json:"release"`
 }
 
+// ToolCall names the model step and call a cell answers.
+type ToolCall struct {
+	Step int64
+	ID   string
+}
+
 // StartExecution journals a cell before it runs: its code, generation and
 // behavior epoch become a cell.started record and the execution is running.
-func (t *Tx) StartExecution(session string, generation int64, code string) (int64, Pin, error) {
+// A cell that answers a tool call (call non-nil) names it; its outcome will
+// answer the call.
+func (t *Tx) StartExecution(session string, generation int64, code string, call *ToolCall) (int64, Pin, error) {
 	// The cell is pinned to the behavior in force when it was accepted: its
 	// epoch and release are part of its record.
 	var epoch int64
@@ -66,28 +75,49 @@ func (t *Tx) StartExecution(session string, generation int64, code string) (int6
 		return 0, Pin{}, fmt.Errorf("%w: %s", ErrUnknownSession, session)
 	}
 	pin := Pin{Epoch: epoch, Release: release}
-	content, _ := json.Marshal(map[string]any{"code": code, "generation": generation, "behavior_epoch": epoch, "release": release})
+	rec := map[string]any{"code": code, "generation": generation, "behavior_epoch": epoch, "release": release}
+	var step, callID any
+	if call != nil {
+		rec["tool_call_id"], rec["step"] = call.ID, call.Step
+		step, callID = call.Step, call.ID
+	}
+	content, _ := json.Marshal(rec)
 	eventID, _, err := t.appendItem(session, "cell.started", LaneCell, string(content), t.now, t.now)
 	if err != nil {
 		return 0, pin, fmt.Errorf("start execution: %w", err)
 	}
-	res, err := t.exec(`INSERT INTO executions (session_id, generation, code_event_id, started_at) VALUES (?, ?, ?, ?)`,
-		session, generation, eventID, t.now.UnixMilli())
+	res, err := t.exec(`INSERT INTO executions (session_id, generation, code_event_id, started_at, step_id, call_id) VALUES (?, ?, ?, ?, ?, ?)`,
+		session, generation, eventID, t.now.UnixMilli(), step, callID)
 	if err != nil {
 		return 0, pin, fmt.Errorf("start execution: %w", err)
 	}
 	id, _ := res.LastInsertId()
+	if call != nil {
+		if _, err := t.exec(`UPDATE tool_calls SET execution_id = ? WHERE step_id = ? AND call_id = ? AND state = 'pending'`,
+			id, call.Step, call.ID); err != nil {
+			return 0, pin, fmt.Errorf("start execution: %w", err)
+		}
+	}
 	return id, pin, nil
 }
 
 // FinishExecution records a cell's outcome (state and the outcome record's
-// content) once.
+// content) once. If the cell answers a tool call, the outcome answers it in
+// the same commit: a tool result is never lost between the two.
 func (t *Tx) FinishExecution(session string, id int64, state string, reset bool, outcome json.RawMessage) error {
 	var content map[string]any
 	if err := json.Unmarshal(outcome, &content); err != nil {
 		return fmt.Errorf("finish execution: outcome: %w", err)
 	}
+	var step sql.NullInt64
+	var callID sql.NullString
+	if err := t.queryRow(`SELECT step_id, call_id FROM executions WHERE id = ? AND session_id = ?`, id, session).Scan(&step, &callID); err != nil {
+		return fmt.Errorf("finish execution %d: %w", id, err)
+	}
 	content["execution_id"] = id
+	if callID.Valid {
+		content["tool_call_id"] = callID.String
+	}
 	b, _ := json.Marshal(content)
 	eventID, _, err := t.appendItem(session, "cell.finished", LaneCell, string(b), t.now, t.now)
 	if err != nil {
@@ -100,6 +130,13 @@ func (t *Tx) FinishExecution(session string, id int64, state string, reset bool,
 	}
 	if err != nil {
 		return fmt.Errorf("finish execution: %w", err)
+	}
+	if step.Valid && callID.Valid {
+		ts := ToolDone
+		if state == "lost" || state == "cancelled" {
+			ts = ToolInterrupted // its result says so, under the call's id
+		}
+		return t.AnswerToolCall(session, step.Int64, callID.String, ts, eventID)
 	}
 	return nil
 }

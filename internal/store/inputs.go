@@ -18,9 +18,12 @@ type NewInput struct {
 	SourceKey    string
 	Conversation string
 	Author       string
-	OccurredAt   time.Time
-	ReceivedAt   time.Time
-	Body         string
+	// Directed is true for an input that demands attention: any operator
+	// input, a Discord DM or mention.
+	Directed   bool
+	OccurredAt time.Time
+	ReceivedAt time.Time
+	Body       string
 }
 
 // Admitted identifies a committed input. For a duplicate source key it is the
@@ -73,9 +76,9 @@ func (t *Tx) AdmitInput(in NewInput) (Admitted, error) {
 	if err != nil {
 		return a, fmt.Errorf("admit: %w", err)
 	}
-	res, err := t.exec(`INSERT INTO inputs (session_id, event_id, source_kind, source_key, conversation, author, occurred_at, received_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		in.Session, a.EventID, in.SourceKind, in.SourceKey, in.Conversation, in.Author,
+	res, err := t.exec(`INSERT INTO inputs (session_id, event_id, source_kind, source_key, conversation, author, directed, occurred_at, received_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		in.Session, a.EventID, in.SourceKind, in.SourceKey, in.Conversation, in.Author, in.Directed,
 		in.OccurredAt.UnixMilli(), in.ReceivedAt.UnixMilli())
 	if err != nil {
 		return a, fmt.Errorf("admit: insert input: %w", err)

@@ -369,7 +369,7 @@ func TestLanesKeepTheirKinds(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		id, _, err := tx.StartExecution("default", gen, "print('hi')")
+		id, _, err := tx.StartExecution("default", gen, "print('hi')", nil)
 		if err != nil {
 			return err
 		}

@@ -433,7 +433,7 @@ func TestBrowserControls(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		id, _, err := tx.StartExecution("default", gen, "print('x' * 10**6)")
+		id, _, err := tx.StartExecution("default", gen, "print('x' * 10**6)", nil)
 		if err != nil {
 			return err
 		}

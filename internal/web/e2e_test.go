@@ -163,7 +163,7 @@ func TestBrowserEndToEnd(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		id, _, err := tx.StartExecution("default", gen, "import math\n# the answer\nprint(math.sqrt(2))\nx = \"<b>not bold</b>\"")
+		id, _, err := tx.StartExecution("default", gen, "import math\n# the answer\nprint(math.sqrt(2))\nx = \"<b>not bold</b>\"", nil)
 		if err != nil {
 			return err
 		}

@@ -142,3 +142,34 @@ func PinFrom(ctx context.Context) (store.Pin, bool) {
 	p, ok := ctx.Value(pinKey{}).(store.Pin)
 	return p, ok
 }
+
+type callKey struct{}
+
+// Call names the model step and tool call a cell runs for, and the
+// attention frame the step's attempt runs under (0: none).
+type Call struct {
+	Step  int64
+	ID    string
+	Frame int64
+}
+
+// WithCall marks the cells run under ctx as the answer to a tool call: the
+// cell's outcome answers the call in the same commit.
+func WithCall(ctx context.Context, c Call) context.Context {
+	return context.WithValue(ctx, callKey{}, c)
+}
+
+// CallFrom returns the tool call the asking cell answers, if any.
+func CallFrom(ctx context.Context) (Call, bool) {
+	c, ok := ctx.Value(callKey{}).(Call)
+	return c, ok
+}
+
+// cellCall is the store's view of the tool call ctx carries, if any.
+func cellCall(ctx context.Context) *store.ToolCall {
+	c, ok := CallFrom(ctx)
+	if !ok {
+		return nil
+	}
+	return &store.ToolCall{Step: c.Step, ID: c.ID}
+}

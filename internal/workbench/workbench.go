@@ -190,7 +190,7 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 	var execID int64
 	var pin store.Pin
 	if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
-		execID, pin, err = tx.StartExecution(sessionID, w.Generation(), code)
+		execID, pin, err = tx.StartExecution(sessionID, w.Generation(), code, cellCall(ctx))
 		return err
 	}); err != nil {
 		return Result{}, err
