@@ -23,6 +23,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/localapi"
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/placement"
@@ -65,6 +66,7 @@ type daemon struct {
 	hooks    *hooks.Dispatcher // nil when cells cannot run
 	behavior *activation.Service
 	releases *behavior.Releases
+	deltas   *live.Hub // token deltas of model steps, best-effort
 
 	notify       *systemd.Notifier // no-op without NOTIFY_SOCKET
 	cellsRunning atomic.Int64      // cells running through the operator API, for STATUS=
@@ -128,6 +130,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		sessions: session.NewManager(st),
 		shutdown: make(chan struct{}), closing: make(chan struct{}),
 		notify: notify, statusPoke: make(chan struct{}, 1),
+		deltas: live.NewHub(),
 	}
 	m := metrics.New(st, opts.Clock, log.With("component", "metrics"))
 	d.admit = admission.New(st, d.sessions, opts.Clock, m.ObserveAdmission)
