@@ -170,7 +170,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err != nil {
 		return fmt.Errorf("serve: operator token (run klbr-core init): %w", err)
 	}
-	wb := web.Browser{Store: st, Admit: d.admit, Sessions: d.sessions, Daemon: d, Token: token}
+	wb := web.Browser{Store: st, Admit: d.admit, Sessions: d.sessions, Daemon: d, Token: token, Deltas: d.deltas}
 	if d.bench != nil {
 		wb.Workbench = d.bench
 	}

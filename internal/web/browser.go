@@ -23,6 +23,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -56,6 +57,7 @@ type Browser struct {
 	Behavior  Behavior           // activate, rollback, edit_soul
 	Releases  *behavior.Releases // activate, edit_soul and GET /v2/soul
 	Artifacts *artifacts.Store   // GET /v2/artifacts/{sha256}
+	Deltas    *live.Hub          // token deltas of model steps, sent as "delta" messages
 }
 
 // browser is the configured client.
@@ -67,6 +69,8 @@ type browser struct {
 
 	writeTimeout time.Duration // one message to one client
 	helloTimeout time.Duration
+
+	slowDrops atomic.Int64 // clients disconnected for being too slow
 }
 
 // WithBrowser serves the browser client: the page at /, its assets under
@@ -148,7 +152,8 @@ func (b *browser) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	conn.SetReadLimit(MaxClientFrame + 16) // readFrame enforces MaxClientFrame itself
-	c := &client{b: b, conn: conn, queue: make(chan []byte, SendQueue), sent: make(chan struct{}, 1), done: make(chan struct{})}
+	c := &client{b: b, conn: conn, queue: make(chan []byte, SendQueue), sent: make(chan struct{}, 1),
+		done: make(chan struct{}), deltaReady: make(chan struct{}, 1)}
 	c.serve(r.Context())
 }
 
@@ -159,6 +164,13 @@ type client struct {
 	queue   chan []byte   // bounded; full means the client is too slow
 	dropped atomic.Bool   // set when the client is dropped for being slow
 	sent    chan struct{} // coalescing: the writer sent a message
+
+	// Deltas wait apart from queue (deltas.go): coalesced, bounded, written
+	// only when nothing else is queued, and dropped first when the client
+	// falls behind. deltaMu guards deltas.
+	deltaMu    sync.Mutex
+	deltas     deltaQueue
+	deltaReady chan struct{} // coalescing: deltas are pending
 
 	closeOnce   sync.Once
 	done        chan struct{} // closed by close: everything winds down
@@ -224,6 +236,13 @@ func (c *client) serve(ctx context.Context) {
 	}
 
 	var wg sync.WaitGroup
+	if c.b.Deltas != nil {
+		// Subscribed before the replay: a step that streams meanwhile
+		// shows its preview once the replay has gone out.
+		sub, unsubscribe := c.b.Deltas.Subscribe(hello.Session)
+		defer unsubscribe()
+		wg.Go(func() { c.forwardDeltas(ctx, sub) })
+	}
 	wg.Go(func() { c.writeLoop(ctx) })
 	wg.Go(func() { c.readLoop(ctx, hello.Session) })
 	c.stream(ctx, hello.Session, hello.Cursor)
@@ -355,6 +374,7 @@ func (c *client) waitRoom(ctx context.Context, n int) bool {
 
 func (c *client) slow() {
 	c.b.log.Warn("browser: dropping a slow client")
+	c.b.slowDrops.Add(1)
 	c.dropped.Store(true)
 	c.close(websocket.StatusPolicyViolation, "client too slow: send queue full")
 }
@@ -381,25 +401,51 @@ func (c *client) send(v any) bool {
 	}
 }
 
+// writeLoop writes queued messages, records and answers first; pending
+// deltas go out only when nothing else is queued.
 func (c *client) writeLoop(ctx context.Context) {
 	for {
+		var b []byte
+		fromQueue := true
 		select {
 		case <-ctx.Done():
 			return
 		case <-c.done:
 			return
-		case b := <-c.queue:
-			wctx, cancel := context.WithTimeout(ctx, c.b.writeTimeout)
-			err := c.conn.Write(wctx, websocket.MessageText, b)
-			cancel()
-			if err != nil {
-				if ctx.Err() == nil {
-					c.b.log.Warn("browser: write failed; dropping the client", "error", err)
+		case b = <-c.queue:
+		default:
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.done:
+				return
+			case b = <-c.queue:
+			case <-c.deltaReady:
+				if b = c.takeDeltas(); b == nil {
+					continue
 				}
+				fromQueue = false
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, c.b.writeTimeout)
+		err := c.conn.Write(wctx, websocket.MessageText, b)
+		timedOut := errors.Is(wctx.Err(), context.DeadlineExceeded)
+		cancel()
+		if err != nil {
+			switch {
+			case timedOut:
+				// The client did not take one message in the write timeout.
+				c.b.log.Warn("browser: dropping a slow client: a write timed out")
+				c.b.slowDrops.Add(1)
 				c.dropped.Store(true)
 				c.close(websocket.StatusPolicyViolation, "client too slow")
-				return
+			case ctx.Err() == nil:
+				c.b.log.Warn("browser: write failed; dropping the client", "error", err)
+				c.close(websocket.StatusInternalError, "write failed")
 			}
+			return
+		}
+		if fromQueue {
 			select {
 			case c.sent <- struct{}{}:
 			default:

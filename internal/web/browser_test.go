@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -433,60 +436,112 @@ func TestDrainStopAndClosing(t *testing.T) {
 	}
 }
 
+// shrinkNextSendBuffer makes the harness serve on a listener that gives the
+// next connection it accepts a fixed, small send buffer. With a client that
+// has a small receive buffer too, a few hundred KiB unread then block the
+// server's writes to it (on this machine loopback buffers otherwise grow to
+// tens of MiB and hide a stalled reader). Only that connection is shrunk:
+// small loopback buffers also slow a reader that keeps up.
+func (h *harness) shrinkNextSendBuffer(t *testing.T, size int) {
+	t.Helper()
+	h.http.Close()
+	srv := httptest.NewUnstartedServer(h.srv.Handler())
+	l := &sendBufListener{Listener: srv.Listener, size: size}
+	l.armed.Store(true)
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	h.http = srv
+}
+
+type sendBufListener struct {
+	net.Listener
+	size  int
+	armed atomic.Bool
+}
+
+func (l *sendBufListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok && l.armed.Swap(false) {
+		if err := tc.SetWriteBuffer(l.size); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, err
+}
+
 func TestSlowClientIsDropped(t *testing.T) {
 	h := start(t)
-	h.srv.browser.writeTimeout = 300 * time.Millisecond
-	slow := h.helloSmallBuffer(t, 0) // never reads
+	h.shrinkNextSendBuffer(t, 32<<10)
+	h.srv.browser.writeTimeout = 500 * time.Millisecond
+	slow := h.helloSmallBuffer(t, 0) // reads its first page, then nothing
+	if m := readMsg(t, slow, 5*time.Second); m.Type != MsgRecords {
+		t.Fatalf("first message %+v", m)
+	}
 	fast := h.hello(t, 0)
 	collect(t, fast)
 
-	// Enough data to fill the slow client's socket buffers many times.
+	// 200 records of 60 KiB, committed in 40 batches: 12 MiB, far more
+	// than the slow client's buffers and its queue can hold.
 	const batches, perBatch, body = 40, 5, 60 << 10
-	got := 0
-	done := make(chan error, 1)
+	type result struct {
+		got     int
+		lastLag time.Duration
+		err     error
+	}
+	done := make(chan result, 1)
+	var committed atomic.Int64 // unix nanos of the last commit
 	go func() {
-		for got < batches*perBatch {
+		var r result
+		for r.got < batches*perBatch {
 			m, err := tryRead(fast, 10*time.Second)
 			if err != nil {
-				done <- err
-				return
+				r.err = err
+				break
 			}
-			got += len(m.Records)
+			r.got += len(m.Records)
 		}
-		done <- nil
+		r.lastLag = time.Since(time.Unix(0, committed.Load()))
+		done <- r
 	}()
+	t0 := time.Now()
 	for i := range batches {
 		h.admitN(t, perBatch, "b"+itoa(i), body)
+		committed.Store(time.Now().UnixNano())
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("the fast client stopped after %d records: %v", got, err)
+	r := <-done
+	if r.err != nil || r.got != batches*perBatch {
+		t.Fatalf("the fast client stopped after %d records: %v; log:\n%s", r.got, r.err, h.logs.String())
 	}
-	// Whether the slow client was dropped depends on whether the kernel's
-	// loopback buffers filled: on a machine that lets them grow to tens of
-	// MiB every byte fits, nothing blocks, and it is (rightly) not dropped.
-	// What must hold either way is above: the fast client got everything
-	// while the slow one read nothing. If the slow one can still read every
-	// record afterwards, it was never too slow, and the drop is not shown here.
-	deadline := time.Now().Add(10 * time.Second)
-	read := 0
-	for {
-		m, err := tryRead(slow, 2*time.Second)
-		read += len(m.Records)
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				if read >= batches*perBatch {
-					t.Logf("the kernel buffered all %d records for the slow client; the drop path is not exercised on this machine", read)
-					return
-				}
-				t.Fatalf("the slow client is still connected after reading only %d records; log:\n%s", read, h.logs.String())
-			}
-			break
-		}
+	t.Logf("the fast client got all %d records (%d MiB) in %v, %v after the last commit",
+		r.got, batches*perBatch*body>>20, time.Since(t0).Round(time.Millisecond), r.lastLag.Round(time.Millisecond))
+
+	// The slow client is cut: the server drops it within about the write
+	// timeout of its writes blocking, and it reads only what its buffers
+	// held before the connection ends.
+	deadline := time.Now().Add(5 * time.Second)
+	for h.srv.browser.slowDrops.Load() == 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("the slow client is still being fed")
+			t.Fatalf("the slow client was not dropped; log:\n%s", h.logs.String())
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	if !strings.Contains(h.logs.String(), "slow") && !strings.Contains(h.logs.String(), "dropping") {
+	read := 0
+	var err error
+	for err == nil {
+		var m serverMsg
+		m, err = tryRead(slow, 5*time.Second)
+		read += len(m.Records)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || read >= batches*perBatch {
+		t.Fatalf("the slow client read %d records and then %v; want fewer, then the end of the connection", read, err)
+	}
+	t.Logf("the slow client read %d of %d records before the server cut it (%v)", read, batches*perBatch, err)
+	if n := h.srv.browser.slowDrops.Load(); n != 1 {
+		t.Errorf("%d clients dropped, want 1", n)
+	}
+	if !strings.Contains(h.logs.String(), "dropping") {
 		t.Errorf("no log says the client was dropped:\n%s", h.logs.String())
 	}
 }

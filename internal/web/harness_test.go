@@ -22,6 +22,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/admission"
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -71,6 +72,8 @@ type harness struct {
 	srv      *Server
 	http     *httptest.Server
 	logs     *syncBuffer
+	deltas   *live.Hub
+	dir      string // the data directory: the store is dir/runtime.sqlite
 }
 
 func start(t testing.TB) *harness { t.Helper(); return startWith(t, nil) }
@@ -80,7 +83,7 @@ func start(t testing.TB) *harness { t.Helper(); return startWith(t, nil) }
 func startWith(t testing.TB, with func(h *harness, b *Browser)) *harness {
 	t.Helper()
 	dir := t.TempDir()
-	h := &harness{logs: &syncBuffer{}}
+	h := &harness{logs: &syncBuffer{}, deltas: live.NewHub(), dir: dir}
 	var err error
 	h.st, err = store.Open(context.Background(), dir, store.Options{})
 	if err != nil {
@@ -94,7 +97,7 @@ func startWith(t testing.TB, with func(h *harness, b *Browser)) *harness {
 	h.admit = admission.New(h.st, h.sessions, nil, nil)
 	h.daemon = &fakeDaemon{st: h.st, closing: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(h.logs, nil))
-	b := Browser{Store: h.st, Admit: h.admit, Sessions: h.sessions, Daemon: h.daemon, Token: testToken}
+	b := Browser{Store: h.st, Admit: h.admit, Sessions: h.sessions, Daemon: h.daemon, Token: testToken, Deltas: h.deltas}
 	if with != nil {
 		with(h, &b)
 	}
@@ -185,6 +188,7 @@ type serverMsg struct {
 	Code      string         `json:"code"`
 	Message   string         `json:"message"`
 	Action    string         `json:"action"`
+	Deltas    []deltaItem    `json:"deltas"`
 }
 
 func readMsg(t *testing.T, c *websocket.Conn, d time.Duration) serverMsg {

@@ -41,7 +41,7 @@ const (
 	MsgReceipt   = "receipt"   // {"type":"receipt","key":K,"id":N,"event_id":N,"duplicate":bool}
 	MsgAccepted  = "accepted"  // {"type":"accepted","action":"drain"|"stop","message":M}
 	MsgError     = "error"     // {"type":"error","code":C,"message":M,"key":K}
-	MsgDelta     = "delta"     // reserved: best-effort token deltas, no cursor
+	MsgDelta     = "delta"     // {"type":"delta","deltas":[{attempt,step,kind,text?,call?}]}: best-effort, no cursor
 	MsgAck       = "ack"       // {"type":"ack","action":A,"session":S,"message":M,"state":{...}?}
 	MsgActivated = "activated" // {"type":"activated","action":A,"result":{...}}
 )
