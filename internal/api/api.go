@@ -44,9 +44,12 @@ type Status struct {
 	Placement string    `json:"placement"`
 	// PlacementNotes says why earlier placement modes were skipped, and
 	// Workbench whether cells can run at all (and if not, why).
-	PlacementNotes []string        `json:"placement_notes,omitempty"`
-	Workbench      string          `json:"workbench"`
-	Sessions       []SessionStatus `json:"sessions"`
+	PlacementNotes []string `json:"placement_notes,omitempty"`
+	Workbench      string   `json:"workbench"`
+	// Agent says whether the turn loop runs: "route <name> (<model>)", or
+	// why not (no route configured, cells cannot run).
+	Agent    string          `json:"agent"`
+	Sessions []SessionStatus `json:"sessions"`
 }
 
 // SessionStatus is one session's state and backlog.
@@ -54,6 +57,8 @@ type SessionStatus struct {
 	store.Session
 	Pending  int64 `json:"pending"`
 	Draining bool  `json:"draining"`
+	// The current or last attempt, and the armed wait with its deadline.
+	store.TurnStatus
 }
 
 // ExecRequest runs a cell in a session's workbench.
@@ -62,9 +67,12 @@ type ExecRequest struct {
 	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"` // default 60; the cell is interrupted after it
 }
 
-// ResetRequest resets a session's workbench.
+// ResetRequest resets a session's context: a new context epoch, the
+// archive kept, durable work untouched. Kernel also restarts its workbench
+// (Python state is not restored).
 type ResetRequest struct {
 	Reason string `json:"reason,omitempty"`
+	Kernel bool   `json:"kernel,omitempty"`
 }
 
 // PublishRequest publishes the behavior tree at Path (absolute, on the
@@ -143,4 +151,5 @@ const (
 	CodeUnavailable      = "unavailable" // 503: a part the request needs cannot run (no Python, no kernel)
 	CodeRefused          = "refused"     // 422: a candidate release failed its check
 	CodeMethodNotAllowed = "method_not_allowed"
+	CodeNotImplemented   = "not_implemented" // 501: the operation is not available yet
 )

@@ -87,9 +87,10 @@ func newExec(g *globals) *cobra.Command {
 
 func newReset(g *globals) *cobra.Command {
 	var reason string
+	var kernel bool
 	cmd := &cobra.Command{
-		Use:   "reset SESSION",
-		Short: "Kill a session's workbench; the next cell starts a fresh generation (Python state is not restored)",
+		Use:   "reset SESSION [--kernel]",
+		Short: "Start a new context for a session (the archive and durable work are kept); --kernel also restarts its workbench",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -97,7 +98,7 @@ func newReset(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			a, err := c.Reset(cmd.Context(), args[0], reason)
+			a, err := c.Reset(cmd.Context(), args[0], reason, kernel)
 			if err != nil {
 				return err
 			}
@@ -106,5 +107,27 @@ func newReset(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the record")
+	cmd.Flags().BoolVar(&kernel, "kernel", false, "also kill the workbench: the next cell starts a new generation, Python state is not restored")
 	return cmd
+}
+
+func newCompact(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "compact SESSION",
+		Short: "Compact a session's context (not available yet: it arrives with LCM history)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			a, err := c.Compact(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(g.env.Stdout, a.Message)
+			return nil
+		},
+	}
 }

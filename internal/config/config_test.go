@@ -539,6 +539,8 @@ func TestParseDefaults(t *testing.T) {
 func TestParseAccepts(t *testing.T) {
 	full := `[agent]
 route = "work"
+max_steps = 12
+context_budget_tokens = 5000
 
 [routes.main]
 url = "http://localhost:8001/v1"
@@ -579,7 +581,9 @@ tasks_max = 100000
 cpu_quota = "50%"
 `
 	want := File{
-		Agent: Agent{Route: "work"},
+		Agent: Agent{Route: "work", MaxSteps: 12, MaxTokens: DefaultMaxTokens, MaxTurnSeconds: DefaultMaxTurnSeconds,
+			MaxEmptyCompletions: DefaultMaxEmpty, MaxConsecutiveErrors: DefaultMaxErrors, ContextBudgetTokens: 5000,
+			RetryBackoffMillis: DefaultRetryBackoffMillis},
 		Routes: map[string]Route{
 			"main": {URL: "http://localhost:8001/v1", Model: "local", TimeoutSeconds: 120},
 			"work": {

@@ -23,6 +23,24 @@ type File struct {
 type Agent struct {
 	// Route names the [routes.X] the agent's turns use. Default "main".
 	Route string `toml:"route"`
+
+	// Budgets of one attempt (a run of model steps started by input or a
+	// wake). Exhausting one pauses the session with a visible notice.
+	MaxSteps       int `toml:"max_steps"`        // model requests per attempt
+	MaxTokens      int `toml:"max_tokens"`       // prompt+completion tokens per attempt, as reported
+	MaxTurnSeconds int `toml:"max_turn_seconds"` // wall time per attempt
+	// MaxEmptyCompletions responses with neither text nor a tool call in a
+	// row, or MaxConsecutiveErrors failed model requests in a row, pause the
+	// session.
+	MaxEmptyCompletions  int `toml:"max_empty_completions"`
+	MaxConsecutiveErrors int `toml:"max_consecutive_errors"`
+	// RetryBackoffMillis is the wait before a failed model request is
+	// retried as a new attempt; it doubles with each failure in a row.
+	RetryBackoffMillis int `toml:"retry_backoff_ms"`
+	// ContextBudgetTokens bounds one request's estimated size (bytes / 4).
+	// A history that does not fit pauses the session with a notice; it is
+	// never silently truncated.
+	ContextBudgetTokens int `toml:"context_budget_tokens"`
 }
 
 // Route is a [routes.X] section: one OpenAI-compatible /chat/completions
@@ -95,6 +113,13 @@ const (
 // Defaults of the fields the file leaves out.
 const (
 	DefaultAgentRoute          = "main"
+	DefaultMaxSteps            = 40
+	DefaultMaxTokens           = 2000000
+	DefaultMaxTurnSeconds      = 3600
+	DefaultMaxEmpty            = 3
+	DefaultMaxErrors           = 3
+	DefaultRetryBackoffMillis  = 2000
+	DefaultContextBudget       = 100000
 	DefaultRouteTimeoutSeconds = 120
 	DefaultDiscordAPIBase      = "https://discord.com/api/v9"
 	DefaultAmbientBatchSeconds = 8
@@ -107,7 +132,10 @@ const (
 // Defaults returns the File an empty klbr.toml means.
 func Defaults() File {
 	return File{
-		Agent: Agent{Route: DefaultAgentRoute},
+		Agent: Agent{Route: DefaultAgentRoute, MaxSteps: DefaultMaxSteps, MaxTokens: DefaultMaxTokens,
+			MaxTurnSeconds: DefaultMaxTurnSeconds, MaxEmptyCompletions: DefaultMaxEmpty,
+			MaxConsecutiveErrors: DefaultMaxErrors, ContextBudgetTokens: DefaultContextBudget,
+			RetryBackoffMillis: DefaultRetryBackoffMillis},
 		Discord: Discord{
 			APIBase:             DefaultDiscordAPIBase,
 			Ingest:              IngestAll,

@@ -70,8 +70,24 @@ func (v *validator) fail(key, msg string, near ...string) {
 	v.errs = append(v.errs, &Error{File: v.name, Line: pos.line, Column: pos.column, Key: key, Msg: msg})
 }
 
-// agent checks that agent.route names a defined route.
+// agent checks the budgets and that agent.route names a defined route.
 func (v *validator) agent(f *File) {
+	for _, b := range []struct {
+		key      string
+		val, max int
+	}{
+		{"agent.max_steps", f.Agent.MaxSteps, 10000},
+		{"agent.max_tokens", f.Agent.MaxTokens, 1 << 40},
+		{"agent.max_turn_seconds", f.Agent.MaxTurnSeconds, 7 * 24 * 3600},
+		{"agent.max_empty_completions", f.Agent.MaxEmptyCompletions, 100},
+		{"agent.max_consecutive_errors", f.Agent.MaxConsecutiveErrors, 100},
+		{"agent.context_budget_tokens", f.Agent.ContextBudgetTokens, 1 << 30},
+		{"agent.retry_backoff_ms", f.Agent.RetryBackoffMillis, 3600 * 1000},
+	} {
+		if b.val < 1 || b.val > b.max {
+			v.fail(b.key, fmt.Sprintf("%d is out of range 1..%d", b.val, b.max), "agent")
+		}
+	}
 	const key = "agent.route"
 	name := f.Agent.Route
 	if !isRouteName(name) {

@@ -31,6 +31,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/setup"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/systemd"
+	"github.com/klbr-dev/klbr/internal/turn"
 	"github.com/klbr-dev/klbr/internal/version"
 	"github.com/klbr-dev/klbr/internal/web"
 	"github.com/klbr-dev/klbr/internal/workbench"
@@ -66,7 +67,10 @@ type daemon struct {
 	hooks    *hooks.Dispatcher // nil when cells cannot run
 	behavior *activation.Service
 	releases *behavior.Releases
-	deltas   *live.Hub // token deltas of model steps, best-effort
+	deltas   *live.Hub  // token deltas of model steps, best-effort
+	turns    *turn.Loop // nil when the agent does not run
+	agent    string     // whether the agent runs, for status
+
 
 	notify       *systemd.Notifier // no-op without NOTIFY_SOCKET
 	cellsRunning atomic.Int64      // cells running through the operator API, for STATUS=
@@ -143,6 +147,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	}); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	resume, err := d.recoverTurns(ctx)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	notify.Status("starting: detecting placement and the workbench")
 	d.bench, d.placer, d.benchErr = newWorkbench(ctx, cfg, st, d.sessions, log, func(e string) { m.WorkerEvent("workbench", e) })
 	mode := ""
@@ -154,6 +162,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		log.Warn("cells cannot run; serving without a workbench", "error", d.benchErr)
 	} else if err := d.bootBehavior(ctx, cfg, m); err != nil {
 		return fmt.Errorf("serve: behavior: %w", err)
+	}
+	if err := d.startTurns(ctx, cfg, m, resume); err != nil {
+		return fmt.Errorf("serve: agent: %w", err)
+	}
+	if d.turns != nil {
+		defer d.turns.Close()
 	}
 
 	if err := ls.bindMissing(cfg, log); err != nil {
@@ -270,6 +284,9 @@ func (d *daemon) drain(timeout time.Duration, ls *listeners, servers ...*http.Se
 	}
 	stopExtending()
 	d.notify.Status("draining: stopping workers")
+	if d.turns != nil {
+		d.turns.Close() // a model request in flight is cut off and recorded as interrupted
+	}
 	if d.bench != nil {
 		d.bench.Close()
 	}
@@ -319,6 +336,7 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		Draining: d.admit.Draining(), SQLite: d.store.Info().Version,
 		Placement: "none",
 		Workbench: "ready",
+		Agent:     d.agent,
 		Sessions:  make([]api.SessionStatus, 0, len(sessions)),
 	}
 	if d.placer != nil {
@@ -331,7 +349,11 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		st.Workbench = "unavailable: " + d.benchErr.Error()
 	}
 	for _, s := range sessions {
-		st.Sessions = append(st.Sessions, api.SessionStatus{Session: s, Pending: bySession[s.ID], Draining: d.sessions.Draining(s.ID)})
+		turn, err := d.store.Turn(ctx, s.ID)
+		if err != nil {
+			return api.Status{}, err
+		}
+		st.Sessions = append(st.Sessions, api.SessionStatus{Session: s, Pending: bySession[s.ID], Draining: d.sessions.Draining(s.ID), TurnStatus: turn})
 	}
 	return st, nil
 }

@@ -93,6 +93,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{session}/start", s.handleSessionMove(store.StateReady, "started by operator"))
 	mux.HandleFunc("POST /v1/sessions/{session}/exec", s.handleExec)
 	mux.HandleFunc("POST /v1/sessions/{session}/reset", s.handleReset)
+	mux.HandleFunc("POST /v1/sessions/{session}/compact", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotImplemented, api.CodeNotImplemented,
+			"compact is not available yet: history compaction arrives with LCM history; `klbr-core reset SESSION` starts a new context instead")
+	})
 	mux.HandleFunc("GET /v1/releases", s.handleReleases)
 	mux.HandleFunc("POST /v1/releases", s.handlePublish)
 	mux.HandleFunc("POST /v1/sessions/{session}/activate", s.handleActivate)
@@ -282,19 +286,32 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 && !decodeRequest(w, r, &req) {
 		return
 	}
-	if s.bench == nil {
-		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "cells cannot run: "+s.benchErr.Error())
-		return
-	}
+	id := r.PathValue("session")
 	reason := "reset by operator"
 	if req.Reason != "" {
 		reason += ": " + req.Reason
 	}
-	if err := s.bench.Reset(r.Context(), r.PathValue("session"), reason); err != nil {
+	if req.Kernel && s.bench == nil {
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "cells cannot run: "+s.benchErr.Error())
+		return
+	}
+	var epoch int64
+	if err := s.store.Write(r.Context(), func(tx *store.Tx) (err error) {
+		epoch, err = tx.ResetContext(id, reason)
+		return err
+	}); err != nil {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Accepted{Accepted: true, Message: "the workbench was reset; Python state was not restored, the next cell starts a new generation"})
+	msg := fmt.Sprintf("the context was reset: epoch %d starts empty; the archive is kept and durable work continues", epoch)
+	if req.Kernel {
+		if err := s.bench.Reset(r.Context(), id, reason); err != nil {
+			s.fail(w, err)
+			return
+		}
+		msg += "; the workbench was reset (Python state was not restored, the next cell starts a new generation)"
+	}
+	writeJSON(w, http.StatusOK, api.Accepted{Accepted: true, Message: msg})
 }
 
 func (s *Server) handleSessionDrain(w http.ResponseWriter, r *http.Request) {

@@ -201,10 +201,19 @@ func (c *Client) Exec(ctx context.Context, session string, req api.ExecRequest) 
 	return res, err
 }
 
-// Reset kills a session's workbench; the next cell starts a new generation.
-func (c *Client) Reset(ctx context.Context, session, reason string) (api.Accepted, error) {
+// Reset starts a new context epoch for a session (the archive is kept);
+// with kernel, it also kills the session's workbench, so the next cell
+// starts a new generation.
+func (c *Client) Reset(ctx context.Context, session, reason string, kernel bool) (api.Accepted, error) {
 	var a api.Accepted
-	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/reset", api.ResetRequest{Reason: reason}, &a)
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/reset", api.ResetRequest{Reason: reason, Kernel: kernel}, &a)
+	return a, err
+}
+
+// Compact asks for a manual compaction of a session's context.
+func (c *Client) Compact(ctx context.Context, session string) (api.Accepted, error) {
+	var a api.Accepted
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/compact", struct{}{}, &a)
 	return a, err
 }
 

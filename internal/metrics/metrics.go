@@ -26,6 +26,7 @@ type Metrics struct {
 	placement  *prometheus.GaugeVec
 	workers    *prometheus.CounterVec
 	hooks      *prometheus.HistogramVec
+	model      *model
 }
 
 // New registers klbr-core's metrics, reading store-backed values from st at
@@ -56,6 +57,7 @@ func New(st *store.Store, clock func() time.Time, log *slog.Logger) *Metrics {
 		Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	}, []string{"slot", "outcome"})
 	reg.MustRegister(m.placement, m.workers, m.hooks, &behaviorCollector{st: st, log: log})
+	m.model = newModel(reg)
 	for _, k := range []admission.SourceKind{admission.SourceOperator, admission.SourceDiscord} {
 		for _, r := range []admission.Result{admission.ResultAccepted, admission.ResultDuplicate, admission.ResultInvalid, admission.ResultRefused, admission.ResultError} {
 			m.admissions.WithLabelValues(string(k), string(r))
@@ -181,6 +183,7 @@ var (
 
 func (c *behaviorCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- epochDesc
+	ch <- sessionStateDesc
 	ch <- releasesDesc
 	ch <- heldDesc
 }
@@ -196,6 +199,7 @@ func (c *behaviorCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range sessions {
 		ch <- prometheus.MustNewConstMetric(epochDesc, prometheus.GaugeValue, float64(s.BehaviorEpoch), s.ID, s.PolicyRevision)
 	}
+	sessionStates(ch, sessions)
 	if ids, err := c.st.ReleaseIDs(ctx); err == nil {
 		ch <- prometheus.MustNewConstMetric(releasesDesc, prometheus.GaugeValue, float64(len(ids)))
 	}

@@ -1,7 +1,13 @@
 package store
 
 import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
+	"time"
 )
 
 // ToolState is how a tool call was answered.
@@ -45,4 +51,567 @@ func (t *Tx) addContext(session, role string, eventID int64, callID string) erro
 		return fmt.Errorf("context item: %w", err)
 	}
 	return nil
+}
+
+// ErrNoAttempt reports a turn-loop write about an attempt that is not running.
+var ErrNoAttempt = errors.New("attempt is not running")
+
+// Attempt states (attempts.state).
+const (
+	AttemptRunning     = "running"
+	AttemptIdle        = "idle"
+	AttemptWaiting     = "waiting"
+	AttemptPaused      = "paused"
+	AttemptInterrupted = "interrupted"
+	AttemptFailed      = "failed"
+)
+
+// NewAttempt starts a run of model steps.
+type NewAttempt struct {
+	Session    string
+	Frame      int64 // 0: woken without a frame (a deadline, a restart)
+	WakeReason string
+}
+
+// StartAttempt records a new running attempt and moves the session to
+// running from the state it is in (ready or waiting). It returns the attempt
+// id and the context epoch it runs in.
+func (t *Tx) StartAttempt(a NewAttempt) (id, epoch int64, err error) {
+	s, err := t.Session(a.Session)
+	if err != nil {
+		return 0, 0, err
+	}
+	if s.State != StateRunning {
+		if err := t.TransitionSession(a.Session, s.State, StateRunning, a.WakeReason); err != nil {
+			return 0, 0, err
+		}
+	}
+	var frame any
+	if a.Frame != 0 {
+		frame = a.Frame
+	}
+	res, err := t.exec(`INSERT INTO attempts (session_id, frame_id, wake_reason, context_epoch, started_at) VALUES (?, ?, ?, ?, ?)`,
+		a.Session, frame, a.WakeReason, s.ContextEpoch, t.now.UnixMilli())
+	if err != nil {
+		return 0, 0, fmt.Errorf("start attempt: %w", err)
+	}
+	id, _ = res.LastInsertId()
+	return id, s.ContextEpoch, nil
+}
+
+// FinishAttempt ends a running attempt with its state and a short outcome.
+func (t *Tx) FinishAttempt(id int64, state, outcome string) error {
+	res, err := t.exec(`UPDATE attempts SET state = ?, outcome = ?, finished_at = ? WHERE id = ? AND state = 'running'`,
+		state, outcome, t.now.UnixMilli(), id)
+	if err != nil {
+		return fmt.Errorf("finish attempt %d: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%w: %d", ErrNoAttempt, id)
+	}
+	return nil
+}
+
+// TakeFrame freezes a frame of claimed inputs for a running attempt (CommitFrame),
+// and appends the inputs to the current context in input order. attempt 0
+// means the frame starts the attempt (StartAttempt links it).
+func (t *Tx) TakeFrame(f Frame, attempt int64) (int64, error) {
+	frameID, err := t.CommitFrame(f)
+	if err != nil {
+		return 0, err
+	}
+	if attempt != 0 {
+		if _, err := t.exec(`INSERT INTO attempt_frames (attempt_id, frame_id) VALUES (?, ?)`, attempt, frameID); err != nil {
+			return 0, fmt.Errorf("take frame: %w", err)
+		}
+	}
+	ids := append([]int64(nil), f.InputIDs...)
+	slices.Sort(ids)
+	for _, id := range ids {
+		var eventID int64
+		if err := t.queryRow(`SELECT event_id FROM inputs WHERE id = ?`, id).Scan(&eventID); err != nil {
+			return 0, fmt.Errorf("take frame: input %d: %w", id, err)
+		}
+		if err := t.addContext(f.Session, "input", eventID, ""); err != nil {
+			return 0, err
+		}
+	}
+	return frameID, nil
+}
+
+// StartStep records a model request about to be sent for a running attempt.
+func (t *Tx) StartStep(session string, attempt int64, route string) (int64, error) {
+	res, err := t.exec(`UPDATE attempts SET steps = steps + 1 WHERE id = ? AND session_id = ? AND state = 'running'`, attempt, session)
+	if err != nil {
+		return 0, fmt.Errorf("start step: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return 0, fmt.Errorf("%w: %d", ErrNoAttempt, attempt)
+	}
+	res, err = t.exec(`INSERT INTO model_steps (attempt_id, session_id, route, started_at) VALUES (?, ?, ?, ?)`,
+		attempt, session, route, t.now.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("start step: %w", err)
+	}
+	return res.LastInsertId()
+}
+
+// StepUsage is a step's token accounting as the provider reported it; nil
+// is "not reported".
+type StepUsage struct {
+	Prompt     *int `json:"prompt,omitempty"`
+	Completion *int `json:"completion,omitempty"`
+	CacheRead  *int `json:"cache_read,omitempty"`
+	CacheWrite *int `json:"cache_write,omitempty"`
+}
+
+// StepCall is one tool call of a response, as the model wrote it.
+type StepCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// StepResult is what a model step produced. A complete step's scratchpad and
+// tool calls enter the context; a partial one (the stream was cut off) is
+// recorded for the operator and never runs or enters the context.
+type StepResult struct {
+	Session        string
+	Attempt        int64
+	Step           int64
+	Route          string
+	State          string // completed, failed, interrupted
+	Error          string
+	Text           string
+	Reasoning      string
+	ReasoningField string
+	Calls          []StepCall
+	FinishReason   string
+	Usage          StepUsage
+}
+
+// scratchpad is the record of a step's model output.
+type scratchpad struct {
+	Attempt        int64      `json:"attempt"`
+	Step           int64      `json:"step"`
+	Route          string     `json:"route"`
+	Text           string     `json:"text"`
+	Reasoning      string     `json:"reasoning,omitempty"`
+	ReasoningField string     `json:"reasoning_field,omitempty"`
+	Calls          []StepCall `json:"tool_calls"`
+	Partial        bool       `json:"partial"`
+	FinishReason   string     `json:"finish_reason,omitempty"`
+	Usage          StepUsage  `json:"usage"`
+}
+
+// FinishStep records a step's response before anything in it runs: the
+// scratchpad record (if the model wrote anything), its tool calls as
+// pending, the step's usage, and the attempt's token count. It returns the
+// scratchpad's event id (0 when there was nothing to record).
+func (t *Tx) FinishStep(r StepResult) (int64, error) {
+	complete := r.State == "completed"
+	if !complete {
+		r.Calls = nil // never run, never replayed
+	}
+	var eventID int64
+	if r.Text != "" || r.Reasoning != "" || len(r.Calls) > 0 {
+		calls := r.Calls
+		if calls == nil {
+			calls = []StepCall{}
+		}
+		b, err := json.Marshal(scratchpad{Attempt: r.Attempt, Step: r.Step, Route: r.Route, Text: r.Text,
+			Reasoning: r.Reasoning, ReasoningField: r.ReasoningField, Calls: calls, Partial: !complete,
+			FinishReason: r.FinishReason, Usage: r.Usage})
+		if err != nil {
+			return 0, err
+		}
+		if eventID, _, err = t.appendItem(r.Session, "scratchpad", LaneScratchpad, string(b), t.now, t.now); err != nil {
+			return 0, err
+		}
+		if complete {
+			if err := t.addContext(r.Session, "assistant", eventID, ""); err != nil {
+				return 0, err
+			}
+		}
+	}
+	for i, c := range r.Calls {
+		if _, err := t.exec(`INSERT INTO tool_calls (step_id, call_id, session_id, position) VALUES (?, ?, ?, ?)`,
+			r.Step, c.ID, r.Session, i); err != nil {
+			return 0, fmt.Errorf("finish step: tool call %q: %w", c.ID, err)
+		}
+	}
+	var ev any
+	if eventID != 0 {
+		ev = eventID
+	}
+	res, err := t.exec(`UPDATE model_steps SET state = ?, error = ?, response_event_id = ?, prompt_tokens = ?, completion_tokens = ?,
+		cache_read_tokens = ?, cache_write_tokens = ?, finished_at = ? WHERE id = ? AND state = 'requested'`,
+		r.State, r.Error, ev, r.Usage.Prompt, r.Usage.Completion, r.Usage.CacheRead, r.Usage.CacheWrite, t.now.UnixMilli(), r.Step)
+	if err != nil {
+		return 0, fmt.Errorf("finish step: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return 0, fmt.Errorf("finish step %d: not requested", r.Step)
+	}
+	tokens := 0
+	if r.Usage.Prompt != nil {
+		tokens += *r.Usage.Prompt
+	}
+	if r.Usage.Completion != nil {
+		tokens += *r.Usage.Completion
+	}
+	if _, err := t.exec(`UPDATE attempts SET tokens = tokens + ? WHERE id = ?`, tokens, r.Attempt); err != nil {
+		return 0, fmt.Errorf("finish step: %w", err)
+	}
+	return eventID, nil
+}
+
+// CloseToolCall answers a pending call that no cell answered: its arguments
+// were invalid, it was interrupted, or an earlier call of its group waited.
+// The answer is an explicit tool.unrun record under the call's id.
+func (t *Tx) CloseToolCall(session string, step int64, callID string, state ToolState, message string) error {
+	b, _ := json.Marshal(map[string]any{"tool_call_id": callID, "step": step, "state": state, "message": message})
+	eventID, _, err := t.appendItem(session, "tool.unrun", LaneCell, string(b), t.now, t.now)
+	if err != nil {
+		return err
+	}
+	return t.AnswerToolCall(session, step, callID, state, eventID)
+}
+
+// Notice appends a notice record; a modelVisible one also enters the
+// session's context (a wake reason, a delivery reminder).
+func (t *Tx) Notice(session, kind string, content any, modelVisible bool) (int64, error) {
+	b, err := json.Marshal(content)
+	if err != nil {
+		return 0, err
+	}
+	eventID, _, err := t.appendItem(session, kind, LaneNotice, string(b), t.now, t.now)
+	if err != nil {
+		return 0, err
+	}
+	if modelVisible {
+		return eventID, t.addContext(session, "notice", eventID, "")
+	}
+	return eventID, nil
+}
+
+// PendingInput is a pending input as the scheduler plans it.
+type PendingInput struct {
+	ID           int64
+	SourceKind   string
+	Directed     bool
+	Conversation string
+	ReceivedAt   time.Time
+}
+
+// PendingInputs lists session's pending inputs, oldest first.
+func (t *Tx) PendingInputs(session string) ([]PendingInput, error) {
+	return scanPending(t.query(pendingQuery, session))
+}
+
+// PendingInputs lists session's pending inputs, oldest first (a read).
+func (s *Store) PendingInputs(ctx context.Context, session string) ([]PendingInput, error) {
+	return scanPending(s.rdb.QueryContext(ctx, pendingQuery, session))
+}
+
+const pendingQuery = `SELECT i.id, i.source_kind, i.directed, i.conversation, i.received_at
+	FROM inbox b JOIN inputs i ON i.id = b.input_id
+	WHERE b.session_id = ? AND b.state = 'pending' ORDER BY i.id`
+
+func scanPending(rows *sql.Rows, err error) ([]PendingInput, error) {
+	if err != nil {
+		return nil, fmt.Errorf("pending inputs: %w", err)
+	}
+	defer rows.Close()
+	var out []PendingInput
+	for rows.Next() {
+		var p PendingInput
+		var rec int64
+		if err := rows.Scan(&p.ID, &p.SourceKind, &p.Directed, &p.Conversation, &rec); err != nil {
+			return nil, fmt.Errorf("pending inputs: %w", err)
+		}
+		p.ReceivedAt = time.UnixMilli(rec)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// ClaimInputs moves the given pending inputs of session to claimed.
+func (t *Tx) ClaimInputs(session string, ids []int64) error {
+	for _, id := range ids {
+		if err := t.moveInbox(id, InboxPending, InboxClaimed, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Wait is a terminal wait to commit.
+type Wait struct {
+	Session   string
+	Attempt   int64
+	Execution int64      // the cell that waited, 0 if none
+	Deadline  *time.Time // nil: until input
+	Seconds   *float64
+	Reason    string
+	// Ready decides whether pending inputs (read in the same transaction)
+	// should wake the session at once instead: the inputs an attention plan
+	// defers do not.
+	Ready func([]PendingInput) bool
+}
+
+// CommitWait is the one transaction that decides a wait: if input is ready,
+// the session does not wait (woken is true) and the caller takes it in;
+// else the attempt ends waiting, the session moves to waiting and the
+// wakeup is armed. An input admitted after this commit wakes the session
+// through the store's watch, so no input is stranded in between.
+func (t *Tx) CommitWait(w Wait) (woken bool, err error) {
+	pending, err := t.PendingInputs(w.Session)
+	if err != nil {
+		return false, err
+	}
+	if len(pending) > 0 && (w.Ready == nil || w.Ready(pending)) {
+		return true, nil
+	}
+	if err := t.FinishAttempt(w.Attempt, AttemptWaiting, w.Reason); err != nil {
+		return false, err
+	}
+	if err := t.TransitionSession(w.Session, StateRunning, StateWaiting, w.Reason); err != nil {
+		return false, err
+	}
+	var deadline, exec any
+	var deadlineMs *int64
+	if w.Deadline != nil {
+		ms := w.Deadline.UnixMilli()
+		deadline, deadlineMs = ms, &ms
+	}
+	if w.Execution != 0 {
+		exec = w.Execution
+	}
+	if _, err := t.exec(`INSERT INTO wakeups (session_id, attempt_id, execution_id, deadline, reason, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		w.Session, w.Attempt, exec, deadline, w.Reason, t.now.UnixMilli()); err != nil {
+		return false, fmt.Errorf("commit wait: %w", err)
+	}
+	_, err = t.Notice(w.Session, "wait.started", map[string]any{"attempt": w.Attempt, "seconds": w.Seconds,
+		"deadline": deadlineMs, "reason": w.Reason}, false)
+	return false, err
+}
+
+// Wakeup is an armed wait.
+type Wakeup struct {
+	ID       int64      `json:"id"`
+	Attempt  int64      `json:"attempt"`
+	Deadline *time.Time `json:"deadline,omitempty"`
+	Reason   string     `json:"reason"`
+	Created  time.Time  `json:"created"`
+}
+
+const wakeupSelect = `SELECT id, attempt_id, deadline, reason, created_at FROM wakeups WHERE session_id = ? AND state = 'armed'`
+
+func scanWakeup(row *sql.Row) (*Wakeup, error) {
+	var w Wakeup
+	var deadline sql.NullInt64
+	var created int64
+	if err := row.Scan(&w.ID, &w.Attempt, &deadline, &w.Reason, &created); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("wakeup: %w", err)
+	}
+	if deadline.Valid {
+		d := time.UnixMilli(deadline.Int64)
+		w.Deadline = &d
+	}
+	w.Created = time.UnixMilli(created)
+	return &w, nil
+}
+
+// ArmedWakeup returns session's armed wait, or nil.
+func (s *Store) ArmedWakeup(ctx context.Context, session string) (*Wakeup, error) {
+	return scanWakeup(s.rdb.QueryRowContext(ctx, wakeupSelect, session))
+}
+
+// FireWakeup fires session's armed wait once, by "input", "deadline",
+// "operator" or "restart", and records a model-visible wait.woken notice. It
+// returns nil when no wait was armed (another path fired it first).
+func (t *Tx) FireWakeup(session, by string) (*Wakeup, error) {
+	w, err := scanWakeup(t.queryRow(wakeupSelect, session))
+	if err != nil || w == nil {
+		return nil, err
+	}
+	if by == "deadline" && (w.Deadline == nil || t.now.Before(*w.Deadline)) {
+		return nil, nil // not due: a stale timer
+	}
+	if _, err := t.exec(`UPDATE wakeups SET state = 'fired', fired_by = ?, fired_at = ? WHERE id = ? AND state = 'armed'`,
+		by, t.now.UnixMilli(), w.ID); err != nil {
+		return nil, fmt.Errorf("fire wakeup: %w", err)
+	}
+	_, err = t.Notice(session, "wait.woken", map[string]any{"by": by, "reason": w.Reason,
+		"waited_ms": t.now.Sub(w.Created).Milliseconds()}, true)
+	return w, err
+}
+
+// CancelWakeup cancels session's armed wait (the operator stopped or reset it).
+func (t *Tx) CancelWakeup(session string) error {
+	_, err := t.exec(`UPDATE wakeups SET state = 'cancelled', fired_at = ? WHERE session_id = ? AND state = 'armed'`, t.now.UnixMilli(), session)
+	return err
+}
+
+// ContextItem is one entry of the model-visible transcript.
+type ContextItem struct {
+	ID      int64
+	Role    string // input, assistant, tool, notice
+	Kind    string // the event's kind
+	CallID  string
+	Content json.RawMessage
+}
+
+// Context returns session's transcript in context epoch, in order.
+func (s *Store) Context(ctx context.Context, session string, epoch int64) ([]ContextItem, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT c.id, c.role, e.kind, COALESCE(c.call_id, ''), e.content
+		FROM context_items c JOIN events e ON e.id = c.event_id
+		WHERE c.session_id = ? AND c.context_epoch = ? ORDER BY c.id`, session, epoch)
+	if err != nil {
+		return nil, fmt.Errorf("context: %w", err)
+	}
+	defer rows.Close()
+	var out []ContextItem
+	for rows.Next() {
+		var c ContextItem
+		var content string
+		if err := rows.Scan(&c.ID, &c.Role, &c.Kind, &c.CallID, &content); err != nil {
+			return nil, fmt.Errorf("context: %w", err)
+		}
+		c.Content = json.RawMessage(content)
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// ResetContext starts a new context epoch: the archive stays, the model's
+// next request starts from an empty transcript. Durable work is untouched.
+func (t *Tx) ResetContext(session, reason string) (int64, error) {
+	if _, err := t.exec(`UPDATE sessions SET context_epoch = context_epoch + 1, updated_at = ? WHERE id = ?`, t.now.UnixMilli(), session); err != nil {
+		return 0, fmt.Errorf("reset context: %w", err)
+	}
+	s, err := t.Session(session)
+	if err != nil {
+		return 0, err
+	}
+	_, err = t.Notice(session, "context.reset", map[string]any{"epoch": s.ContextEpoch, "reason": reason}, false)
+	return s.ContextEpoch, err
+}
+
+// Recovered is what RecoverTurns found of a dead run.
+type Recovered struct {
+	Sessions []string // sessions that were running an attempt: they resume
+	Attempts int64
+	Calls    int64
+}
+
+// RecoverTurns closes what a dead run left open (call it after
+// RecoverExecutions, at start, when no attempt can be alive): requested model
+// steps become interrupted, tool calls no cell answered are answered as
+// interrupted under their ids, running attempts become interrupted, and
+// running sessions become ready so the loop resumes them.
+func (t *Tx) RecoverTurns() (Recovered, error) {
+	var r Recovered
+	if _, err := t.exec(`UPDATE model_steps SET state = 'interrupted', error = 'klbr-core stopped during the model request', finished_at = ? WHERE state = 'requested'`, t.now.UnixMilli()); err != nil {
+		return r, fmt.Errorf("recover turns: %w", err)
+	}
+	rows, err := t.query(`SELECT session_id, step_id, call_id FROM tool_calls WHERE state = 'pending' ORDER BY step_id, position`)
+	if err != nil {
+		return r, fmt.Errorf("recover turns: %w", err)
+	}
+	type open struct {
+		session, call string
+		step          int64
+	}
+	var calls []open
+	for rows.Next() {
+		var o open
+		if err := rows.Scan(&o.session, &o.step, &o.call); err != nil {
+			rows.Close()
+			return r, err
+		}
+		calls = append(calls, o)
+	}
+	rows.Close()
+	for _, o := range calls {
+		if err := t.CloseToolCall(o.session, o.step, o.call, ToolInterrupted,
+			"not run: klbr-core stopped before this call ran; it was not replayed"); err != nil {
+			return r, err
+		}
+	}
+	r.Calls = int64(len(calls))
+	res, err := t.exec(`UPDATE attempts SET state = 'interrupted', outcome = 'klbr-core stopped during the attempt', finished_at = ? WHERE state = 'running'`, t.now.UnixMilli())
+	if err != nil {
+		return r, fmt.Errorf("recover turns: %w", err)
+	}
+	r.Attempts, _ = res.RowsAffected()
+	srows, err := t.query(`SELECT id FROM sessions WHERE state = 'running' ORDER BY id`)
+	if err != nil {
+		return r, fmt.Errorf("recover turns: %w", err)
+	}
+	for srows.Next() {
+		var id string
+		if err := srows.Scan(&id); err != nil {
+			srows.Close()
+			return r, err
+		}
+		r.Sessions = append(r.Sessions, id)
+	}
+	srows.Close()
+	for _, id := range r.Sessions {
+		if err := t.TransitionSession(id, StateRunning, StateReady, "klbr-core restarted during an attempt"); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// TurnStatus is a session's loop as status shows it.
+type TurnStatus struct {
+	Attempt *AttemptInfo `json:"attempt,omitempty"` // the running or last attempt
+	Wait    *Wakeup      `json:"wait,omitempty"`
+}
+
+// AttemptInfo describes one attempt.
+type AttemptInfo struct {
+	ID         int64     `json:"id"`
+	State      string    `json:"state"`
+	WakeReason string    `json:"wake_reason"`
+	Outcome    string    `json:"outcome,omitempty"`
+	Steps      int64     `json:"steps"`
+	Tokens     int64     `json:"tokens"`
+	StartedAt  time.Time `json:"started_at"`
+}
+
+// Turn returns session's latest attempt and armed wait.
+func (s *Store) Turn(ctx context.Context, session string) (TurnStatus, error) {
+	var ts TurnStatus
+	var a AttemptInfo
+	var started int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT id, state, wake_reason, outcome, steps, tokens, started_at FROM attempts
+		WHERE session_id = ? ORDER BY id DESC LIMIT 1`, session).Scan(&a.ID, &a.State, &a.WakeReason, &a.Outcome, &a.Steps, &a.Tokens, &started)
+	switch {
+	case err == nil:
+		a.StartedAt = time.UnixMilli(started)
+		ts.Attempt = &a
+	case !errors.Is(err, sql.ErrNoRows):
+		return ts, fmt.Errorf("turn status: %w", err)
+	}
+	ts.Wait, err = s.ArmedWakeup(ctx, session)
+	return ts, err
+}
+
+// AttemptSends counts the local sends (confirmed or held) made by cells of
+// an attempt: the evidence that an addressed frame was answered or
+// deliberately held.
+func (s *Store) AttemptSends(ctx context.Context, attempt int64) (int64, error) {
+	var n int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM local_deliveries d
+		JOIN executions x ON x.id = d.execution_id JOIN model_steps m ON m.id = x.step_id
+		WHERE m.attempt_id = ?`, attempt).Scan(&n)
+	return n, err
 }

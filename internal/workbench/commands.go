@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
@@ -21,7 +24,14 @@ type commands struct {
 	m       *Manager
 	b       *bench
 	session string
+	// yielded is set once the cell's runtime.wait was accepted: the wait is
+	// terminal, so the execution's later requests are refused.
+	yielded atomic.Bool
 }
+
+// MaxWaitSeconds bounds runtime.wait's seconds; longer waits belong to
+// durable schedules.
+const MaxWaitSeconds = 600
 
 // RunArgs are workspace.run's arguments.
 type RunArgs struct {
@@ -40,9 +50,14 @@ const (
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func (c *commands) HandleRequest(ctx context.Context, r worker.Request) (json.RawMessage, error) {
+	if c.yielded.Load() {
+		return nil, &worker.RequestError{Code: "yielded", Message: r.Op + " refused: this cell already waited (runtime.wait is a terminal yield)"}
+	}
 	switch r.Op {
 	case "workspace.run":
 		return c.run(ctx, r.Args)
+	case "runtime.wait":
+		return c.wait(r.Args)
 	default:
 		ops, _ := c.m.ext()
 		if prefix, _, ok := strings.Cut(r.Op, "."); ok {
@@ -52,6 +67,26 @@ func (c *commands) HandleRequest(ctx context.Context, r worker.Request) (json.Ra
 		}
 		return nil, &worker.RequestError{Code: "unsupported", Message: fmt.Sprintf("%s is not served here yet", r.Op)}
 	}
+}
+
+// wait accepts a terminal wait: seconds in (0, 600] or null, a short
+// reason. The turn loop commits it when the cell has ended.
+func (c *commands) wait(raw json.RawMessage) (json.RawMessage, error) {
+	var a struct {
+		Seconds *float64 `json:"seconds"`
+		Reason  string   `json:"reason"`
+	}
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return nil, invalid("runtime.wait: %v", err)
+	}
+	if s := a.Seconds; s != nil && (math.IsNaN(*s) || math.IsInf(*s, 0) || *s <= 0 || *s > MaxWaitSeconds) {
+		return nil, invalid("runtime.wait: seconds must be None or 0 < seconds <= %d, not %v", MaxWaitSeconds, *s)
+	}
+	if len(a.Reason) > 1000 || !utf8.ValidString(a.Reason) {
+		return nil, invalid("runtime.wait: reason must be valid UTF-8 of at most 1000 bytes")
+	}
+	c.yielded.Store(true)
+	return json.RawMessage(`{"accepted":true}`), nil
 }
 
 func invalid(format string, a ...any) error {

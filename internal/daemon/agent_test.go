@@ -1,0 +1,417 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/localclient"
+	"github.com/klbr-dev/klbr/internal/modeltest"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// agent is a klbr-core child whose route is a scripted fake model.
+type agent struct {
+	t     *testing.T
+	model *modeltest.Server
+	data  string
+	env   []string
+	d     *child
+	c     *localclient.Client
+	keys  int
+}
+
+// startAgent starts klbr-core with its agent route at model; toml adds to [agent].
+func startAgent(t *testing.T, model *modeltest.Server, toml string) *agent {
+	t.Helper()
+	if os.Getenv(childEnv) != "" {
+		t.Skip("in the child")
+	}
+	requirePython(t)
+	data, env := instance(t)
+	conf := filepath.Join(data, "klbr.toml")
+	body := fmt.Sprintf("[agent]\nroute = \"main\"\nretry_backoff_ms = 50\n%s\n[routes.main]\nurl = %q\nmodel = \"fake\"\ntimeout_seconds = 30\n", toml, model.URL())
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "PATH="+kernelDir(t)+":"+os.Getenv("PATH"), "KLBR_CONFIG="+conf)
+	a := &agent{t: t, model: model, data: data, env: env}
+	a.start()
+	return a
+}
+
+func (a *agent) start() {
+	a.t.Helper()
+	a.d = startChildWithoutCgroups(a.t, nil, a.env...)
+	a.c = localclient.New(filepath.Join(a.data, "control.sock"))
+	a.t.Cleanup(a.c.Close)
+	a.eventually("the daemon answers", func() bool { _, err := a.c.Status(a.t.Context()); return err == nil })
+}
+
+// kill SIGKILLs the daemon.
+func (a *agent) kill() {
+	a.t.Helper()
+	a.d.cmd.Process.Signal(syscall.SIGKILL)
+	a.d.wait(a.t)
+}
+
+func (a *agent) send(text string) {
+	a.t.Helper()
+	a.keys++
+	if _, err := a.c.Send(a.t.Context(), "default", api.SendRequest{Text: text, SourceKey: fmt.Sprintf("test-%d-%d", time.Now().UnixNano(), a.keys)}); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+func (a *agent) records() []store.Record {
+	a.t.Helper()
+	var out []store.Record
+	var since int64
+	for {
+		page, err := a.c.Records(a.t.Context(), "default", since, 1000)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		out = append(out, page.Records...)
+		if !page.More || len(page.Records) == 0 {
+			return out
+		}
+		since = page.Records[len(page.Records)-1].Seq
+	}
+}
+
+func (a *agent) kinds(lane store.Lane, kind string) []store.Record {
+	var out []store.Record
+	for _, r := range a.records() {
+		if r.Lane == lane && (kind == "" || r.Kind == kind) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (a *agent) session() api.SessionStatus {
+	a.t.Helper()
+	s, err := a.c.Session(a.t.Context(), "default")
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return s
+}
+
+func (a *agent) eventually(what string, cond func() bool) {
+	a.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			a.t.Fatalf("timed out waiting: %s\nrecords:\n%s\ndaemon log:\n%s", what, a.dump(), a.d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (a *agent) dump() string {
+	var b strings.Builder
+	page, err := a.c.Records(a.t.Context(), "default", 0, 1000)
+	if err != nil {
+		return err.Error()
+	}
+	for _, r := range page.Records {
+		fmt.Fprintf(&b, "%d %s %s %s\n", r.Seq, r.Lane, r.Kind, r.Content)
+	}
+	return b.String()
+}
+
+func (a *agent) state(want store.SessionState) func() bool {
+	return func() bool { return a.session().State == want }
+}
+
+// roles renders a request's messages as role[:tool-call-ids] for comparison.
+func roles(req modeltest.Request) string {
+	var parts []string
+	for _, m := range req.Messages {
+		p, _ := m["role"].(string)
+		if calls, ok := m["tool_calls"].([]any); ok {
+			var ids []string
+			for _, c := range calls {
+				ids = append(ids, c.(map[string]any)["id"].(string))
+			}
+			p += "(" + strings.Join(ids, ",") + ")"
+		}
+		if id, ok := m["tool_call_id"].(string); ok {
+			p += "<" + id + ">"
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, " ")
+}
+
+func content(m map[string]any) string { s, _ := m["content"].(string); return s }
+
+// "Think, speak, and wait": scratchpad, two cells, one local.send, then a
+// 60-second wait: one delivered message, each record in its lane, and no
+// model request while it waits until input arrives.
+func TestThinkSpeakAndWait(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Text: "The operator wants the answer. Let me compute it first.", Calls: []modeltest.Call{{ID: "c1", Code: "x = 6 * 7\nx"}}},
+		modeltest.Reply{Text: "Now I tell them, then wait.", Calls: []modeltest.Call{{ID: "c2",
+			Code: "r = await local.send(f'The answer is {x}.')\nprint(r['status'])\nawait runtime.wait(60, reason='the operator may follow up')\nprint('after the wait')"}}},
+		modeltest.Reply{Text: "They said thanks; I am done.", Calls: []modeltest.Call{{ID: "c3", Code: "await runtime.wait(None, reason='nothing to do')"}}},
+	)
+	a := startAgent(t, model, "")
+	a.send("what is six times seven?")
+	a.eventually("the session waits", a.state(store.StateWaiting))
+
+	speech := a.kinds(store.LaneSpeech, "")
+	if len(speech) != 1 || speech[0].Kind != "local.sent" || !strings.Contains(string(speech[0].Content), "The answer is 42.") {
+		t.Fatalf("speech lane: %+v", speech)
+	}
+	pads := a.kinds(store.LaneScratchpad, "scratchpad")
+	if len(pads) != 2 || !strings.Contains(string(pads[0].Content), "Let me compute it first") {
+		t.Fatalf("scratchpad lane: %d records\n%s", len(pads), a.dump())
+	}
+	if started, finished := a.kinds(store.LaneCell, "cell.started"), a.kinds(store.LaneCell, "cell.finished"); len(started) != 2 || len(finished) != 2 {
+		t.Fatalf("cells: %d started, %d finished", len(started), len(finished))
+	}
+	last := a.kinds(store.LaneCell, "cell.finished")[1]
+	var out struct {
+		Status string `json:"status"`
+		Output struct {
+			Preview []struct{ Data string } `json:"preview"`
+		} `json:"output"`
+	}
+	json.Unmarshal(last.Content, &out)
+	if out.Status != "yielded" || len(out.Output.Preview) != 1 || out.Output.Preview[0].Data != "confirmed\n" {
+		t.Fatalf("the waiting cell: %s", last.Content)
+	}
+	s := a.session()
+	if s.Wait == nil || s.Wait.Deadline == nil || time.Until(*s.Wait.Deadline) < 50*time.Second || s.Wait.Reason != "the operator may follow up" {
+		t.Fatalf("wait: %+v", s.Wait)
+	}
+	// Waiting costs no inference.
+	time.Sleep(500 * time.Millisecond)
+	if n := model.Count(); n != 2 {
+		t.Fatalf("%d model requests while waiting, want 2", n)
+	}
+
+	a.send("thanks!")
+	a.eventually("the third request", func() bool { return model.Count() == 3 })
+	a.eventually("waiting again", func() bool {
+		s := a.session()
+		return s.State == store.StateWaiting && s.Wait != nil && s.Wait.Deadline == nil
+	})
+	reqs := model.Requests()
+	if got, want := roles(reqs[2]), "system user assistant(c1) tool<c1> assistant(c2) tool<c2> user user"; got != want {
+		t.Fatalf("third request's messages:\n got %s\nwant %s", got, want)
+	}
+	m := reqs[2].Messages
+	if !strings.Contains(content(m[3]), "value: 42") || !strings.Contains(content(m[5]), "status: yielded") ||
+		!strings.Contains(content(m[6]), "You woke: input") || content(m[7]) != "thanks!" {
+		t.Fatalf("third request's contents: %v", m)
+	}
+	for _, r := range a.kinds(store.LaneCell, "cell.finished") {
+		if strings.Contains(string(r.Content), "after the wait") {
+			t.Fatal("code after runtime.wait ran")
+		}
+	}
+	if !strings.Contains(content(m[0]), "Speech is explicit") {
+		t.Fatalf("the system prompt is not the release's instructions: %.200s", content(m[0]))
+	}
+	if tools := reqs[0].Tools; len(tools) != 1 || !strings.Contains(fmt.Sprint(tools[0]), "python") {
+		t.Fatalf("tools: %v", tools)
+	}
+}
+
+// A model that only writes prose delivers nothing: one reminder, then idle.
+func TestProseDeliversNothing(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(modeltest.Reply{Text: "Hello! I would greet the operator here."}, modeltest.Reply{Text: "Still just thinking."})
+	a := startAgent(t, model, "")
+	a.send("hi")
+	a.eventually("idle", func() bool {
+		s := a.session()
+		return s.State == store.StateReady && s.Attempt != nil && s.Attempt.State == store.AttemptIdle
+	})
+	if sp := a.kinds(store.LaneSpeech, ""); len(sp) != 0 {
+		t.Fatalf("prose was delivered: %+v", sp)
+	}
+	if r := a.kinds(store.LaneNotice, "delivery.reminder"); len(r) != 1 {
+		t.Fatalf("%d reminders, want 1", len(r))
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := model.Count(); n != 2 {
+		t.Fatalf("%d model requests, want 2 (no idle inference)", n)
+	}
+	if !strings.Contains(content(model.Requests()[1].Messages[3]), "nothing has been delivered") {
+		t.Fatalf("the reminder: %v", model.Requests()[1].Messages)
+	}
+}
+
+// Killing the daemon mid-cell: after a restart the tool call is answered
+// as interrupted under its id, the next request is a valid sequence, and
+// the input and the receipt recorded before the kill remain.
+func TestKilledMidCell(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "s1", Code: "await local.send('starting a long job')"}}},
+		modeltest.Reply{Text: "long job", Calls: []modeltest.Call{{ID: "k1", Code: "import time\ntime.sleep(120)"}, {ID: "k2", Code: "print('second')"}}},
+		modeltest.Reply{Text: "I was interrupted; waiting.", Calls: []modeltest.Call{{ID: "w1", Code: "await runtime.wait(None)"}}},
+	)
+	a := startAgent(t, model, "")
+	a.send("run the long job")
+	a.eventually("the long cell runs", func() bool {
+		for _, r := range a.kinds(store.LaneCell, "cell.started") {
+			if strings.Contains(string(r.Content), "time.sleep(120)") {
+				return true
+			}
+		}
+		return false
+	})
+	a.kill()
+	a.start()
+	a.eventually("the resumed attempt waits", a.state(store.StateWaiting))
+	reqs := model.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	if got, want := roles(reqs[2]), "system user assistant(s1) tool<s1> assistant(k1,k2) tool<k1> tool<k2> user"; got != want {
+		t.Fatalf("request after the restart:\n got %s\nwant %s", got, want)
+	}
+	m := reqs[2].Messages
+	if !strings.Contains(content(m[5]), "status: lost") || !strings.Contains(content(m[6]), "status: interrupted") ||
+		!strings.Contains(content(m[7]), "restarted") {
+		t.Fatalf("interrupted results: %v", m[5:])
+	}
+	if in := a.kinds(store.LaneInput, ""); len(in) != 1 {
+		t.Fatalf("inputs: %+v", in)
+	}
+	if sp := a.kinds(store.LaneSpeech, "local.sent"); len(sp) != 1 {
+		t.Fatalf("receipts: %+v", sp)
+	}
+}
+
+// Operator input during a long cell preempts it: the cell ends cancelled,
+// and the next request carries the new input.
+func TestOperatorPreemptsLongCell(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "l1", Code: "import asyncio\nawait asyncio.sleep(120)"}}},
+		modeltest.Reply{Text: "The operator interrupted me.", Calls: []modeltest.Call{{ID: "w1", Code: "await local.send('stopped')\nawait runtime.wait(None)"}}},
+	)
+	a := startAgent(t, model, "")
+	a.send("sleep for a while")
+	a.eventually("the long cell runs", func() bool { return len(a.kinds(store.LaneCell, "cell.started")) == 1 })
+	start := time.Now()
+	a.send("stop that")
+	a.eventually("waiting", a.state(store.StateWaiting))
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("preemption took %s", d)
+	}
+	fin := a.kinds(store.LaneCell, "cell.finished")
+	if len(fin) != 2 || !strings.Contains(string(fin[0].Content), `"status":"cancelled"`) {
+		t.Fatalf("cells: %+v", fin)
+	}
+	reqs := model.Requests()
+	if got, want := roles(reqs[1]), "system user assistant(l1) tool<l1> user"; got != want {
+		t.Fatalf("request after preemption:\n got %s\nwant %s", got, want)
+	}
+	if content(reqs[1].Messages[4]) != "stop that" {
+		t.Fatalf("the new input: %v", reqs[1].Messages[4])
+	}
+}
+
+// A model endpoint that fails or answers garbage: the input stays, each
+// failure is a notice, the session retries as new attempts and pauses
+// after three in a row; operator control keeps working, and start resumes.
+func TestModelFailures(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Status: 500, Body: `{"error":{"message":"overloaded"}}`},
+		modeltest.Reply{Body: "data: {\"choices\": [{\"delta\": {\"content\": \"half\"\n\ndata: [DONE]\n\n"},
+		modeltest.Reply{Text: "calling", Calls: []modeltest.Call{{ID: "t1", Code: "print(1)"}}, Truncate: true},
+		// After the pause, start: a tool call with invalid arguments is
+		// answered as invalid and the loop goes on.
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "bad", RawArguments: `{"code": 12`}, {ID: "nope", Name: "shell", RawArguments: `{}`}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "ok", Code: "await local.send('recovered')\nawait runtime.wait(None)"}}},
+	)
+	a := startAgent(t, model, "max_consecutive_errors = 3\n")
+	a.send("hello?")
+	a.eventually("paused", a.state(store.StatePaused))
+	if n := len(a.kinds(store.LaneNotice, "model.error")); n != 3 {
+		t.Fatalf("%d model.error notices, want 3", n)
+	}
+	s := a.session()
+	if !strings.Contains(s.StateReason, "3 failed model requests in a row") {
+		t.Fatalf("pause reason: %q", s.StateReason)
+	}
+	for _, p := range a.kinds(store.LaneScratchpad, "scratchpad") {
+		if !strings.Contains(string(p.Content), `"partial":true`) || strings.Contains(string(p.Content), `"id":"t1"`) {
+			t.Fatalf("a cut-off response is recorded as partial, without its incomplete call: %s", p.Content)
+		}
+	}
+	if in := a.kinds(store.LaneInput, ""); len(in) != 1 {
+		t.Fatalf("the input: %+v", in)
+	}
+	if st, err := a.c.Status(t.Context()); err != nil || st.Agent == "" {
+		t.Fatalf("status while paused: %+v %v", st, err)
+	}
+	if _, err := a.c.StartSession(t.Context(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	a.eventually("recovered and waiting", a.state(store.StateWaiting))
+	unrun := a.kinds(store.LaneCell, "tool.unrun")
+	if len(unrun) != 2 || !strings.Contains(string(unrun[0].Content), `"state":"invalid"`) || !strings.Contains(string(unrun[1].Content), "there is no tool") {
+		t.Fatalf("invalid calls: %+v", unrun)
+	}
+	if sp := a.kinds(store.LaneSpeech, "local.sent"); len(sp) != 1 {
+		t.Fatalf("speech: %+v", sp)
+	}
+	// The request after the invalid calls answered both under their ids.
+	if got := roles(model.Requests()[4]); !strings.HasSuffix(got, "assistant(bad,nope) tool<bad> tool<nope>") {
+		t.Fatalf("after invalid calls: %s", got)
+	}
+}
+
+// An input admitted while the wait commits is not stranded: whichever side
+// of the commit it lands on, it starts the next step.
+func TestInputDuringWaitCommit(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	const rounds = 5
+	for range rounds {
+		model.Then(modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(None, reason='next')"}}})
+	}
+	a := startAgent(t, model, "")
+	for i := range rounds {
+		a.send(fmt.Sprintf("input %d", i))
+		// The next input races the wait of this one.
+		time.Sleep(time.Duration(i) * 3 * time.Millisecond)
+	}
+	a.eventually("every input was taken in and the session waits", func() bool {
+		s := a.session()
+		return s.State == store.StateWaiting && s.Pending == 0
+	})
+	var inputs int
+	for _, r := range model.Requests() {
+		for _, m := range r.Messages {
+			if strings.HasPrefix(content(m), "input ") {
+				inputs++
+			}
+		}
+	}
+	if last := model.Requests()[model.Count()-1]; !strings.Contains(fmt.Sprint(last.Messages), fmt.Sprintf("input %d", rounds-1)) {
+		t.Fatalf("the last input never reached the model: %v (inputs seen %d)", last.Messages, inputs)
+	}
+}

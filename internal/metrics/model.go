@@ -1,0 +1,64 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/klbr-dev/klbr/internal/provider"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// model holds the turn loop's model instruments.
+type model struct {
+	requests *prometheus.CounterVec
+	tokens   *prometheus.CounterVec
+}
+
+func newModel(reg prometheus.Registerer) *model {
+	m := &model{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "klbr_model_requests_total",
+			Help: "Model requests of the turn loop by route and outcome (ok, cancelled, error_<kind>).",
+		}, []string{"route", "outcome"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "klbr_model_tokens_total",
+			Help: "Tokens as the provider reported them, by route and kind (prompt, completion, cache_read, cache_write). A kind the provider does not report is never added to.",
+		}, []string{"route", "kind"}),
+	}
+	reg.MustRegister(m.requests, m.tokens)
+	return m
+}
+
+// ObserveModel counts one model request and the usage its provider reported.
+func (m *Metrics) ObserveModel(route, outcome string, u provider.Usage) {
+	m.model.requests.WithLabelValues(route, outcome).Inc()
+	for kind, n := range map[string]*int{"prompt": u.PromptTokens, "completion": u.CompletionTokens,
+		"cache_read": u.CacheReadTokens, "cache_write": u.CacheWriteTokens} {
+		if n != nil {
+			m.model.tokens.WithLabelValues(route, kind).Add(float64(*n))
+		}
+	}
+}
+
+// PrepareRoute makes route's request series visible before its first request.
+func (m *Metrics) PrepareRoute(route string) {
+	m.model.requests.WithLabelValues(route, "ok")
+	for _, kind := range []string{"prompt", "completion"} {
+		m.model.tokens.WithLabelValues(route, kind)
+	}
+}
+
+var sessionStateDesc = prometheus.NewDesc("klbr_session_state",
+	"1 for each session's current state (ready, running, waiting, paused, stopped).", []string{"session", "state"}, nil)
+
+// sessionStates reports each session's state as one series per state.
+func sessionStates(ch chan<- prometheus.Metric, sessions []store.Session) {
+	for _, s := range sessions {
+		for _, st := range []store.SessionState{store.StateReady, store.StateRunning, store.StateWaiting, store.StatePaused, store.StateStopped} {
+			v := 0.0
+			if s.State == st {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(sessionStateDesc, prometheus.GaugeValue, v, s.ID, string(st))
+		}
+	}
+}

@@ -1,0 +1,617 @@
+package turn
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/live"
+	"github.com/klbr-dev/klbr/internal/provider"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/workbench"
+)
+
+// Why a phase (a model request or a cell) was cut off.
+var (
+	errPreempted = errors.New("operator input preempted the attempt")
+	errStopped   = errors.New("the operator stopped the session")
+)
+
+// attempt is one run of model steps.
+type attempt struct {
+	id, frame, epoch int64
+	started          time.Time
+	steps, tokens    int
+	empties          int
+	// addressed is set while a directed frame taken in this attempt has not
+	// been answered by a send; sendsAt is the attempt's send count when it
+	// was taken, reminded whether its one reminder was given.
+	addressed bool
+	sendsAt   int64
+	reminded  bool
+}
+
+// wait is a terminal wait a cell asked for.
+type wait struct {
+	execution int64
+	seconds   *float64
+	reason    string
+}
+
+// attempt starts an attempt with inputs (possibly none) and runs it until it
+// idles, waits, pauses, fails or is interrupted.
+func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake string, fire bool) error {
+	st := r.l.cfg.Store
+	a := &attempt{started: r.l.cfg.Clock()}
+	by := "input"
+	if len(inputs) == 0 {
+		by = "deadline"
+	}
+	err := st.Write(ctx, func(tx *store.Tx) error {
+		s, err := tx.Session(r.session)
+		if err != nil {
+			return err
+		}
+		if fire {
+			if _, err := tx.FireWakeup(r.session, by); err != nil {
+				return err
+			}
+		} else if err := tx.CancelWakeup(r.session); err != nil {
+			return err
+		}
+		if len(inputs) == 0 && !fire {
+			if _, err := tx.Notice(r.session, "turn.resumed", map[string]any{"reason": wake}, true); err != nil {
+				return err
+			}
+		}
+		a.frame = 0
+		if len(inputs) > 0 {
+			ids := make([]int64, len(inputs))
+			for i, in := range inputs {
+				ids[i] = in.ID
+			}
+			if err := tx.ClaimInputs(r.session, ids); err != nil {
+				return err
+			}
+			if a.frame, err = tx.TakeFrame(frameOf(s, inputs), 0); err != nil {
+				return err
+			}
+		}
+		a.id, a.epoch, err = tx.StartAttempt(store.NewAttempt{Session: r.session, Frame: a.frame, WakeReason: wake})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("start attempt: %w", err)
+	}
+	r.resume, r.retryAt = false, time.Time{}
+	for _, in := range inputs {
+		if in.Directed {
+			a.addressed = true
+		}
+	}
+	return r.steps(ctx, a)
+}
+
+// steps runs the model steps of an attempt.
+func (r *runner) steps(ctx context.Context, a *attempt) error {
+	cfg := &r.l.cfg
+	b := cfg.Budgets
+	pre := newPreemption(r)
+	defer pre.stop()
+	for step := 0; ; step++ {
+		if ctx.Err() != nil || cfg.Sessions.Draining(r.session) {
+			return r.finish(a, store.AttemptInterrupted, "klbr-core is stopping; the attempt resumes after a restart")
+		}
+		if step > 0 {
+			if err := r.takeIn(ctx, a); err != nil {
+				return err
+			}
+		}
+		switch {
+		case a.steps >= b.MaxSteps:
+			return r.pause(a, fmt.Sprintf("step budget: %d model requests in this attempt (agent.max_steps)", a.steps))
+		case a.tokens >= b.MaxTokens:
+			return r.pause(a, fmt.Sprintf("token budget: %d tokens in this attempt (agent.max_tokens)", a.tokens))
+		case cfg.Clock().Sub(a.started) >= b.MaxTurn:
+			return r.pause(a, fmt.Sprintf("time budget: the attempt ran %s (agent.max_turn_seconds)", b.MaxTurn))
+		}
+		s, err := cfg.Store.Session(ctx, r.session)
+		if err != nil {
+			return err
+		}
+		if s.State != store.StateRunning {
+			return r.finish(a, store.AttemptInterrupted, "the session left running: "+string(s.State))
+		}
+		msgs, size, err := r.assemble(ctx, s, s.ContextEpoch) // a reset mid-attempt applies from the next request
+		if err != nil {
+			return r.pause(a, "context assembly failed: "+err.Error())
+		}
+		if size > b.ContextTokens {
+			if err := cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
+				_, err := tx.Notice(r.session, "context.budget", map[string]any{"needed": size, "budget": b.ContextTokens,
+					"message": "the history does not fit the context budget; nothing was truncated. Reset the context (klbr-core reset) or raise agent.context_budget_tokens"}, false)
+				return err
+			}); err != nil {
+				return err
+			}
+			return r.pause(a, fmt.Sprintf("context budget: the request needs about %d tokens, the budget is %d", size, b.ContextTokens))
+		}
+		var stepID int64
+		if err := cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
+			stepID, err = tx.StartStep(r.session, a.id, cfg.Route)
+			return err
+		}); err != nil {
+			return r.finish(a, store.AttemptInterrupted, "could not record the model request: "+err.Error())
+		}
+		a.steps++
+		phase, end := pre.phase(ctx)
+		resp, reqErr := r.request(phase, a, stepID, msgs)
+		cause := context.Cause(phase)
+		end()
+		if reqErr == nil {
+			if err := checkCallIDs(resp.ToolCalls); err != nil {
+				reqErr = fmt.Errorf("%w: %v", errBadCalls, err)
+			}
+		}
+		if err := r.recordStep(ctx, a, stepID, resp, reqErr, cause); err != nil {
+			return err
+		}
+		if reqErr != nil {
+			if cause != nil {
+				return r.finish(a, store.AttemptInterrupted, interruption(cause, ctx))
+			}
+			return r.modelFailed(ctx, a, stepID, reqErr)
+		}
+		r.errors = 0
+		if len(resp.ToolCalls) == 0 {
+			if strings.TrimSpace(resp.Content) == "" {
+				a.empties++
+				if a.empties >= b.MaxEmpty {
+					return r.pause(a, fmt.Sprintf("%d empty completions in a row (agent.max_empty_completions)", a.empties))
+				}
+				continue
+			}
+			a.empties = 0
+			done, err := r.endOfTurn(ctx, a)
+			if done || err != nil {
+				return err
+			}
+			continue
+		}
+		a.empties = 0
+		w, interrupted, err := r.runCalls(ctx, pre, a, stepID, resp.ToolCalls)
+		if err != nil {
+			return err
+		}
+		if interrupted != nil {
+			return r.finish(a, store.AttemptInterrupted, interruption(interrupted, ctx))
+		}
+		if w != nil {
+			waited, err := r.commitWait(ctx, a, w)
+			if waited || err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func interruption(cause error, ctx context.Context) string {
+	if ctx.Err() != nil {
+		return errStopping.Error()
+	}
+	return cause.Error()
+}
+
+// takeIn takes the ready pending inputs into the running attempt at a step
+// boundary, as a new frame.
+func (r *runner) takeIn(ctx context.Context, a *attempt) error {
+	st := r.l.cfg.Store
+	pending, err := st.PendingInputs(ctx, r.session)
+	if err != nil || len(pending) == 0 {
+		return err
+	}
+	ready, _ := r.plan(ctx, pending, r.l.cfg.Clock())
+	if len(ready) == 0 {
+		return nil
+	}
+	var frame int64
+	err = st.Write(ctx, func(tx *store.Tx) error {
+		s, err := tx.Session(r.session)
+		if err != nil {
+			return err
+		}
+		ids := make([]int64, len(ready))
+		for i, in := range ready {
+			ids[i] = in.ID
+		}
+		if err := tx.ClaimInputs(r.session, ids); err != nil {
+			return err
+		}
+		frame, err = tx.TakeFrame(frameOf(s, ready), a.id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("take in input: %w", err)
+	}
+	a.frame = frame
+	for _, in := range ready {
+		if in.Directed {
+			if !a.addressed {
+				a.sendsAt, _ = st.AttemptSends(ctx, a.id)
+			}
+			a.addressed, a.reminded = true, false
+		}
+	}
+	return nil
+}
+
+// endOfTurn handles a response with text and no tool call: the model ended
+// its turn without waiting. An addressed frame no send answered gets one
+// reminder; after that, or when nothing was addressed, the session idles.
+func (r *runner) endOfTurn(ctx context.Context, a *attempt) (done bool, err error) {
+	st := r.l.cfg.Store
+	if a.addressed {
+		sends, err := st.AttemptSends(ctx, a.id)
+		if err != nil {
+			return true, err
+		}
+		if sends > a.sendsAt {
+			a.addressed = false
+		}
+	}
+	if a.addressed && !a.reminded {
+		a.reminded = true
+		return false, st.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
+			_, err := tx.Notice(r.session, "delivery.reminder", map[string]any{"attempt": a.id, "frame": a.frame,
+				"text": r.l.cfg.Budgets.ReminderPrompt}, true)
+			return err
+		})
+	}
+	reason := "idle: the model ended its turn without waiting"
+	if a.addressed {
+		reason = "idle: the model ended its turn after a reminder, with nothing sent"
+	}
+	return true, st.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
+		if err := tx.FinishAttempt(a.id, store.AttemptIdle, reason); err != nil {
+			return err
+		}
+		return tx.TransitionSession(r.session, store.StateRunning, store.StateReady, reason)
+	})
+}
+
+// request sends one model request; deltas go to the live hub.
+func (r *runner) request(ctx context.Context, a *attempt, step int64, msgs []provider.Message) (*provider.Response, error) {
+	cfg := &r.l.cfg
+	hub := cfg.Deltas
+	req := provider.Request{Messages: msgs, Tools: []provider.Tool{provider.PythonTool(toolDescription)}, Stream: true}
+	if hub != nil {
+		req.OnDelta = func(d provider.Delta) {
+			base := live.Delta{Session: r.session, Attempt: a.id, Step: step}
+			switch {
+			case d.Content != "":
+				base.Kind, base.Text = "content", d.Content
+			case d.Reasoning != "":
+				base.Kind, base.Text = "reasoning", d.Reasoning
+			case d.ToolCall != nil:
+				base.Kind, base.Text, base.Call = "tool", d.ToolCall.Arguments, d.ToolCall.ID
+			default:
+				return
+			}
+			hub.Publish(base)
+		}
+		defer hub.Publish(live.Delta{Session: r.session, Attempt: a.id, Step: step, Kind: "end"})
+	}
+	resp, err := cfg.Model.Complete(ctx, req)
+	outcome := "ok"
+	switch {
+	case err != nil && ctx.Err() != nil:
+		outcome = "cancelled"
+	case err != nil:
+		outcome = "error"
+		var pe *provider.Error
+		if errors.As(err, &pe) {
+			outcome = "error_" + strings.ReplaceAll(pe.Kind.String(), " ", "_")
+		}
+	}
+	var usage provider.Usage
+	if resp != nil {
+		usage = resp.Usage
+	}
+	cfg.Observe(cfg.Route, outcome, usage)
+	return resp, err
+}
+
+// recordStep records a step's response, complete or partial, before
+// anything in it runs.
+func (r *runner) recordStep(ctx context.Context, a *attempt, step int64, resp *provider.Response, reqErr, cause error) error {
+	res := store.StepResult{Session: r.session, Attempt: a.id, Step: step, Route: r.l.cfg.Route, State: "completed"}
+	switch {
+	case reqErr != nil && cause != nil:
+		res.State, res.Error = "interrupted", interruption(cause, ctx)
+	case reqErr != nil:
+		res.State, res.Error = "failed", reqErr.Error()
+	}
+	if resp != nil {
+		res.Text, res.Reasoning, res.ReasoningField, res.FinishReason = resp.Content, resp.Reasoning, resp.ReasoningField, resp.FinishReason
+		res.Usage = store.StepUsage{Prompt: resp.Usage.PromptTokens, Completion: resp.Usage.CompletionTokens,
+			CacheRead: resp.Usage.CacheReadTokens, CacheWrite: resp.Usage.CacheWriteTokens}
+		if reqErr == nil {
+			for _, c := range resp.ToolCalls {
+				res.Calls = append(res.Calls, store.StepCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+			}
+		}
+		for _, n := range []*int{resp.Usage.PromptTokens, resp.Usage.CompletionTokens} {
+			if n != nil {
+				a.tokens += *n
+			}
+		}
+	}
+	return r.l.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
+		_, err := tx.FinishStep(res)
+		return err
+	})
+}
+
+// checkCallIDs refuses a response whose tool calls cannot be answered
+// under their ids: an id missing, too long, or used twice.
+func checkCallIDs(calls []provider.ToolCall) error {
+	seen := map[string]bool{}
+	for _, c := range calls {
+		if c.ID == "" || len(c.ID) > 256 || seen[c.ID] {
+			return fmt.Errorf("the model's tool calls cannot be answered: call id %q is empty, too long or repeated", c.ID)
+		}
+		seen[c.ID] = true
+	}
+	return nil
+}
+
+// modelFailed records a failed request: the attempt ends failed and is
+// retried as a new one after a backoff, or the session pauses after
+// MaxErrors failures in a row. The inputs stay where they are: consumed by
+// their frame, in the context the retry sends.
+func (r *runner) modelFailed(ctx context.Context, a *attempt, step int64, reqErr error) error {
+	b := r.l.cfg.Budgets
+	r.errors++
+	kind := "error"
+	var pe *provider.Error
+	if errors.As(reqErr, &pe) {
+		kind = pe.Kind.String()
+	}
+	if errors.Is(reqErr, errBadCalls) {
+		kind = "invalid response"
+	}
+	backoff := min(time.Duration(float64(b.ErrorBackoff)*math.Pow(2, float64(r.errors-1))), b.MaxBackoff)
+	notice := map[string]any{"attempt": a.id, "step": step, "kind": kind, "message": reqErr.Error(), "errors_in_a_row": r.errors}
+	pause := r.errors >= b.MaxErrors
+	if !pause {
+		notice["retry_in_ms"] = backoff.Milliseconds()
+	}
+	if err := r.l.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
+		_, err := tx.Notice(r.session, "model.error", notice, false)
+		return err
+	}); err != nil {
+		return err
+	}
+	if pause {
+		return r.pause(a, fmt.Sprintf("%d failed model requests in a row (agent.max_consecutive_errors); last: %s", r.errors, reqErr))
+	}
+	r.retryAt = r.l.cfg.Clock().Add(backoff)
+	return r.finish(a, store.AttemptFailed, "model request failed; retrying as a new attempt: "+reqErr.Error())
+}
+
+var errBadCalls = errors.New("invalid tool calls")
+
+// runCalls answers a step's tool calls in order: each valid python call
+// runs as a cell, journaled under its call id. After a wait, the rest are
+// skipped; after an interruption, they are closed as interrupted.
+func (r *runner) runCalls(ctx context.Context, pre *preemption, a *attempt, step int64, calls []provider.ToolCall) (*wait, error, error) {
+	cfg := &r.l.cfg
+	var w *wait
+	var interrupted error
+	for _, c := range calls {
+		state, msg := store.ToolState(""), ""
+		code, problem := parseCall(c)
+		switch {
+		case interrupted != nil:
+			state, msg = store.ToolInterrupted, "not run: "+interruption(interrupted, ctx)
+		case w != nil:
+			state, msg = store.ToolSkipped, "not run: an earlier call of this group waited (runtime.wait is a terminal yield)"
+		case problem != "":
+			state, msg = store.ToolInvalid, problem
+		}
+		if state != "" {
+			if err := r.closeCall(ctx, step, c.ID, state, msg); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		phase, end := pre.phase(ctx)
+		res, err := cfg.Bench.Execute(workbench.WithCall(phase, workbench.Call{Step: step, ID: c.ID, Frame: a.frame}), r.session, code, nil)
+		cause := context.Cause(phase)
+		end()
+		if cause != nil {
+			interrupted = cause
+		}
+		if err != nil {
+			// The cell did not run, or its outcome could not be recorded:
+			// answer the call (if it is still open) rather than leave it.
+			if cerr := r.closeCall(ctx, step, c.ID, store.ToolInterrupted, "not run: "+err.Error()); cerr != nil {
+				r.log.Debug("tool call already answered", "call", c.ID, "error", cerr)
+			}
+			if interrupted == nil {
+				interrupted = fmt.Errorf("the cell could not run: %w", err)
+			}
+			continue
+		}
+		if o := res.Outcome; o != nil && o.Status == "yielded" {
+			w = parseYield(res.Execution, o.Yield)
+		}
+	}
+	return w, interrupted, nil
+}
+
+func (r *runner) closeCall(ctx context.Context, step int64, id string, state store.ToolState, msg string) error {
+	return r.l.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
+		return tx.CloseToolCall(r.session, step, id, state, msg)
+	})
+}
+
+// parseCall returns the code of a python call, or why it cannot run.
+func parseCall(c provider.ToolCall) (code, problem string) {
+	if c.Function.Name != "python" {
+		return "", fmt.Sprintf("not run: there is no tool %q; the one tool is python(code)", c.Function.Name)
+	}
+	var args map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(c.Function.Arguments), &args); err != nil {
+		return "", "not run: the arguments are not a JSON object: " + err.Error()
+	}
+	raw, ok := args["code"]
+	if !ok || len(args) != 1 {
+		return "", `not run: python takes exactly one argument, {"code": "..."}`
+	}
+	if err := json.Unmarshal(raw, &code); err != nil {
+		return "", "not run: code must be a string"
+	}
+	if strings.TrimSpace(code) == "" {
+		return "", "not run: code is empty"
+	}
+	return code, ""
+}
+
+// parseYield reads a yielded outcome's runtime.wait payload.
+func parseYield(execution int64, payload json.RawMessage) *wait {
+	var y struct {
+		Op      string   `json:"op"`
+		Seconds *float64 `json:"seconds"`
+		Reason  string   `json:"reason"`
+	}
+	if err := json.Unmarshal(payload, &y); err != nil || y.Op != "runtime.wait" {
+		return &wait{execution: execution, reason: "the cell yielded"}
+	}
+	return &wait{execution: execution, seconds: y.Seconds, reason: y.Reason}
+}
+
+// commitWait commits a wait, unless input is ready: then the attempt goes on
+// and its next boundary takes the input in.
+func (r *runner) commitWait(ctx context.Context, a *attempt, w *wait) (waited bool, err error) {
+	now := r.l.cfg.Clock()
+	var deadline *time.Time
+	if w.seconds != nil {
+		d := now.Add(time.Duration(*w.seconds * float64(time.Second)))
+		deadline = &d
+	}
+	reason := w.reason
+	if reason == "" {
+		reason = "waiting"
+	}
+	var woken bool
+	err = r.l.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) (err error) {
+		woken, err = tx.CommitWait(store.Wait{Session: r.session, Attempt: a.id, Execution: w.execution,
+			Deadline: deadline, Seconds: w.seconds, Reason: reason, Ready: r.readyNow(now)})
+		if err == nil && woken {
+			_, err = tx.Notice(r.session, "wait.woken", map[string]any{"by": "input", "reason": reason, "waited_ms": 0,
+				"message": "the wait did not start: input was already pending"}, true)
+		}
+		return err
+	})
+	return !woken, err
+}
+
+// finish ends the attempt without moving the session (it is interrupted:
+// the operator or the daemon moved it, or the next tick resumes it).
+func (r *runner) finish(a *attempt, state, outcome string) error {
+	return r.l.cfg.Store.Write(context.Background(), func(tx *store.Tx) error {
+		return tx.FinishAttempt(a.id, state, outcome)
+	})
+}
+
+// pause ends the attempt paused and pauses the session with the reason,
+// which its notice shows. The inputs stay recorded; `klbr-core start`
+// resumes the session.
+func (r *runner) pause(a *attempt, reason string) error {
+	return r.l.cfg.Store.Write(context.Background(), func(tx *store.Tx) error {
+		if err := tx.FinishAttempt(a.id, store.AttemptPaused, reason); err != nil {
+			return err
+		}
+		s, err := tx.Session(r.session)
+		if err != nil || s.State != store.StateRunning {
+			return err
+		}
+		return tx.TransitionSession(r.session, store.StateRunning, store.StatePaused, reason)
+	})
+}
+
+// preemption watches the session while an attempt runs and cuts off the
+// current phase (a model request or a cell) when operator input is pending
+// or the operator stopped or paused the session.
+type preemption struct {
+	r      *runner
+	mu     sync.Mutex
+	cancel context.CancelCauseFunc // the current phase's, nil between phases
+	done   chan struct{}
+	wake   <-chan struct{}
+	unwat  func()
+}
+
+func newPreemption(r *runner) *preemption {
+	p := &preemption{r: r, done: make(chan struct{})}
+	p.wake, p.unwat = r.l.cfg.Store.Watch(r.session)
+	go func() {
+		for {
+			select {
+			case <-p.done:
+				return
+			case <-p.wake:
+				p.check()
+			}
+		}
+	}()
+	return p
+}
+
+func (p *preemption) stop() { close(p.done); p.unwat() }
+
+// phase starts a phase under ctx; end it with the returned func.
+func (p *preemption) phase(ctx context.Context) (context.Context, func()) {
+	pctx, cancel := context.WithCancelCause(ctx)
+	p.mu.Lock()
+	p.cancel = cancel
+	p.mu.Unlock()
+	p.check() // input that arrived just before the phase began
+	return pctx, func() {
+		p.mu.Lock()
+		p.cancel = nil
+		p.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+func (p *preemption) check() {
+	p.mu.Lock()
+	cancel := p.cancel
+	p.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	st := p.r.l.cfg.Store
+	ctx := context.Background()
+	if s, err := st.Session(ctx, p.r.session); err == nil && (s.State == store.StateStopped || s.State == store.StatePaused) {
+		cancel(fmt.Errorf("%w (%s)", errStopped, s.State))
+		return
+	}
+	pending, err := st.PendingInputs(ctx, p.r.session)
+	if err != nil {
+		return
+	}
+	for _, in := range pending {
+		if in.SourceKind == "operator" {
+			cancel(errPreempted)
+			return
+		}
+	}
+}

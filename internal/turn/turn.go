@@ -1,0 +1,354 @@
+// Package turn is the agent's loop: for each session it takes admitted
+// input into frozen attention frames, asks the model, records the complete
+// response before running anything, runs the python tool's cells in the
+// workbench, records their outcomes before the next request, and waits
+// without inference when the model yields. Every step is a committed
+// boundary: a restart resumes from them and never replays a cell.
+package turn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/live"
+	"github.com/klbr-dev/klbr/internal/provider"
+	"github.com/klbr-dev/klbr/internal/session"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/workbench"
+	"github.com/klbr-dev/klbr/internal/worker"
+)
+
+// Model answers chat requests: provider.Client.
+type Model interface {
+	Complete(ctx context.Context, req provider.Request) (*provider.Response, error)
+}
+
+// Bench runs cells: workbench.Manager.
+type Bench interface {
+	Execute(ctx context.Context, session, code string, h worker.Handler) (workbench.Result, error)
+}
+
+// Planner orders pending input: hooks.Dispatcher's attention.plan.
+type Planner interface {
+	Plan(ctx context.Context, session string, in hooks.PlanInput) hooks.Plan
+}
+
+// Prompt returns the system prompt of a release: its soul and instructions.
+type Prompt func(ctx context.Context, release string) (string, error)
+
+// Budgets bound one attempt; see config.Agent.
+type Budgets struct {
+	MaxSteps       int
+	MaxTokens      int
+	MaxTurn        time.Duration
+	MaxEmpty       int
+	MaxErrors      int
+	ContextTokens  int
+	ErrorBackoff   time.Duration // before retrying a failed request; doubles per error
+	MaxBackoff     time.Duration
+	ReminderPrompt string // the delivery reminder's text; "" uses the default
+}
+
+// Config is what a Loop is made of.
+type Config struct {
+	Store    *store.Store
+	Sessions *session.Manager
+	Bench    Bench
+	Planner  Planner // nil: hooks.DefaultPlan
+	Model    Model
+	Route    string // the route's name, for records and metrics
+	Prompt   Prompt
+	Deltas   *live.Hub // nil: no deltas
+	Budgets  Budgets
+	Clock    func() time.Time
+	Log      *slog.Logger
+	// Observe is told of each model request's outcome and usage (metrics).
+	Observe func(route, outcome string, usage provider.Usage)
+}
+
+// Loop runs the sessions' turn loops.
+type Loop struct {
+	cfg Config
+
+	mu      sync.Mutex
+	runners map[string]*runner
+	closed  bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// New returns a Loop; Start runs a session's loop.
+func New(cfg Config) *Loop {
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observe == nil {
+		cfg.Observe = func(string, string, provider.Usage) {}
+	}
+	b := &cfg.Budgets
+	if b.ErrorBackoff <= 0 {
+		b.ErrorBackoff = 2 * time.Second
+	}
+	if b.MaxBackoff <= 0 {
+		b.MaxBackoff = time.Minute
+	}
+	if b.ReminderPrompt == "" {
+		b.ReminderPrompt = "Reminder: nothing has been delivered for this input yet. Your text is scratchpad; " +
+			"no one has read it. Send with `await local.send(...)`, or decide on purpose not to and say why " +
+			"in your scratchpad, then wait."
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Loop{cfg: cfg, runners: map[string]*runner{}, ctx: ctx, cancel: cancel}
+}
+
+// Start runs session's loop until Close. resume is set for a session a
+// previous run left in the middle of an attempt: it continues with a new
+// attempt that says so.
+func (l *Loop) Start(sessionID string, resume bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.runners[sessionID] != nil {
+		return
+	}
+	r := &runner{l: l, session: sessionID, resume: resume, poke: make(chan struct{}, 1), deferred: map[int64]time.Time{}}
+	l.runners[sessionID] = r
+	l.wg.Go(func() { r.run(l.ctx) })
+}
+
+// Poke makes session's loop look at its state now (an operator control).
+func (l *Loop) Poke(sessionID string) {
+	l.mu.Lock()
+	r := l.runners[sessionID]
+	l.mu.Unlock()
+	if r != nil {
+		select {
+		case r.poke <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Close stops every loop: a running attempt is interrupted at once (its
+// model request cancelled, its cell interrupted and recorded), and Close
+// returns when every loop has recorded where it stopped.
+func (l *Loop) Close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.cancel()
+	l.wg.Wait()
+}
+
+// errStopping ends attempts when the daemon stops.
+var errStopping = errors.New("klbr-core is stopping")
+
+// runner is one session's loop.
+type runner struct {
+	l       *Loop
+	session string
+	resume  bool
+	poke    chan struct{}
+
+	// deferred holds the inputs attention.plan put off, until when.
+	deferred map[int64]time.Time
+	// retryAt, when set, is when a failed model request is retried.
+	retryAt time.Time
+	// lastResume is when an attempt was last resumed without input.
+	lastResume time.Time
+	errors     int // consecutive failed model requests, across attempts
+	log        *slog.Logger
+}
+
+func (r *runner) run(ctx context.Context) {
+	r.log = r.l.cfg.Log.With("session", r.session)
+	wake, cancel := r.l.cfg.Store.Watch(r.session)
+	defer cancel()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		next, err := r.tick(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			r.log.Error("turn loop", "error", err)
+			if next.IsZero() {
+				next = r.l.cfg.Clock().Add(time.Second)
+			}
+		}
+		timer.Stop()
+		if !next.IsZero() {
+			timer.Reset(max(time.Until(next), 0))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-r.poke:
+		case <-timer.C:
+		}
+	}
+}
+
+// tick looks at the session once and runs an attempt if something calls for
+// one. It returns when the session has nothing to do, with the time at
+// which to look again (zero: only when something changes).
+func (r *runner) tick(ctx context.Context) (time.Time, error) {
+	st := r.l.cfg.Store
+	s, err := st.Session(ctx, r.session)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if r.l.cfg.Sessions.Draining(r.session) {
+		return time.Time{}, nil
+	}
+	now := r.l.cfg.Clock()
+	switch s.State {
+	case store.StateStopped, store.StatePaused:
+		r.errors = 0
+		return time.Time{}, nil
+	}
+	// Ready, waiting, or running (left so by a crash: only this runner
+	// runs attempts). An armed wait counts in any of them: a session
+	// stopped while waiting and started again still waits.
+	w, err := st.ArmedWakeup(ctx, r.session)
+	if err != nil {
+		return time.Time{}, err
+	}
+	pending, err := st.PendingInputs(ctx, r.session)
+	if err != nil {
+		return time.Time{}, err
+	}
+	ready, next := r.plan(ctx, pending, now)
+	if len(ready) > 0 {
+		wake := "input"
+		if r.resume {
+			wake = "input, after klbr-core restarted during an attempt"
+		}
+		return next, r.attempt(ctx, ready, wake, w != nil)
+	}
+	if w != nil {
+		if w.Deadline == nil {
+			return next, nil
+		}
+		if now.Before(*w.Deadline) {
+			return earliest(next, *w.Deadline), nil
+		}
+		return next, r.attempt(ctx, nil, "deadline", true)
+	}
+	// No input and no wait: resume an attempt that ended without the model
+	// finishing (a restart, a failed request, an operator stop or pause).
+	turn, err := st.Turn(ctx, r.session)
+	if err != nil || turn.Attempt == nil {
+		return next, err
+	}
+	switch turn.Attempt.State {
+	case store.AttemptInterrupted, store.AttemptFailed, store.AttemptPaused:
+	default:
+		return next, nil
+	}
+	if now.Before(r.retryAt) {
+		return earliest(next, r.retryAt), nil
+	}
+	if again := r.lastResume.Add(r.l.cfg.Budgets.ErrorBackoff); now.Before(again) {
+		return earliest(next, again), nil // an attempt that keeps ending at once is not retried in a tight loop
+	}
+	r.lastResume = now
+	wake := fmt.Sprintf("resumed: the last attempt ended %s (%s)", turn.Attempt.State, turn.Attempt.Outcome)
+	if r.resume {
+		wake = "klbr-core restarted during an attempt; it was interrupted"
+	}
+	return next, r.attempt(ctx, nil, wake, false)
+}
+
+// plan runs attention.plan over the pending inputs and returns the ones to
+// take in now, in its order, and when a deferred one falls due.
+func (r *runner) plan(ctx context.Context, pending []store.PendingInput, now time.Time) ([]store.PendingInput, time.Time) {
+	if len(pending) == 0 {
+		clear(r.deferred)
+		return nil, time.Time{}
+	}
+	byID := map[int64]store.PendingInput{}
+	in := hooks.PlanInput{Now: unixSeconds(now)}
+	for _, p := range pending {
+		byID[p.ID] = p
+		in.Items = append(in.Items, hooks.PlanItem{ID: p.ID, SourceKind: p.SourceKind, Directed: p.Directed,
+			Conversation: p.Conversation, ReceivedAt: unixSeconds(p.ReceivedAt)})
+	}
+	var p hooks.Plan
+	if r.l.cfg.Planner != nil {
+		p = r.l.cfg.Planner.Plan(ctx, r.session, in)
+	} else {
+		p = hooks.DefaultPlan(in)
+	}
+	clear(r.deferred)
+	var next time.Time
+	for _, d := range p.Defer {
+		until := fromUnixSeconds(d.Until)
+		r.deferred[d.ID] = until
+		next = earliest(next, until)
+	}
+	var ready []store.PendingInput
+	for _, id := range p.Order {
+		if it, ok := byID[id]; ok {
+			ready = append(ready, it)
+		}
+	}
+	return ready, next
+}
+
+// readyNow reports whether any of pending is not deferred (used inside the
+// wait's transaction).
+func (r *runner) readyNow(now time.Time) func([]store.PendingInput) bool {
+	deferred := map[int64]time.Time{}
+	for id, t := range r.deferred {
+		deferred[id] = t
+	}
+	return func(pending []store.PendingInput) bool {
+		for _, p := range pending {
+			if until, ok := deferred[p.ID]; !ok || !now.Before(until) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
+
+func fromUnixSeconds(s float64) time.Time { return time.UnixMilli(int64(s * 1000)) }
+
+// frameOf builds the frame of inputs.
+func frameOf(s store.Session, inputs []store.PendingInput) store.Frame {
+	ids := make([]int64, len(inputs))
+	var convs []string
+	seen := map[string]bool{}
+	for i, in := range inputs {
+		ids[i] = in.ID
+		if in.Conversation != "" && !seen[in.Conversation] {
+			seen[in.Conversation] = true
+			convs = append(convs, in.Conversation)
+		}
+	}
+	if convs == nil {
+		convs = []string{}
+	}
+	routing := fmt.Appendf(nil, `{"inputs":%s,"conversations":%s}`, mustJSON(ids), mustJSON(convs))
+	return store.Frame{Session: s.ID, InputIDs: ids, ContextEpoch: s.ContextEpoch, PolicyRevision: s.PolicyRevision, RoutingHandles: routing}
+}
