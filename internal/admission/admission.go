@@ -157,6 +157,86 @@ func (a *Admitter) Admit(ctx context.Context, door Door, in Input) (store.Admitt
 	return got, nil
 }
 
+// AdmitBatch admits ins, all through door, in one store transaction (one
+// fsync for the batch), and calls then for each admitted input (duplicates
+// included) inside that transaction, so that what the door records about an
+// input commits with it. Invalid or refused inputs get their error in errs
+// and are left out; the others are durable when err is nil. then must be pure
+// (it may run twice, see store.Write) and a failure of then fails the batch.
+func (a *Admitter) AdmitBatch(ctx context.Context, door Door, ins []Input, then func(tx *store.Tx, i int, got store.Admitted) error) (got []store.Admitted, errs []error, err error) {
+	got, errs = make([]store.Admitted, len(ins)), make([]error, len(ins))
+	var ok []int
+	for i, in := range ins {
+		if err := Validate(door, in); err != nil {
+			if errors.Is(err, ErrForbidden) {
+				a.observe(in.SourceKind, ResultRefused)
+			} else {
+				a.observe(in.SourceKind, ResultInvalid)
+			}
+			errs[i] = err
+			continue
+		}
+		if err := a.sessions.CheckAdmission(in.Session); err != nil {
+			a.observe(in.SourceKind, ResultRefused)
+			errs[i] = err
+			continue
+		}
+		ok = append(ok, i)
+	}
+	if len(ok) == 0 {
+		return got, errs, nil
+	}
+	if !a.enter() {
+		for _, i := range ok {
+			a.observe(ins[i].SourceKind, ResultRefused)
+		}
+		return got, errs, fmt.Errorf("%w: it accepts no new input; retry once it has restarted", ErrDraining)
+	}
+	defer a.inflight.Done()
+	now := a.clock()
+	err = a.store.Write(ctx, func(tx *store.Tx) error {
+		for _, i := range ok {
+			in := ins[i]
+			occurred := in.OccurredAt
+			if occurred.IsZero() {
+				occurred = now
+			}
+			g, err := tx.AdmitInput(store.NewInput{
+				Session: in.Session, SourceKind: string(in.SourceKind), SourceKey: in.SourceKey,
+				Conversation: in.Conversation, Author: in.Author,
+				Directed:   in.Directed || in.SourceKind == SourceOperator,
+				OccurredAt: occurred, ReceivedAt: now, Body: in.Body,
+			})
+			if err != nil {
+				return err
+			}
+			got[i] = g
+			if then != nil {
+				if err := then(tx, i, g); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	for _, i := range ok {
+		switch {
+		case errors.Is(err, store.ErrUnknownSession), errors.Is(err, store.ErrSessionStopped):
+			a.observe(ins[i].SourceKind, ResultRefused)
+		case err != nil:
+			a.observe(ins[i].SourceKind, ResultError)
+		case got[i].Duplicate:
+			a.observe(ins[i].SourceKind, ResultDuplicate)
+		default:
+			a.observe(ins[i].SourceKind, ResultAccepted)
+		}
+	}
+	if err != nil {
+		return make([]store.Admitted, len(ins)), errs, fmt.Errorf("admit: %w", err)
+	}
+	return got, errs, nil
+}
+
 func (a *Admitter) enter() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/delivery"
 	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/ingress"
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/workbench"
 )
@@ -53,6 +54,7 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 	d.bench.SetOps("behavior.", ops)
 	d.bench.SetOps("hooks.", ops)
 	d.bench.SetOps("local.", delivery.NewLocal(d.store, d.hooks))
+	d.bench.SetOps("discord.", ingress.NewOps(d.store, d.hooks, d.ingress))
 	d.bench.SetSkills(d.skillsFor(cfg.Paths.DataDir, rel))
 	if err := d.behavior.Publish(ctx, man); err != nil {
 		return err

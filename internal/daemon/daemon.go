@@ -23,6 +23,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/ingress"
 	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/localapi"
 	"github.com/klbr-dev/klbr/internal/metrics"
@@ -71,6 +72,8 @@ type daemon struct {
 	turns    *turn.Loop // nil when the agent does not run
 	agent    string     // whether the agent runs, for status
 
+
+	ingress *ingress.Server // the ingress API (klbr-discord)
 
 	notify       *systemd.Notifier // no-op without NOTIFY_SOCKET
 	cellsRunning atomic.Int64      // cells running through the operator API, for STATUS=
@@ -138,6 +141,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	}
 	m := metrics.New(st, opts.Clock, log.With("component", "metrics"))
 	d.admit = admission.New(st, d.sessions, opts.Clock, m.ObserveAdmission)
+	d.ingress = newIngress(d, log.With("component", "ingress"))
 	if err := st.Write(ctx, func(tx *store.Tx) error {
 		n, err := tx.RecoverExecutions()
 		if n > 0 {
@@ -201,7 +205,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		return fmt.Errorf("serve: %w", err)
 	}
 	webSrv := webH.HTTPServer()
-	ingSrv := ingressServer(log.With("component", "ingress"))
+	ingSrv := d.ingress.HTTPServer()
 
 	serveErr := make(chan error, len(ls.all()))
 	var wg sync.WaitGroup
@@ -294,6 +298,7 @@ func (d *daemon) drain(timeout time.Duration, ls *listeners, servers ...*http.Se
 		d.hooks.Close()
 	}
 	d.notify.Status("draining: closing connections")
+	d.ingress.Close() // ends the transport's waiting claims
 	for _, s := range servers {
 		if err := s.Shutdown(ctx); err != nil {
 			d.log.Warn("drain: listener did not close cleanly", "error", err)

@@ -1,17 +1,13 @@
 package daemon
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strings"
-	"time"
 
-	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/systemd"
 	"github.com/klbr-dev/klbr/internal/unixsock"
@@ -30,12 +26,13 @@ const (
 type listeners struct {
 	http    []net.Listener
 	control []net.Listener
-	ingress []net.Listener // only ever from systemd; see ingressServer
+	ingress []net.Listener
 
 	inherited map[net.Listener]bool // passed by systemd
 	// boundControl is the control socket path this process bound, removed at exit; empty when
 	// systemd passed the control socket (it is systemd's file: never chmod, move or remove it).
 	boundControl string
+	boundIngress string // likewise for the ingress socket
 }
 
 // inheritListeners takes the sockets systemd passed and checks each: http must be a TCP
@@ -107,10 +104,18 @@ func checkLoopback(a net.Addr) error {
 }
 
 // bindMissing binds what systemd did not pass: the control socket at its configured path
-// (mode 0600) and the HTTP listener at KLBR_BIND_ADDR, as klbr-core does when run by hand.
-// The caller holds the data directory lock, which makes removing a stale control socket
-// safe. Without socket activation no ingress socket is bound: nothing serves it yet.
+// (mode 0600), the ingress socket at its configured path (mode 0660: klbr-discord may run
+// as another user in the socket's group) and the HTTP listener at KLBR_BIND_ADDR, as
+// klbr-core does when run by hand. The caller holds the data directory lock, which makes
+// removing a stale socket safe.
 func (ls *listeners) bindMissing(cfg *config.Config, log *slog.Logger) error {
+	if len(ls.ingress) == 0 {
+		l, err := unixsock.Listen(cfg.Paths.IngressSocket, 0o660)
+		if err != nil {
+			return fmt.Errorf("ingress socket: %w", err)
+		}
+		ls.ingress, ls.boundIngress = []net.Listener{l}, cfg.Paths.IngressSocket
+	}
 	if len(ls.control) == 0 {
 		l, err := unixsock.Listen(cfg.Paths.ControlSocket, 0o600)
 		if err != nil {
@@ -154,6 +159,9 @@ func (ls *listeners) close() {
 	if ls.boundControl != "" {
 		os.Remove(ls.boundControl)
 	}
+	if ls.boundIngress != "" {
+		os.Remove(ls.boundIngress)
+	}
 }
 
 func (ls *listeners) all() []net.Listener {
@@ -166,20 +174,4 @@ func addrs(ls []net.Listener) string {
 		s[i] = l.Addr().String()
 	}
 	return strings.Join(s, " ")
-}
-
-// ingressServer answers every request on an inherited ingress socket with 503: the ingress
-// API (DESIGN.md §4) is not built yet. An answer beats leaving the socket unaccepted, where
-// a transport's connection would hang in the queue without a word.
-func ingressServer(log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(w).Encode(api.Error{Error: api.ErrorBody{Code: api.CodeUnavailable,
-				Message: "ingress is not implemented yet: this klbr-core admits no inputs on the ingress socket"}})
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
 }

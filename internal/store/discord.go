@@ -444,3 +444,30 @@ func (s *Store) AttentionCounts(ctx context.Context) ([]AttentionCount, error) {
 	}
 	return out, rows.Err()
 }
+
+// FrameRouting reads an attention frame's session and routing handles.
+func (s *Store) FrameRouting(ctx context.Context, frame int64) (session string, routing json.RawMessage, err error) {
+	var r string
+	err = s.rdb.QueryRowContext(ctx, `SELECT session_id, routing_handles FROM attention_frames WHERE id = ?`, frame).Scan(&session, &r)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil, fmt.Errorf("attention frame %d does not exist", frame)
+	}
+	return session, json.RawMessage(r), err
+}
+
+// FrameItem returns the newest attention item of the frame's inputs in the
+// conversation that is still pending or seen (0 when there is none): the
+// item a send without an explicit one answers.
+func (s *Store) FrameItem(ctx context.Context, inputs []int64, conversation int64) (int64, error) {
+	if len(inputs) == 0 {
+		return 0, nil
+	}
+	args := []any{conversation}
+	for _, id := range inputs {
+		args = append(args, id)
+	}
+	var id sql.NullInt64
+	err := s.rdb.QueryRowContext(ctx, `SELECT max(id) FROM attention_items WHERE conversation_id = ? AND status IN ('pending', 'seen')
+		AND input_id IN (`+strings.TrimSuffix(strings.Repeat("?,", len(inputs)), ",")+`)`, args...).Scan(&id)
+	return id.Int64, err
+}

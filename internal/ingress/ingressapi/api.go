@@ -1,0 +1,196 @@
+// Package ingressapi holds the wire types of the ingress protocol (HTTP/1.1 +
+// JSON over ingress.sock, under /v1; DESIGN.md §4) and its one client, which
+// klbr-discord uses. It imports nothing of the core, so the transport binary
+// links no database.
+package ingressapi
+
+import "time"
+
+// Bounds of the protocol. Every decoder on either side enforces them.
+const (
+	MaxRequestBytes  = 4 << 20  // one request body
+	MaxResponseBytes = 16 << 20 // one response body
+	MaxBatch         = 256      // messages in one admit request
+	MaxContentBytes  = 64 << 10 // one message's text (the admission bound)
+	MaxIDBytes       = 32       // a Discord snowflake, with room
+	MaxNameBytes     = 256      // author and channel names
+	MaxAttachments   = 10       // per message, as Discord allows
+	MaxURLBytes      = 2048
+	MaxClaim         = 64  // effects handed over in one claim
+	MaxReadLimit     = 100 // messages in one backread (Discord's page)
+	MaxClaimWait     = 30 * time.Second
+)
+
+// Message modes: how a message reached the agent.
+const (
+	ModeDM      = "dm"      // a direct message: demands attention
+	ModeMention = "mention" // mentions the bot or replies to it: demands attention
+	ModeAmbient = "ambient" // guild chatter: may be left alone
+	ModeGap     = "gap"     // a notice that events may be missing (a failed resume)
+)
+
+// Channel kinds.
+const (
+	KindDM      = "dm"
+	KindChannel = "channel"
+	KindThread  = "thread"
+)
+
+// Message is one normalized Discord message (or gap notice), as the
+// transport admits it. Text is source text: nothing in it carries authority.
+type Message struct {
+	MessageID   string       `json:"message_id"`
+	ChannelID   string       `json:"channel_id"`
+	ChannelKind string       `json:"channel_kind"`
+	GuildID     string       `json:"guild_id,omitempty"`
+	ParentID    string       `json:"parent_id,omitempty"` // a thread's channel
+	ChannelName string       `json:"channel_name,omitempty"`
+	AuthorID    string       `json:"author_id"`
+	AuthorName  string       `json:"author_name"`
+	Mode        string       `json:"mode"`
+	Content     string       `json:"content"`
+	ReplyTo     string       `json:"reply_to,omitempty"`
+	OccurredAt  time.Time    `json:"occurred_at"`
+	Attachments []Attachment `json:"attachments,omitempty"`
+}
+
+// Attachment is attachment metadata; the bytes are fetched later, bounded,
+// if at all. A URL is not a promise that the bytes stay available.
+type Attachment struct {
+	ID          string `json:"id"`
+	Filename    string `json:"filename"`
+	ContentType string `json:"content_type,omitempty"`
+	Size        int64  `json:"size"`
+	URL         string `json:"url"`
+}
+
+// AdmitRequest is POST /v1/inputs.
+type AdmitRequest struct {
+	Messages []Message `json:"messages"`
+}
+
+// AdmitResult answers one message of an admit request. Error set means the
+// message was refused for good (invalid): retrying it cannot help.
+type AdmitResult struct {
+	InputID      int64      `json:"input_id,omitempty"`
+	EventID      int64      `json:"event_id,omitempty"`
+	Duplicate    bool       `json:"duplicate,omitempty"`
+	Conversation string     `json:"conversation,omitempty"` // alias
+	ItemID       int64      `json:"item_id,omitempty"`
+	Error        *ErrorBody `json:"error,omitempty"`
+}
+
+// AdmitResponse answers an admit request once every admitted message is committed.
+type AdmitResponse struct {
+	Results []AdmitResult `json:"results"`
+}
+
+// HelloRequest is POST /v1/transport/hello, sent by a transport when it
+// starts: every effect still attempting was left by a transport that died
+// mid-attempt, and comes back in the answer for reconciliation.
+type HelloRequest struct {
+	Instance string `json:"instance"`
+	BotID    string `json:"bot_id,omitempty"`
+}
+
+// HelloResponse lists the effects to reconcile: the transport looks for
+// evidence (the nonce in channel history) and reports confirmed or unknown.
+type HelloResponse struct {
+	Reconcile []Effect `json:"reconcile"`
+}
+
+// ClaimRequest is POST /v1/effects/claim: a long poll for work.
+type ClaimRequest struct {
+	Limit  int `json:"limit"`
+	WaitMS int `json:"wait_ms"`
+}
+
+// ClaimResponse hands over effects (now attempting) and reads to perform.
+type ClaimResponse struct {
+	Effects []Effect `json:"effects"`
+	Reads   []Read   `json:"reads"`
+}
+
+// Effect is an outbox effect the transport performs.
+type Effect struct {
+	ID             int64  `json:"id"`
+	Kind           string `json:"kind"` // send, react
+	State          string `json:"state"`
+	ChannelID      string `json:"channel_id"`
+	Nonce          string `json:"nonce"`
+	Text           string `json:"text,omitempty"`
+	Emoji          string `json:"emoji,omitempty"`
+	Target         string `json:"target_message_id,omitempty"`
+	ReplyReference bool   `json:"reply_reference"`
+	Attempts       int64  `json:"attempts"`
+}
+
+// Receipt is POST /v1/effects/{id}/receipt: what happened to an attempt.
+// State is confirmed, failed, unknown, or pending for a retry that cannot
+// have delivered anything (a rate limit answered before the send).
+type Receipt struct {
+	State     string `json:"state"`
+	MessageID string `json:"message_id,omitempty"`
+	ErrorCode string `json:"error_code,omitempty"`
+	Error     string `json:"error,omitempty"`
+	Evidence  string `json:"evidence,omitempty"`
+}
+
+// ReceiptResponse is the effect as recorded.
+type ReceiptResponse struct {
+	ID     int64  `json:"id"`
+	State  string `json:"state"`
+	Repeat bool   `json:"repeat,omitempty"`
+}
+
+// Read is a backread or list the core asks the transport to perform. It is
+// not durable: a transport that dies drops it and the asking cell gets an error.
+type Read struct {
+	ID        int64  `json:"id"`
+	ChannelID string `json:"channel_id"`
+	Limit     int    `json:"limit"`
+	Before    string `json:"before,omitempty"`
+	After     string `json:"after,omitempty"`
+}
+
+// ReadAnswer is POST /v1/reads/{id}.
+type ReadAnswer struct {
+	Messages []HistoryMessage `json:"messages"`
+	Error    string           `json:"error,omitempty"`
+}
+
+// HistoryMessage is one message of a backread. Reading history is not
+// accepting work: these are not inputs and not attention items.
+type HistoryMessage struct {
+	MessageID  string    `json:"message_id"`
+	AuthorID   string    `json:"author_id"`
+	AuthorName string    `json:"author_name"`
+	Bot        bool      `json:"bot,omitempty"`
+	Content    string    `json:"content"`
+	ReplyTo    string    `json:"reply_to,omitempty"`
+	Nonce      string    `json:"nonce,omitempty"`
+	OccurredAt time.Time `json:"occurred_at"`
+}
+
+// Error is a non-2xx answer.
+type Error struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody says what went wrong; Code is stable.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error codes.
+const (
+	CodeInvalid     = "invalid"
+	CodeForbidden   = "forbidden"
+	CodeNotFound    = "not_found"
+	CodeConflict    = "conflict"
+	CodeDraining    = "draining"
+	CodeTooLarge    = "too_large"
+	CodeInternal    = "internal"
+	CodeUnavailable = "unavailable"
+)

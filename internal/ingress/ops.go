@@ -1,0 +1,382 @@
+package ingress
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/ingress/ingressapi"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/workbench"
+	"github.com/klbr-dev/klbr/internal/worker"
+)
+
+// Bounds of the discord.* operations.
+const (
+	MaxSendBytes = 2000 // Discord's message limit
+	MaxEmojiLen  = 64
+	MaxNoteBytes = 1024
+)
+
+// Reviewer is delivery.review (package hooks).
+type Reviewer interface {
+	ReviewAt(ctx context.Context, session string, pin *store.Pin, in hooks.ReviewInput) hooks.Decision
+}
+
+// Ops answers the discord.* host requests of cells: current, conversations,
+// history, send, react, mark, receipt.
+type Ops struct {
+	store  *store.Store
+	review Reviewer
+	server *Server
+	// SendWait bounds how long send waits for the transport's receipt before
+	// answering with the effect still pending (0: 10 s).
+	SendWait time.Duration
+}
+
+// NewOps returns the discord.* handler.
+func NewOps(st *store.Store, review Reviewer, srv *Server) *Ops {
+	return &Ops{store: st, review: review, server: srv, SendWait: 10 * time.Second}
+}
+
+func refuse(code, format string, a ...any) error {
+	return &worker.RequestError{Code: code, Message: fmt.Sprintf(format, a...)}
+}
+
+// HandleRequest implements worker.Handler.
+func (o *Ops) HandleRequest(ctx context.Context, r worker.Request) (json.RawMessage, error) {
+	session := workbench.SessionFrom(ctx)
+	if session == "" {
+		return nil, refuse("invalid", "%s outside a cell", r.Op)
+	}
+	var a struct {
+		Conversation string `json:"conversation"`
+		Text         string `json:"text"`
+		ReplyTo      string `json:"reply_to"`
+		ItemID       int64  `json:"item_id"`
+		MessageID    string `json:"message_id"`
+		Emoji        string `json:"emoji"`
+		Status       string `json:"status"`
+		Note         string `json:"note"`
+		Limit        int    `json:"limit"`
+		Before       string `json:"before"`
+		After        string `json:"after"`
+		EffectID     int64  `json:"effect_id"`
+	}
+	if len(r.Args) > 0 {
+		if err := decodeJSON(r.Args, &a); err != nil {
+			return nil, refuse("invalid", "%s: %v", r.Op, err)
+		}
+	}
+	switch r.Op {
+	case "discord.current":
+		c, err := o.current(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(c)
+	case "discord.conversations":
+		cs, err := o.store.Conversations(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if cs == nil {
+			cs = []store.Conversation{}
+		}
+		return json.Marshal(map[string]any{"conversations": cs})
+	case "discord.history":
+		return o.history(ctx, a.Conversation, a.Limit, a.Before, a.After)
+	case "discord.send":
+		return o.send(ctx, session, r, a.Conversation, a.Text, a.ReplyTo, a.ItemID)
+	case "discord.react":
+		return o.react(ctx, session, r, a.Conversation, a.MessageID, a.Emoji)
+	case "discord.mark":
+		return o.mark(ctx, a.ItemID, a.Status, a.Note, a.Conversation)
+	case "discord.receipt":
+		e, err := o.store.Effect(ctx, a.EffectID)
+		if errors.Is(err, store.ErrUnknownEffect) {
+			return nil, refuse("not_found", "%v", err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(receipt(e))
+	}
+	return nil, refuse("unsupported", "%s is not a discord operation", r.Op)
+}
+
+// frameHandles reads the routing handles of the frame the cell runs under.
+func (o *Ops) frameHandles(ctx context.Context) (inputs []int64, conversations []string, err error) {
+	call, ok := workbench.CallFrom(ctx)
+	if !ok || call.Frame == 0 {
+		return nil, nil, nil
+	}
+	_, raw, err := o.store.FrameRouting(ctx, call.Frame)
+	if err != nil {
+		return nil, nil, err
+	}
+	var h struct {
+		Inputs        []int64  `json:"inputs"`
+		Conversations []string `json:"conversations"`
+	}
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return nil, nil, fmt.Errorf("frame %d: routing handles: %w", call.Frame, err)
+	}
+	for _, c := range h.Conversations {
+		if _, ok := store.ChannelOfKey(c); ok && !contains(conversations, c) {
+			conversations = append(conversations, c)
+		}
+	}
+	return h.Inputs, conversations, nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// current is the frame's one Discord conversation; with none or several it
+// refuses: a default destination must be unambiguous.
+func (o *Ops) current(ctx context.Context) (store.Conversation, error) {
+	_, convs, err := o.frameHandles(ctx)
+	if err != nil {
+		return store.Conversation{}, err
+	}
+	switch len(convs) {
+	case 1:
+		c, err := o.store.ConversationByRef(ctx, convs[0])
+		if errors.Is(err, store.ErrUnknownConversation) {
+			return c, refuse("not_found", "%v", err)
+		}
+		return c, err
+	case 0:
+		return store.Conversation{}, refuse("no_conversation",
+			"this cell's frame has no Discord conversation; name one: discord.conversation(\"d1\") (see discord.conversations())")
+	default:
+		return store.Conversation{}, refuse("ambiguous",
+			"this cell's frame has %d Discord conversations (%s); name the one you mean", len(convs), strings.Join(convs, ", "))
+	}
+}
+
+func (o *Ops) conversation(ctx context.Context, ref string) (store.Conversation, error) {
+	if ref == "" {
+		return o.current(ctx)
+	}
+	c, err := o.store.ConversationByRef(ctx, ref)
+	if errors.Is(err, store.ErrUnknownConversation) {
+		return c, refuse("not_found", "no conversation %q; see discord.conversations()", ref)
+	}
+	return c, err
+}
+
+func (o *Ops) history(ctx context.Context, ref string, limit int, before, after string) (json.RawMessage, error) {
+	c, err := o.conversation(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if limit == 0 {
+		limit = 20
+	}
+	if limit < 1 || limit > ingressapi.MaxReadLimit {
+		return nil, refuse("invalid", "limit must be 1..%d", ingressapi.MaxReadLimit)
+	}
+	if (before != "" && !isSnowflake(before)) || (after != "" && !isSnowflake(after)) {
+		return nil, refuse("invalid", "before and after are Discord message ids")
+	}
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	msgs, err := o.server.Read(rctx, ingressapi.Read{ChannelID: c.ChannelID, Limit: limit, Before: before, After: after})
+	if err != nil {
+		return nil, refuse("unavailable", "%v", err)
+	}
+	if msgs == nil {
+		msgs = []ingressapi.HistoryMessage{}
+	}
+	return json.Marshal(map[string]any{"conversation": c.Alias, "messages": msgs})
+}
+
+// Receipt is what a cell is told about an effect. Delivered is true only
+// for a confirmed effect.
+type Receipt struct {
+	EffectID       int64  `json:"effect_id"`
+	Kind           string `json:"kind"`
+	State          string `json:"state"`
+	Delivered      bool   `json:"delivered"`
+	Conversation   string `json:"conversation"`
+	MessageID      string `json:"message_id,omitempty"`
+	ReplyReference bool   `json:"reply_reference,omitempty"`
+	ItemID         int64  `json:"item_id,omitempty"`
+	ErrorCode      string `json:"error_code,omitempty"`
+	Error          string `json:"error,omitempty"`
+	Repeat         bool   `json:"repeat,omitempty"`
+}
+
+func receipt(e store.Effect) Receipt {
+	return Receipt{EffectID: e.ID, Kind: e.Kind, State: e.State, Delivered: e.State == store.EffectConfirmed, Conversation: e.Conversation,
+		MessageID: e.MessageID, ReplyReference: e.ReplyReference, ItemID: e.ItemID, ErrorCode: e.ErrorCode, Error: e.Error, Repeat: e.Repeat}
+}
+
+func (o *Ops) send(ctx context.Context, session string, r worker.Request, ref, text, replyTo string, itemID int64) (json.RawMessage, error) {
+	if text == "" || len(text) > MaxSendBytes || !utf8.ValidString(text) {
+		return nil, refuse("invalid", "discord send: text must be 1 to %d bytes of UTF-8", MaxSendBytes)
+	}
+	if replyTo != "" && !isSnowflake(replyTo) {
+		return nil, refuse("invalid", "reply_to is a Discord message id")
+	}
+	exec, pin, err := o.scope(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	c, err := o.conversation(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if itemID == 0 {
+		// Only the frame's own items may be inferred, never a later batch's.
+		inputs, _, err := o.frameHandles(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if itemID, err = o.store.FrameItem(ctx, inputs, c.ID); err != nil {
+			return nil, err
+		}
+	} else if it, err := o.store.AttentionItem(ctx, itemID); err != nil || it.Conversation != c.Alias {
+		return nil, refuse("invalid", "item %d is not an attention item of %s", itemID, c.Alias)
+	}
+	frame := int64(0)
+	if call, ok := workbench.CallFrom(ctx); ok {
+		frame = call.Frame
+	}
+	// Reviewed outside any transaction, under the cell's own behavior; a
+	// review that does not decide holds the send.
+	dec := o.review.ReviewAt(ctx, session, &pin, hooks.ReviewInput{Channel: "discord", Text: text, Destination: c.Alias, Session: session})
+	n := store.NewEffect{Session: session, Kind: store.EffectSend, ConversationID: c.ID, IdempotencyKey: fmt.Sprintf("x%d/r%d", exec, r.ID),
+		Nonce: newNonce(), Text: text, Target: replyTo, ItemID: itemID, Execution: exec, Frame: frame, Epoch: pin.Epoch}
+	if !dec.Allow {
+		n.Held, n.Reason = true, "held by delivery.review: "+dec.Reason
+	}
+	return o.enqueueAndWait(ctx, session, n)
+}
+
+func (o *Ops) react(ctx context.Context, session string, r worker.Request, ref, messageID, emoji string) (json.RawMessage, error) {
+	if !isSnowflake(messageID) {
+		return nil, refuse("invalid", "react: message_id is a Discord message id")
+	}
+	if emoji == "" || utf8.RuneCountInString(emoji) > MaxEmojiLen || !utf8.ValidString(emoji) || strings.ContainsAny(emoji, "/?#") {
+		return nil, refuse("invalid", "react: emoji is a Unicode emoji or name:id of a custom one")
+	}
+	exec, pin, err := o.scope(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	c, err := o.conversation(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return o.enqueueAndWait(ctx, session, store.NewEffect{Session: session, Kind: store.EffectReact, ConversationID: c.ID,
+		IdempotencyKey: fmt.Sprintf("x%d/r%d", exec, r.ID), Nonce: newNonce(), Emoji: emoji, Target: messageID, Execution: exec, Epoch: pin.Epoch})
+}
+
+// scope is the journaled cell a request comes from.
+func (o *Ops) scope(ctx context.Context, r worker.Request) (int64, store.Pin, error) {
+	pin, pinned := workbench.PinFrom(ctx)
+	exec, err := strconv.ParseInt(strings.TrimPrefix(r.Execution, "x"), 10, 64)
+	if !pinned || err != nil {
+		return 0, pin, refuse("invalid", "%s outside a journaled cell", r.Op)
+	}
+	return exec, pin, nil
+}
+
+// enqueueAndWait records the effect, hands it to the transport and waits a
+// bounded time for its receipt. An effect still pending or attempting then
+// is answered as such: enqueueing is not delivery.
+func (o *Ops) enqueueAndWait(ctx context.Context, session string, n store.NewEffect) (json.RawMessage, error) {
+	wake, cancel := o.store.Watch(session) // before the write: no settle is missed
+	defer cancel()
+	var e store.Effect
+	if err := o.store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) (err error) {
+		e, err = tx.EnqueueEffect(n)
+		return err
+	}); err != nil {
+		if errors.Is(err, store.ErrItemElsewhere) || errors.Is(err, store.ErrUnknownItem) {
+			return nil, refuse("invalid", "%v", err)
+		}
+		return nil, err
+	}
+	if e.State == store.EffectPending {
+		o.server.Kick()
+	}
+	wait := o.SendWait
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for e.State == store.EffectPending || e.State == store.EffectAttempting {
+		select {
+		case <-wake:
+		case <-timer.C:
+			return json.Marshal(receipt(e))
+		case <-ctx.Done():
+			return json.Marshal(receipt(e))
+		}
+		got, err := o.store.Effect(context.WithoutCancel(ctx), e.ID)
+		if err != nil {
+			return nil, err
+		}
+		got.Repeat = e.Repeat
+		e = got
+	}
+	return json.Marshal(receipt(e))
+}
+
+func (o *Ops) mark(ctx context.Context, itemID int64, status, note, ref string) (json.RawMessage, error) {
+	if len(note) > MaxNoteBytes || !utf8.ValidString(note) {
+		return nil, refuse("invalid", "mark: note is at most %d bytes of UTF-8", MaxNoteBytes)
+	}
+	var conv int64
+	if ref != "" {
+		c, err := o.conversation(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		conv = c.ID
+	}
+	var before store.AttentionItem
+	err := o.store.Write(ctx, func(tx *store.Tx) (err error) {
+		before, err = tx.Mark(itemID, status, store.OriginModel, note, conv)
+		return err
+	})
+	switch {
+	case errors.Is(err, store.ErrUnknownItem):
+		return nil, refuse("not_found", "%v", err)
+	case errors.Is(err, store.ErrItemElsewhere), errors.Is(err, store.ErrAttentionMove):
+		return nil, refuse("invalid", "%v", err)
+	case err != nil:
+		return nil, err
+	}
+	it, err := o.store.AttentionItem(ctx, itemID)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{"item": it, "previous_status": before.Status})
+}
+
+// newNonce is a Discord nonce: 25 characters at most, unique per effect.
+func newNonce() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return "k" + hex.EncodeToString(b[:])
+}
