@@ -495,7 +495,7 @@ func (c *client) handle(ctx context.Context, id string, m ClientMessage) bool {
 		ok := c.send(acceptedMsg{Type: MsgAccepted, Action: m.Type, Message: msg})
 		c.b.Daemon.Shutdown(stop)
 		return ok
-	case MsgReset, MsgSessionDrain, MsgSessionStop, MsgSessionStart, MsgActivate, MsgRollback, MsgEditSoul:
+	case MsgReset, MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart, MsgActivate, MsgRollback, MsgEditSoul:
 		// A control may take long (a drain waits for accepted work): it
 		// runs on its own, and other messages are handled meanwhile.
 		go c.control(ctx, id, m)

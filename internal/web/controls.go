@@ -81,7 +81,7 @@ func (c *client) control(ctx context.Context, id string, m ClientMessage) bool {
 		}
 		return c.send(ackMsg{Type: MsgAck, Action: m.Type, Session: target,
 			Message: "the workbench was reset; Python state was not restored, the next cell starts a new generation"})
-	case MsgSessionDrain, MsgSessionStop, MsgSessionStart:
+	case MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart:
 		if b.Sessions == nil {
 			return unavailable("the session manager")
 		}
@@ -97,6 +97,11 @@ func (c *client) control(ctx context.Context, id string, m ClientMessage) bool {
 		case MsgSessionStop:
 			sess, err = b.Sessions.Transition(ctx, id, store.StateStopped, "stopped from the browser")
 			msg = "the session is stopped"
+		case MsgSessionPause:
+			// The turn loop watches the session: a paused session's running
+			// model request or cell is cut off and recorded as interrupted.
+			sess, err = b.Sessions.Transition(ctx, id, store.StatePaused, "paused by the operator from the browser")
+			msg = "the session is paused: running work is interrupted; Start resumes it"
 		default:
 			sess, err = b.Sessions.Transition(ctx, id, store.StateReady, "started from the browser")
 			msg = "the session is ready"

@@ -284,6 +284,8 @@ func TestControlResetAndSession(t *testing.T) {
 	}{
 		{"session_stop", store.StateStopped},
 		{"session_start", store.StateReady},
+		{"session_pause", store.StatePaused},
+		{"session_start", store.StateReady},
 		{"session_drain", store.StateStopped},
 		{"session_start", store.StateReady},
 	} {
@@ -328,7 +330,7 @@ func TestControlsUnavailable(t *testing.T) {
 func TestControlMessagesDecode(t *testing.T) {
 	good := []string{
 		`{"type":"reset"}`, `{"type":"reset","session":"s-1"}`,
-		`{"type":"session_drain"}`, `{"type":"session_stop"}`, `{"type":"session_start"}`, `{"type":"rollback"}`,
+		`{"type":"session_drain"}`, `{"type":"session_stop"}`, `{"type":"session_pause"}`, `{"type":"session_start"}`, `{"type":"rollback"}`,
 		`{"type":"activate","release":"abc","expected_epoch":0}`,
 		`{"type":"edit_soul","text":"x","expected_epoch":3}`,
 	}
@@ -339,7 +341,7 @@ func TestControlMessagesDecode(t *testing.T) {
 	}
 	bad := []string{
 		`{"type":"reset","session":"../x"}`, `{"type":"reset","text":"x"}`,
-		`{"type":"session_stop","session":"default"}`, `{"type":"rollback","expected_epoch":1}`,
+		`{"type":"session_stop","session":"default"}`, `{"type":"session_pause","reason":"x"}`, `{"type":"rollback","expected_epoch":1}`,
 		`{"type":"activate","release":"abc"}`, `{"type":"activate","expected_epoch":1}`,
 		`{"type":"activate","release":"abc","expected_epoch":-1}`, `{"type":"activate","release":"abc","expected_epoch":1,"text":"x"}`,
 		`{"type":"edit_soul","expected_epoch":1}`, `{"type":"edit_soul","text":"x"}`,

@@ -29,6 +29,7 @@ const (
 	MsgReset        = "reset"         // {"type":"reset","session":S?}: the workbench Reset
 	MsgSessionDrain = "session_drain" // the connected session drains
 	MsgSessionStop  = "session_stop"  // the connected session moves to stopped
+	MsgSessionPause = "session_pause" // the connected session moves to paused: a running cell or model request is cut off
 	MsgSessionStart = "session_start" // the connected session moves to ready
 	MsgActivate     = "activate"      // {"type":"activate","release":R,"expected_epoch":E}
 	MsgRollback     = "rollback"      // {"type":"rollback"}
@@ -147,14 +148,14 @@ func DecodeClientMessage(b []byte) (ClientMessage, error) {
 		if m != (ClientMessage{Type: m.Type, Text: m.Text, ExpectedEpoch: m.ExpectedEpoch}) {
 			return bad("only text and expected_epoch")
 		}
-	case MsgDrain, MsgStop, MsgSessionDrain, MsgSessionStop, MsgSessionStart, MsgRollback:
+	case MsgDrain, MsgStop, MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart, MsgRollback:
 		if m != (ClientMessage{Type: m.Type}) {
 			return bad("takes no fields")
 		}
 	case "":
 		return ClientMessage{}, fmt.Errorf("%w: no type", ErrBadMessage)
 	default:
-		return ClientMessage{}, fmt.Errorf("%w: unknown type %q (want hello, send, drain, stop, reset, session_drain, session_stop, session_start, activate, rollback or edit_soul)", ErrBadMessage, m.Type)
+		return ClientMessage{}, fmt.Errorf("%w: unknown type %q (want hello, send, drain, stop, reset, session_drain, session_stop, session_pause, session_start, activate, rollback or edit_soul)", ErrBadMessage, m.Type)
 	}
 	return m, nil
 }

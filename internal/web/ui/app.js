@@ -3,101 +3,246 @@
 "use strict";
 
 const SESSION = new URLSearchParams(location.search).get("session") || "default";
-const PREVIEW_LINES = 12; // longer outputs start collapsed
-const seen = new Set();   // record ids already rendered: replay + live never duplicate
-let cursor = 0;           // the last seq received
+const PREVIEW_LINES = 12;   // longer outputs start collapsed
+const TEXT_LINES = 40;      // longer scratchpad text starts collapsed
+const seen = new Set();     // record ids already rendered: replay + live never duplicate
+let cursor = 0;             // the last seq received
 let ws = null;
 let backoff = 500;
-const openCells = [];     // cell.started elements waiting for their cell.finished
+const openCells = [];       // cell.started elements waiting for their cell.finished
+const previews = new Map(); // "attempt:step" → the live preview of a streaming step
+const recorded = new Set(); // "attempt:step" of scratchpad records shown: their deltas are stale
 
 const $ = (sel) => document.querySelector(sel);
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
+  if (text !== undefined && text !== null) e.textContent = text;
   return e;
 }
+function badge(text, cls) { return el("span", "badge " + (cls || ""), text); }
+function plural(n, one, many) { return `${n} ${n === 1 ? one : (many || one + "s")}`; }
+function clock(ms) {
+  const t = new Date(ms);
+  return isNaN(t) ? "?" : t.toLocaleTimeString();
+}
+function duration(ms) {
+  if (typeof ms !== "number" || !isFinite(ms)) return "?";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  const s = ms / 1000;
+  if (s < 90) return `${s < 10 ? s.toFixed(1) : Math.round(s)} s`;
+  const m = Math.floor(s / 60);
+  return m < 90 ? `${m} min ${Math.round(s % 60)} s` : `${Math.floor(m / 60)} h ${m % 60} min`;
+}
 
-// --- rendering ------------------------------------------------------------
+// --- code -----------------------------------------------------------------
 
 const KW = new Set(("False None True and as assert async await break class continue def del elif else except finally for " +
   "from global if import in is lambda nonlocal not or pass raise return try while with yield match case").split(" "));
+const BUILTIN = new Set(("print len range open str int float list dict set tuple bool isinstance enumerate zip map filter " +
+  "sorted sum min max abs any all repr type super object Exception ValueError KeyError TypeError RuntimeError").split(" "));
 
 function esc(s) {
   return s.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 }
 
-// highlight is a small Python tokenizer: comments, strings, numbers, keywords.
+// highlight is a small Python tokenizer: comments, strings (f-strings too),
+// numbers, keywords, builtins, decorators and the names after def/class.
 function highlight(code) {
-  const re = /(#[^\n]*)|("""[\s\S]*?(?:"""|$)|'''[\s\S]*?(?:'''|$)|"(?:\\.|[^"\\\n])*"?|'(?:\\.|[^'\\\n])*'?)|(\b\d[\d_]*(?:\.\d+)?(?:[eE][+-]?\d+)?\b)|([A-Za-z_][A-Za-z0-9_]*)/g;
-  let out = "", last = 0, m;
+  const re = /(#[^\n]*)|([rbfuRBFU]{0,2}(?:"""[\s\S]*?(?:"""|$)|'''[\s\S]*?(?:'''|$)|"(?:\\.|[^"\\\n])*"?|'(?:\\.|[^'\\\n])*'?))|(\b\d[\d_]*(?:\.\d+)?(?:[eE][+-]?\d+)?j?\b)|(@[A-Za-z_][\w.]*)|([A-Za-z_][A-Za-z0-9_]*)/g;
+  let out = "", last = 0, m, prev = "";
   while ((m = re.exec(code)) !== null) {
     out += esc(code.slice(last, m.index));
     const t = esc(m[0]);
     if (m[1]) out += `<span class="com">${t}</span>`;
     else if (m[2]) out += `<span class="str">${t}</span>`;
     else if (m[3]) out += `<span class="num">${t}</span>`;
-    else if (KW.has(m[4])) out += `<span class="kw">${t}</span>`;
+    else if (m[4]) out += `<span class="dec">${t}</span>`;
+    else if (KW.has(m[5])) out += `<span class="kw">${t}</span>`;
+    else if (prev === "def" || prev === "class") out += `<span class="fn">${t}</span>`;
+    else if (BUILTIN.has(m[5])) out += `<span class="bi">${t}</span>`;
     else out += t;
+    prev = m[5] || "";
     last = re.lastIndex;
   }
   return out + esc(code.slice(last));
 }
 
-function codeBlock(code) {
-  const pre = el("pre", "code");
+function codeBlock(code, cls) {
+  const pre = el("pre", "code" + (cls ? " " + cls : ""));
   pre.innerHTML = highlight(code); // tokens are escaped in highlight
   return pre;
 }
 
 // collapsible shows text, collapsed behind a summary when it is long.
-function collapsible(text, cls, label) {
+function collapsible(text, cls, label, maxLines) {
   const lines = text.split("\n");
+  const max = maxLines || PREVIEW_LINES;
   const pre = el("pre", cls, text);
-  if (lines.length <= PREVIEW_LINES && text.length <= 2000) return pre;
-  const d = el("details");
-  d.appendChild(el("summary", "", `${label} — ${lines.length} lines, ${text.length} chars`));
+  if (lines.length <= max && text.length <= 2000) return pre;
+  const d = el("details", "long");
+  d.appendChild(el("summary", "", `${label} — ${plural(lines.length, "line")}, ${text.length} chars`));
   d.appendChild(pre);
   return d;
 }
 
+// collapsibleText is collapsible for prose: a short head stays visible.
+function collapsibleText(text, cls) {
+  const lines = text.split("\n");
+  if (lines.length <= TEXT_LINES && text.length <= 4000) return el("div", cls, text);
+  const d = el("details", "long text-long");
+  d.appendChild(el("summary", "", `${plural(lines.length, "line")}, ${text.length} chars — show all`));
+  d.appendChild(el("div", cls, text));
+  const head = el("div", cls + " head", lines.slice(0, 8).join("\n").slice(0, 800) + " …");
+  const box = el("div");
+  box.appendChild(head);
+  box.appendChild(d);
+  d.addEventListener("toggle", () => { head.hidden = d.open; });
+  return box;
+}
+
+// toolCode returns a python call's code from its JSON arguments, or null.
+function toolCode(args) {
+  if (typeof args === "object" && args !== null) return typeof args.code === "string" ? args.code : null;
+  if (typeof args !== "string") return null;
+  try {
+    const v = JSON.parse(args);
+    return v && typeof v.code === "string" ? v.code : null;
+  } catch (_) { return null; }
+}
+
+// partialCode decodes the code of arguments still streaming:
+// {"code": "import os\nprint( → import os⏎print(. null when it is not that shape.
+function partialCode(args) {
+  const whole = toolCode(args);
+  if (whole !== null) return whole;
+  const m = /^\s*\{\s*"code"\s*:\s*"/.exec(args);
+  if (!m) return null;
+  let s = args.slice(m[0].length);
+  for (let i = 0; i < s.length; i++) { // up to the closing quote, if it came
+    if (s[i] === "\\") i++;
+    else if (s[i] === '"') { s = s.slice(0, i); break; }
+  }
+  for (let cut = 0; cut <= 6 && cut <= s.length; cut++) { // an escape cut in half
+    try { return JSON.parse('"' + s.slice(0, s.length - cut) + '"'); } catch (_) { /* shorter */ }
+  }
+  return null;
+}
+
+// --- records --------------------------------------------------------------
+
 function meta(r, extra) {
-  const t = new Date(r.at);
-  const hh = isNaN(t) ? "" : t.toLocaleTimeString();
-  return el("div", "meta", `#${r.seq} · ${r.kind} · ${hh}${extra ? " · " + extra : ""}`);
+  return el("div", "meta", `#${r.seq} · ${r.kind} · ${clock(r.at)}${extra ? " · " + extra : ""}`);
 }
 
 function renderInput(r, c) {
   const e = el("div", "record");
-  e.appendChild(meta(r, c.author && c.author !== "operator" ? c.author : ""));
-  e.appendChild(el("div", "text", c.text ?? JSON.stringify(c)));
+  const who = [];
+  if (c.source_kind && c.source_kind !== "operator") who.push(c.source_kind);
+  if (c.author && c.author !== "operator") who.push(c.author);
+  if (c.conversation && c.conversation !== "operator") who.push(c.conversation);
+  e.appendChild(meta(r, who.join(" · ")));
+  e.appendChild(el("div", "text", typeof c.text === "string" ? c.text : JSON.stringify(c)));
+  return e;
+}
+
+function usageText(u) {
+  if (!u || typeof u !== "object") return "";
+  const parts = [];
+  if (u.prompt != null) parts.push(`${u.prompt} in`);
+  if (u.completion != null) parts.push(`${u.completion} out`);
+  if (u.cache_read != null) parts.push(`${u.cache_read} cached`);
+  if (u.cache_write != null) parts.push(`${u.cache_write} cache write`);
+  return parts.length ? parts.join(" · ") + " tokens" : "";
+}
+
+// toolCalls renders a step's tool calls: a python call shows its code.
+function toolCalls(calls) {
+  const box = el("div", "tool-calls");
+  for (const tc of calls) {
+    const d = el("div", "tool-call");
+    d.appendChild(el("div", "meta", `calls ${tc.name || "?"} · ${tc.id || ""}`));
+    const code = toolCode(tc.arguments);
+    if (code !== null) d.appendChild(codeBlock(code));
+    else d.appendChild(collapsible(typeof tc.arguments === "string" ? tc.arguments : JSON.stringify(tc.arguments), "json", "arguments"));
+    box.appendChild(d);
+  }
+  return box;
+}
+
+// A scratchpad record is the agent's draft, never a sent message. A partial
+// one was cut off mid-stream and says so.
+function renderScratchpad(r, c) {
+  const e = el("div", "record scratch" + (c.partial ? " partial" : ""));
+  const bits = [];
+  if (c.attempt != null) bits.push(`attempt ${c.attempt} · step ${c.step}`);
+  if (c.route) bits.push(c.route);
+  e.appendChild(meta(r, bits.join(" · ")));
+  const flags = el("div", "flags");
+  if (c.partial) flags.appendChild(badge("interrupted — partial, not sent", "warn"));
+  if (c.finish_reason && c.finish_reason !== "stop" && c.finish_reason !== "tool_calls") flags.appendChild(badge(`finish: ${c.finish_reason}`, "warn"));
+  if (flags.childNodes.length) e.appendChild(flags);
+  if (typeof c.reasoning === "string" && c.reasoning) {
+    const d = el("details", "reasoning");
+    d.appendChild(el("summary", "", `reasoning${c.reasoning_field ? " (" + c.reasoning_field + ")" : ""} — ${c.reasoning.length} chars`));
+    d.appendChild(el("div", "text", c.reasoning));
+    e.appendChild(d);
+  }
+  if (typeof c.text === "string" && c.text) e.appendChild(collapsibleText(c.text, "text"));
+  else if (!Array.isArray(c.tool_calls) || !c.tool_calls.length) e.appendChild(el("div", "meta", "(no text)"));
+  if (Array.isArray(c.tool_calls) && c.tool_calls.length) e.appendChild(toolCalls(c.tool_calls));
+  const u = usageText(c.usage);
+  const tail = [c.finish_reason ? `finish ${c.finish_reason}` : "", u].filter(Boolean).join(" · ");
+  if (tail) e.appendChild(el("div", "meta foot", tail));
   return e;
 }
 
 function renderCellStarted(r, c) {
   const e = el("div", "record cell");
-  e.appendChild(meta(r, `gen ${c.generation ?? "?"}`));
+  const bits = [`gen ${c.generation ?? "?"}`];
+  if (c.behavior_epoch != null) bits.push(`epoch ${c.behavior_epoch}`);
+  if (c.step != null) bits.push(`step ${c.step}`);
+  if (c.tool_call_id) bits.push(c.tool_call_id);
+  e.appendChild(meta(r, bits.join(" · ")));
   e.appendChild(codeBlock(c.code ?? ""));
   const out = el("div", "cell-outcome");
-  out.appendChild(el("span", "outcome pending", "running…"));
+  const run = el("span", "outcome pending running", "running…");
+  run.dataset.since = Date.parse(r.at) || Date.now();
+  out.appendChild(run);
   e.appendChild(out);
-  openCells.push({ gen: c.generation, node: e, out });
+  openCells.push({ gen: c.generation, call: c.tool_call_id || "", node: e, out });
   return e;
 }
+
+const STATUS_TEXT = { ok: "ok", error: "error", cancelled: "cancelled", yielded: "yielded", lost: "lost — the daemon restarted while it ran" };
 
 function fillOutcome(box, r, c) {
   box.textContent = "";
   const status = c.status || "unknown";
-  box.appendChild(el("span", `outcome ${status}`, status));
+  box.appendChild(el("span", `outcome ${status}`, STATUS_TEXT[status] || status));
   if (c.reset) box.appendChild(el("span", "meta", " · kernel reset"));
-  const o = c.output || {};
+  if (c.yield) {
+    const y = c.yield;
+    let t = "";
+    if (typeof y === "object") {
+      const secs = y.seconds === null || y.seconds === undefined ? "until input" : `${y.seconds} s`;
+      t = `${y.kind || "wait"} ${secs}${y.reason ? " — " + y.reason : ""}`;
+    } else t = String(y);
+    box.appendChild(el("div", "yield", `yielded: ${t}`));
+  }
+  let o = c.output || {};
+  if (typeof o === "string") o = { preview: [{ stream: "stdout", data: o }] };
   const preview = Array.isArray(o.preview) ? o.preview : [];
   let stdout = "", stderr = "";
   for (const ch of preview) { if (ch.stream === "stderr") stderr += ch.data || ""; else stdout += ch.data || ""; }
   if (stdout) box.appendChild(collapsible(stdout, "stdout", "output"));
   if (stderr) box.appendChild(collapsible(stderr, "stderr", "stderr"));
   if (c.value != null) box.appendChild(collapsible(String(c.value), "value", "value"));
-  if (c.error) box.appendChild(collapsible((c.error.traceback || c.error.message || "").trimEnd(), "stderr", "traceback"));
+  if (c.error) {
+    const head = [c.error.type, c.error.message].filter(Boolean).join(": ");
+    const tb = (c.error.traceback || "").trimEnd();
+    box.appendChild(collapsible(tb || head, "stderr", "traceback"));
+  }
   if (o.omitted_bytes) box.appendChild(el("div", "meta", `${o.omitted_bytes} bytes not in the preview`));
   if (o.artifact && /^[0-9a-f]{64}$/.test(o.artifact.sha256 || "")) {
     const d = el("div", "artifact");
@@ -113,31 +258,34 @@ function fillOutcome(box, r, c) {
 }
 
 function renderCellFinished(r, c) {
-  // Cells run one at a time per session: the finished record closes the
-  // oldest open cell of its generation.
-  const i = openCells.findIndex((x) => x.gen === c.generation);
+  // A cell that answers a tool call closes the started cell of that call;
+  // otherwise cells run one at a time per session, and the finished record
+  // closes the oldest open cell of its generation.
+  let i = c.tool_call_id ? openCells.findIndex((x) => x.call === c.tool_call_id) : -1;
+  if (i < 0) i = openCells.findIndex((x) => x.gen === c.generation && (!c.tool_call_id || !x.call));
   if (i >= 0) {
     const { node, out } = openCells.splice(i, 1)[0];
     fillOutcome(out, r, c);
+    node.classList.add("finished", `st-${c.status || "unknown"}`);
     node.querySelector(".meta").textContent += ` · #${r.seq} ${r.kind}`;
     return null;
   }
-  const e = el("div", "record cell");
-  e.appendChild(meta(r));
+  const e = el("div", "record cell finished");
+  e.appendChild(meta(r, c.execution_id ? `execution ${c.execution_id}` : ""));
   const out = el("div", "cell-outcome");
   fillOutcome(out, r, c);
   e.appendChild(out);
   return e;
 }
 
-function noticeText(r, c) {
-  switch (r.kind) {
-    case "kernel.started": return `kernel generation ${c.generation} started`;
-    case "kernel.reset": return `kernel reset (generation ${c.generation}): ${c.reason || "no reason"} — Python state not restored`;
-    case "revision.activated": return `revision activated: epoch ${c.epoch}, ${c.kind} ${String(c.release || "").slice(0, 12)}${c.reason ? " — " + c.reason : ""}`;
-  }
-  if (r.kind.startsWith("session.")) return `session ${r.kind.slice(8)}${c.reason ? ": " + c.reason : ""}`;
-  return null;
+// A tool call that never ran as a cell says why.
+function renderToolUnrun(r, c) {
+  const e = el("div", "record cell unrun");
+  e.appendChild(meta(r, [c.step != null ? `step ${c.step}` : "", c.tool_call_id || ""].filter(Boolean).join(" · ")));
+  const why = { invalid: "not run: invalid arguments", interrupted: "not run: interrupted", skipped: "not run: skipped" }[c.state] || `not run: ${c.state || "?"}`;
+  e.appendChild(el("span", `outcome ${c.state || "unrun"}`, why));
+  if (c.message) e.appendChild(el("div", "text small", c.message));
+  return e;
 }
 
 // Speech is explicit: a sent card, or a held card that says why it was not
@@ -156,10 +304,52 @@ function renderSpeech(r, c) {
   return e;
 }
 
-function renderGeneric(r, c) {
-  const e = el("div", "record");
+// noticeText is one line for each notice kind the page knows; null for
+// others (shown as JSON). Its second value is a style.
+function noticeText(r, c) {
+  const k = r.kind;
+  const why = (x) => (x ? ": " + x : "");
+  switch (k) {
+    case "kernel.started": return [`kernel generation ${c.generation} started`];
+    case "kernel.reset": return [`kernel reset (generation ${c.generation})${why(c.reason || "no reason")} — Python state not restored`, "warn"];
+    case "revision.activated": return [`revision activated: epoch ${c.epoch}, ${c.kind} ${String(c.release || "").slice(0, 12)}${c.reason ? " — " + c.reason : ""}`];
+    case "wait.started": {
+      const until = c.seconds == null ? "until input" : `${c.seconds} s${c.deadline ? ", until " + clock(c.deadline) : ""}`;
+      return [`waiting ${until}${why(c.reason)}`, "wait"];
+    }
+    case "wait.woken": {
+      const by = { input: "input", deadline: "its deadline", restart: "a restart", operator: "the operator" }[c.by] || c.by || "?";
+      return [`woken by ${by}${c.waited_ms != null ? " after " + duration(c.waited_ms) : ""}${why(c.reason)}`];
+    }
+    case "model.error": return [`model error${c.kind ? " (" + c.kind + ")" : ""}${c.step != null ? " at step " + c.step : ""}${why(c.message)}` +
+      (c.retry_in_ms != null ? ` — retrying in ${duration(c.retry_in_ms)}` : ""), "warn"];
+    case "delivery.reminder": return [`delivery reminder${c.frame != null ? " (frame " + c.frame + ")" : ""}${why(c.text)}`];
+    case "turn.idle": return [`idle${why(c.reason)}`];
+    case "turn.paused": return [`paused${why(c.reason)}`, "pause"];
+    case "context.reset": return [`context reset: epoch ${c.epoch} starts empty${why(c.reason)}`, "warn"];
+    case "context.budget": return [`context over budget: needs ${c.needed} tokens of ${c.budget}`, "warn"];
+  }
+  if (k.startsWith("session.")) {
+    const to = k.slice(8);
+    const style = to === "paused" || to === "stopped" ? "pause" : to === "waiting" ? "wait" : "";
+    return [`session ${c.from ? c.from + " → " : ""}${to}${why(c.reason)}`, style];
+  }
+  return null;
+}
+
+function renderNotice(r, c) {
+  const t = noticeText(r, c);
+  if (t === null) return renderGeneric(r, c);
+  const e = el("div", "record notice" + (t[1] ? " n-" + t[1] : ""));
   e.appendChild(meta(r));
-  if (c && typeof c.text === "string") e.appendChild(el("div", "text", c.text));
+  e.appendChild(el("div", "text", t[0]));
+  return e;
+}
+
+function renderGeneric(r, c) {
+  const e = el("div", "record generic");
+  e.appendChild(meta(r));
+  if (c && typeof c.text === "string") e.appendChild(collapsibleText(c.text, "text"));
   else e.appendChild(collapsible(JSON.stringify(c, null, 2), "json", "content"));
   return e;
 }
@@ -168,38 +358,155 @@ function render(r) {
   if (seen.has(r.id)) return; // dedupe by event id
   seen.add(r.id);
   if (r.seq > cursor) cursor = r.seq;
-  const c = r.content || {};
-  let node = null;
+  const c = r.content && typeof r.content === "object" ? r.content : { value: r.content };
+  let node = null, replace = null;
   if (r.lane === "input") node = renderInput(r, c);
-  else if (r.kind === "cell.started") node = renderCellStarted(r, c);
-  else if (r.kind === "cell.finished") node = renderCellFinished(r, c);
-  else if (r.kind === "local.sent" || r.kind === "local.held") node = renderSpeech(r, c);
-  else if (r.lane === "notice") {
-    const t = noticeText(r, c);
-    if (t !== null) { node = el("div", "record"); node.appendChild(meta(r)); node.appendChild(el("div", "text", t)); }
-    else node = renderGeneric(r, c);
-    headerFromNotice(r, c);
-  } else node = renderGeneric(r, c);
+  else if (r.lane === "scratchpad" && r.kind === "scratchpad") {
+    node = renderScratchpad(r, c);
+    const key = `${c.attempt}:${c.step}`;
+    recorded.add(key);
+    const p = previews.get(key);
+    if (p) { replace = p.node; previews.delete(key); }
+  } else if (r.lane === "cell" && r.kind === "cell.started") node = renderCellStarted(r, c);
+  else if (r.lane === "cell" && r.kind === "cell.finished") node = renderCellFinished(r, c);
+  else if (r.lane === "cell" && r.kind === "tool.unrun") node = renderToolUnrun(r, c);
+  else if (r.lane === "speech" && (r.kind === "local.sent" || r.kind === "local.held")) node = renderSpeech(r, c);
+  else if (r.lane === "notice") node = renderNotice(r, c);
+  else node = renderGeneric(r, c);
+  if (r.lane === "notice") headerFromNotice(r, c);
+  if (c.attempt != null && (r.lane === "scratchpad" || r.kind.startsWith("turn.") || r.kind.startsWith("wait."))) noteAttempt(c.attempt);
   if (!node) return;
   node.dataset.id = r.id;
   node.dataset.seq = r.seq;
   node.dataset.kind = r.kind;
-  const lane = document.getElementById("lane-" + r.lane) || document.getElementById("lane-notice");
-  const items = lane.querySelector(".items");
-  const stick = items.scrollHeight - items.scrollTop - items.clientHeight < 40;
+  if (replace) { replace.replaceWith(node); return; }
+  place(r.lane, node);
+}
+
+function place(lane, node) {
+  const l = document.getElementById("lane-" + lane) || document.getElementById("lane-notice");
+  const items = l.querySelector(".items");
+  const stick = items.scrollHeight - items.scrollTop - items.clientHeight < 60;
   items.appendChild(node);
+  if (stick) items.scrollTop = items.scrollHeight;
+}
+
+// --- live previews from token deltas ---------------------------------------
+// Deltas are best-effort: a preview is provisional, marked so, and replaced
+// by the step's durable scratchpad record when it arrives.
+
+function preview(a, s) {
+  const key = `${a}:${s}`;
+  let p = previews.get(key);
+  if (p) return p;
+  const node = el("div", "record scratch preview");
+  node.dataset.preview = key;
+  node.appendChild(el("div", "meta", `attempt ${a} · step ${s} · streaming`));
+  node.appendChild(badge("live · provisional — not yet recorded", "live"));
+  const reasoning = el("div", "text reasoning-live");
+  const text = el("div", "text");
+  const calls = el("div", "tool-calls");
+  node.append(reasoning, text, calls);
+  p = { key, node, reasoning, text, calls, callBoxes: new Map(), cut: false };
+  previews.set(key, p);
+  place("scratchpad", node);
+  return p;
+}
+
+function markGap(p) {
+  if (p.cut) return;
+  p.cut = true;
+  p.node.classList.add("gap");
+  p.node.appendChild(badge("incomplete: this page missed part of the stream; the record will replace it", "warn"));
+}
+
+function applyDelta(d) {
+  const key = `${d.attempt}:${d.step}`;
+  if (recorded.has(key)) return; // the record is here: deltas are stale
+  const p = preview(d.attempt, d.step);
+  const items = p.node.parentElement;
+  const stick = items && items.scrollHeight - items.scrollTop - items.clientHeight < 60;
+  switch (d.kind) {
+    case "content": if (!p.cut) p.text.textContent += d.text || ""; break;
+    case "reasoning": if (!p.cut) p.reasoning.textContent += d.text || ""; break;
+    case "tool": {
+      if (p.cut) break;
+      let b = p.callBoxes.get(d.call || "");
+      if (!b) {
+        b = { args: "", box: el("div", "tool-call") };
+        b.box.appendChild(el("div", "meta", `calls python · ${d.call || ""}`));
+        b.pre = el("pre", "code");
+        b.box.appendChild(b.pre);
+        p.calls.appendChild(b.box);
+        p.callBoxes.set(d.call || "", b);
+      }
+      b.args += d.text || "";
+      const code = partialCode(b.args);
+      if (code !== null) b.pre.innerHTML = highlight(code);
+      else b.pre.textContent = b.args;
+      break;
+    }
+    case "gap": markGap(p); break;
+    case "end":
+      p.node.classList.add("ended");
+      p.node.querySelector(".meta").textContent = `attempt ${d.attempt} · step ${d.step} · stream ended, waiting for its record`;
+      break;
+  }
   if (stick) items.scrollTop = items.scrollHeight;
 }
 
 // --- header ---------------------------------------------------------------
 
+const head = { state: null, reason: "", attempt: null, wait: null }; // wait: {deadline(ms)|null, reason}
+
+function noteAttempt(a) {
+  if (typeof a === "number" && (head.attempt === null || a >= head.attempt)) { head.attempt = a; drawHeader(); }
+}
+
 function headerFromNotice(r, c) {
-  if (r.kind.startsWith("session.")) $("#h-state").textContent = r.kind.slice(8);
+  if (r.kind.startsWith("session.")) {
+    head.state = r.kind.slice(8);
+    head.reason = c.reason || "";
+    if (head.state !== "waiting") head.wait = null;
+    drawHeader();
+  }
+  if (r.kind === "wait.started") { head.wait = { deadline: c.deadline ?? null, reason: c.reason || "" }; drawHeader(); }
+  if (r.kind === "wait.woken") { head.wait = null; drawHeader(); }
+  if (r.kind === "turn.paused" && c.reason) { head.reason = c.reason; drawHeader(); }
   if (r.kind === "kernel.started" || r.kind === "kernel.reset") $("#h-kernel").textContent = `gen ${c.generation}`;
   if (r.kind === "revision.activated") {
     $("#h-revision").textContent = `epoch ${c.epoch} · ${String(c.release || "").slice(0, 12)}`;
     if (typeof c.epoch === "number") epoch = c.epoch;
   }
+}
+
+function drawHeader() {
+  const st = $("#h-state");
+  st.textContent = head.state || "…";
+  st.dataset.state = head.state || "";
+  const why = $("#h-reason");
+  why.textContent = head.reason && head.state !== "ready" && head.state !== "running" ? head.reason : "";
+  why.title = head.reason;
+  $("#h-attempt").textContent = head.attempt === null ? "—" : `#${head.attempt}`;
+  const w = $("#f-wait");
+  w.hidden = !head.wait;
+  if (head.wait) {
+    const dl = head.wait.deadline;
+    let t = "until input";
+    if (dl != null) {
+      const left = dl - Date.now();
+      t = `until ${clock(dl)} (${left > 0 ? "in " + duration(left) : "due"})`;
+    }
+    $("#h-wait").textContent = t;
+    $("#h-wait").title = head.wait.reason;
+  }
+}
+
+function deadlineMs(d) {
+  if (d === null || d === undefined) return null;
+  if (typeof d === "number") return d;
+  const t = Date.parse(d);
+  return isNaN(t) ? null : t;
 }
 
 async function refreshStatus() {
@@ -208,13 +515,39 @@ async function refreshStatus() {
     if (!res.ok) return;
     const st = await res.json();
     $("#h-placement").textContent = st.placement || "none";
+    $("#h-placement").title = (st.placement_notes || []).join("\n");
     const s = (st.sessions || []).find((x) => x.id === SESSION);
     if (!s) return;
-    $("#h-state").textContent = s.state + (s.draining ? " (draining)" : "");
+    head.state = s.state + (s.draining ? " (draining)" : "");
+    head.reason = s.state_reason || "";
+    // The turn loop adds the current or last attempt and the armed wait.
+    // Both are left out when there is none; a daemon without the turn loop
+    // has neither, and then the notices are all the page knows.
+    const turnAware = "attempt" in s || "wait" in s || "agent" in st;
+    if (s.attempt != null) head.attempt = typeof s.attempt === "object" ? s.attempt.id : s.attempt;
+    if (s.attempt && typeof s.attempt === "object" && s.attempt.state) $("#h-attempt").title = `${s.attempt.state}${s.attempt.outcome ? ": " + s.attempt.outcome : ""}`;
+    if (turnAware) head.wait = s.wait ? { deadline: deadlineMs(s.wait.deadline), reason: s.wait.reason || "" } : null;
+    drawHeader();
     $("#h-revision").textContent = `epoch ${s.behavior_epoch} · ${String(s.policy_revision || "—").slice(0, 12)}`;
     epoch = s.behavior_epoch;
     $("#h-kernel").textContent = `gen ${s.kernel_generation}`;
   } catch (_) { /* the socket reports the connection state */ }
+}
+
+let statusTimer = null;
+function refreshSoon() {
+  clearTimeout(statusTimer);
+  statusTimer = setTimeout(refreshStatus, 250);
+}
+
+// tick redraws what depends on the clock: running cells and the wait.
+function tick() {
+  const now = Date.now();
+  for (const e of document.querySelectorAll(".outcome.running")) {
+    const since = Number(e.dataset.since);
+    if (since) e.textContent = `running… ${duration(Math.max(0, now - since))}`;
+  }
+  if (head.wait && head.wait.deadline != null) drawHeader();
 }
 
 // --- socket ---------------------------------------------------------------
@@ -242,13 +575,23 @@ function connect() {
     let m;
     try { m = JSON.parse(ev.data); } catch (_) { return; }
     switch (m.type) {
-      case "records":
-        for (const r of m.records || []) render(r);
-        if (!m.more) { setConn("live"); backoff = 500; refreshStatus(); }
-        else setConn("connecting", "replaying…");
+      case "records": {
+        let sessionMoved = false;
+        for (const r of m.records || []) {
+          render(r);
+          if (r.kind.startsWith("session.")) sessionMoved = true;
+        }
+        if (!m.more) {
+          if ($("#h-conn").dataset.state !== "live") { setConn("live"); backoff = 500; refreshStatus(); }
+          else if (sessionMoved) refreshSoon();
+        } else setConn("connecting", "replaying…");
+        break;
+      }
+      case "delta":
+        for (const d of m.deltas || []) applyDelta(d);
         break;
       case "receipt":
-        if (pending && pending.key === m.key) { pending = null; $("#composer").value = ""; }
+        if (pending && pending.key === m.key) { lastSent = pending.text; pending = null; $("#composer").value = ""; }
         status(m.duplicate ? "already sent (duplicate key)" : `sent · input ${m.id}`);
         break;
       case "error":
@@ -258,7 +601,7 @@ function connect() {
         break;
       case "ack":
         ctlStatus(`${m.action}: ${m.message}`);
-        if (m.state) $("#h-state").textContent = m.state.state;
+        if (m.state) { head.state = m.state.state; head.reason = m.state.state_reason || ""; drawHeader(); }
         break;
       case "activated": {
         const res = m.result || {};
@@ -272,12 +615,12 @@ function connect() {
       case "accepted":
         status(m.message);
         break;
-      case "delta":
-        break; // reserved: token deltas are best-effort and carry no cursor
     }
   };
   ws.onclose = (ev) => {
     setConn("closed", `disconnected${ev.reason ? ": " + ev.reason : ""} — retrying`);
+    // Previews are provisional: a reconnect replays records, not deltas.
+    for (const p of previews.values()) markGap(p);
     setTimeout(connect, backoff);
     backoff = Math.min(backoff * 2, 10000);
   };
@@ -286,6 +629,7 @@ function connect() {
 // --- input ----------------------------------------------------------------
 
 let pending = null; // the send awaiting its receipt
+let lastSent = "";  // recalled by ArrowUp in an empty box
 
 function newKey() {
   const b = new Uint8Array(12);
@@ -345,9 +689,14 @@ async function loadSoul() {
   }
 }
 
+function pause() {
+  sendControl({ type: "session_pause" }); // no question: stopping the agent must be quick
+}
+
 function setupControls() {
   $("#btn-reset").addEventListener("click", () => sendControl({ type: "reset", session: SESSION },
     `Reset the workbench of ${SESSION}? Python state is lost; the next cell starts a new kernel generation.`));
+  $("#btn-session-pause").addEventListener("click", pause);
   $("#btn-session-drain").addEventListener("click", () => sendControl({ type: "session_drain" },
     `Drain session ${SESSION}? It finishes accepted work, then stops.`));
   $("#btn-session-stop").addEventListener("click", () => sendControl({ type: "session_stop" },
@@ -373,13 +722,46 @@ function setupControls() {
   });
 }
 
+// --- keyboard -------------------------------------------------------------
+// Enter sends, Shift+Enter is a new line, ArrowUp in an empty box recalls the
+// last message, Esc leaves the box; outside it, / focuses it, Ctrl+. (or
+// Ctrl+Shift+P) pauses the session, e expands or collapses every long block,
+// ? shows the keys.
+
+function typing(e) {
+  const t = e.target;
+  return t && (t.tagName === "TEXTAREA" || t.tagName === "INPUT" || t.isContentEditable);
+}
+
+function setupKeys() {
+  const box = $("#composer");
+  box.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); submit(); }
+    else if (e.key === "ArrowUp" && box.value === "" && lastSent) { e.preventDefault(); box.value = lastSent; }
+    else if (e.key === "Escape") box.blur();
+  });
+  document.addEventListener("keydown", (e) => {
+    if ((e.ctrlKey && e.key === ".") || (e.ctrlKey && e.shiftKey && (e.key === "P" || e.key === "p"))) {
+      e.preventDefault(); pause(); return;
+    }
+    if (typing(e) || e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.key === "/") { e.preventDefault(); box.focus(); }
+    else if (e.key === "?") { const k = $("#keys"); k.hidden = !k.hidden; }
+    else if (e.key === "Escape") $("#keys").hidden = true;
+    else if (e.key === "e") {
+      const all = [...document.querySelectorAll("#lanes details.long")];
+      const open = !all.some((d) => d.open);
+      for (const d of all) d.open = open;
+    }
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   $("#h-session").textContent = SESSION;
-  $("#composer").addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); submit(); }
-  });
   $("#btn-drain").addEventListener("click", () => control("drain", "Drain klbr-core? Admission closes, accepted work finishes, then it exits."));
   $("#btn-stop").addEventListener("click", () => control("stop", "Stop klbr-core? Running work is interrupted and it exits."));
   setupControls();
+  setupKeys();
+  setInterval(tick, 1000);
   connect();
 });

@@ -1,0 +1,160 @@
+package web
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/klbr-dev/klbr/internal/live"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// screenshot saves the page as name.png under $KLBR_ARTIFACTS (the CI's
+// artifact directory), or the test's temporary directory, and logs where.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100) /* 100: PNG */)
+	if err != nil {
+		t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	dir := os.Getenv("KLBR_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	path := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	t.Logf("screenshot: %s", path)
+}
+
+func poll(ctx context.Context, js string) error {
+	return chromedp.Do(ctx, chromedp.Poll[chromedp.Void](js, chromedp.WithPollingTimeout(10*time.Second)))
+}
+
+func eval[T any](t *testing.T, ctx context.Context, js string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
+	if err != nil {
+		t.Fatalf("%s: %v", js, err)
+	}
+	return v
+}
+
+// The page renders each lane's kinds distinctly: a scratchpad with its
+// reasoning and tool calls, a partial scratchpad marked interrupted (never
+// as sent), cells joined by tool call with their outcomes, an unrun tool
+// call, speech, every notice kind in words, and unknown kinds as generic
+// records of their lane. Then a step streams: its deltas show a provisional
+// preview that the step's record replaces.
+func TestBrowserRendersTurnRecords(t *testing.T) {
+	h := start(t)
+	ctx := browserCtx(t)
+	h.rawRecords(t, turnRecords(time.Now().Add(30*time.Second))...)
+	if _, err := h.sessions.Transition(context.Background(), "default", store.StatePaused, "step budget: 40 model requests in this attempt"); err != nil {
+		t.Fatal(err)
+	}
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(h.http.URL+"/?token="+testToken),
+		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, `document.querySelector('#h-state').textContent === 'paused'`); err != nil {
+		t.Fatalf("header state: %v", err)
+	}
+	lanes := eval[map[string]float64](t, ctx, `Object.fromEntries([...document.querySelectorAll('.lane')].map(l => [l.dataset.lane, l.querySelectorAll('.record').length]))`)
+	want := map[string]float64{"input": 1, "scratchpad": 3, "cell": 4, "speech": 1, "notice": 10}
+	for lane, n := range want {
+		if lanes[lane] != n {
+			t.Errorf("lane %s has %v records, want %v (all: %v)", lane, lanes[lane], n, lanes)
+		}
+	}
+	text := func(sel string) string {
+		return eval[string](t, ctx, `document.querySelector(`+"`"+sel+"`"+`).innerText`)
+	}
+	checks := []struct{ sel, want string }{
+		{"#lane-input .items", "ada"},
+		{"#lane-input .items", "how long are my notes?"},
+		{"#lane-scratchpad .items", "I will read the file"},
+		{"#lane-scratchpad .items", "1200 in · 80 out · 1024 cached tokens"},
+		{"#lane-scratchpad .record.partial", "interrupted — partial, not sent"},
+		{"#lane-scratchpad .record.partial", "I was about to say that the"},
+		{"#lane-cell .record.st-ok", "output — 31 lines"},
+		{"#lane-cell .record.st-error", "NameError: name 'x' is not defined"},
+		{"#lane-cell .record.unrun", "not run: skipped"},
+		{"#lane-cell .record.unrun", "an earlier call of the group waited"},
+		{"#lane-cell .record.generic", "an unknown cell record"},
+		{"#lane-speech .items", "Done: the notes have 1234 characters."},
+		{"#lane-notice .items", "delivery reminder (frame 3): ada asked you something"},
+		{"#lane-notice .items", "waiting 30 s, until"},
+		{"#lane-notice .items", "woken by input after 4.2 s: an operator input"},
+		{"#lane-notice .items", "model error (http_status) at step 1: 502 from the route — retrying in 2.0 s"},
+		{"#lane-notice .items", "idle: nothing to do"},
+		{"#lane-notice .items", "context reset: epoch 2 starts empty: reset by operator"},
+		{"#lane-notice .items", "context over budget: needs 140000 tokens of 128000"},
+		{"#lane-notice .record.n-pause", "paused: step budget: 40 model requests"},
+		{"#lane-notice .items", "session ready → paused: step budget"},
+		{"#lane-notice .record.generic", "a kind from the future"},
+		{"#h-reason", "step budget: 40 model requests in this attempt"},
+		{"#h-attempt", "#9"},
+	}
+	for _, c := range checks {
+		if got := text(c.sel); !strings.Contains(got, c.want) {
+			t.Errorf("%s: %q does not contain %q", c.sel, got, c.want)
+		}
+	}
+	// The scratchpad is never speech: nothing of it is in the speech lane.
+	if s := text("#lane-speech .items"); strings.Contains(s, "I will read the file") || strings.Contains(s, "about to say") {
+		t.Errorf("scratchpad text in the speech lane: %q", s)
+	}
+	cells := eval[map[string]any](t, ctx, `(() => { const c = [...document.querySelectorAll('#lane-cell .record')];
+		return {highlighted: c[0].querySelectorAll('.kw').length > 0 && c[0].querySelectorAll('.com').length > 0,
+		        collapsed: c[0].querySelector('details.long') !== null && !c[0].querySelector('details.long').open,
+		        running: document.querySelectorAll('#lane-cell .outcome.running').length,
+		        toolCode: document.querySelectorAll('#lane-scratchpad .tool-call pre.code .kw').length > 0}; })()`)
+	if cells["highlighted"] != true || cells["collapsed"] != true || cells["running"] != 0.0 || cells["toolCode"] != true {
+		t.Errorf("cells: %v (want highlighted code, long output collapsed, both cells finished, tool-call code highlighted)", cells)
+	}
+	screenshot(t, ctx, "browser-turn-records")
+
+	// A step streams: the preview is provisional, its tool code highlighted
+	// as it arrives; the record replaces it, and late deltas are ignored.
+	pub := func(kind, text, call string) {
+		h.deltas.Publish(live.Delta{Session: "default", Attempt: 10, Step: 1, Kind: kind, Text: text, Call: call})
+	}
+	pub("reasoning", "The user wants a summary. ", "")
+	pub("content", "Let me look at ", "")
+	pub("content", "the file first.", "")
+	pub("tool", `{"code": "import os\nprint(os.listdir(`, "call_z")
+	if err := poll(ctx, `(() => { const p = document.querySelector('#lane-scratchpad .record.preview');
+		return p && p.innerText.includes('Let me look at the file first.') && p.innerText.includes('provisional')
+		  && p.querySelector('pre.code .kw') !== null; })()`); err != nil {
+		t.Fatalf("preview: %v; scratchpad lane: %s", err, text("#lane-scratchpad .items"))
+	}
+	screenshot(t, ctx, "browser-delta-preview")
+	pub("end", "", "")
+	h.rawRecords(t, rawRecord{store.LaneScratchpad, "scratchpad", map[string]any{"attempt": 10, "step": 1, "route": "main",
+		"text": "Let me look at the file first.", "tool_calls": []map[string]any{{"id": "call_z", "name": "python", "arguments": `{"code":"import os\nprint(os.listdir('.'))"}`}}}})
+	h.nudge(t)
+	if err := poll(ctx, `document.querySelector('#lane-scratchpad .record.preview') === null &&
+		[...document.querySelectorAll('#lane-scratchpad .record')].filter(r => r.innerText.includes('attempt 10 · step 1')).length === 1`); err != nil {
+		t.Fatalf("the record did not replace the preview: %v; lane: %s", err, text("#lane-scratchpad .items"))
+	}
+	pub("content", "a late delta", "")
+	time.Sleep(300 * time.Millisecond)
+	if s := text("#lane-scratchpad .items"); strings.Contains(s, "a late delta") {
+		t.Errorf("a delta after its record was shown: %q", s)
+	}
+	if n := eval[float64](t, ctx, `document.querySelectorAll('#lane-scratchpad .record').length`); n != 4 {
+		t.Errorf("%v scratchpad records, want 4", n)
+	}
+}
