@@ -415,3 +415,121 @@ func TestInputDuringWaitCommit(t *testing.T) {
 		t.Fatalf("the last input never reached the model: %v (inputs seen %d)", last.Messages, inputs)
 	}
 }
+
+// A wait's deadline fires once, also across a restart: the deadline is
+// persisted, and the woken step says why it woke.
+func TestWaitDeadlineSurvivesRestart(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "w1", Code: "await runtime.wait(2, reason='check the build')"}}},
+		modeltest.Reply{Text: "Woke up.", Calls: []modeltest.Call{{ID: "w2", Code: "await runtime.wait(None)"}}},
+	)
+	a := startAgent(t, model, "")
+	a.send("wait two seconds")
+	a.eventually("waiting", a.state(store.StateWaiting))
+	a.d.cmd.Process.Signal(syscall.SIGTERM)
+	if err := a.d.wait(t); err != nil {
+		t.Fatalf("exit: %v\n%s", err, a.d)
+	}
+	if model.Count() != 1 {
+		t.Fatalf("%d requests before the deadline", model.Count())
+	}
+	a.start()
+	a.eventually("the deadline fired and the session waits again", func() bool {
+		s := a.session()
+		return model.Count() == 2 && s.State == store.StateWaiting && s.Wait != nil && s.Wait.Deadline == nil
+	})
+	m := model.Requests()[1].Messages
+	if last := content(m[len(m)-1]); !strings.Contains(last, "You woke: deadline") || !strings.Contains(last, "check the build") {
+		t.Fatalf("the woken step: %q", last)
+	}
+	if n := len(a.kinds(store.LaneNotice, "wait.woken")); n != 1 {
+		t.Fatalf("%d wait.woken notices, want 1", n)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if model.Count() != 2 {
+		t.Fatalf("the deadline fired more than once: %d requests", model.Count())
+	}
+}
+
+// Budgets pause visibly: the step budget, and empty completions in a row.
+func TestBudgetsPause(t *testing.T) {
+	t.Run("steps", func(t *testing.T) {
+		model := modeltest.New()
+		defer model.Close()
+		model.Otherwise(func(n int) modeltest.Reply {
+			return modeltest.Reply{Calls: []modeltest.Call{{Code: fmt.Sprintf("n = %d", n)}}}
+		})
+		a := startAgent(t, model, "max_steps = 3\n")
+		a.send("loop forever")
+		a.eventually("paused", a.state(store.StatePaused))
+		if s := a.session(); !strings.Contains(s.StateReason, "step budget") || model.Count() != 3 {
+			t.Fatalf("reason %q after %d requests", s.StateReason, model.Count())
+		}
+	})
+	t.Run("empty", func(t *testing.T) {
+		model := modeltest.New()
+		defer model.Close()
+		model.Otherwise(func(int) modeltest.Reply { return modeltest.Reply{} })
+		a := startAgent(t, model, "max_empty_completions = 2\n")
+		a.send("say something")
+		a.eventually("paused", a.state(store.StatePaused))
+		if s := a.session(); !strings.Contains(s.StateReason, "2 empty completions") || model.Count() != 2 {
+			t.Fatalf("reason %q after %d requests", s.StateReason, model.Count())
+		}
+	})
+	t.Run("context", func(t *testing.T) {
+		model := modeltest.New()
+		defer model.Close()
+		a := startAgent(t, model, "context_budget_tokens = 3000\n")
+		a.send(strings.Repeat("a long input ", 2000))
+		a.eventually("paused", a.state(store.StatePaused))
+		if n := len(a.kinds(store.LaneNotice, "context.budget")); n != 1 || model.Count() != 0 {
+			t.Fatalf("%d context.budget notices, %d requests", n, model.Count())
+		}
+		// A reset starts an empty context; start resumes, and the model
+		// sees only what came after.
+		if _, err := a.c.Reset(t.Context(), "default", "too long", false); err != nil {
+			t.Fatal(err)
+		}
+		model.Then(modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(None)"}}})
+		a.send("short") // admitted while paused: kept for when it runs again
+		if _, err := a.c.StartSession(t.Context(), "default"); err != nil {
+			t.Fatal(err)
+		}
+		a.eventually("waiting", a.state(store.StateWaiting))
+		if got := roles(model.Requests()[0]); got != "system user" || content(model.Requests()[0].Messages[1]) != "short" {
+			t.Fatalf("after the reset: %s %v", got, model.Requests()[0].Messages)
+		}
+	})
+}
+
+// The operator stops a session during a long cell without the model's
+// cooperation: the cell is interrupted and recorded, nothing else runs.
+func TestOperatorStopsSession(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(modeltest.Reply{Calls: []modeltest.Call{{ID: "l1", Code: "import time\ntime.sleep(120)"}, {ID: "l2", Code: "print('never')"}}})
+	a := startAgent(t, model, "")
+	a.send("work")
+	a.eventually("the long cell runs", func() bool { return len(a.kinds(store.LaneCell, "cell.started")) == 1 })
+	if _, err := a.c.StopSession(t.Context(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	a.eventually("the cell ended", func() bool { return len(a.kinds(store.LaneCell, "cell.finished")) == 1 })
+	a.eventually("the attempt ended", func() bool {
+		s := a.session()
+		return s.Attempt != nil && s.Attempt.State == store.AttemptInterrupted
+	})
+	if s := a.session(); s.State != store.StateStopped {
+		t.Fatalf("state %s", s.State)
+	}
+	if u := a.kinds(store.LaneCell, "tool.unrun"); len(u) != 1 || !strings.Contains(string(u[0].Content), "interrupted") {
+		t.Fatalf("the second call: %+v", u)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if model.Count() != 1 {
+		t.Fatalf("%d requests after the stop", model.Count())
+	}
+}
