@@ -228,7 +228,7 @@ function fillOutcome(box, r, c) {
       const secs = y.seconds === null || y.seconds === undefined ? "until input" : `${y.seconds} s`;
       t = `${y.kind || "wait"} ${secs}${y.reason ? " — " + y.reason : ""}`;
     } else t = String(y);
-    box.appendChild(el("div", "yield", `yielded: ${t}`));
+    box.appendChild(el("div", "yield", t));
   }
   let o = c.output || {};
   if (typeof o === "string") o = { preview: [{ stream: "stdout", data: o }] };
@@ -265,7 +265,10 @@ function renderCellFinished(r, c) {
   if (i < 0) i = openCells.findIndex((x) => x.gen === c.generation && (!c.tool_call_id || !x.call));
   if (i >= 0) {
     const { node, out } = openCells.splice(i, 1)[0];
+    const items = node.parentElement;
+    const stick = items && items.scrollHeight - items.scrollTop - items.clientHeight < 60;
     fillOutcome(out, r, c);
+    if (stick) items.scrollTop = items.scrollHeight;
     node.classList.add("finished", `st-${c.status || "unknown"}`);
     node.querySelector(".meta").textContent += ` · #${r.seq} ${r.kind}`;
     return null;
@@ -431,14 +434,17 @@ function applyDelta(d) {
     case "reasoning": if (!p.cut) p.reasoning.textContent += d.text || ""; break;
     case "tool": {
       if (p.cut) break;
-      let b = p.callBoxes.get(d.call || "");
+      // Only a call's first delta names it; the rest continue the last one.
+      const id = d.call || p.lastCall || "";
+      if (d.call) p.lastCall = d.call;
+      let b = p.callBoxes.get(id);
       if (!b) {
         b = { args: "", box: el("div", "tool-call") };
-        b.box.appendChild(el("div", "meta", `calls python · ${d.call || ""}`));
+        b.box.appendChild(el("div", "meta", `calls python · ${id}`));
         b.pre = el("pre", "code");
         b.box.appendChild(b.pre);
         p.calls.appendChild(b.box);
-        p.callBoxes.set(d.call || "", b);
+        p.callBoxes.set(id, b);
       }
       b.args += d.text || "";
       const code = partialCode(b.args);
@@ -665,6 +671,7 @@ let soulEpoch = null; // the epoch the soul in the editor was loaded at
 function ctlStatus(text, err) {
   const s = $("#controls-status");
   s.textContent = text;
+  s.title = text;
   s.classList.toggle("err", !!err);
 }
 
