@@ -14,6 +14,7 @@ all: build
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/klbr-core ./cmd/klbr-core
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/klbr-kernel ./cmd/klbr-kernel
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/klbr-discord ./cmd/klbr-discord
 
 ## run: build, initialize the data directory if needed, and serve
 run: build

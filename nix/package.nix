@@ -50,7 +50,7 @@ buildGo126Module {
   # nix/vendorhash_test.go recomputes it on every `make test` and prints the
   # new value when a dependency (or an import) changes; nix prints it too, as
   # "got: sha256-…", on the first build after such a change.
-  vendorHash = "sha256-7zjEV9tOYqofrMKP5Gty7w3OBMr8qlF5Wu+4iH/+w1s=";
+  vendorHash = "sha256-ofa0Xo4JB0KIgI/mIFBy2v+buuxt5gkIU5lAEK0w+pc=";
 
   subPackages = [
     "cmd/klbr-core"

@@ -1,0 +1,20 @@
+// Command klbr-discord is klbr's Discord transport (internal/discord): it
+// keeps the gateway, admits messages to klbr-core over ingress.sock, and
+// performs the outbox's sends and reactions with honest receipts.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/klbr-dev/klbr/internal/discord"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := discord.Main(ctx, os.Args[1:], os.LookupEnv, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,81 @@
+package discord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/klbr-dev/klbr/internal/config"
+)
+
+// MaxTokenBytes bounds the token file.
+const MaxTokenBytes = 4096
+
+// Main is klbr-discord: it reads klbr.toml's [discord] section and the token
+// (token_file, else $CREDENTIALS_DIRECTORY/discord-token; never argv or the
+// environment), and runs the transport until ctx ends. It returns the exit
+// code: 0 on a stop, 1 on a configuration error, 2 on a fatal gateway close.
+func Main(ctx context.Context, args []string, lookup func(string) (string, bool), stderr io.Writer) int {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if len(args) > 0 {
+		fmt.Fprintln(stderr, "klbr-discord takes no arguments: it reads klbr.toml's [discord] section, and the token from a file (see docs/discord.md)")
+		return 1
+	}
+	cfg, err := config.Load(lookup)
+	if err != nil {
+		fmt.Fprintln(stderr, "klbr-discord:", err)
+		return 1
+	}
+	d := cfg.File.Discord
+	token, err := readToken(d.TokenFile, lookup)
+	if err != nil {
+		fmt.Fprintln(stderr, "klbr-discord:", err)
+		return 1
+	}
+	log.Info("starting", "api_base", d.APIBase, "ingress_socket", cfg.Paths.IngressSocket, "ingest", d.Ingest,
+		"include_bots", d.IncludeBots, "channels", len(d.Channels),
+		"intents", "guilds, guild messages, direct messages, message content (privileged: enable it in the Developer Portal)")
+	err = Run(ctx, Config{Token: token, APIBase: d.APIBase, IngressSocket: cfg.Paths.IngressSocket, Channels: d.Channels,
+		Directed: d.Ingest == config.IngestDirected, IncludeBots: d.IncludeBots, Log: log})
+	var fe *FatalError
+	if errors.As(err, &fe) {
+		log.Error("stopping: the gateway refused this bot for good", "close_code", fe.Code, "error", fe.Msg)
+		return 2
+	}
+	if err != nil {
+		log.Error("stopping", "error", err)
+		return 1
+	}
+	log.Info("stopped")
+	return 0
+}
+
+// readToken reads the bot token from path, or the systemd credential.
+func readToken(path string, lookup func(string) (string, bool)) (string, error) {
+	if path == "" {
+		dir, _ := lookup("CREDENTIALS_DIRECTORY")
+		if dir == "" {
+			return "", errors.New("no token: set discord.token_file in klbr.toml, or run under systemd with LoadCredential=discord-token:/path")
+		}
+		path = filepath.Join(dir, "discord-token")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxTokenBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("token file %s: %w", path, err)
+	}
+	token := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(b)), "Bot "))
+	if len(b) > MaxTokenBytes || token == "" || strings.ContainsAny(token, " \n\r\t") {
+		return "", fmt.Errorf("token file %s does not hold one bot token", path)
+	}
+	return token, nil
+}

@@ -1,0 +1,198 @@
+package discord
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+
+	"github.com/klbr-dev/klbr/internal/ingress/ingressapi"
+)
+
+// MaxResponseBytes bounds one REST answer.
+const MaxResponseBytes = 8 << 20
+
+// rewriter sends discordgo's requests, which name Discord's v9 API, to the
+// configured api_base (Discord itself, a compatible server, or a test's
+// fake), and bounds what is read back.
+type rewriter struct {
+	base *url.URL
+	next http.RoundTripper
+}
+
+func (rw *rewriter) RoundTrip(req *http.Request) (*http.Response, error) {
+	u := req.URL.String()
+	if rest, ok := strings.CutPrefix(u, discordgo.EndpointAPI); ok {
+		nu, err := url.Parse(strings.TrimSuffix(rw.base.String(), "/") + "/" + rest)
+		if err != nil {
+			return nil, err
+		}
+		req = req.Clone(req.Context())
+		req.URL, req.Host = nu, nu.Host
+	}
+	resp, err := rw.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(resp.Body, MaxResponseBytes), resp.Body}
+	return resp, nil
+}
+
+// newSession is a discordgo session for REST whose requests go to apiBase.
+// Its token never leaves the Authorization header.
+func newSession(token, apiBase string) (*discordgo.Session, error) {
+	base, err := url.Parse(apiBase)
+	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" {
+		return nil, fmt.Errorf("discord.api_base %q is not an http(s) URL", apiBase)
+	}
+	s, err := discordgo.New("Bot " + token)
+	if err != nil {
+		return nil, err
+	}
+	s.Client = &http.Client{Timeout: 20 * time.Second, Transport: &rewriter{base: base, next: http.DefaultTransport}}
+	s.ShouldRetryOnRateLimit = false // we bound the retries ourselves
+	s.MaxRestRetries = 0
+	s.LogLevel = discordgo.LogError
+	return s, nil
+}
+
+// sendBody is POST /channels/{id}/messages with the fields discordgo's
+// MessageSend lacks: nonce and enforce_nonce.
+type sendBody struct {
+	Content          string            `json:"content"`
+	Nonce            string            `json:"nonce"`
+	EnforceNonce     bool              `json:"enforce_nonce"`
+	MessageReference *messageReference `json:"message_reference,omitempty"`
+	AllowedMentions  allowedMentions   `json:"allowed_mentions"`
+}
+
+type messageReference struct {
+	MessageID       string `json:"message_id"`
+	FailIfNotExists bool   `json:"fail_if_not_exists"`
+}
+
+type allowedMentions struct {
+	Parse       []string `json:"parse"`
+	RepliedUser bool     `json:"replied_user"`
+}
+
+// attemptError classifies a failed REST attempt.
+type attemptError struct {
+	// definitive: Discord refused (4xx): nothing was delivered.
+	// rateLimited: 429, answered before anything happened: retry after RetryAfter.
+	// otherwise ambiguous: the request may or may not have taken effect.
+	definitive  bool
+	rateLimited bool
+	retryAfter  time.Duration
+	code        string
+	msg         string
+}
+
+func (e *attemptError) Error() string { return e.code + ": " + e.msg }
+
+func classify(err error) *attemptError {
+	var rl *discordgo.RateLimitError
+	if errors.As(err, &rl) {
+		return &attemptError{rateLimited: true, retryAfter: rl.RetryAfter, code: "http_429", msg: "rate limited"}
+	}
+	var re *discordgo.RESTError
+	if errors.As(err, &re) && re.Response != nil {
+		st := re.Response.StatusCode
+		msg := http.StatusText(st)
+		if re.Message != nil && re.Message.Message != "" {
+			msg = re.Message.Message
+		}
+		code := "http_" + strconv.Itoa(st)
+		if st >= 400 && st < 500 {
+			return &attemptError{definitive: true, code: code, msg: clipBytes(msg, 512)}
+		}
+		return &attemptError{code: code, msg: clipBytes(msg, 512)}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return &attemptError{code: "network", msg: clipBytes(err.Error(), 512)}
+	}
+	return &attemptError{code: "transport", msg: clipBytes(err.Error(), 512)}
+}
+
+// send posts one message with its stable nonce. With enforce_nonce Discord
+// answers a repeat of the nonce (within minutes) with the message it already
+// created, so a retry of an ambiguous attempt cannot post twice.
+func send(s *discordgo.Session, e ingressapi.Effect) (string, error) {
+	body := sendBody{Content: e.Text, Nonce: e.Nonce, EnforceNonce: true,
+		AllowedMentions: allowedMentions{Parse: []string{"users"}, RepliedUser: true}}
+	if e.ReplyReference && e.Target != "" {
+		body.MessageReference = &messageReference{MessageID: e.Target}
+	}
+	ep := discordgo.EndpointChannelMessages(e.ChannelID)
+	resp, err := s.RequestWithBucketID(http.MethodPost, ep, body, ep, discordgo.WithRetryOnRatelimit(false))
+	if err != nil {
+		return "", err
+	}
+	var m struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(resp, &m); err != nil || !snowflake(m.ID) {
+		return "", fmt.Errorf("the send's answer has no message id: %v", err)
+	}
+	return m.ID, nil
+}
+
+// react adds our reaction; emoji is a Unicode emoji or name:id.
+func react(s *discordgo.Session, e ingressapi.Effect) error {
+	return s.MessageReactionAdd(e.ChannelID, e.Target, url.PathEscape(e.Emoji), discordgo.WithRetryOnRatelimit(false))
+}
+
+// history reads up to limit messages of a channel (newest first, as
+// Discord answers), with their nonces where the API reports them.
+func history(s *discordgo.Session, channel string, limit int, before, after string) ([]ingressapi.HistoryMessage, error) {
+	v := url.Values{}
+	v.Set("limit", strconv.Itoa(limit))
+	if before != "" {
+		v.Set("before", before)
+	}
+	if after != "" {
+		v.Set("after", after)
+	}
+	ep := discordgo.EndpointChannelMessages(channel) + "?" + v.Encode()
+	resp, err := s.RequestWithBucketID(http.MethodGet, ep, nil, discordgo.EndpointChannelMessages(channel), discordgo.WithRetryOnRatelimit(true))
+	if err != nil {
+		return nil, err
+	}
+	var raw []json.RawMessage
+	if err := json.Unmarshal(resp, &raw); err != nil {
+		return nil, fmt.Errorf("history: malformed answer: %w", err)
+	}
+	out := make([]ingressapi.HistoryMessage, 0, len(raw))
+	for i, r := range raw {
+		if i == ingressapi.MaxReadLimit {
+			break
+		}
+		var w wireMessage
+		if json.Unmarshal(r, &w) != nil || !snowflake(w.ID) {
+			continue
+		}
+		h := ingressapi.HistoryMessage{MessageID: w.ID, AuthorID: w.Author.ID, AuthorName: clipBytes(firstOf(w.Author.GlobalName, w.Author.Username), ingressapi.MaxNameBytes),
+			Bot: w.Author.Bot, Content: clipBytes(w.Content, ingressapi.MaxContentBytes), OccurredAt: w.Timestamp}
+		if w.MessageReference != nil && snowflake(w.MessageReference.MessageID) {
+			h.ReplyTo = w.MessageReference.MessageID
+		}
+		var nonce string
+		if json.Unmarshal(w.Nonce, &nonce) == nil && len(nonce) <= 25 {
+			h.Nonce = nonce
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}

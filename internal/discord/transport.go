@@ -1,0 +1,318 @@
+package discord
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+
+	"github.com/klbr-dev/klbr/internal/ingress/ingressapi"
+)
+
+// Config is what the transport runs with.
+type Config struct {
+	Token         string // never logged
+	APIBase       string
+	IngressSocket string
+	Channels      []string
+	Directed      bool
+	IncludeBots   bool
+	Instance      string
+	Log           *slog.Logger
+	// QueueSize bounds the messages waiting for admission (0: 65536). A full
+	// queue stops reading the gateway; a resume replays what was missed.
+	QueueSize int
+}
+
+// Run runs the transport until ctx ends (nil) or the gateway closes for good
+// (a *FatalError naming what to fix).
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 65536
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	rest, err := newSession(cfg.Token, cfg.APIBase)
+	if err != nil {
+		return err
+	}
+	core := ingressapi.NewClient(cfg.IngressSocket)
+	defer core.Close()
+	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize),
+		filter: Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots, Threads: map[string]string{}}}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t.ctx = ctx
+	var wg sync.WaitGroup
+	wg.Go(func() { t.admitLoop(ctx) })
+	wg.Go(func() { t.performLoop(ctx) })
+	gw := NewGateway(rest, cfg.Token, cfg.Log.With("component", "gateway"), GatewayEvents{
+		Ready: func(id string) {
+			t.filter.BotID = id
+			cfg.Log.Info("gateway ready", "bot_id", id)
+		},
+		Message: t.onMessage,
+		Thread: func(id, parent string) {
+			if len(t.filter.Threads) < 100000 {
+				t.filter.Threads[id] = parent
+			}
+		},
+		Gap: func(reason string) {
+			cfg.Log.Warn("gateway: events may be missing", "reason", reason)
+			t.enqueue(ctx, ingressapi.Message{MessageID: "g" + strconv.FormatInt(time.Now().UnixNano(), 10), Mode: ingressapi.ModeGap,
+				Content: "[klbr-discord] " + reason, OccurredAt: time.Now()})
+		},
+		State: func(connected, resumed bool) {
+			if resumed {
+				cfg.Log.Info("gateway resumed")
+			}
+		},
+	})
+	err = gw.Run(ctx)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+type transport struct {
+	cfg    Config
+	rest   *discordgo.Session
+	core   *ingressapi.Client
+	log    *slog.Logger
+	queue  chan ingressapi.Message
+	filter Filter          // used only by the gateway's goroutine
+	ctx    context.Context // Run's
+}
+
+// onMessage normalizes a MESSAGE_CREATE and queues it for admission.
+func (t *transport) onMessage(data json.RawMessage) {
+	m, err := Normalize(data, t.filter)
+	if errors.Is(err, ErrSkip) {
+		return
+	}
+	if err != nil {
+		t.log.Warn("gateway: message event refused", "error", err)
+		return
+	}
+	t.enqueue(t.ctx, m)
+}
+
+func (t *transport) enqueue(ctx context.Context, m ingressapi.Message) {
+	select {
+	case t.queue <- m:
+	case <-ctx.Done():
+	}
+}
+
+// admitLoop admits queued messages in order, in batches of what has
+// gathered while the previous batch was committed, retrying each batch until
+// the core acknowledges it.
+func (t *transport) admitLoop(ctx context.Context) {
+	batch := make([]ingressapi.Message, 0, ingressapi.MaxBatch)
+	for {
+		select {
+		case m := <-t.queue:
+			batch = append(batch[:0], m)
+		case <-ctx.Done():
+			return
+		}
+	gather:
+		for len(batch) < ingressapi.MaxBatch {
+			select {
+			case m := <-t.queue:
+				batch = append(batch, m)
+			default:
+				break gather
+			}
+		}
+		t.admit(ctx, batch)
+	}
+}
+
+func (t *transport) admit(ctx context.Context, batch []ingressapi.Message) {
+	backoff := 50 * time.Millisecond
+	for {
+		resp, err := t.core.Admit(ctx, ingressapi.AdmitRequest{Messages: batch})
+		if err == nil {
+			for i, r := range resp.Results {
+				if r.Error != nil {
+					t.log.Warn("ingress refused a message", "message_id", batch[i].MessageID, "error", r.Error.Message)
+				}
+			}
+			return
+		}
+		var se *ingressapi.StatusError
+		if errors.As(err, &se) && se.Permanent() {
+			t.log.Error("ingress refused a batch", "messages", len(batch), "error", err)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		t.log.Debug("ingress not ready; retrying", "error", err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+// performLoop says hello (reconciling effects a dead transport left
+// attempting), then claims and performs effects and reads until ctx ends.
+func (t *transport) performLoop(ctx context.Context) {
+	var hello ingressapi.HelloResponse
+	if err := retry(ctx, func() (err error) {
+		hello, err = t.core.Hello(ctx, ingressapi.HelloRequest{Instance: t.cfg.Instance})
+		return err
+	}); err != nil {
+		return
+	}
+	for _, e := range hello.Reconcile {
+		t.report(ctx, e.ID, t.reconcile(e))
+	}
+	for ctx.Err() == nil {
+		var cr ingressapi.ClaimResponse
+		if err := retry(ctx, func() (err error) {
+			cr, err = t.core.Claim(ctx, ingressapi.ClaimRequest{Limit: 16, WaitMS: 25000})
+			return err
+		}); err != nil {
+			return
+		}
+		for _, rd := range cr.Reads {
+			msgs, err := history(t.rest, rd.ChannelID, min(max(rd.Limit, 1), ingressapi.MaxReadLimit), rd.Before, rd.After)
+			a := ingressapi.ReadAnswer{Messages: msgs}
+			if err != nil {
+				a.Error = classify(err).Error()
+			}
+			if err := t.core.AnswerRead(ctx, rd.ID, a); err != nil {
+				t.log.Warn("ingress: answering a read", "error", err)
+			}
+		}
+		for _, e := range cr.Effects {
+			t.report(ctx, e.ID, t.perform(ctx, e))
+		}
+	}
+}
+
+// retry calls f until it succeeds, fails permanently, or ctx ends.
+func retry(ctx context.Context, f func() error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := f()
+		var se *ingressapi.StatusError
+		if err == nil || (errors.As(err, &se) && se.Permanent()) {
+			return err
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, 3*time.Second)
+	}
+}
+
+// report posts a receipt until the core records it: it is evidence.
+func (t *transport) report(ctx context.Context, id int64, r ingressapi.Receipt) {
+	err := retry(context.WithoutCancel(ctx), func() error { _, err := t.core.Receipt(ctx, id, r); return err })
+	if err != nil {
+		t.log.Error("ingress refused a receipt", "effect", id, "state", r.State, "error", err)
+	}
+}
+
+// Retry bounds of one attempt.
+const (
+	maxAmbiguousRetries = 2
+	maxRateLimitRetries = 3
+	maxRetryAfter       = 30 * time.Second
+)
+
+// perform carries out one effect and says what happened.
+func (t *transport) perform(ctx context.Context, e ingressapi.Effect) ingressapi.Receipt {
+	var ambiguous, limited int
+	for {
+		var msgID string
+		var err error
+		switch e.Kind {
+		case "send":
+			msgID, err = send(t.rest, e)
+		case "react":
+			err = react(t.rest, e)
+		default:
+			return ingressapi.Receipt{State: "failed", ErrorCode: "unsupported", Error: "effect kind " + e.Kind}
+		}
+		if err == nil {
+			return ingressapi.Receipt{State: "confirmed", MessageID: msgID, Evidence: "response"}
+		}
+		ae := classify(err)
+		switch {
+		case ae.definitive:
+			return ingressapi.Receipt{State: "failed", ErrorCode: ae.code, Error: ae.msg}
+		case ae.rateLimited:
+			limited++
+			if limited > maxRateLimitRetries || ae.retryAfter > maxRetryAfter {
+				return ingressapi.Receipt{State: "failed", ErrorCode: ae.code,
+					Error: fmt.Sprintf("rate limited %d times (retry after %s); nothing was delivered", limited, ae.retryAfter)}
+			}
+			if !sleep(ctx, ae.retryAfter) {
+				return ingressapi.Receipt{State: "failed", ErrorCode: ae.code, Error: "rate limited while klbr-discord stopped; nothing was delivered"}
+			}
+		default:
+			ambiguous++
+			if ambiguous > maxAmbiguousRetries || ctx.Err() != nil {
+				if e.Kind == "send" {
+					return t.evidence(e, fmt.Sprintf("%s after %d attempts: %s", ae.code, ambiguous, ae.msg))
+				}
+				return ingressapi.Receipt{State: "unknown", ErrorCode: ae.code, Error: ae.msg}
+			}
+			// The same nonce: Discord answers a repeat with the message it made.
+			if !sleep(ctx, time.Duration(ambiguous)*500*time.Millisecond) {
+				return t.evidence(e, "klbr-discord stopped during the attempt")
+			}
+		}
+	}
+}
+
+// reconcile settles an effect a dead transport left attempting.
+func (t *transport) reconcile(e ingressapi.Effect) ingressapi.Receipt {
+	if e.Kind != "send" {
+		return ingressapi.Receipt{State: "unknown", ErrorCode: "interrupted", Error: "klbr-discord died during the attempt"}
+	}
+	return t.evidence(e, "klbr-discord died during the attempt")
+}
+
+// evidence looks for the effect's nonce in recent channel history: found,
+// the send is confirmed; not found, it is unknown, never retried blindly.
+func (t *transport) evidence(e ingressapi.Effect, why string) ingressapi.Receipt {
+	msgs, err := history(t.rest, e.ChannelID, 50, "", "")
+	if err == nil {
+		for _, m := range msgs {
+			if m.Nonce == e.Nonce {
+				return ingressapi.Receipt{State: "confirmed", MessageID: m.MessageID, Evidence: "nonce in channel history"}
+			}
+		}
+		return ingressapi.Receipt{State: "unknown", ErrorCode: "interrupted", Error: why + "; its nonce is not in the last 50 messages"}
+	}
+	return ingressapi.Receipt{State: "unknown", ErrorCode: "interrupted", Error: why + "; channel history could not be read: " + classify(err).Error()}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-time.After(d):
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

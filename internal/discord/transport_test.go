@@ -1,0 +1,394 @@
+package discord
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/admission"
+	"github.com/klbr-dev/klbr/internal/discordtest"
+	"github.com/klbr-dev/klbr/internal/ingress"
+	"github.com/klbr-dev/klbr/internal/session"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/unixsock"
+)
+
+const testToken = "test-token-SECRET-6b1f"
+
+// The test binary doubles as a klbr-discord process for the kill tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("KLBR_DISCORD_CHILD") == "1" {
+		ctx, stop := signalContext()
+		defer stop()
+		err := Run(ctx, Config{Token: testToken, APIBase: os.Getenv("KLBR_DISCORD_API"), IngressSocket: os.Getenv("KLBR_INGRESS_SOCKET"),
+			Log: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	return ctx, cancel
+}
+
+// core is klbr-core's side: a real store, admission and ingress server on a real socket.
+type core struct {
+	dir, socket string
+	store       *store.Store
+	server      *ingress.Server
+	stop        func()
+}
+
+func startCore(t *testing.T, dir string) *core {
+	t.Helper()
+	st, err := store.Open(context.Background(), dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Write(context.Background(), func(tx *store.Tx) error { _, err := tx.EnsureSession(session.DefaultID); return err })
+	srv := ingress.New(ingress.Config{Store: st, Admit: admission.New(st, session.NewManager(st), nil, nil)})
+	sock := filepath.Join(dir, "ingress.sock")
+	l, err := unixsock.Listen(sock, 0o660)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := srv.HTTPServer()
+	done := make(chan struct{})
+	go func() { hs.Serve(l); close(done) }()
+	c := &core{dir: dir, socket: sock, store: st, server: srv}
+	var once sync.Once
+	c.stop = func() {
+		once.Do(func() {
+			srv.Close()
+			hs.Close()
+			<-done
+			st.Close()
+		})
+	}
+	t.Cleanup(c.stop)
+	return c
+}
+
+// logBuffer collects the transport's log, to prove the token stays out of it.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// runTransport runs the transport in this process until the test ends.
+func runTransport(t *testing.T, fake *discordtest.Fake, socket string) (*logBuffer, <-chan error) {
+	t.Helper()
+	logs := &logBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		errc <- Run(ctx, Config{Token: testToken, APIBase: fake.APIBase(), IngressSocket: socket, Log: slog.New(slog.NewTextHandler(logs, nil))})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the transport did not stop")
+		}
+		if strings.Contains(logs.String(), testToken) {
+			t.Error("the token appeared in the transport's log")
+		}
+	})
+	waitFor(t, "the gateway session", fake.Connected)
+	return logs, errc
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func pending(t *testing.T, c *core) []store.PendingInput {
+	p, err := c.store.PendingInputs(context.Background(), session.DefaultID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func enqueueSend(t *testing.T, c *core, alias, key, text string, item int64) store.Effect {
+	t.Helper()
+	conv, err := c.store.ConversationByRef(context.Background(), alias)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e store.Effect
+	if err := c.store.Write(context.Background(), func(tx *store.Tx) (err error) {
+		e, err = tx.EnqueueEffect(store.NewEffect{Session: session.DefaultID, Kind: store.EffectSend, ConversationID: conv.ID,
+			IdempotencyKey: key, Nonce: "n" + strings.ReplaceAll(key, "/", ""), Text: text, ItemID: item})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.server.Kick()
+	return e
+}
+
+func settled(t *testing.T, c *core, id int64) store.Effect {
+	t.Helper()
+	var e store.Effect
+	waitFor(t, fmt.Sprintf("effect %d to settle", id), func() bool {
+		e, _ = c.store.Effect(context.Background(), id)
+		return e.State == store.EffectConfirmed || e.State == store.EffectFailed || e.State == store.EffectUnknown
+	})
+	return e
+}
+
+func TestAmbientRoomDirectedDM(t *testing.T) {
+	dir := t.TempDir()
+	c := startCore(t, dir)
+	fake := discordtest.New("99")
+	defer fake.Close()
+	runTransport(t, fake, c.socket)
+
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("1001", "10", "7", "5", "anyone seen the build?"))
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("1002", "11", "7", "6", "lunch?"))
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("1003", "20", "", "5", "hey, a question for you"))
+	mention := discordtest.Message("1004", "11", "7", "6", "<@99> are you there")
+	mention["mentions"] = []any{map[string]any{"id": "99"}}
+	fake.Dispatch("MESSAGE_CREATE", mention)
+	bot := discordtest.Message("1005", "10", "7", "8", "beep")
+	bot["author"].(map[string]any)["bot"] = true
+	fake.Dispatch("MESSAGE_CREATE", bot)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("1006", "10", "7", "99", "my own echo"))
+	fake.Dispatch("TYPING_START", map[string]any{"channel_id": "10"})
+	waitFor(t, "four inputs", func() bool { return len(pending(t, c)) == 4 })
+	ctx := context.Background()
+	items, _ := c.store.AttentionItems(ctx, session.DefaultID, nil, 10)
+	if len(items) != 2 {
+		t.Fatalf("%d attention items, want the DM and the mention", len(items))
+	}
+	var dm, men store.AttentionItem
+	for _, it := range items {
+		if it.MessageID == "1003" {
+			dm = it
+		} else {
+			men = it
+		}
+	}
+	// The agent ignores the mention and answers the DM, in the DM.
+	if err := c.store.Write(ctx, func(tx *store.Tx) error {
+		_, err := tx.Mark(men.ID, store.ItemIgnored, store.OriginModel, "nothing to add", 0)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e := enqueueSend(t, c, dm.Conversation, "x1/1", "sure, ask away", dm.ID)
+	got := settled(t, c, e.ID)
+	sent := fake.Sent()
+	if got.State != store.EffectConfirmed || len(sent) != 1 || sent[0].ChannelID != "20" || sent[0].ID != got.MessageID || sent[0].ReplyTo != "" {
+		t.Fatalf("effect %+v, fake saw %+v; want one plain message in the DM channel 20", got, sent)
+	}
+	dmNow, _ := c.store.AttentionItem(ctx, dm.ID)
+	menNow, _ := c.store.AttentionItem(ctx, men.ID)
+	if dmNow.Status != store.ItemActed || menNow.Status != store.ItemIgnored {
+		t.Fatalf("dm %s, mention %s; want acted and ignored", dmNow.Status, menNow.Status)
+	}
+	// Restart the core: the ignored mention stays ignored.
+	c.stop()
+	c = startCore(t, dir)
+	menNow, _ = c.store.AttentionItem(ctx, men.ID)
+	if menNow.Status != store.ItemIgnored || menNow.DecisionOrigin != store.OriginModel {
+		t.Fatalf("after restart the mention is %s by %s", menNow.Status, menNow.DecisionOrigin)
+	}
+}
+
+func TestReplayedEventsAndACoreRestartLoseNothing(t *testing.T) {
+	dir := t.TempDir()
+	c := startCore(t, dir)
+	fake := discordtest.New("99")
+	defer fake.Close()
+	runTransport(t, fake, c.socket)
+	for i := range 5 {
+		fake.Dispatch("MESSAGE_CREATE", discordtest.Message(fmt.Sprint(2000+i), "10", "7", "5", fmt.Sprint("m", i)))
+	}
+	waitFor(t, "five inputs", func() bool { return len(pending(t, c)) == 5 })
+	// The connection drops; the transport resumes; the fake replays from seq 0-ish.
+	fake.CloseGateway(4000)
+	waitFor(t, "a resume", func() bool { _, r := fake.Counts(); return r >= 1 && fake.Connected() })
+	// klbr-core goes away while messages keep arriving.
+	c.stop()
+	for i := 5; i < 10; i++ {
+		fake.Dispatch("MESSAGE_CREATE", discordtest.Message(fmt.Sprint(2000+i), "10", "7", "5", fmt.Sprint("m", i)))
+	}
+	time.Sleep(200 * time.Millisecond)
+	c = startCore(t, dir)
+	waitFor(t, "ten inputs", func() bool { return len(pending(t, c)) == 10 })
+	time.Sleep(200 * time.Millisecond)
+	if n := len(pending(t, c)); n != 10 {
+		t.Fatalf("%d inputs, want exactly 10", n)
+	}
+}
+
+func TestFailedSendsAreRecordedHonestly(t *testing.T) {
+	c := startCore(t, t.TempDir())
+	fake := discordtest.New("99")
+	defer fake.Close()
+	var mu sync.Mutex
+	script := map[string][]int{} // nonce → statuses to answer before accepting (0 = accept)
+	fake.OnSend = func(ch, nonce string) (int, float64) {
+		mu.Lock()
+		defer mu.Unlock()
+		s := script[nonce]
+		if len(s) == 0 {
+			return 0, 0
+		}
+		script[nonce] = s[1:]
+		return s[0], 0.05
+	}
+	runTransport(t, fake, c.socket)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("3001", "30", "", "5", "hi"))
+	waitFor(t, "the DM", func() bool { return len(pending(t, c)) == 1 })
+	tests := []struct {
+		name    string
+		script  []int
+		want    string
+		wantMsg int // messages the fake holds afterwards, cumulative
+	}{
+		{"forbidden", []int{403}, store.EffectFailed, 0},
+		{"rate limited twice, then accepted", []int{429, 429}, store.EffectConfirmed, 1},
+		{"rate limited past the bound", []int{429, 429, 429, 429, 429}, store.EffectFailed, 1},
+		{"server errors past the bound, nonce not found", []int{500, 500, 500, 500}, store.EffectUnknown, 1},
+		{"one server error, then accepted", []int{502}, store.EffectConfirmed, 2},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			key := fmt.Sprintf("x9/%d", i)
+			mu.Lock()
+			script["n"+strings.ReplaceAll(key, "/", "")] = tc.script
+			mu.Unlock()
+			e := settled(t, c, enqueueSend(t, c, "d1", key, "reply "+tc.name, 0).ID)
+			if e.State != tc.want || len(fake.Sent()) != tc.wantMsg {
+				t.Fatalf("state %s (%s %s), fake holds %d; want %s and %d", e.State, e.ErrorCode, e.Error, len(fake.Sent()), tc.want, tc.wantMsg)
+			}
+		})
+	}
+	// Not said versus said: only confirmed sends are in the speech lane as sent.
+	recs, _ := c.store.Records(context.Background(), session.DefaultID, 0, 100)
+	var sentRecs int
+	for _, r := range recs {
+		if r.Kind == "discord.sent" {
+			sentRecs++
+		}
+	}
+	if sentRecs != 2 {
+		t.Fatalf("%d discord.sent records, want 2 (the failed and unknown ones are not delivered)", sentRecs)
+	}
+}
+
+func TestFatalCloseStopsWithAClearError(t *testing.T) {
+	c := startCore(t, t.TempDir())
+	fake := discordtest.New("99")
+	defer fake.Close()
+	_, errc := runTransport(t, fake, c.socket)
+	fake.CloseGateway(4014)
+	select {
+	case err := <-errc:
+		var fe *FatalError
+		if !errors.As(err, &fe) || fe.Code != 4014 || !strings.Contains(fe.Msg, "MESSAGE CONTENT") {
+			t.Fatalf("Run returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the transport kept going after a disallowed-intents close")
+	}
+}
+
+// startChild runs the transport as a real process.
+func startChild(t *testing.T, fake *discordtest.Fake, socket string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "KLBR_DISCORD_CHILD=1", "KLBR_DISCORD_API="+fake.APIBase(), "KLBR_INGRESS_SOCKET="+socket)
+	var out bytes.Buffer
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if strings.Contains(out.String(), testToken) {
+			t.Error("the token appeared in klbr-discord's output")
+		}
+	})
+	return cmd
+}
+
+func TestKilledAtTheWorstInstant(t *testing.T) {
+	c := startCore(t, t.TempDir())
+	fake := discordtest.New("99")
+	defer fake.Close()
+	// Discord accepts the send; klbr-discord dies before it hears the answer.
+	var victim atomic.Pointer[exec.Cmd]
+	fake.AfterAccept = func(discordtest.Sent) {
+		if cmd := victim.Swap(nil); cmd != nil {
+			cmd.Process.Signal(syscall.SIGKILL)
+		}
+	}
+	child := startChild(t, fake, c.socket)
+	waitFor(t, "the child's gateway session", fake.Connected)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("4001", "40", "", "5", "ping"))
+	waitFor(t, "the DM", func() bool { return len(pending(t, c)) == 1 })
+	items, _ := c.store.AttentionItems(context.Background(), session.DefaultID, nil, 10)
+	victim.Store(child)
+	e := enqueueSend(t, c, "d1", "x5/1", "pong", items[0].ID)
+	waitFor(t, "the accepted send", func() bool { return len(fake.Sent()) == 1 })
+	waitFor(t, "the kill", func() bool { return victim.Load() == nil })
+	time.Sleep(200 * time.Millisecond)
+	if got, _ := c.store.Effect(context.Background(), e.ID); got.State != store.EffectAttempting {
+		t.Fatalf("after the kill the effect is %s, want attempting", got.State)
+	}
+	startChild(t, fake, c.socket)
+	got := settled(t, c, e.ID)
+	if got.State != store.EffectConfirmed || got.Evidence != "nonce in channel history" || got.MessageID != fake.Sent()[0].ID {
+		t.Fatalf("effect %+v; want confirmed by the nonce in history", got)
+	}
+	if n := len(fake.Sent()); n != 1 {
+		t.Fatalf("the fake saw %d messages, want exactly 1", n)
+	}
+	it, _ := c.store.AttentionItem(context.Background(), items[0].ID)
+	if it.Status != store.ItemActed {
+		t.Fatalf("item is %s", it.Status)
+	}
+}

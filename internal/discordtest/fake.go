@@ -1,0 +1,328 @@
+// Package discordtest is an in-test fake of Discord's REST API and gateway:
+// enough of both for klbr-discord's tests (gateway hello, identify, resume,
+// dispatch, close codes; message create with nonce and enforce_nonce,
+// history, reactions; failures on demand). It is a test fixture, never a
+// code path the product takes.
+package discordtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Sent is a message the fake accepted.
+type Sent struct {
+	ID        string
+	ChannelID string
+	Content   string
+	Nonce     string
+	ReplyTo   string
+	At        time.Time
+}
+
+// Fake is a running fake Discord.
+type Fake struct {
+	BotID string
+	srv   *httptest.Server
+
+	// OnSend, if set, decides each message create before it is recorded:
+	// status 0 accepts; another status answers with it (429 with retryAfter).
+	// It may block (to hold a send between acceptance and answer, see AfterAccept).
+	OnSend func(channel, nonce string) (status int, retryAfter float64)
+	// AfterAccept, if set, runs after a send was recorded and before it is
+	// answered: a test kills the transport here.
+	AfterAccept func(Sent)
+
+	mu        sync.Mutex // guards the fields below
+	conns     map[*websocket.Conn]bool
+	cur       *websocket.Conn
+	seq       int64
+	sessions  int // identifies
+	resumes   int
+	events    [][]byte // dispatched frames, for resume replay
+	sent      []Sent
+	reactions []string
+	nextID    int64
+	tokens    []string
+}
+
+// New starts a fake; Close it.
+func New(botID string) *Fake {
+	f := &Fake{BotID: botID, conns: map[*websocket.Conn]bool{}, nextID: 900000000000000000}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v9/gateway/", f.gateway) // discordgo asks with a trailing slash
+	mux.HandleFunc("GET /api/v9/gateway", f.gateway)
+	mux.HandleFunc("GET /gw", f.ws)
+	mux.HandleFunc("GET /gw/", f.ws) // the gateway URL gets a trailing slash from discordgo
+	mux.HandleFunc("POST /api/v9/channels/{ch}/messages", f.create)
+	mux.HandleFunc("GET /api/v9/channels/{ch}/messages", f.history)
+	mux.HandleFunc("PUT /api/v9/channels/{ch}/messages/{msg}/reactions/{emoji}/@me", f.react)
+	f.srv = httptest.NewServer(mux)
+	return f
+}
+
+// APIBase is the api_base klbr-discord is configured with.
+func (f *Fake) APIBase() string { return f.srv.URL + "/api/v9" }
+
+// Close stops the fake.
+func (f *Fake) Close() {
+	f.mu.Lock()
+	for c := range f.conns {
+		c.Close()
+	}
+	f.mu.Unlock()
+	f.srv.Close()
+}
+
+func (f *Fake) gateway(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.tokens = append(f.tokens, r.Header.Get("Authorization"))
+	f.mu.Unlock()
+	json.NewEncoder(w).Encode(map[string]string{"url": "ws" + strings.TrimPrefix(f.srv.URL, "http") + "/gw"})
+}
+
+var upgrader = websocket.Upgrader{}
+
+func (f *Fake) ws(w http.ResponseWriter, r *http.Request) {
+	c, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	f.mu.Lock()
+	f.conns[c] = true
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.conns, c)
+		if f.cur == c {
+			f.cur = nil
+		}
+		f.mu.Unlock()
+		c.Close()
+	}()
+	f.mu.Lock()
+	err = c.WriteJSON(map[string]any{"op": 10, "d": map[string]any{"heartbeat_interval": 1000}})
+	f.mu.Unlock()
+	if err != nil {
+		return
+	}
+	for {
+		var fr struct {
+			Op int             `json:"op"`
+			D  json.RawMessage `json:"d"`
+		}
+		if err := c.ReadJSON(&fr); err != nil {
+			return
+		}
+		f.mu.Lock()
+		switch fr.Op {
+		case 1:
+			c.WriteJSON(map[string]any{"op": 11})
+		case 2:
+			f.sessions++
+			f.cur = c
+			f.seq++
+			c.WriteJSON(map[string]any{"op": 0, "t": "READY", "s": f.seq, "d": map[string]any{
+				"session_id": fmt.Sprintf("s%d", f.sessions), "resume_gateway_url": "ws" + strings.TrimPrefix(f.srv.URL, "http") + "/gw",
+				"user": map[string]any{"id": f.BotID, "username": "klbr", "bot": true}}})
+		case 6:
+			var rs struct {
+				Seq int64 `json:"seq"`
+			}
+			json.Unmarshal(fr.D, &rs)
+			f.resumes++
+			f.cur = c
+			// Replay what the client missed, as Discord does.
+			for _, ev := range f.events {
+				var e struct {
+					S int64 `json:"s"`
+				}
+				json.Unmarshal(ev, &e)
+				if e.S > rs.Seq {
+					c.WriteMessage(websocket.TextMessage, ev)
+				}
+			}
+			f.seq++
+			c.WriteJSON(map[string]any{"op": 0, "t": "RESUMED", "s": f.seq, "d": map[string]any{}})
+		}
+		f.mu.Unlock()
+	}
+}
+
+// Dispatch sends a gateway event to the connected client (and keeps it for a
+// resume's replay). It reports whether a client was connected.
+func (f *Fake) Dispatch(event string, data any) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seq++
+	b, _ := json.Marshal(map[string]any{"op": 0, "t": event, "s": f.seq, "d": data})
+	f.events = append(f.events, b)
+	if f.cur == nil {
+		return false
+	}
+	return f.cur.WriteMessage(websocket.TextMessage, b) == nil
+}
+
+// DispatchRaw sends raw bytes as a gateway frame.
+func (f *Fake) DispatchRaw(b []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cur != nil {
+		f.cur.WriteMessage(websocket.TextMessage, b)
+	}
+}
+
+// CloseGateway closes the current connection with a close code.
+func (f *Fake) CloseGateway(code int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cur != nil {
+		f.cur.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(code, "fake"))
+		f.cur.Close()
+		f.cur = nil
+	}
+}
+
+// Connected reports whether a client identified or resumed and is connected.
+func (f *Fake) Connected() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cur != nil
+}
+
+// Counts: identifies and resumes seen.
+func (f *Fake) Counts() (sessions, resumes int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sessions, f.resumes
+}
+
+// Sent returns the messages accepted so far.
+func (f *Fake) Sent() []Sent {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Sent(nil), f.sent...)
+}
+
+// Reactions returns the reactions added, as "channel/message/emoji".
+func (f *Fake) Reactions() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.reactions...)
+}
+
+// Authorizations returns the Authorization headers seen.
+func (f *Fake) Authorizations() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.tokens...)
+}
+
+// Message builds a MESSAGE_CREATE payload.
+func Message(id, channel, guild, author, content string) map[string]any {
+	m := map[string]any{"id": id, "channel_id": channel, "author": map[string]any{"id": author, "username": "user" + author},
+		"content": content, "timestamp": time.Now().UTC().Format(time.RFC3339Nano), "type": 0, "mentions": []any{}}
+	if guild != "" {
+		m["guild_id"] = guild
+	}
+	return m
+}
+
+func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
+	ch := r.PathValue("ch")
+	var body struct {
+		Content          string `json:"content"`
+		Nonce            string `json:"nonce"`
+		EnforceNonce     bool   `json:"enforce_nonce"`
+		MessageReference *struct {
+			MessageID string `json:"message_id"`
+		} `json:"message_reference"`
+	}
+	b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err := json.Unmarshal(b, &body); err != nil {
+		http.Error(w, `{"message":"bad json","code":50109}`, 400)
+		return
+	}
+	if f.OnSend != nil {
+		if st, ra := f.OnSend(ch, body.Nonce); st != 0 {
+			w.Header().Set("Content-Type", "application/json")
+			if st == 429 {
+				w.Header().Set("Retry-After", strconv.FormatFloat(ra, 'f', -1, 64))
+				w.WriteHeader(429)
+				fmt.Fprintf(w, `{"message":"You are being rate limited.","retry_after":%g,"global":false}`, ra)
+				return
+			}
+			w.WriteHeader(st)
+			fmt.Fprintf(w, `{"message":"%s","code":0}`, http.StatusText(st))
+			return
+		}
+	}
+	f.mu.Lock()
+	var s Sent
+	found := false
+	if body.EnforceNonce && body.Nonce != "" {
+		for _, old := range f.sent {
+			if old.Nonce == body.Nonce && old.ChannelID == ch {
+				s, found = old, true
+			}
+		}
+	}
+	if !found {
+		f.nextID++
+		s = Sent{ID: strconv.FormatInt(f.nextID, 10), ChannelID: ch, Content: body.Content, Nonce: body.Nonce, At: time.Now()}
+		if body.MessageReference != nil {
+			s.ReplyTo = body.MessageReference.MessageID
+		}
+		f.sent = append(f.sent, s)
+	}
+	f.mu.Unlock()
+	if f.AfterAccept != nil && !found {
+		f.AfterAccept(s)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(f.wire(s))
+}
+
+func (f *Fake) wire(s Sent) map[string]any {
+	m := map[string]any{"id": s.ID, "channel_id": s.ChannelID, "content": s.Content, "nonce": s.Nonce,
+		"author": map[string]any{"id": f.BotID, "username": "klbr", "bot": true}, "timestamp": s.At.UTC().Format(time.RFC3339Nano), "type": 0}
+	if s.ReplyTo != "" {
+		m["message_reference"] = map[string]any{"message_id": s.ReplyTo}
+		m["type"] = 19
+	}
+	return m
+}
+
+func (f *Fake) history(w http.ResponseWriter, r *http.Request) {
+	ch := r.PathValue("ch")
+	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+	if limit <= 0 || limit > 100 {
+		limit = 50
+	}
+	f.mu.Lock()
+	out := []map[string]any{}
+	for i := len(f.sent) - 1; i >= 0 && len(out) < limit; i-- {
+		if f.sent[i].ChannelID == ch {
+			out = append(out, f.wire(f.sent[i]))
+		}
+	}
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+func (f *Fake) react(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.reactions = append(f.reactions, r.PathValue("ch")+"/"+r.PathValue("msg")+"/"+r.PathValue("emoji"))
+	f.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
