@@ -69,18 +69,31 @@ func (c *client) control(ctx context.Context, id string, m ClientMessage) bool {
 	b.log.Info("browser: control", "action", m.Type, "session", id)
 	switch m.Type {
 	case MsgReset:
+		// As the operator API's reset (klbr-core reset [--kernel]): a new
+		// context epoch, the archive kept; with kernel, a new workbench too.
 		target := id
 		if m.Session != "" {
 			target = m.Session
 		}
-		if b.Workbench == nil {
+		if m.Kernel && b.Workbench == nil {
 			return unavailable("the workbench (cells cannot run)")
 		}
-		if err := b.Workbench.Reset(ctx, target, "reset from the browser"); err != nil {
+		const reason = "reset from the browser"
+		var epoch int64
+		if err := b.Store.Write(ctx, func(tx *store.Tx) (err error) {
+			epoch, err = tx.ResetContext(target, reason)
+			return err
+		}); err != nil {
 			return fail(err)
 		}
-		return c.send(ackMsg{Type: MsgAck, Action: m.Type, Session: target,
-			Message: "the workbench was reset; Python state was not restored, the next cell starts a new generation"})
+		msg := fmt.Sprintf("the context was reset: epoch %d starts empty; the archive is kept and durable work continues", epoch)
+		if m.Kernel {
+			if err := b.Workbench.Reset(ctx, target, reason); err != nil {
+				return fail(fmt.Errorf("%s; the workbench reset failed: %w", msg, err))
+			}
+			msg += "; the workbench was reset (Python state was not restored, the next cell starts a new generation)"
+		}
+		return c.send(ackMsg{Type: MsgAck, Action: m.Type, Session: target, Message: msg})
 	case MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart:
 		if b.Sessions == nil {
 			return unavailable("the session manager")

@@ -262,9 +262,23 @@ func TestControlResetAndSession(t *testing.T) {
 	c := startControls(t)
 	ws := c.hello(t, 0)
 
+	// A reset starts a new context epoch; the workbench stays.
 	writeJSON(t, ws, map[string]any{"type": "reset"})
-	if m := answer(t, ws); m.Type != MsgAck || m.Action != MsgReset || m.Session != "default" {
+	if m := answer(t, ws); m.Type != MsgAck || m.Action != MsgReset || m.Session != "default" || !strings.Contains(m.Message, "epoch 1 starts empty") {
 		t.Fatalf("reset: %+v", m)
+	}
+	if s, _ := c.st.Session(context.Background(), "default"); s.ContextEpoch != 1 {
+		t.Fatalf("context epoch %d after a reset, want 1", s.ContextEpoch)
+	}
+	c.bench.mu.Lock()
+	if len(c.bench.resets) != 0 {
+		t.Fatalf("a context reset reset the workbench: %v", c.bench.resets)
+	}
+	c.bench.mu.Unlock()
+	// With kernel, the workbench too.
+	writeJSON(t, ws, map[string]any{"type": "reset", "kernel": true})
+	if m := answer(t, ws); m.Type != MsgAck || !strings.Contains(m.Message, "epoch 2") || !strings.Contains(m.Message, "workbench was reset") {
+		t.Fatalf("reset with kernel: %+v", m)
 	}
 	c.bench.mu.Lock()
 	got := c.bench.resets
@@ -273,9 +287,13 @@ func TestControlResetAndSession(t *testing.T) {
 	if len(got) != 1 || got[0] != [2]string{"default", "reset from the browser"} {
 		t.Fatalf("resets: %v", got)
 	}
-	writeJSON(t, ws, map[string]any{"type": "reset", "session": "default"})
+	writeJSON(t, ws, map[string]any{"type": "reset", "session": "default", "kernel": true})
 	if m := answer(t, ws); m.Type != MsgError || m.Code != api.CodeDraining || m.Action != MsgReset {
 		t.Fatalf("reset of a closed workbench: %+v", m)
+	}
+	writeJSON(t, ws, map[string]any{"type": "reset", "session": "nope"})
+	if m := answer(t, ws); m.Type != MsgError || m.Code != api.CodeNotFound {
+		t.Fatalf("reset of an unknown session: %+v", m)
 	}
 
 	for _, step := range []struct {
@@ -309,7 +327,7 @@ func TestControlsUnavailable(t *testing.T) {
 	h := start(t) // no workbench, behavior, releases or artifacts
 	ws := h.hello(t, 0)
 	for _, msg := range []map[string]any{
-		{"type": "reset"},
+		{"type": "reset", "kernel": true},
 		{"type": "rollback"},
 		{"type": "activate", "release": "abc", "expected_epoch": 0},
 		{"type": "edit_soul", "text": "x", "expected_epoch": 0},
@@ -329,7 +347,7 @@ func TestControlsUnavailable(t *testing.T) {
 
 func TestControlMessagesDecode(t *testing.T) {
 	good := []string{
-		`{"type":"reset"}`, `{"type":"reset","session":"s-1"}`,
+		`{"type":"reset"}`, `{"type":"reset","session":"s-1"}`, `{"type":"reset","kernel":true}`,
 		`{"type":"session_drain"}`, `{"type":"session_stop"}`, `{"type":"session_pause"}`, `{"type":"session_start"}`, `{"type":"rollback"}`,
 		`{"type":"activate","release":"abc","expected_epoch":0}`,
 		`{"type":"edit_soul","text":"x","expected_epoch":3}`,
@@ -341,7 +359,7 @@ func TestControlMessagesDecode(t *testing.T) {
 	}
 	bad := []string{
 		`{"type":"reset","session":"../x"}`, `{"type":"reset","text":"x"}`,
-		`{"type":"session_stop","session":"default"}`, `{"type":"session_pause","reason":"x"}`, `{"type":"rollback","expected_epoch":1}`,
+		`{"type":"session_stop","session":"default"}`, `{"type":"session_stop","kernel":true}`, `{"type":"session_pause","reason":"x"}`, `{"type":"rollback","expected_epoch":1}`,
 		`{"type":"activate","release":"abc"}`, `{"type":"activate","expected_epoch":1}`,
 		`{"type":"activate","release":"abc","expected_epoch":-1}`, `{"type":"activate","release":"abc","expected_epoch":1,"text":"x"}`,
 		`{"type":"edit_soul","expected_epoch":1}`, `{"type":"edit_soul","text":"x"}`,
@@ -490,10 +508,16 @@ func TestBrowserControls(t *testing.T) {
 	if s := soulOf(t, c.harness); s.Epoch != 2 || s.Text != "You are kind and exact.\n" {
 		t.Fatalf("after the browser's soul edit: %+v", s)
 	}
-	// Reset reaches the workbench.
+	// Context · Reset starts a new context epoch; Kernel · Reset also
+	// reaches the workbench.
 	err = chromedp.Do(ctx,
+		chromedp.Click(css(`#btn-reset-context`)),
+		chromedp.Poll[chromedp.Void](`document.getElementById('controls-status').textContent.startsWith("reset: the context was reset: epoch 1")`,
+			chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Poll[chromedp.Void](`[...document.querySelectorAll('#lane-notice .record')].some(r => r.innerText.includes("context reset: epoch 1 starts empty"))`,
+			chromedp.WithPollingTimeout(10*time.Second)),
 		chromedp.Click(css(`#btn-reset`)),
-		chromedp.Poll[chromedp.Void](`document.getElementById('controls-status').textContent.startsWith("reset: the workbench was reset")`,
+		chromedp.Poll[chromedp.Void](`document.getElementById('controls-status').textContent.includes("the workbench was reset")`,
 			chromedp.WithPollingTimeout(10*time.Second)),
 	)
 	if err != nil {

@@ -26,7 +26,7 @@ const (
 
 	// Operator controls (controls.go): they reach the domain operations
 	// directly, never through the model or the hooks.
-	MsgReset        = "reset"         // {"type":"reset","session":S?}: the workbench Reset
+	MsgReset        = "reset"         // {"type":"reset","session":S?,"kernel":bool?}: a new context epoch, and with kernel a new workbench
 	MsgSessionDrain = "session_drain" // the connected session drains
 	MsgSessionStop  = "session_stop"  // the connected session moves to stopped
 	MsgSessionPause = "session_pause" // the connected session moves to paused: a running cell or model request is cut off
@@ -71,6 +71,8 @@ type ClientMessage struct {
 	// ExpectedEpoch is the behavior epoch an activation or soul edit is
 	// made against (compare-and-swap); required by both.
 	ExpectedEpoch *int64 `json:"expected_epoch,omitempty"`
+	// Kernel asks a reset to replace the workbench too.
+	Kernel bool `json:"kernel,omitempty"`
 }
 
 // MaxReleaseRef bounds a release reference.
@@ -125,8 +127,8 @@ func DecodeClientMessage(b []byte) (ClientMessage, error) {
 		if m.Session != "" && !session.ValidID(m.Session) {
 			return bad("session %q: want 1-64 letters, digits, '-' or '_'", m.Session)
 		}
-		if m != (ClientMessage{Type: m.Type, Session: m.Session}) {
-			return bad("only session")
+		if m != (ClientMessage{Type: m.Type, Session: m.Session, Kernel: m.Kernel}) {
+			return bad("only session and kernel")
 		}
 	case MsgActivate:
 		if m.Release == "" || len(m.Release) > MaxReleaseRef {

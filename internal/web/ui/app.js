@@ -701,8 +701,10 @@ function pause() {
 }
 
 function setupControls() {
-  $("#btn-reset").addEventListener("click", () => sendControl({ type: "reset", session: SESSION },
-    `Reset the workbench of ${SESSION}? Python state is lost; the next cell starts a new kernel generation.`));
+  $("#btn-reset-context").addEventListener("click", () => sendControl({ type: "reset", session: SESSION },
+    `Reset the context of ${SESSION}? The model starts from an empty context; the archive and durable work are kept.`));
+  $("#btn-reset").addEventListener("click", () => sendControl({ type: "reset", session: SESSION, kernel: true },
+    `Reset the context and the workbench of ${SESSION}? Python state is lost; the next cell starts a new kernel generation.`));
   $("#btn-session-pause").addEventListener("click", pause);
   $("#btn-session-drain").addEventListener("click", () => sendControl({ type: "session_drain" },
     `Drain session ${SESSION}? It finishes accepted work, then stops.`));
