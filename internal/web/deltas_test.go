@@ -3,6 +3,7 @@ package web
 import (
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -243,5 +244,63 @@ func TestDeltasAreDroppedForASlowReader(t *testing.T) {
 	}
 	if n := h.srv.browser.slowDrops.Load(); n != 0 {
 		t.Fatalf("%d clients dropped; log:\n%s", n, h.logs.String())
+	}
+}
+
+// clientGoroutines returns the stacks of goroutines of this package's
+// sockets (serve, the writer, the reader, the delta forwarder, controls).
+func clientGoroutines() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "internal/web.(*client)") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
+}
+
+// Every goroutine of a socket ends with it: a closed client, a client
+// dropped for being slow, and the clients of a daemon that closes.
+func TestSocketsLeaveNoGoroutines(t *testing.T) {
+	h := start(t)
+	h.srv.browser.writeTimeout = 300 * time.Millisecond
+	h.shrinkNextSendBuffer(t, 16<<10)
+	slow := h.helloSmallBuffer(t, 0)
+	readMsg(t, slow, 5*time.Second)
+	a := h.hello(t, 0)
+	collect(t, a)
+	h.waitSubscribed(t, a)
+	b := h.hello(t, 0)
+	collect(t, b)
+	for i := range 10 {
+		h.deltas.Publish(live.Delta{Session: "default", Attempt: 1, Step: 1, Kind: "content", Text: "x"})
+		h.admitN(t, 5, "g"+itoa(i), 60<<10)
+	}
+	a.Close(websocket.StatusNormalClosure, "")
+	deadline := time.Now().Add(5 * time.Second)
+	for h.srv.browser.slowDrops.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow client was not dropped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(h.daemon.closing) // b is told the daemon goes away
+	for {
+		if _, err := tryRead(b, 5*time.Second); err != nil {
+			break
+		}
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		left := clientGoroutines()
+		if left == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("socket goroutines left:\n%s", left)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
