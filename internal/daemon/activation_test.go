@@ -469,7 +469,7 @@ func TestMain(m *testing.M) {
 }
 
 // kernelDir is a directory holding a freshly built klbr-kernel, for PATH.
-func kernelDir(t *testing.T) string {
+func kernelDir(t testing.TB) string {
 	t.Helper()
 	kernelOnce.Do(func() {
 		kernelOnce.dir, kernelOnce.err = os.MkdirTemp("", "klbr-kernel-")

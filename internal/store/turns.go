@@ -466,11 +466,12 @@ type ContextItem struct {
 	Content json.RawMessage
 }
 
-// Context returns session's transcript in context epoch, in order.
-func (s *Store) Context(ctx context.Context, session string, epoch int64) ([]ContextItem, error) {
+// Context returns session's transcript in context epoch after item id
+// after (0: from the start), in order.
+func (s *Store) Context(ctx context.Context, session string, epoch, after int64) ([]ContextItem, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT c.id, c.role, e.kind, COALESCE(c.call_id, ''), e.content
 		FROM context_items c JOIN events e ON e.id = c.event_id
-		WHERE c.session_id = ? AND c.context_epoch = ? ORDER BY c.id`, session, epoch)
+		WHERE c.session_id = ? AND c.context_epoch = ? AND c.id > ? ORDER BY c.id`, session, epoch, after)
 	if err != nil {
 		return nil, fmt.Errorf("context: %w", err)
 	}
@@ -614,4 +615,32 @@ func (s *Store) AttemptSends(ctx context.Context, attempt int64) (int64, error) 
 		JOIN executions x ON x.id = d.execution_id JOIN model_steps m ON m.id = x.step_id
 		WHERE m.attempt_id = ?`, attempt).Scan(&n)
 	return n, err
+}
+
+// Glance is what the turn loop checks at each boundary, in one read: the
+// session's state and versions, and its pending inputs by kind.
+type Glance struct {
+	Session
+	PendingOperator int64
+	PendingOther    int64
+}
+
+// Glance reads session's glance.
+func (s *Store) Glance(ctx context.Context, id string) (Glance, error) {
+	var g Glance
+	var created, updated int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT s.id, COALESCE(s.parent_id, ''), s.state, s.state_reason, s.context_epoch, s.policy_revision,
+			s.kernel_generation, s.behavior_epoch, s.created_at, s.updated_at,
+			(SELECT count(*) FROM inbox b JOIN inputs i ON i.id = b.input_id WHERE b.session_id = s.id AND b.state = 'pending' AND i.source_kind = 'operator'),
+			(SELECT count(*) FROM inbox b JOIN inputs i ON i.id = b.input_id WHERE b.session_id = s.id AND b.state = 'pending' AND i.source_kind <> 'operator')
+		FROM sessions s WHERE s.id = ?`, id).Scan(&g.ID, &g.ParentID, &g.State, &g.StateReason, &g.ContextEpoch, &g.PolicyRevision,
+		&g.KernelGen, &g.BehaviorEpoch, &created, &updated, &g.PendingOperator, &g.PendingOther)
+	if errors.Is(err, sql.ErrNoRows) {
+		return g, fmt.Errorf("%w: %s", ErrUnknownSession, id)
+	}
+	if err != nil {
+		return g, fmt.Errorf("read session %s: %w", id, err)
+	}
+	g.CreatedAt, g.UpdatedAt = time.UnixMilli(created), time.UnixMilli(updated)
+	return g, nil
 }

@@ -107,7 +107,11 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 		if ctx.Err() != nil || cfg.Sessions.Draining(r.session) {
 			return r.finish(a, store.AttemptInterrupted, "klbr-core is stopping; the attempt resumes after a restart")
 		}
-		if step > 0 {
+		g, err := cfg.Store.Glance(ctx, r.session)
+		if err != nil {
+			return err
+		}
+		if step > 0 && g.PendingOperator+g.PendingOther > 0 {
 			if err := r.takeIn(ctx, a); err != nil {
 				return err
 			}
@@ -120,10 +124,7 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 		case cfg.Clock().Sub(a.started) >= b.MaxTurn:
 			return r.pause(a, fmt.Sprintf("time budget: the attempt ran %s (agent.max_turn_seconds)", b.MaxTurn))
 		}
-		s, err := cfg.Store.Session(ctx, r.session)
-		if err != nil {
-			return err
-		}
+		s := g.Session
 		if s.State != store.StateRunning {
 			return r.finish(a, store.AttemptInterrupted, "the session left running: "+string(s.State))
 		}
@@ -598,20 +599,12 @@ func (p *preemption) check() {
 	if cancel == nil {
 		return
 	}
-	st := p.r.l.cfg.Store
-	ctx := context.Background()
-	if s, err := st.Session(ctx, p.r.session); err == nil && (s.State == store.StateStopped || s.State == store.StatePaused) {
-		cancel(fmt.Errorf("%w (%s)", errStopped, s.State))
-		return
-	}
-	pending, err := st.PendingInputs(ctx, p.r.session)
-	if err != nil {
-		return
-	}
-	for _, in := range pending {
-		if in.SourceKind == "operator" {
-			cancel(errPreempted)
-			return
-		}
+	g, err := p.r.l.cfg.Store.Glance(context.Background(), p.r.session)
+	switch {
+	case err != nil:
+	case g.State == store.StateStopped || g.State == store.StatePaused:
+		cancel(fmt.Errorf("%w (%s)", errStopped, g.State))
+	case g.PendingOperator > 0:
+		cancel(errPreempted)
 	}
 }

@@ -20,23 +20,30 @@ const toolDescription = "Run Python in your persistent workbench. Globals persis
 // assemble builds the request's messages: the active release's prompt, then
 // the context epoch's transcript, raw. It returns the estimated size in
 // tokens (serialized bytes / 4): the caller refuses what does not fit the
-// budget instead of truncating it.
+// budget instead of truncating it. The transcript is kept between steps and
+// extended with the items added since.
 func (r *runner) assemble(ctx context.Context, s store.Session, epoch int64) ([]provider.Message, int, error) {
 	system, err := r.l.cfg.Prompt(ctx, s.PolicyRevision)
 	if err != nil {
 		return nil, 0, fmt.Errorf("prompt of release %s: %w", s.PolicyRevision, err)
 	}
-	items, err := r.l.cfg.Store.Context(ctx, r.session, epoch)
+	if r.transcript == nil || r.transcript.epoch != epoch {
+		r.transcript = &transcript{epoch: epoch, open: map[string]int{}}
+	}
+	t := r.transcript
+	items, err := r.l.cfg.Store.Context(ctx, r.session, epoch, t.last)
 	if err != nil {
 		return nil, 0, err
 	}
-	msgs := append([]provider.Message{{Role: "system", Content: system}}, Transcript(items)...)
-	b, err := json.Marshal(msgs)
-	if err != nil {
-		return nil, 0, err
+	for _, it := range items {
+		t.add(it)
 	}
+	head := provider.Message{Role: "system", Content: system}
+	msgs := make([]provider.Message, 0, len(t.msgs)+1)
+	msgs = append(append(msgs, head), t.msgs...)
+	hb, _ := json.Marshal(head)
 	tools, _ := json.Marshal(provider.PythonTool(toolDescription))
-	return msgs, (len(b) + len(tools) + 3) / 4, nil
+	return msgs, (t.bytes + len(hb) + len(tools) + 3) / 4, nil
 }
 
 // Transcript renders context items as chat messages. Every assistant
@@ -45,51 +52,72 @@ func (r *runner) assemble(ctx context.Context, s store.Session, epoch int64) ([]
 // "no result" when none was (the sequence stays valid for the provider
 // whatever happened in between).
 func Transcript(items []store.ContextItem) []provider.Message {
-	results := map[string]string{}
+	t := &transcript{open: map[string]int{}}
 	for _, it := range items {
-		if it.Role == "tool" {
-			results[it.CallID] = renderResult(it)
-		}
+		t.add(it)
 	}
-	answered := map[string]bool{}
-	var out []provider.Message
-	for _, it := range items {
-		switch it.Role {
-		case "input":
-			out = append(out, provider.Message{Role: "user", Content: renderInput(it.Content)})
-		case "notice":
-			out = append(out, provider.Message{Role: "user", Content: renderNotice(it.Kind, it.Content)})
-		case "assistant":
-			var sp struct {
-				Text  string           `json:"text"`
-				Calls []store.StepCall `json:"tool_calls"`
-			}
-			if json.Unmarshal(it.Content, &sp) != nil {
-				continue
-			}
-			m := provider.Message{Role: "assistant", Content: sp.Text}
-			for _, c := range sp.Calls {
-				m.ToolCalls = append(m.ToolCalls, provider.ToolCall{ID: c.ID, Type: "function",
-					Function: provider.FunctionCall{Name: c.Name, Arguments: c.Arguments}})
-			}
-			if m.Content == "" && len(m.ToolCalls) == 0 {
-				continue
-			}
-			out = append(out, m)
-			for _, c := range sp.Calls {
-				res, ok := results[c.ID]
-				if !ok {
-					res = "status: interrupted\nNo result was recorded for this call; it may not have run."
-				}
-				answered[c.ID] = true
-				out = append(out, provider.Message{Role: "tool", ToolCallID: c.ID, Content: res})
-			}
-		case "tool":
-			// Placed right after its call above; an orphan result has no
-			// call to answer and is left out.
+	return t.msgs
+}
+
+// noResult answers a call whose result is not (yet) recorded.
+const noResult = "status: interrupted\nNo result was recorded for this call; it may not have run."
+
+// transcript is a context epoch rendered as messages, built item by item.
+type transcript struct {
+	epoch int64
+	last  int64 // the last item added
+	msgs  []provider.Message
+	sizes []int          // each message's serialized size
+	bytes int            // their sum, with separators
+	open  map[string]int // call id → index of its tool message, until its result arrives
+}
+
+func (t *transcript) push(m provider.Message) {
+	b, _ := json.Marshal(m)
+	t.msgs = append(t.msgs, m)
+	t.sizes = append(t.sizes, len(b))
+	t.bytes += len(b) + 1
+}
+
+func (t *transcript) add(it store.ContextItem) {
+	t.last = it.ID
+	switch it.Role {
+	case "input":
+		t.push(provider.Message{Role: "user", Content: renderInput(it.Content)})
+	case "notice":
+		t.push(provider.Message{Role: "user", Content: renderNotice(it.Kind, it.Content)})
+	case "assistant":
+		var sp struct {
+			Text  string           `json:"text"`
+			Calls []store.StepCall `json:"tool_calls"`
 		}
+		if json.Unmarshal(it.Content, &sp) != nil {
+			return
+		}
+		m := provider.Message{Role: "assistant", Content: sp.Text}
+		for _, c := range sp.Calls {
+			m.ToolCalls = append(m.ToolCalls, provider.ToolCall{ID: c.ID, Type: "function",
+				Function: provider.FunctionCall{Name: c.Name, Arguments: c.Arguments}})
+		}
+		if m.Content == "" && len(m.ToolCalls) == 0 {
+			return
+		}
+		t.push(m)
+		for _, c := range sp.Calls {
+			t.open[c.ID] = len(t.msgs)
+			t.push(provider.Message{Role: "tool", ToolCallID: c.ID, Content: noResult})
+		}
+	case "tool":
+		i, ok := t.open[it.CallID]
+		if !ok {
+			return // an orphan result has no call to answer
+		}
+		delete(t.open, it.CallID)
+		m := provider.Message{Role: "tool", ToolCallID: it.CallID, Content: renderResult(it)}
+		b, _ := json.Marshal(m)
+		t.bytes += len(b) - t.sizes[i]
+		t.msgs[i], t.sizes[i] = m, len(b)
 	}
-	return out
 }
 
 func renderInput(content json.RawMessage) string {

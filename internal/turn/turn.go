@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/hooks"
@@ -81,7 +82,12 @@ type Loop struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
+	ticks   atomic.Int64 // times a loop woke up to look at its session
 }
+
+// Ticks counts the times the session loops woke up to look at their
+// session: an idle or waiting session adds none.
+func (l *Loop) Ticks() int64 { return l.ticks.Load() }
 
 // New returns a Loop; Start runs a session's loop.
 func New(cfg Config) *Loop {
@@ -166,6 +172,8 @@ type runner struct {
 	lastResume time.Time
 	errors     int // consecutive failed model requests, across attempts
 	log        *slog.Logger
+	// transcript is the current context epoch rendered so far.
+	transcript *transcript
 }
 
 func (r *runner) run(ctx context.Context) {
@@ -175,6 +183,7 @@ func (r *runner) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
+		r.l.ticks.Add(1)
 		next, err := r.tick(ctx)
 		if ctx.Err() != nil {
 			return

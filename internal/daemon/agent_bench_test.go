@@ -1,0 +1,201 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/admission"
+	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/provider"
+	"github.com/klbr-dev/klbr/internal/session"
+	"github.com/klbr-dev/klbr/internal/setup"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/turn"
+	"github.com/klbr-dev/klbr/internal/workbench"
+)
+
+// stepModel is a zero-latency model for the benchmark: it answers each
+// request at once with one python call, and with a wait after steps calls.
+// It counts the time spent in it, so that the loop's own time can be told
+// apart from the model's.
+type stepModel struct {
+	steps int
+	n     atomic.Int64
+	spent atomic.Int64 // nanoseconds inside Complete
+}
+
+func (m *stepModel) Complete(ctx context.Context, req provider.Request) (*provider.Response, error) {
+	start := time.Now()
+	defer func() { m.spent.Add(int64(time.Since(start))) }()
+	n := int(m.n.Add(1))
+	code := "n = n + 1 if 'n' in globals() else 1"
+	if n > m.steps {
+		code = "await runtime.wait(None, reason='done')"
+	}
+	call := provider.ToolCall{ID: fmt.Sprintf("call_%d", n), Type: "function",
+		Function: provider.FunctionCall{Name: "python", Arguments: fmt.Sprintf(`{"code": %q}`, code)}}
+	return &provider.Response{ToolCalls: []provider.ToolCall{call}, FinishReason: "tool_calls"}, nil
+}
+
+// benchAgent is an in-process store, workbench and turn loop.
+type benchAgent struct {
+	st       *store.Store
+	sessions *session.Manager
+	bench    *workbench.Manager
+	admit    *admission.Admitter
+}
+
+func newBenchAgent(b *testing.B) *benchAgent {
+	b.Helper()
+	if os.Getenv(childEnv) != "" {
+		b.Skip("in the child")
+	}
+	root := b.TempDir()
+	dir := filepath.Join(root, "data")
+	if _, err := setup.Init(b.Context(), dir); err != nil {
+		b.Fatal(err)
+	}
+	b.Setenv("PATH", kernelDir(b)+":"+os.Getenv("PATH"))
+	env := map[string]string{"KLBR_DATA_DIR": dir, "KLBR_WORKSPACE": root}
+	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := store.Open(b.Context(), dir, store.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	sessions := session.NewManager(st)
+	log := slog.New(slog.DiscardHandler)
+	wb, _, err := newWorkbench(b.Context(), cfg, st, sessions, log, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(wb.Close)
+	return &benchAgent{st: st, sessions: sessions, bench: wb, admit: admission.New(st, sessions, nil, nil)}
+}
+
+func (a *benchAgent) loop(m turn.Model, steps int) *turn.Loop {
+	return turn.New(turn.Config{
+		Store: a.st, Sessions: a.sessions, Bench: a.bench, Model: m, Route: "bench",
+		Prompt: func(context.Context, string) (string, error) { return "You are a benchmark.", nil },
+		Budgets: turn.Budgets{MaxSteps: steps + 10, MaxTokens: 1 << 40, MaxTurn: time.Hour, MaxEmpty: 3, MaxErrors: 3,
+			ContextTokens: 1 << 30},
+	})
+}
+
+func (a *benchAgent) waitState(b *testing.B, id string, want store.SessionState) {
+	b.Helper()
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		s, err := a.st.Session(b.Context(), id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if s.State == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("session %s is %s, not %s", id, s.State, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// BenchmarkTurnLoop runs 1,000 model steps of one python call each against
+// a zero-latency model and reports the loop's host overhead per step (model
+// time excluded; the cell's round trip included), steps per second, the bare
+// cell round trip measured in the same run for comparison, the loop's
+// wakeups while the session then waits, and the Go heap per idle session.
+func BenchmarkTurnLoop(b *testing.B) {
+	const steps = 1000
+	a := newBenchAgent(b)
+	ctx := b.Context()
+
+	// The baseline: the same cell run directly, without the loop.
+	if err := a.st.Write(ctx, func(tx *store.Tx) error { _, err := tx.EnsureSession("bare"); return err }); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := a.bench.Execute(ctx, "bare", "n = 0", nil); err != nil { // start its worker
+		b.Fatal(err)
+	}
+	bareStart := time.Now()
+	for range steps {
+		if _, err := a.bench.Execute(ctx, "bare", "n = n + 1 if 'n' in globals() else 1", nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	bare := time.Since(bareStart) / steps
+
+	var perStep, idleTicks float64
+	for i := 0; i < b.N; i++ {
+		id := fmt.Sprintf("bench-%d", i)
+		if err := a.st.Write(ctx, func(tx *store.Tx) error { _, err := tx.EnsureSession(id); return err }); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := a.bench.Execute(ctx, id, "n = 0", nil); err != nil { // start its worker outside the timing
+			b.Fatal(err)
+		}
+		m := &stepModel{steps: steps}
+		l := a.loop(m, steps)
+		l.Start(id, false)
+		start := time.Now()
+		if _, err := a.admit.Admit(ctx, admission.DoorOperatorAPI, admission.Input{Session: id, SourceKind: admission.SourceOperator,
+			SourceKey: id, Conversation: "operator", Author: "operator", Body: "count to a thousand"}); err != nil {
+			b.Fatal(err)
+		}
+		a.waitState(b, id, store.StateWaiting)
+		total := time.Since(start)
+		host := total - time.Duration(m.spent.Load())
+		perStep = float64(host) / float64(steps+1) / float64(time.Millisecond)
+		// Idle: the session waits for input; its loop must not wake up.
+		time.Sleep(200 * time.Millisecond) // the wake of the wait's own commit
+		before := l.Ticks()
+		time.Sleep(time.Second)
+		idleTicks = float64(l.Ticks() - before)
+		l.Close()
+	}
+	b.ReportMetric(perStep, "host_ms/step")
+	b.ReportMetric(1000/perStep, "steps/s")
+	b.ReportMetric(float64(bare)/float64(time.Millisecond), "bare_cell_ms")
+	b.ReportMetric(idleTicks, "idle_wakeups/s")
+	b.ReportMetric(idleHeapPerSession(b, a), "idle_heap_B/session")
+}
+
+// idleHeapPerSession starts 1,000 idle session loops and reports the Go
+// heap each costs (the Python workbench of a session that has run a cell is
+// a separate process, not counted here).
+func idleHeapPerSession(b *testing.B, a *benchAgent) float64 {
+	const n = 1000
+	ctx := b.Context()
+	if err := a.st.Write(ctx, func(tx *store.Tx) error {
+		for i := range n {
+			if _, err := tx.EnsureSession(fmt.Sprintf("idle-%d", i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	l := a.loop(&stepModel{}, 0)
+	defer l.Close()
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	for i := range n {
+		l.Start(fmt.Sprintf("idle-%d", i), false)
+	}
+	time.Sleep(500 * time.Millisecond) // each loop looks once, then sleeps
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	return float64(m1.HeapInuse+m1.StackInuse-m0.HeapInuse-m0.StackInuse) / n
+}

@@ -1,0 +1,65 @@
+package store
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// A wait commits only when no input is ready, in the same transaction; its
+// wakeup fires once, by input or by its deadline, never before it.
+func TestWaitCommitAndWakeupFireOnce(t *testing.T) {
+	s := newStore(t)
+	ids := admitN(t, s, "default", "k1")
+	var attempt int64
+	mustWrite(t, s, func(tx *Tx) error {
+		if err := tx.ClaimInputs("default", ids); err != nil {
+			return err
+		}
+		frame, err := tx.TakeFrame(Frame{Session: "default", InputIDs: ids}, 0)
+		if err != nil {
+			return err
+		}
+		attempt, _, err = tx.StartAttempt(NewAttempt{Session: "default", Frame: frame, WakeReason: "input"})
+		return err
+	})
+	// Input pending: the wait does not commit.
+	admitN(t, s, "default", "k2")
+	var woken bool
+	mustWrite(t, s, func(tx *Tx) (err error) {
+		woken, err = tx.CommitWait(Wait{Session: "default", Attempt: attempt, Reason: "r"})
+		return err
+	})
+	if !woken {
+		t.Fatal("a wait committed over pending input")
+	}
+	// The same input deferred by the plan: the wait commits.
+	deadline := time.Now().Add(time.Hour)
+	mustWrite(t, s, func(tx *Tx) (err error) {
+		woken, err = tx.CommitWait(Wait{Session: "default", Attempt: attempt, Reason: "r", Deadline: &deadline,
+			Ready: func([]PendingInput) bool { return false }})
+		return err
+	})
+	if woken {
+		t.Fatal("deferred input woke the wait")
+	}
+	if sess, _ := s.Session(t.Context(), "default"); sess.State != StateWaiting {
+		t.Fatalf("state %s", sess.State)
+	}
+	var w *Wakeup
+	mustWrite(t, s, func(tx *Tx) (err error) { w, err = tx.FireWakeup("default", "deadline"); return err })
+	if w != nil {
+		t.Fatal("a deadline fired an hour early")
+	}
+	mustWrite(t, s, func(tx *Tx) (err error) { w, err = tx.FireWakeup("default", "input"); return err })
+	if w == nil || w.Reason != "r" {
+		t.Fatalf("fired: %+v", w)
+	}
+	mustWrite(t, s, func(tx *Tx) (err error) { w, err = tx.FireWakeup("default", "input"); return err })
+	if w != nil {
+		t.Fatal("a wakeup fired twice")
+	}
+	if err := s.Write(t.Context(), func(tx *Tx) error { return tx.FinishAttempt(attempt, AttemptIdle, "again") }); !errors.Is(err, ErrNoAttempt) {
+		t.Fatalf("a finished attempt finished again: %v", err)
+	}
+}
