@@ -44,9 +44,10 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/config/
 	$(GO) test -run='^$$' -fuzz=FuzzReadFrame -fuzztime=$(FUZZTIME) ./internal/worker/
 
-## bench: the admission benchmark of docs/performance.md
+## bench: the admission and turn-loop benchmarks of docs/performance.md
 bench:
 	$(GO) test -run='^$$' -bench=BenchmarkAdmission -benchtime=3s -count=1 ./internal/localapi/
+	$(GO) test -run='^$$' -bench=BenchmarkTurnLoop -benchtime=1x -count=1 ./internal/daemon/
 
 clean:
 	rm -rf $(BIN)

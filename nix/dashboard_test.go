@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/metrics"
+	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
@@ -275,6 +276,8 @@ func registryScrape(t *testing.T) []byte {
 	for _, outcome := range []string{"ok", "error", "invalid", "timeout", "unavailable"} {
 		m.HookInvocation("delivery.review", outcome, 3*time.Millisecond)
 	}
+	n := 7
+	m.ObserveModel("main", "ok", provider.Usage{PromptTokens: &n, CompletionTokens: &n, CacheReadTokens: &n, CacheWriteTokens: &n})
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	return get200(t, srv.URL)
@@ -465,7 +468,7 @@ func TestDashboardQueriesExposedMetrics(t *testing.T) {
 		switch {
 		case liveNames[n]:
 		case registryNames[n]:
-			t.Logf("%s: exposed once a hook runs (checked on the daemon's registry)", n)
+			t.Logf("%s: exposed once first observed: a hook runs, a model answers (checked on the daemon's registry)", n)
 		default:
 			t.Errorf("%s, queried by %s, is not a metric klbr-core exposes", n, strings.Join(queried[n], ", "))
 		}

@@ -46,6 +46,7 @@ func newStatus(g *globals) *cobra.Command {
 			}
 			fmt.Fprintf(g.env.Stdout, "klbr-core %s: %s, pid %d, up %s\n", st.Version, state, st.PID, time.Since(st.StartedAt).Round(time.Second))
 			fmt.Fprintf(g.env.Stdout, "data %s · sqlite %s · placement %s · workbench %s\n", st.DataDir, st.SQLite, st.Placement, st.Workbench)
+			fmt.Fprintf(g.env.Stdout, "agent: %s\n", st.Agent)
 			for _, n := range st.PlacementNotes {
 				fmt.Fprintf(g.env.Stdout, "  (placement skipped %s)\n", n)
 			}
@@ -75,4 +76,23 @@ func printSessions(g *globals, ss []api.SessionStatus) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.ID, state, s.Pending, s.KernelGen, s.BehaviorEpoch, rev, s.UpdatedAt.Local().Format(time.DateTime))
 	}
 	tw.Flush()
+	for _, s := range ss {
+		if s.StateReason != "" && (s.State == "paused" || s.State == "stopped") {
+			fmt.Fprintf(g.env.Stdout, "%s %s: %s\n", s.ID, s.State, s.StateReason)
+		}
+		if a := s.Attempt; a != nil {
+			fmt.Fprintf(g.env.Stdout, "%s attempt %d: %s after %d steps, %d tokens (woke by: %s)", s.ID, a.ID, a.State, a.Steps, a.Tokens, a.WakeReason)
+			if a.Outcome != "" {
+				fmt.Fprintf(g.env.Stdout, "; %s", a.Outcome)
+			}
+			fmt.Fprintln(g.env.Stdout)
+		}
+		if w := s.Wait; w != nil {
+			until := "until input"
+			if w.Deadline != nil {
+				until = "until input or " + w.Deadline.Local().Format(time.DateTime) + " (" + time.Until(*w.Deadline).Round(time.Second).String() + ")"
+			}
+			fmt.Fprintf(g.env.Stdout, "%s waits %s: %s\n", s.ID, until, w.Reason)
+		}
+	}
 }
