@@ -135,9 +135,11 @@ func TestBrowserRendersTurnRecords(t *testing.T) {
 	pub("content", "Let me look at ", "")
 	pub("content", "the file first.", "")
 	pub("tool", `{"code": "import os\nprint(os.listdir(`, "call_z")
+	// The page has seen no live record since it connected: it cannot tell
+	// whether it joined this stream late, and says so.
 	if err := poll(ctx, `(() => { const p = document.querySelector('#lane-scratchpad .record.preview');
 		return p && p.innerText.includes('Let me look at the file first.') && p.innerText.includes('provisional')
-		  && p.querySelector('pre.code .kw') !== null; })()`); err != nil {
+		  && p.innerText.includes('joined mid-stream') && p.querySelector('pre.code .kw') !== null; })()`); err != nil {
 		t.Fatalf("preview: %v; scratchpad lane: %s", err, text("#lane-scratchpad .items"))
 	}
 	screenshot(t, ctx, "browser-delta-preview")
@@ -156,5 +158,15 @@ func TestBrowserRendersTurnRecords(t *testing.T) {
 	}
 	if n := eval[float64](t, ctx, `document.querySelectorAll('#lane-scratchpad .record').length`); n != 4 {
 		t.Errorf("%v scratchpad records, want 4", n)
+	}
+	// The next step streams after live records: its preview is whole. A
+	// tool call's later deltas carry no call id and continue it.
+	h.deltas.Publish(live.Delta{Session: "default", Attempt: 10, Step: 2, Kind: "content", Text: "Next."})
+	h.deltas.Publish(live.Delta{Session: "default", Attempt: 10, Step: 2, Kind: "tool", Call: "call_y", Text: `{"code": "1 +`})
+	h.deltas.Publish(live.Delta{Session: "default", Attempt: 10, Step: 2, Kind: "tool", Text: ` 1"}`})
+	if err := poll(ctx, `(() => { const p = document.querySelector('#lane-scratchpad .record.preview');
+		return p && p.innerText.includes('Next.') && !p.classList.contains('joined')
+		  && p.querySelectorAll('.tool-call').length === 1 && p.querySelector('.tool-call pre').innerText === '1 + 1'; })()`); err != nil {
+		t.Fatalf("second preview: %v; lane: %s", err, text("#lane-scratchpad .items"))
 	}
 }

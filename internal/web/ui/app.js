@@ -411,6 +411,14 @@ function preview(a, s) {
   const calls = el("div", "tool-calls");
   node.append(reasoning, text, calls);
   p = { key, node, reasoning, text, calls, callBoxes: new Map(), cut: false };
+  // Deltas carry no offset: a page that connected while this step was
+  // already streaming sees only its rest. Until a live record shows the
+  // page was there before the stream, the first preview says so.
+  if (!conn.liveRecord && !conn.previewed) {
+    node.classList.add("joined");
+    node.appendChild(badge("joined mid-stream: the start may be missing", "warn"));
+  }
+  conn.previewed = true;
   previews.set(key, p);
   place("scratchpad", node);
   return p;
@@ -570,7 +578,11 @@ function status(text, err) {
   s.classList.toggle("err", !!err);
 }
 
+// conn is what the page knows of the current connection.
+let conn = { caughtUp: false, liveRecord: false, previewed: false };
+
 function connect() {
+  conn = { caughtUp: false, liveRecord: false, previewed: false };
   const proto = location.protocol === "https:" ? "wss:" : "ws:";
   ws = new WebSocket(`${proto}//${location.host}/v2/ws`);
   setConn("connecting");
@@ -582,6 +594,8 @@ function connect() {
     try { m = JSON.parse(ev.data); } catch (_) { return; }
     switch (m.type) {
       case "records": {
+        if (conn.caughtUp && (m.records || []).length) conn.liveRecord = true;
+        if (!m.more) conn.caughtUp = true;
         let sessionMoved = false;
         for (const r of m.records || []) {
           render(r);
