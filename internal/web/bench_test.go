@@ -2,17 +2,22 @@ package web
 
 import (
 	"fmt"
+	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/klbr-dev/klbr/internal/live"
 )
 
 // BenchmarkBrowser measures, in one run, reconnect replay (connect → the
 // last of 10,000 records received) and live fan-out to 20 clients while a
-// 21st client stalls (records/s to all, and the slowest client's lag).
+// 21st client stalls (records/s to all, and the slowest client's lag), and
+// the same while a model step streams token deltas as fast as it can.
 func BenchmarkBrowser(b *testing.B) {
 	b.Run("op=replay-10000", func(b *testing.B) {
 		h := start(b)
@@ -39,13 +44,15 @@ func BenchmarkBrowser(b *testing.B) {
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	})
 	for _, withStalled := range []bool{false, true} {
-		b.Run(fmt.Sprintf("op=fanout-20/stalled=%v", withStalled), func(b *testing.B) { benchFanout(b, withStalled) })
+		b.Run(fmt.Sprintf("op=fanout-20/stalled=%v", withStalled), func(b *testing.B) { benchFanout(b, withStalled, false) })
 	}
+	b.Run("op=fanout-20/stalled=true/deltas=flood", func(b *testing.B) { benchFanout(b, true, true) })
 }
 
 // benchFanout streams 500 records, committed in 50 batches, to 20 clients,
-// with or without a 21st client that never reads.
-func benchFanout(b *testing.B, withStalled bool) {
+// with or without a 21st client that never reads, and with or without a
+// flood of token deltas (4 KiB pieces, published without pause) meanwhile.
+func benchFanout(b *testing.B, withStalled, deltas bool) {
 	{
 		h := start(b)
 		if withStalled {
@@ -58,7 +65,7 @@ func benchFanout(b *testing.B, withStalled bool) {
 			tryRead(conns[i], 5*time.Second) // the initial (empty) page
 		}
 		b.ResetTimer()
-		var rate, maxLag float64
+		var rate, maxLag, floodRate float64
 		for n := range b.N {
 			var wg sync.WaitGroup
 			last := make([]time.Time, clients)
@@ -78,12 +85,37 @@ func benchFanout(b *testing.B, withStalled bool) {
 					last[i] = time.Now()
 				}()
 			}
+			stop := make(chan struct{})
+			published := make(chan int, 1)
+			if deltas {
+				go func() {
+					piece := strings.Repeat("t", 4<<10)
+					k := 0
+					for {
+						select {
+						case <-stop:
+							published <- k
+							return
+						default:
+						}
+						h.deltas.Publish(live.Delta{Session: "default", Attempt: int64(n), Step: 1, Kind: "content", Text: piece})
+						k++
+						if k%64 == 0 {
+							runtime.Gosched()
+						}
+					}
+				}()
+			}
 			t0 := time.Now()
 			for k := range batches {
 				h.admitN(b, per, fmt.Sprintf("f%d-%d", n, k), 200)
 			}
 			committed := time.Now()
 			wg.Wait()
+			if deltas {
+				close(stop)
+				floodRate = float64(<-published) / time.Since(t0).Seconds()
+			}
 			slowest := committed
 			for _, t := range last {
 				if t.After(slowest) {
@@ -95,5 +127,8 @@ func benchFanout(b *testing.B, withStalled bool) {
 		}
 		b.ReportMetric(rate, "records/s")
 		b.ReportMetric(maxLag, "slowest-lag-ms")
+		if deltas {
+			b.ReportMetric(floodRate, "deltas-published/s")
+		}
 	}
 }
