@@ -169,4 +169,15 @@ func TestBrowserRendersTurnRecords(t *testing.T) {
 		  && p.querySelectorAll('.tool-call').length === 1 && p.querySelector('.tool-call pre').innerText === '1 + 1'; })()`); err != nil {
 		t.Fatalf("second preview: %v; lane: %s", err, text("#lane-scratchpad .items"))
 	}
+	// A step that streamed nothing (a failed request, an empty completion)
+	// ends without a preview.
+	h.deltas.Publish(live.Delta{Session: "default", Attempt: 11, Step: 1, Kind: "end"})
+	h.deltas.Publish(live.Delta{Session: "default", Attempt: 11, Step: 2, Kind: "gap"})
+	h.deltas.Publish(live.Delta{Session: "default", Attempt: 11, Step: 3, Kind: "content", Text: "marker"})
+	if err := poll(ctx, `[...document.querySelectorAll('#lane-scratchpad .record.preview')].some(p => p.innerText.includes('marker'))`); err != nil {
+		t.Fatal(err)
+	}
+	if n := eval[float64](t, ctx, `document.querySelectorAll('#lane-scratchpad .record.preview').length`); n != 2 {
+		t.Errorf("%v previews, want 2 (steps 10:2 and 11:3; none for a bare end or gap)", n)
+	}
 }

@@ -431,9 +431,14 @@ function markGap(p) {
   p.node.appendChild(badge("incomplete: this page missed part of the stream; the record will replace it", "warn"));
 }
 
+const ORPHAN_MS = 15000; // an ended preview with no record after this says so
+
 function applyDelta(d) {
   const key = `${d.attempt}:${d.step}`;
   if (recorded.has(key)) return; // the record is here: deltas are stale
+  // An end or a gap with nothing shown (a failed request, an empty
+  // completion) makes no preview.
+  if ((d.kind === "end" || d.kind === "gap") && !previews.has(key)) return;
   const p = preview(d.attempt, d.step);
   const items = p.node.parentElement;
   const stick = items && items.scrollHeight - items.scrollTop - items.clientHeight < 60;
@@ -464,6 +469,11 @@ function applyDelta(d) {
     case "end":
       p.node.classList.add("ended");
       p.node.querySelector(".meta").textContent = `attempt ${d.attempt} · step ${d.step} · stream ended, waiting for its record`;
+      setTimeout(() => {
+        if (previews.get(key) !== p) return;
+        p.node.classList.add("orphan");
+        p.node.appendChild(badge("no record followed: the step failed or was not kept — see the notices", "warn"));
+      }, ORPHAN_MS);
       break;
   }
   if (stick) items.scrollTop = items.scrollHeight;
