@@ -10,7 +10,7 @@ import "sync"
 type Delta struct {
 	Session string `json:"session"`
 	Attempt int64  `json:"attempt"`
-	Step    int64  `json:"step"`
+	Step    int64  `json:"step"` // the step's number within its attempt, as in its scratchpad record
 	// Kind is "content" (scratchpad text), "reasoning", "tool" (a tool
 	// call's arguments as they stream) or "end" (the step's stream ended;
 	// its record follows or has been written).

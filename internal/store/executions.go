@@ -78,7 +78,7 @@ func (t *Tx) StartExecution(session string, generation int64, code string, call 
 	rec := map[string]any{"code": code, "generation": generation, "behavior_epoch": epoch, "release": release}
 	var step, callID any
 	if call != nil {
-		rec["tool_call_id"], rec["step"] = call.ID, call.Step
+		rec["tool_call_id"], rec["step_id"] = call.ID, call.Step
 		step, callID = call.Step, call.ID
 	}
 	content, _ := json.Marshal(rec)

@@ -139,23 +139,6 @@ func (t *Tx) TakeFrame(f Frame, attempt int64) (int64, error) {
 	return frameID, nil
 }
 
-// StartStep records a model request about to be sent for a running attempt.
-func (t *Tx) StartStep(session string, attempt int64, route string) (int64, error) {
-	res, err := t.exec(`UPDATE attempts SET steps = steps + 1 WHERE id = ? AND session_id = ? AND state = 'running'`, attempt, session)
-	if err != nil {
-		return 0, fmt.Errorf("start step: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return 0, fmt.Errorf("%w: %d", ErrNoAttempt, attempt)
-	}
-	res, err = t.exec(`INSERT INTO model_steps (attempt_id, session_id, route, started_at) VALUES (?, ?, ?, ?)`,
-		attempt, session, route, t.now.UnixMilli())
-	if err != nil {
-		return 0, fmt.Errorf("start step: %w", err)
-	}
-	return res.LastInsertId()
-}
-
 // StepUsage is a step's token accounting as the provider reported it; nil
 // is "not reported".
 type StepUsage struct {
@@ -178,7 +161,8 @@ type StepCall struct {
 type StepResult struct {
 	Session        string
 	Attempt        int64
-	Step           int64
+	Ordinal        int       // the step's number within its attempt, from 1
+	Started        time.Time // when the request was sent
 	Route          string
 	State          string // completed, failed, interrupted
 	Error          string
@@ -193,7 +177,8 @@ type StepResult struct {
 // scratchpad is the record of a step's model output.
 type scratchpad struct {
 	Attempt        int64      `json:"attempt"`
-	Step           int64      `json:"step"`
+	Step           int        `json:"step"`    // within the attempt: live deltas carry the same number
+	StepID         int64      `json:"step_id"` // the model step's id: its tool calls' cells name it
 	Route          string     `json:"route"`
 	Text           string     `json:"text"`
 	Reasoning      string     `json:"reasoning,omitempty"`
@@ -204,29 +189,57 @@ type scratchpad struct {
 	Usage          StepUsage  `json:"usage"`
 }
 
-// FinishStep records a step's response before anything in it runs: the
-// scratchpad record (if the model wrote anything), its tool calls as
-// pending, the step's usage, and the attempt's token count. It returns the
-// scratchpad's event id (0 when there was nothing to record).
-func (t *Tx) FinishStep(r StepResult) (int64, error) {
+// RecordStep records a model step and its response before anything in it
+// runs: the step with its usage, the scratchpad record (if the model wrote
+// anything), its tool calls as pending, and the attempt's step and token
+// counts. It returns the step's id. (The step is recorded once, when its
+// response is complete or cut off: an attempt's count of steps is the
+// budget, and a crash during a request leaves nothing to close.)
+func (t *Tx) RecordStep(r StepResult) (int64, error) {
 	complete := r.State == "completed"
 	if !complete {
 		r.Calls = nil // never run, never replayed
 	}
-	var eventID int64
+	tokens := 0
+	if r.Usage.Prompt != nil {
+		tokens += *r.Usage.Prompt
+	}
+	if r.Usage.Completion != nil {
+		tokens += *r.Usage.Completion
+	}
+	res, err := t.exec(`UPDATE attempts SET steps = steps + 1, tokens = tokens + ? WHERE id = ? AND session_id = ? AND state = 'running'`,
+		tokens, r.Attempt, r.Session)
+	if err != nil {
+		return 0, fmt.Errorf("record step: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return 0, fmt.Errorf("%w: %d", ErrNoAttempt, r.Attempt)
+	}
+	res, err = t.exec(`INSERT INTO model_steps (attempt_id, session_id, route, state, error, prompt_tokens, completion_tokens,
+		cache_read_tokens, cache_write_tokens, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.Attempt, r.Session, r.Route, r.State, r.Error, r.Usage.Prompt, r.Usage.Completion, r.Usage.CacheRead, r.Usage.CacheWrite,
+		r.Started.UnixMilli(), t.now.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("record step: %w", err)
+	}
+	stepID, _ := res.LastInsertId()
 	if r.Text != "" || r.Reasoning != "" || len(r.Calls) > 0 {
 		calls := r.Calls
 		if calls == nil {
 			calls = []StepCall{}
 		}
-		b, err := json.Marshal(scratchpad{Attempt: r.Attempt, Step: r.Step, Route: r.Route, Text: r.Text,
+		b, err := json.Marshal(scratchpad{Attempt: r.Attempt, Step: r.Ordinal, StepID: stepID, Route: r.Route, Text: r.Text,
 			Reasoning: r.Reasoning, ReasoningField: r.ReasoningField, Calls: calls, Partial: !complete,
 			FinishReason: r.FinishReason, Usage: r.Usage})
 		if err != nil {
 			return 0, err
 		}
-		if eventID, _, err = t.appendItem(r.Session, "scratchpad", LaneScratchpad, string(b), t.now, t.now); err != nil {
+		eventID, _, err := t.appendItem(r.Session, "scratchpad", LaneScratchpad, string(b), t.now, t.now)
+		if err != nil {
 			return 0, err
+		}
+		if _, err := t.exec(`UPDATE model_steps SET response_event_id = ? WHERE id = ?`, eventID, stepID); err != nil {
+			return 0, fmt.Errorf("record step: %w", err)
 		}
 		if complete {
 			if err := t.addContext(r.Session, "assistant", eventID, ""); err != nil {
@@ -236,41 +249,18 @@ func (t *Tx) FinishStep(r StepResult) (int64, error) {
 	}
 	for i, c := range r.Calls {
 		if _, err := t.exec(`INSERT INTO tool_calls (step_id, call_id, session_id, position) VALUES (?, ?, ?, ?)`,
-			r.Step, c.ID, r.Session, i); err != nil {
-			return 0, fmt.Errorf("finish step: tool call %q: %w", c.ID, err)
+			stepID, c.ID, r.Session, i); err != nil {
+			return 0, fmt.Errorf("record step: tool call %q: %w", c.ID, err)
 		}
 	}
-	var ev any
-	if eventID != 0 {
-		ev = eventID
-	}
-	res, err := t.exec(`UPDATE model_steps SET state = ?, error = ?, response_event_id = ?, prompt_tokens = ?, completion_tokens = ?,
-		cache_read_tokens = ?, cache_write_tokens = ?, finished_at = ? WHERE id = ? AND state = 'requested'`,
-		r.State, r.Error, ev, r.Usage.Prompt, r.Usage.Completion, r.Usage.CacheRead, r.Usage.CacheWrite, t.now.UnixMilli(), r.Step)
-	if err != nil {
-		return 0, fmt.Errorf("finish step: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return 0, fmt.Errorf("finish step %d: not requested", r.Step)
-	}
-	tokens := 0
-	if r.Usage.Prompt != nil {
-		tokens += *r.Usage.Prompt
-	}
-	if r.Usage.Completion != nil {
-		tokens += *r.Usage.Completion
-	}
-	if _, err := t.exec(`UPDATE attempts SET tokens = tokens + ? WHERE id = ?`, tokens, r.Attempt); err != nil {
-		return 0, fmt.Errorf("finish step: %w", err)
-	}
-	return eventID, nil
+	return stepID, nil
 }
 
 // CloseToolCall answers a pending call that no cell answered: its arguments
 // were invalid, it was interrupted, or an earlier call of its group waited.
 // The answer is an explicit tool.unrun record under the call's id.
 func (t *Tx) CloseToolCall(session string, step int64, callID string, state ToolState, message string) error {
-	b, _ := json.Marshal(map[string]any{"tool_call_id": callID, "step": step, "state": state, "message": message})
+	b, _ := json.Marshal(map[string]any{"tool_call_id": callID, "step_id": step, "state": state, "message": message})
 	eventID, _, err := t.appendItem(session, "tool.unrun", LaneCell, string(b), t.now, t.now)
 	if err != nil {
 		return err

@@ -142,16 +142,10 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 			}
 			return r.pause(a, fmt.Sprintf("context budget: the request needs about %d tokens, the budget is %d", size, b.ContextTokens))
 		}
-		var stepID int64
-		if err := cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
-			stepID, err = tx.StartStep(r.session, a.id, cfg.Route)
-			return err
-		}); err != nil {
-			return r.finish(a, store.AttemptInterrupted, "could not record the model request: "+err.Error())
-		}
 		a.steps++
+		started := cfg.Clock()
 		phase, end := pre.phase(ctx)
-		resp, reqErr := r.request(phase, a, stepID, msgs)
+		resp, reqErr := r.request(phase, a, msgs)
 		cause := context.Cause(phase)
 		end()
 		if reqErr == nil {
@@ -159,7 +153,8 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 				reqErr = fmt.Errorf("%w: %v", errBadCalls, err)
 			}
 		}
-		if err := r.recordStep(ctx, a, stepID, resp, reqErr, cause); err != nil {
+		stepID, err := r.recordStep(ctx, a, started, resp, reqErr, cause)
+		if err != nil {
 			return err
 		}
 		if reqErr != nil {
@@ -286,7 +281,8 @@ func (r *runner) endOfTurn(ctx context.Context, a *attempt) (done bool, err erro
 }
 
 // request sends one model request; deltas go to the live hub.
-func (r *runner) request(ctx context.Context, a *attempt, step int64, msgs []provider.Message) (*provider.Response, error) {
+func (r *runner) request(ctx context.Context, a *attempt, msgs []provider.Message) (*provider.Response, error) {
+	step := int64(a.steps)
 	cfg := &r.l.cfg
 	hub := cfg.Deltas
 	req := provider.Request{Messages: msgs, Tools: []provider.Tool{provider.PythonTool(toolDescription)}, Stream: true}
@@ -329,8 +325,8 @@ func (r *runner) request(ctx context.Context, a *attempt, step int64, msgs []pro
 
 // recordStep records a step's response, complete or partial, before
 // anything in it runs.
-func (r *runner) recordStep(ctx context.Context, a *attempt, step int64, resp *provider.Response, reqErr, cause error) error {
-	res := store.StepResult{Session: r.session, Attempt: a.id, Step: step, Route: r.l.cfg.Route, State: "completed"}
+func (r *runner) recordStep(ctx context.Context, a *attempt, started time.Time, resp *provider.Response, reqErr, cause error) (int64, error) {
+	res := store.StepResult{Session: r.session, Attempt: a.id, Ordinal: a.steps, Started: started, Route: r.l.cfg.Route, State: "completed"}
 	switch {
 	case reqErr != nil && cause != nil:
 		res.State, res.Error = "interrupted", interruption(cause, ctx)
@@ -352,10 +348,12 @@ func (r *runner) recordStep(ctx context.Context, a *attempt, step int64, resp *p
 			}
 		}
 	}
-	return r.l.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
-		_, err := tx.FinishStep(res)
+	var id int64
+	err := r.l.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) (err error) {
+		id, err = tx.RecordStep(res)
 		return err
 	})
+	return id, err
 }
 
 // checkCallIDs refuses a response whose tool calls cannot be answered
