@@ -596,14 +596,19 @@ func (s *Store) Turn(ctx context.Context, session string) (TurnStatus, error) {
 	return ts, err
 }
 
-// AttemptSends counts the local sends (confirmed or held) made by cells of
-// an attempt: the evidence that an addressed frame was answered or
-// deliberately held.
+// AttemptSends counts the evidence that an attempt answered what it was
+// addressed with: local sends (confirmed or held) and Discord effects made
+// by its cells, and attention decisions the model made while it ran.
 func (s *Store) AttemptSends(ctx context.Context, attempt int64) (int64, error) {
 	var n int64
-	err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM local_deliveries d
-		JOIN executions x ON x.id = d.execution_id JOIN model_steps m ON m.id = x.step_id
-		WHERE m.attempt_id = ?`, attempt).Scan(&n)
+	err := s.rdb.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM local_deliveries d JOIN executions x ON x.id = d.execution_id
+			JOIN model_steps m ON m.id = x.step_id WHERE m.attempt_id = a.id)
+		+ (SELECT count(*) FROM discord_outbox o JOIN executions x ON x.id = o.execution_id
+			JOIN model_steps m ON m.id = x.step_id WHERE m.attempt_id = a.id)
+		+ (SELECT count(*) FROM attention_decisions d JOIN attention_items i ON i.id = d.item_id
+			WHERE i.session_id = a.session_id AND d.origin = 'model' AND d.at >= a.started_at)
+		FROM attempts a WHERE a.id = ?`, attempt).Scan(&n)
 	return n, err
 }
 
