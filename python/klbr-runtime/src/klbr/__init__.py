@@ -10,6 +10,8 @@
 - ``klbr.hooks``: ``list``, ``describe``, ``test``, ``trace``, ``bind`` (the
   policy hooks of a release).
 - ``klbr.skills``: the skills this generation offers (``dir``, ``help``).
+- ``klbr.discord``: ``current``, ``conversations``, ``conversation``, ``mark``;
+  a conversation's ``history``, ``send`` (a Receipt) and ``react``.
 
 ``PRELUDE_MODULES`` are bound by name in every cell. All of it is a thin facade
 over ``klbr._sdk``; klbr.behavior and klbr.hooks load ``klbr._behavior`` on
@@ -18,9 +20,9 @@ first use, and klbr.skills reads its file on first use.
 
 from ._sdk import SDK_VERSION as __version__
 from ._sdk import DraftEscape, HostError, NoExecutionScope, WorkspaceEscape, Yielded
-from . import behavior, hooks, host, local, runtime, skills, workspace
+from . import behavior, discord, hooks, host, local, runtime, skills, workspace
 
-PRELUDE_MODULES = ("local", "runtime", "workspace", "behavior", "hooks", "skills")
+PRELUDE_MODULES = ("local", "runtime", "workspace", "behavior", "hooks", "skills", "discord")
 
 __all__ = ["DraftEscape", "HostError", "NoExecutionScope", "WorkspaceEscape", "Yielded",
-           "PRELUDE_MODULES", "behavior", "hooks", "host", "local", "runtime", "skills", "workspace"]
+           "PRELUDE_MODULES", "behavior", "discord", "hooks", "host", "local", "runtime", "skills", "workspace"]

@@ -1,0 +1,232 @@
+"""``klbr.discord``: take part in Discord through the host's outbox.
+
+- ``await discord.current()``: the one Discord conversation of this cell's
+  attention frame (HostError ``ambiguous`` or ``no_conversation`` otherwise).
+- ``await discord.conversations()``: every known conversation (aliases d1, d2, ...).
+- ``discord.conversation("d2")``: a handle by alias, for proactive messages.
+- ``await conversation.history(limit=20, before=None, after=None)``: a bounded
+  backread. Reading is not accepting work: nothing becomes an input or item.
+- ``await conversation.send(text, reply_to=None, item=None)``: returns a
+  Receipt. Only ``receipt.delivered`` (state ``confirmed``) means it was said;
+  ``pending``/``attempting``/``unknown`` are not delivery, ``failed`` is not.
+- ``await conversation.react(message_id, emoji)``: a reaction (Receipt). It
+  does not mark anything acted: combine it with ``mark`` when you mean to.
+- ``await discord.mark(item_id, status, note="")``: record a decision on a DM
+  or mention: ``seen``, ``acted``, ``ignored``, or ``pending`` to reopen.
+"""
+
+from ._sdk import HostError, request
+
+__all__ = ["current", "conversations", "conversation", "mark", "receipt",
+           "Conversation", "Receipt", "Message", "Item", "HostError", "STATUSES"]
+
+STATUSES = ("pending", "seen", "acted", "ignored")
+
+
+class Receipt:
+    """What happened to a send or reaction. ``delivered`` is True only when
+    Discord confirmed it (``state == "confirmed"``); a receipt is truthy only
+    then. ``state`` is one of pending, attempting, confirmed, failed, unknown."""
+
+    __slots__ = ("effect_id", "kind", "state", "conversation", "message_id", "reply_reference",
+                 "item_id", "error_code", "error", "repeat", "raw")
+
+    def __init__(self, r):
+        if not isinstance(r, dict):
+            raise TypeError(f"a receipt is an object, not {type(r).__name__}")
+        self.raw = r
+        self.effect_id = r.get("effect_id")
+        self.kind = r.get("kind", "send")
+        self.state = r.get("state", "unknown")
+        self.conversation = r.get("conversation")
+        self.message_id = r.get("message_id") or None
+        self.reply_reference = bool(r.get("reply_reference"))
+        self.item_id = r.get("item_id") or None
+        self.error_code = r.get("error_code") or None
+        self.error = r.get("error") or None
+        self.repeat = bool(r.get("repeat"))
+
+    @property
+    def delivered(self):
+        return self.state == "confirmed"
+
+    def __bool__(self):
+        return self.delivered
+
+    async def refresh(self):
+        """Ask the host for this effect's current state (a pending receipt may
+        have settled since)."""
+        return Receipt(await request("discord.receipt", {"effect_id": self.effect_id}))
+
+    def __repr__(self):
+        head = f"<Receipt {self.kind} #{self.effect_id} in {self.conversation}: {self.state}"
+        if self.state == "confirmed":
+            tail = f", message {self.message_id}" if self.message_id else ""
+            return head + tail + (" (a reply)" if self.reply_reference else "") + ">"
+        why = f" ({self.error_code}: {self.error})" if self.error_code else ""
+        if self.state in ("pending", "attempting"):
+            return head + why + " - not delivered yet; await receipt.refresh() later>"
+        if self.state == "unknown":
+            return head + why + " - delivery could not be established; do not claim it was said>"
+        return head + why + " - NOT delivered>"
+
+
+class Message:
+    """One message of a backread: ``id``, ``author_id``, ``author``, ``bot``,
+    ``content``, ``reply_to``, ``at`` (ISO 8601 text)."""
+
+    __slots__ = ("id", "author_id", "author", "bot", "content", "reply_to", "at")
+
+    def __init__(self, m):
+        self.id = m.get("message_id")
+        self.author_id = m.get("author_id")
+        self.author = m.get("author_name") or self.author_id
+        self.bot = bool(m.get("bot"))
+        self.content = m.get("content", "")
+        self.reply_to = m.get("reply_to") or None
+        self.at = m.get("occurred_at")
+
+    def __repr__(self):
+        text = self.content if len(self.content) <= 80 else self.content[:80] + "…"
+        return f"<Message {self.id} {self.author}: {text!r}>"
+
+
+class Item:
+    """An attention item (a DM or mention) and the decision on it."""
+
+    __slots__ = ("id", "conversation", "message_id", "status", "decision_origin", "note", "raw")
+
+    def __init__(self, it):
+        self.raw = it
+        self.id = it.get("id")
+        self.conversation = it.get("conversation")
+        self.message_id = it.get("message_id")
+        self.status = it.get("status")
+        self.decision_origin = it.get("decision_origin") or None
+        self.note = it.get("note") or ""
+
+    def __repr__(self):
+        by = f" by {self.decision_origin}" if self.decision_origin else ""
+        return f"<Item {self.id} in {self.conversation}: {self.status}{by}>"
+
+
+def _check_id(name, v, optional=False):
+    if v is None and optional:
+        return None
+    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+        v = str(v)
+    if not isinstance(v, str) or not v.isdigit() or len(v) > 32:
+        raise ValueError(f"{name} must be a Discord id (digits), got {v!r}")
+    return v
+
+
+class Conversation:
+    """A Discord channel, thread or DM, by its durable alias (d1, d2, ...).
+    An alias is a display name; the host maps it to the channel id."""
+
+    __slots__ = ("alias", "key", "kind", "guild_id", "channel_id", "name", "pending")
+
+    def __init__(self, c):
+        if isinstance(c, str):
+            c = {"alias": c}
+        self.alias = c.get("alias")
+        self.key = c.get("key")
+        self.kind = c.get("kind")
+        self.guild_id = c.get("guild_id") or None
+        self.channel_id = c.get("channel_id")
+        self.name = c.get("name") or None
+        self.pending = c.get("pending")
+
+    def __repr__(self):
+        parts = [self.alias or "?"]
+        if self.kind:
+            parts.append(self.kind)
+        if self.name:
+            parts.append(f"#{self.name}")
+        if self.pending:
+            parts.append(f"{self.pending} pending")
+        return "<Conversation " + " ".join(parts) + ">"
+
+    def __eq__(self, other):
+        return isinstance(other, Conversation) and self.alias == other.alias
+
+    def __hash__(self):
+        return hash(self.alias)
+
+    async def history(self, limit=20, before=None, after=None):
+        """Up to ``limit`` (1-100) messages, newest first, before/after a
+        message id. Not stored; not inputs; not attention items."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
+            raise ValueError(f"limit must be an int in 1..100, got {limit!r}")
+        args = {"conversation": self.alias, "limit": limit}
+        if before is not None:
+            args["before"] = _check_id("before", before)
+        if after is not None:
+            args["after"] = _check_id("after", after)
+        r = await request("discord.history", args)
+        return [Message(m) for m in r.get("messages", [])]
+
+    async def send(self, text, reply_to=None, item=None):
+        """Say ``text`` here. Returns a Receipt: check ``receipt.delivered``.
+        ``reply_to`` forces a reply to that message; ``item`` names the
+        attention item this answers (it must be in this conversation; omitted,
+        the host infers it only from this cell's own frame)."""
+        if not isinstance(text, str) or not text:
+            raise TypeError("send() takes a non-empty str")
+        args = {"conversation": self.alias, "text": text}
+        if reply_to is not None:
+            args["reply_to"] = _check_id("reply_to", getattr(reply_to, "id", reply_to))
+        if item is not None:
+            args["item_id"] = _item_id(item)
+        return Receipt(await request("discord.send", args))
+
+    async def react(self, message_id, emoji):
+        """Add a reaction: a Unicode emoji, or ``name:id`` of a custom one."""
+        if not isinstance(emoji, str) or not emoji:
+            raise TypeError("emoji must be a non-empty str")
+        mid = _check_id("message_id", getattr(message_id, "id", message_id))
+        return Receipt(await request("discord.react", {"conversation": self.alias, "message_id": mid, "emoji": emoji}))
+
+
+def _item_id(item):
+    v = getattr(item, "id", item)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"an item is an Item or a positive int id, got {item!r}")
+    return v
+
+
+async def current():
+    """The one Discord conversation of this cell's attention frame. Raises
+    HostError (``ambiguous``, ``no_conversation``) rather than guess."""
+    return Conversation(await request("discord.current", {}))
+
+
+async def conversations():
+    """Every known conversation, by alias."""
+    r = await request("discord.conversations", {})
+    return [Conversation(c) for c in r.get("conversations", [])]
+
+
+def conversation(alias):
+    """A handle on a conversation by alias (``"d2"``) or key
+    (``"discord:<channel id>"``); the host checks it when used."""
+    if not isinstance(alias, str) or not alias:
+        raise TypeError("conversation() takes an alias such as 'd2'")
+    return Conversation(alias)
+
+
+async def mark(item_id, status, note=""):
+    """Record a decision on an attention item: ``seen``, ``acted``,
+    ``ignored``, or ``pending`` (an explicit reopen of an acted or ignored
+    item). Returns the Item as recorded."""
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+    if not isinstance(note, str):
+        raise TypeError("note must be a str")
+    r = await request("discord.mark", {"item_id": _item_id(item_id), "status": status, "note": note})
+    return Item(r["item"])
+
+
+async def receipt(effect_id):
+    """The current receipt of an effect by id."""
+    return Receipt(await request("discord.receipt", {"effect_id": _item_id(effect_id)}))

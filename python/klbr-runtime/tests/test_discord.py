@@ -1,0 +1,96 @@
+"""klbr.discord in a real workbench runner, against the test host peer: the
+host requests a cell makes, and the objects it gets back."""
+
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import peer  # noqa: E402
+
+
+def ok(result):
+    return {"ok": True, "result": result}
+
+
+class DiscordTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="klbr-discord-")
+        cls.worker = peer.Worker(workspace=cls.tmp).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.worker.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def cell(self, code, answers):
+        """Run code; answer its host requests in order from answers (a list
+        of host_reply fields); return (outcome, [(op, args)])."""
+        queue = list(answers)
+        outcome, _, reqs = self.worker.execute(code, on_request=lambda f: queue.pop(0))
+        return outcome, [(r["op"], r["args"]) for r in reqs]
+
+    def value(self, code, answers):
+        outcome, reqs = self.cell(code, answers)
+        self.assertEqual(outcome["status"], "ok", outcome)
+        return outcome["value"], reqs
+
+    def test_prelude_binds_discord(self):
+        v, _ = self.value("import klbr\ndiscord is klbr.discord", [])
+        self.assertEqual(v, "True")
+
+    def test_current_then_send_confirmed(self):
+        conv = {"alias": "d2", "key": "discord:20", "kind": "dm", "channel_id": "20", "pending": 1}
+        rc = {"effect_id": 7, "kind": "send", "state": "confirmed", "delivered": True, "conversation": "d2",
+              "message_id": "555", "item_id": 3}
+        v, reqs = self.value("c = await discord.current()\nr = await c.send('hi there')\n(repr(c), repr(r), bool(r), r.delivered)",
+                             [ok(conv), ok(rc)])
+        self.assertEqual(reqs, [("discord.current", {}), ("discord.send", {"conversation": "d2", "text": "hi there"})])
+        self.assertEqual(v, "('<Conversation d2 dm 1 pending>', '<Receipt send #7 in d2: confirmed, message 555>', True, True)")
+
+    def test_failed_and_unknown_receipts_are_not_delivered(self):
+        failed = {"effect_id": 8, "kind": "send", "state": "failed", "conversation": "d1", "error_code": "http_403",
+                  "error": "Missing Access"}
+        unknown = {"effect_id": 9, "kind": "send", "state": "unknown", "conversation": "d1", "error_code": "interrupted",
+                   "error": "klbr-discord died"}
+        v, _ = self.value("c = discord.conversation('d1')\na = await c.send('x')\nb = await c.send('y')\n"
+                          "(bool(a), bool(b), 'NOT delivered' in repr(a), 'do not claim' in repr(b))",
+                          [ok(failed), ok(unknown)])
+        self.assertEqual(v, "(False, False, True, True)")
+
+    def test_ambiguous_current_is_an_error(self):
+        v, _ = self.value("try:\n    await discord.current()\nexcept discord.HostError as e:\n    r = e.code\nr",
+                          [{"ok": False, "error": {"code": "ambiguous", "message": "2 conversations"}}])
+        self.assertEqual(v, "'ambiguous'")
+
+    def test_history_react_mark_arguments(self):
+        hist = {"conversation": "d1", "messages": [{"message_id": "11", "author_id": "5", "author_name": "ana",
+                                                     "content": "hello", "occurred_at": "2026-01-01T00:00:00Z"}]}
+        item = {"item": {"id": 4, "conversation": "d1", "message_id": "11", "status": "ignored",
+                         "decision_origin": "model", "note": "nothing to add"}, "previous_status": "pending"}
+        v, reqs = self.value(
+            "c = discord.conversation('d1')\nh = await c.history(limit=5, before=99)\n"
+            "r = await c.react(h[0], '❤️')\nit = await discord.mark(4, 'ignored', note='nothing to add')\n"
+            "(repr(h[0]), r.state, repr(it))",
+            [ok(hist), ok({"effect_id": 2, "kind": "react", "state": "confirmed", "conversation": "d1"}), ok(item)])
+        self.assertEqual(reqs, [
+            ("discord.history", {"conversation": "d1", "limit": 5, "before": "99"}),
+            ("discord.react", {"conversation": "d1", "message_id": "11", "emoji": "❤️"}),
+            ("discord.mark", {"item_id": 4, "status": "ignored", "note": "nothing to add"}),
+        ])
+        self.assertEqual(v, "(\"<Message 11 ana: 'hello'>\", 'confirmed', '<Item 4 in d1: ignored by model>')")
+
+    def test_bad_arguments_fail_before_the_host(self):
+        for code in ("await discord.mark(1, 'done')", "await discord.conversation('d1').history(limit=500)",
+                     "await discord.conversation('d1').send('')", "await discord.conversation('d1').react('abc', 'x')"):
+            outcome, reqs = self.cell(code, [])
+            self.assertEqual(outcome["status"], "error", code)
+            self.assertEqual(reqs, [], code)
+
+
+if __name__ == "__main__":
+    unittest.main()
