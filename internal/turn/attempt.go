@@ -94,7 +94,16 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 			a.addressed = true
 		}
 	}
-	return r.steps(ctx, a)
+	err = r.steps(ctx, a)
+	if err != nil {
+		// A write the attempt's end needed failed (the operator moved the
+		// session meanwhile, or the store failed): the attempt still ends,
+		// and the next look at the session decides what follows.
+		if ferr := r.finish(a, store.AttemptInterrupted, "ended by an error: "+err.Error()); ferr != nil && !errors.Is(ferr, store.ErrNoAttempt) {
+			r.log.Error("could not end the attempt", "attempt", a.id, "error", ferr)
+		}
+	}
+	return err
 }
 
 // steps runs the model steps of an attempt.
@@ -499,6 +508,13 @@ func parseYield(execution int64, payload json.RawMessage) *wait {
 // and its next boundary takes the input in.
 func (r *runner) commitWait(ctx context.Context, a *attempt, w *wait) (waited bool, err error) {
 	now := r.l.cfg.Clock()
+	// Plan what is pending now, so that input the plan defers (ambient
+	// chatter in its batch) does not cancel the wait.
+	pending, err := r.l.cfg.Store.PendingInputs(ctx, r.session)
+	if err != nil {
+		return false, err
+	}
+	r.plan(ctx, pending, now)
 	var deadline *time.Time
 	if w.seconds != nil {
 		d := now.Add(time.Duration(*w.seconds * float64(time.Second)))
