@@ -3,6 +3,7 @@ package daemon
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -152,6 +153,18 @@ func roles(req modeltest.Request) string {
 	return strings.Join(parts, " ")
 }
 
+// scrape reads the daemon's /metrics.
+func (a *agent) scrape() string {
+	a.t.Helper()
+	_, after, ok := strings.Cut(a.d.String(), "READY http=")
+	if !ok {
+		a.t.Fatal("no READY line")
+	}
+	addr, _, _ := strings.Cut(after, " ")
+	_, body := get(a.t, http.DefaultClient, "http://"+addr+"/metrics")
+	return body
+}
+
 func content(m map[string]any) string { s, _ := m["content"].(string); return s }
 
 // "Think, speak, and wait": scratchpad, two cells, one local.send, then a
@@ -161,7 +174,9 @@ func TestThinkSpeakAndWait(t *testing.T) {
 	model := modeltest.New()
 	defer model.Close()
 	model.Then(
-		modeltest.Reply{Text: "The operator wants the answer. Let me compute it first.", Calls: []modeltest.Call{{ID: "c1", Code: "x = 6 * 7\nx"}}},
+		modeltest.Reply{Text: "The operator wants the answer. Let me compute it first.", Reasoning: "six sevens",
+			Calls: []modeltest.Call{{ID: "c1", Code: "x = 6 * 7\nx"}},
+			Usage: map[string]any{"prompt_tokens": 120, "completion_tokens": 30, "prompt_tokens_details": map[string]any{"cached_tokens": 100}}},
 		modeltest.Reply{Text: "Now I tell them, then wait.", Calls: []modeltest.Call{{ID: "c2",
 			Code: "r = await local.send(f'The answer is {x}.')\nprint(r['status'])\nawait runtime.wait(60, reason='the operator may follow up')\nprint('after the wait')"}}},
 		modeltest.Reply{Text: "They said thanks; I am done.", Calls: []modeltest.Call{{ID: "c3", Code: "await runtime.wait(None, reason='nothing to do')"}}},
@@ -177,6 +192,16 @@ func TestThinkSpeakAndWait(t *testing.T) {
 	pads := a.kinds(store.LaneScratchpad, "scratchpad")
 	if len(pads) != 2 || !strings.Contains(string(pads[0].Content), "Let me compute it first") {
 		t.Fatalf("scratchpad lane: %d records\n%s", len(pads), a.dump())
+	}
+	var pad struct {
+		Text      string `json:"text"`
+		Reasoning string `json:"reasoning"`
+		Usage     map[string]int
+	}
+	json.Unmarshal(pads[0].Content, &pad)
+	if pad.Reasoning != "six sevens" || strings.Contains(pad.Text, "six sevens") ||
+		pad.Usage["prompt"] != 120 || pad.Usage["cache_read"] != 100 || len(pad.Usage) != 3 {
+		t.Fatalf("reasoning and usage are kept apart, as reported (cache writes absent): %s", pads[0].Content)
 	}
 	if started, finished := a.kinds(store.LaneCell, "cell.started"), a.kinds(store.LaneCell, "cell.finished"); len(started) != 2 || len(finished) != 2 {
 		t.Fatalf("cells: %d started, %d finished", len(started), len(finished))
@@ -227,6 +252,20 @@ func TestThinkSpeakAndWait(t *testing.T) {
 	}
 	if tools := reqs[0].Tools; len(tools) != 1 || !strings.Contains(fmt.Sprint(tools[0]), "python") {
 		t.Fatalf("tools: %v", tools)
+	}
+	if strings.Contains(fmt.Sprint(m[2]), "six sevens") {
+		t.Fatalf("reasoning was sent back as content: %v", m[2])
+	}
+	metrics := a.scrape()
+	for _, want := range []string{`klbr_model_requests_total{outcome="ok",route="main"} 3`,
+		`klbr_model_tokens_total{kind="cache_read",route="main"} 100`, `klbr_model_tokens_total{kind="prompt",route="main"} 120`,
+		`klbr_session_state{session="default",state="waiting"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(metrics, `kind="cache_write"`) {
+		t.Error("cache writes were never reported, yet /metrics counts them")
 	}
 }
 
