@@ -72,7 +72,6 @@ type daemon struct {
 	turns    *turn.Loop // nil when the agent does not run
 	agent    string     // whether the agent runs, for status
 
-
 	ingress *ingress.Server // the ingress API (klbr-discord)
 
 	notify       *systemd.Notifier // no-op without NOTIFY_SOCKET
