@@ -416,7 +416,7 @@ function preview(a, s) {
   // page was there before the stream, the first preview says so.
   if (!conn.liveRecord && !conn.previewed) {
     node.classList.add("joined");
-    node.appendChild(badge("joined mid-stream: the start may be missing", "warn"));
+    node.insertBefore(badge("joined mid-stream: the start may be missing", "warn"), reasoning);
   }
   conn.previewed = true;
   previews.set(key, p);
