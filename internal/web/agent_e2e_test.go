@@ -232,6 +232,7 @@ func TestBrowserAgentEndToEnd(t *testing.T) {
 		{"#lane-speech .items", "The answer is 42."},
 		{"#lane-notice .items", "waiting until input: the operator may follow up"},
 		{"#h-wait", "until input"},
+		{"#h-agent", "route main (fake)"},
 	} {
 		if got := text(c.sel); !strings.Contains(got, c.want) {
 			t.Errorf("%s: %q does not contain %q", c.sel, got, c.want)

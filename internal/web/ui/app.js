@@ -540,6 +540,13 @@ async function refreshStatus() {
     const st = await res.json();
     $("#h-placement").textContent = st.placement || "none";
     $("#h-placement").title = (st.placement_notes || []).join("\n");
+    // Whether the turn loop runs, and if not why (no route, no cells).
+    if (typeof st.agent === "string" && st.agent) {
+      $("#f-agent").hidden = false;
+      $("#h-agent").textContent = st.agent.startsWith("not running") ? "not running" : st.agent;
+      $("#h-agent").title = st.agent;
+      $("#h-agent").classList.toggle("warn", st.agent.startsWith("not running"));
+    }
     const s = (st.sessions || []).find((x) => x.id === SESSION);
     if (!s) return;
     head.state = s.state + (s.draining ? " (draining)" : "");
