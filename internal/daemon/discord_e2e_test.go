@@ -31,13 +31,14 @@ func TestAmbientRoomDirectedDMEndToEnd(t *testing.T) {
 	defer model.Close()
 	model.Then(
 		modeltest.Reply{Text: "A DM: answer it where it came from.", Calls: []modeltest.Call{{ID: "d1", Code: "c = await discord.current()\n" +
+			"try:\n    await c.send('not mine', item=999)\nexcept discord.HostError as e:\n    print('refused', e.code)\n" +
 			"r = await c.send('hello back')\nprint(repr(c))\nprint(repr(r))\nr.delivered"}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "d2", Code: "await runtime.wait(None, reason='answered')"}}},
 	)
-	// Every later frame: ignore a mention in d2 (item 2), stay quiet otherwise.
+	// Every later frame: ignore what waits in d2 (the mention), stay quiet otherwise.
 	model.Otherwise(func(int) modeltest.Reply {
 		return modeltest.Reply{Calls: []modeltest.Call{{Code: "try:\n    c = await discord.current()\nexcept discord.HostError:\n    c = None\n" +
-			"if c is not None and c.alias == 'd2' and c.pending:\n    await discord.mark(2, 'ignored', note='not for me')\n" +
+			"if c is not None and c.alias == 'd2':\n    for it in await c.items():\n        await discord.mark(it, 'ignored', note='not for me')\n" +
 			"await runtime.wait(None, reason='quiet')"}}}
 	})
 	a := startAgent(t, model, "")
@@ -89,7 +90,8 @@ func TestAmbientRoomDirectedDMEndToEnd(t *testing.T) {
 		}
 		return cell != ""
 	})
-	if !strings.Contains(cell, "in d3: confirmed, message "+sent.ID) || !strings.Contains(cell, "Conversation d3 dm") {
+	if !strings.Contains(cell, "in d3: confirmed, message "+sent.ID) || !strings.Contains(cell, "Conversation d3 dm") ||
+		!strings.Contains(cell, "refused invalid") {
 		t.Fatalf("the cell did not see a confirmed receipt from d3: %s", cell)
 	}
 	if s := itemStatus(db, "1002"); s != "" {

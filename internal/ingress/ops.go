@@ -58,18 +58,19 @@ func (o *Ops) HandleRequest(ctx context.Context, r worker.Request) (json.RawMess
 		return nil, refuse("invalid", "%s outside a cell", r.Op)
 	}
 	var a struct {
-		Conversation string `json:"conversation"`
-		Text         string `json:"text"`
-		ReplyTo      string `json:"reply_to"`
-		ItemID       int64  `json:"item_id"`
-		MessageID    string `json:"message_id"`
-		Emoji        string `json:"emoji"`
-		Status       string `json:"status"`
-		Note         string `json:"note"`
-		Limit        int    `json:"limit"`
-		Before       string `json:"before"`
-		After        string `json:"after"`
-		EffectID     int64  `json:"effect_id"`
+		Conversation string   `json:"conversation"`
+		Text         string   `json:"text"`
+		ReplyTo      string   `json:"reply_to"`
+		ItemID       int64    `json:"item_id"`
+		MessageID    string   `json:"message_id"`
+		Emoji        string   `json:"emoji"`
+		Status       string   `json:"status"`
+		Note         string   `json:"note"`
+		Limit        int      `json:"limit"`
+		Before       string   `json:"before"`
+		After        string   `json:"after"`
+		EffectID     int64    `json:"effect_id"`
+		Statuses     []string `json:"statuses"`
 	}
 	if len(r.Args) > 0 {
 		if err := decodeJSON(r.Args, &a); err != nil {
@@ -100,6 +101,8 @@ func (o *Ops) HandleRequest(ctx context.Context, r worker.Request) (json.RawMess
 		return o.react(ctx, session, r, a.Conversation, a.MessageID, a.Emoji)
 	case "discord.mark":
 		return o.mark(ctx, a.ItemID, a.Status, a.Note, a.Conversation)
+	case "discord.items":
+		return o.items(ctx, session, a.Conversation, a.Statuses, a.Limit)
 	case "discord.receipt":
 		e, err := o.store.Effect(ctx, a.EffectID)
 		if errors.Is(err, store.ErrUnknownEffect) {
@@ -111,6 +114,46 @@ func (o *Ops) HandleRequest(ctx context.Context, r worker.Request) (json.RawMess
 		return json.Marshal(receipt(e))
 	}
 	return nil, refuse("unsupported", "%s is not a discord operation", r.Op)
+}
+
+// items lists the session's attention items, newest first: by default those
+// still pending or seen, in every conversation or in one.
+func (o *Ops) items(ctx context.Context, session, ref string, statuses []string, limit int) (json.RawMessage, error) {
+	if limit == 0 {
+		limit = 50
+	}
+	if limit < 1 || limit > 500 {
+		return nil, refuse("invalid", "limit must be 1..500")
+	}
+	if len(statuses) == 0 {
+		statuses = []string{store.ItemPending, store.ItemSeen}
+	}
+	for _, st := range statuses {
+		switch st {
+		case store.ItemPending, store.ItemSeen, store.ItemActed, store.ItemIgnored:
+		default:
+			return nil, refuse("invalid", "status %q is not pending, seen, acted or ignored", clip(st))
+		}
+	}
+	alias := ""
+	if ref != "" {
+		c, err := o.conversation(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		alias = c.Alias
+	}
+	all, err := o.store.AttentionItems(ctx, session, statuses, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := []store.AttentionItem{}
+	for _, it := range all {
+		if alias == "" || it.Conversation == alias {
+			out = append(out, it)
+		}
+	}
+	return json.Marshal(map[string]any{"items": out})
 }
 
 // frameHandles reads the routing handles of the frame the cell runs under.

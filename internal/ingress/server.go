@@ -36,6 +36,10 @@ type Config struct {
 	Session string
 	Log     *slog.Logger
 	Clock   func() time.Time
+	// PendingAging ignores attention items pending longer than this, with
+	// decision_origin aging (0: never). Aging starts with the first request
+	// of a transport (hello or admit) and stops at Close.
+	PendingAging time.Duration
 	// Admitted, if set, is told of each committed batch (the attention
 	// scheduler wakes on directed messages through it).
 	Admitted func(session string, directed, ambient int)
@@ -47,6 +51,10 @@ type Server struct {
 	kick    chan struct{} // buffered(1): effects or reads may be waiting
 	closing chan struct{}
 	once    sync.Once
+
+	itemAdmitted chan struct{} // buffered(1): a DM or mention was admitted (aging wakes)
+	agingOnce    sync.Once
+	agingDone    chan struct{} // closed when the aging goroutine ended; nil when it never started
 
 	mu       sync.Mutex // guards the fields below
 	reads    map[int64]*pendingRead
@@ -72,7 +80,8 @@ func New(cfg Config) *Server {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	return &Server{cfg: cfg, kick: make(chan struct{}, 1), closing: make(chan struct{}), reads: map[int64]*pendingRead{}}
+	return &Server{cfg: cfg, kick: make(chan struct{}, 1), closing: make(chan struct{}), reads: map[int64]*pendingRead{},
+		itemAdmitted: make(chan struct{}, 1)}
 }
 
 // HTTPServer returns an http.Server for the ingress socket, recording each
@@ -86,8 +95,15 @@ func (s *Server) HTTPServer() *http.Server {
 	}
 }
 
-// Close ends waiting claims (a daemon drain). Calling it twice is safe.
-func (s *Server) Close() { s.once.Do(func() { close(s.closing) }) }
+// Close ends waiting claims (a daemon drain) and stops aging. Calling it
+// twice is safe.
+func (s *Server) Close() {
+	s.once.Do(func() { close(s.closing) })
+	s.agingOnce.Do(func() {}) // aging cannot start after Close
+	if s.agingDone != nil {
+		<-s.agingDone
+	}
+}
 
 // Handler routes the API under /v1, behind the peer check.
 func (s *Server) Handler() http.Handler {
@@ -125,6 +141,7 @@ func (s *Server) Kick() {
 }
 
 func (s *Server) handleAdmit(w http.ResponseWriter, r *http.Request) {
+	s.StartAging(s.cfg.PendingAging)
 	body, err := io.ReadAll(io.LimitReader(r.Body, ingressapi.MaxRequestBytes+1))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, ingressapi.CodeInvalid, "read request body: "+err.Error())
@@ -183,6 +200,12 @@ func (s *Server) handleAdmit(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if directed > 0 {
+		select {
+		case s.itemAdmitted <- struct{}{}:
+		default:
+		}
+	}
 	if s.cfg.Admitted != nil && directed+ambient > 0 {
 		s.cfg.Admitted(s.cfg.Session, directed, ambient)
 	}
@@ -225,6 +248,7 @@ func (s *Server) discordMessage(m ingressapi.Message) store.DiscordMessage {
 }
 
 func (s *Server) handleHello(w http.ResponseWriter, r *http.Request) {
+	s.StartAging(s.cfg.PendingAging)
 	var req ingressapi.HelloRequest
 	if !decodeRequest(w, r, &req) {
 		return

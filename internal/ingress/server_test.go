@@ -310,3 +310,48 @@ func TestDrainingCoreRefusesWithRetry(t *testing.T) {
 		t.Fatalf("admit while draining: %v (want a retryable 503)", err)
 	}
 }
+
+func TestPendingItemsAgeWithTheirOrigin(t *testing.T) {
+	c := startCore(t, t.TempDir())
+	ctx := context.Background()
+	resp, err := c.client.Admit(ctx, ingressapi.AdmitRequest{Messages: []ingressapi.Message{
+		msg("5001", "50", ingressapi.ModeDM, "old dm"), msg("5002", "51", ingressapi.ModeMention, "seen mention")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm, seen := resp.Results[0].ItemID, resp.Results[1].ItemID
+	if err := c.store.Write(ctx, func(tx *store.Tx) error {
+		_, err := tx.Mark(seen, store.ItemSeen, store.OriginModel, "", 0)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.server.StartAging(300 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	// Admitted later: it ages later.
+	late, _ := c.client.Admit(ctx, ingressapi.AdmitRequest{Messages: []ingressapi.Message{msg("5003", "50", ingressapi.ModeDM, "newer dm")}})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		it, _ := c.store.AttentionItem(ctx, dm)
+		if it.Status == store.ItemIgnored {
+			if it.DecisionOrigin != store.OriginAging {
+				t.Fatalf("aged item recorded as %s", it.DecisionOrigin)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old DM is still %s", it.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if it, _ := c.store.AttentionItem(ctx, late.Results[0].ItemID); it.Status != store.ItemPending {
+		t.Fatalf("the newer DM aged early: %s", it.Status)
+	}
+	if it, _ := c.store.AttentionItem(ctx, seen); it.Status != store.ItemSeen {
+		t.Fatalf("a seen item was aged: %s", it.Status)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if it, _ := c.store.AttentionItem(ctx, late.Results[0].ItemID); it.Status != store.ItemIgnored || it.DecisionOrigin != store.OriginAging {
+		t.Fatalf("the newer DM did not age in its turn: %s by %s", it.Status, it.DecisionOrigin)
+	}
+}

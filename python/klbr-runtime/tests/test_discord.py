@@ -84,6 +84,12 @@ class DiscordTest(unittest.TestCase):
         ])
         self.assertEqual(v, "(\"<Message 11 ana: 'hello'>\", 'confirmed', '<Item 4 in d1: ignored by model>')")
 
+    def test_items(self):
+        items = {"items": [{"id": 5, "conversation": "d1", "message_id": "12", "status": "pending"}]}
+        v, reqs = self.value("its = await discord.conversation('d1').items()\nits", [ok(items)])
+        self.assertEqual(reqs, [("discord.items", {"statuses": ["pending", "seen"], "limit": 50, "conversation": "d1"})])
+        self.assertEqual(v, "[<Item 5 in d1: pending>]")
+
     def test_bad_arguments_fail_before_the_host(self):
         for code in ("await discord.mark(1, 'done')", "await discord.conversation('d1').history(limit=500)",
                      "await discord.conversation('d1').send('')", "await discord.conversation('d1').react('abc', 'x')"):

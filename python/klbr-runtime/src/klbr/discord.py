@@ -11,13 +11,15 @@
   ``pending``/``attempting``/``unknown`` are not delivery, ``failed`` is not.
 - ``await conversation.react(message_id, emoji)``: a reaction (Receipt). It
   does not mark anything acted: combine it with ``mark`` when you mean to.
+- ``await discord.items()`` / ``await conversation.items()``: DMs and
+  mentions still waiting for a decision (pending or seen), newest first.
 - ``await discord.mark(item_id, status, note="")``: record a decision on a DM
   or mention: ``seen``, ``acted``, ``ignored``, or ``pending`` to reopen.
 """
 
 from ._sdk import HostError, request
 
-__all__ = ["current", "conversations", "conversation", "mark", "receipt",
+__all__ = ["current", "conversations", "conversation", "items", "mark", "receipt",
            "Conversation", "Receipt", "Message", "Item", "HostError", "STATUSES"]
 
 STATUSES = ("pending", "seen", "acted", "ignored")
@@ -180,6 +182,10 @@ class Conversation:
             args["item_id"] = _item_id(item)
         return Receipt(await request("discord.send", args))
 
+    async def items(self, status=("pending", "seen"), limit=50):
+        """This conversation's attention items in ``status``, newest first."""
+        return await items(status=status, limit=limit, conversation=self.alias)
+
     async def react(self, message_id, emoji):
         """Add a reaction: a Unicode emoji, or ``name:id`` of a custom one."""
         if not isinstance(emoji, str) or not emoji:
@@ -213,6 +219,24 @@ def conversation(alias):
     if not isinstance(alias, str) or not alias:
         raise TypeError("conversation() takes an alias such as 'd2'")
     return Conversation(alias)
+
+
+async def items(status=("pending", "seen"), limit=50, conversation=None):
+    """Attention items (DMs and mentions) in ``status`` (a str or a tuple of
+    them), newest first; all conversations unless one is named."""
+    if isinstance(status, str):
+        status = (status,)
+    status = tuple(status)
+    for s in status:
+        if s not in STATUSES:
+            raise ValueError(f"status must be among {', '.join(STATUSES)}, got {s!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 500:
+        raise ValueError(f"limit must be an int in 1..500, got {limit!r}")
+    args = {"statuses": list(status), "limit": limit}
+    if conversation is not None:
+        args["conversation"] = getattr(conversation, "alias", conversation)
+    r = await request("discord.items", args)
+    return [Item(it) for it in r.get("items", [])]
 
 
 async def mark(item_id, status, note=""):
