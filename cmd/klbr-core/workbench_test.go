@@ -76,9 +76,16 @@ func TestWorkbenchThroughTheDaemon(t *testing.T) {
 	if out := in.must("exec", "other", "y"); out != "'other session'\n" {
 		t.Fatalf("the other session lost its state: %q", out)
 	}
-	// Operator reset of a live generation (3).
+	// A context reset keeps the workbench; a kernel reset of a live
+	// generation (3) starts a new one.
 	in.must("exec", "default", "z = 1")
-	in.must("reset", "default")
+	if out := in.must("reset", "default"); !strings.Contains(out, "epoch 1 starts empty") {
+		t.Fatalf("context reset: %q", out)
+	}
+	if out := in.must("exec", "default", "z"); out != "1\n" {
+		t.Fatalf("a context reset lost the workbench: %q", out)
+	}
+	in.must("reset", "default", "--kernel")
 	res, _, _ = execJSON(t, in, "default", "1")
 	if res.Outcome.Generation != 4 {
 		t.Fatalf("generation after reset: %d", res.Outcome.Generation)
