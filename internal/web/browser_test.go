@@ -424,9 +424,16 @@ func TestDrainStopAndClosing(t *testing.T) {
 	if m := readMsg(t, c, 5*time.Second); m.Type != MsgAccepted || m.Action != "stop" {
 		t.Fatalf("stop: %+v", m)
 	}
-	h.daemon.mu.Lock()
-	calls := append([]bool(nil), h.daemon.shutdown...)
-	h.daemon.mu.Unlock()
+	// The answer is queued before the daemon is told: wait for the call.
+	var calls []bool
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		h.daemon.mu.Lock()
+		calls = append([]bool(nil), h.daemon.shutdown...)
+		h.daemon.mu.Unlock()
+		if len(calls) == 2 {
+			break
+		}
+	}
 	if len(calls) != 2 || calls[0] || !calls[1] {
 		t.Fatalf("shutdown calls %v, want [false true]", calls)
 	}
