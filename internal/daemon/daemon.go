@@ -140,7 +140,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	}
 	m := metrics.New(st, opts.Clock, log.With("component", "metrics"))
 	d.admit = admission.New(st, d.sessions, opts.Clock, m.ObserveAdmission)
-	d.ingress = newIngress(d, log.With("component", "ingress"))
+	d.ingress = newIngress(d, m.Registerer(), log.With("component", "ingress"))
 	if err := st.Write(ctx, func(tx *store.Tx) error {
 		n, err := tx.RecoverExecutions()
 		if n > 0 {

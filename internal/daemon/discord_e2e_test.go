@@ -109,6 +109,14 @@ func TestAmbientRoomDirectedDMEndToEnd(t *testing.T) {
 	if len(recs) != 1 {
 		t.Fatalf("%d discord.sent records, want 1", len(recs))
 	}
+	a.eventually("the gateway in /metrics", func() bool { return strings.Contains(a.scrape(), "klbr_discord_gateway_connected 1") })
+	metrics := a.scrape()
+	for _, want := range []string{`klbr_outbox_effects{kind="send",state="confirmed"} 1`, `klbr_attention_items{status="acted"} 1`,
+		`klbr_attention_items{status="ignored"} 1`, `klbr_discord_gateway_events_total{event="sessions"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	db.Close()
 	a.kill()
 	a.start()

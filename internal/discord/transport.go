@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
@@ -68,13 +69,19 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		},
 		Gap: func(reason string) {
+			t.gaps.Add(1)
 			cfg.Log.Warn("gateway: events may be missing", "reason", reason)
 			t.enqueue(ctx, ingressapi.Message{MessageID: "g" + strconv.FormatInt(time.Now().UnixNano(), 10), Mode: ingressapi.ModeGap,
 				Content: "[klbr-discord] " + reason, OccurredAt: time.Now()})
 		},
 		State: func(connected, resumed bool) {
-			if resumed {
+			t.connected.Store(connected)
+			switch {
+			case resumed:
+				t.resumes.Add(1)
 				cfg.Log.Info("gateway resumed")
+			case connected:
+				t.sessions.Add(1)
 			}
 		},
 	})
@@ -92,6 +99,15 @@ type transport struct {
 	queue  chan ingressapi.Message
 	filter Filter          // used only by the gateway's goroutine
 	ctx    context.Context // Run's
+
+	// Gateway state, reported to the core with each claim (its /metrics).
+	connected                                  atomic.Bool
+	sessions, resumes, gaps, admitted, dropped atomic.Uint64
+}
+
+func (t *transport) stats() *ingressapi.GatewayStats {
+	return &ingressapi.GatewayStats{Connected: t.connected.Load(), Sessions: t.sessions.Load(), Resumes: t.resumes.Load(),
+		Gaps: t.gaps.Load(), Admitted: t.admitted.Load(), Dropped: t.dropped.Load()}
 }
 
 // onMessage normalizes a MESSAGE_CREATE and queues it for admission.
@@ -146,13 +162,17 @@ func (t *transport) admit(ctx context.Context, batch []ingressapi.Message) {
 		if err == nil {
 			for i, r := range resp.Results {
 				if r.Error != nil {
+					t.dropped.Add(1)
 					t.log.Warn("ingress refused a message", "message_id", batch[i].MessageID, "error", r.Error.Message)
+				} else {
+					t.admitted.Add(1)
 				}
 			}
 			return
 		}
 		var se *ingressapi.StatusError
 		if errors.As(err, &se) && se.Permanent() {
+			t.dropped.Add(uint64(len(batch)))
 			t.log.Error("ingress refused a batch", "messages", len(batch), "error", err)
 			return
 		}
@@ -185,7 +205,7 @@ func (t *transport) performLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		var cr ingressapi.ClaimResponse
 		if err := retry(ctx, func() (err error) {
-			cr, err = t.core.Claim(ctx, ingressapi.ClaimRequest{Limit: 16, WaitMS: 25000})
+			cr, err = t.core.Claim(ctx, ingressapi.ClaimRequest{Limit: 16, WaitMS: 10000, Gateway: t.stats()})
 			return err
 		}); err != nil {
 			return

@@ -62,6 +62,7 @@ type Server struct {
 	nextRead int64     // last read id given out
 	polled   time.Time // when a transport last claimed work
 	polling  int       // claims waiting now
+	gateway  ingressapi.GatewayStats
 }
 
 type pendingRead struct {
@@ -289,6 +290,9 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.polling++
 	s.polled = s.cfg.Clock()
+	if req.Gateway != nil {
+		s.gateway = *req.Gateway
+	}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/klbr-dev/klbr/internal/admission"
 	"github.com/klbr-dev/klbr/internal/ingress/ingressapi"
 	"github.com/klbr-dev/klbr/internal/session"
@@ -353,5 +355,44 @@ func TestPendingItemsAgeWithTheirOrigin(t *testing.T) {
 	time.Sleep(400 * time.Millisecond)
 	if it, _ := c.store.AttentionItem(ctx, late.Results[0].ItemID); it.Status != store.ItemIgnored || it.DecisionOrigin != store.OriginAging {
 		t.Fatalf("the newer DM did not age in its turn: %s by %s", it.Status, it.DecisionOrigin)
+	}
+}
+
+func TestMetricsReportOutboxItemsAndGateway(t *testing.T) {
+	c := startCore(t, t.TempDir())
+	ctx := context.Background()
+	resp, _ := c.client.Admit(ctx, ingressapi.AdmitRequest{Messages: []ingressapi.Message{msg("6001", "60", ingressapi.ModeDM, "hi")}})
+	enqueueSend(t, c, "d1", "x1/1", "hello", resp.Results[0].ItemID)
+	if _, err := c.client.Claim(ctx, ingressapi.ClaimRequest{WaitMS: 10, Gateway: &ingressapi.GatewayStats{Connected: true, Sessions: 1, Resumes: 2, Gaps: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c.server.Collector())
+	mfs, err := reg.Gather() // the pedantic registry checks descriptions and label consistency
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range mfs {
+		for _, m := range f.GetMetric() {
+			key := f.GetName()
+			for _, l := range m.GetLabel() {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			got[key] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	for key, want := range map[string]float64{
+		"klbr_attention_items,status=pending":              1,
+		"klbr_outbox_effects,kind=send,state=attempting":   1,
+		"klbr_discord_gateway_connected":                   1,
+		"klbr_discord_gateway_events_total,event=resumes":  2,
+		"klbr_discord_gateway_events_total,event=gaps":     1,
+		"klbr_discord_gateway_events_total,event=sessions": 1,
+		"klbr_discord_gateway_events_total,event=admitted": 0,
+	} {
+		if v, ok := got[key]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", key, v, ok, want)
+		}
 	}
 }

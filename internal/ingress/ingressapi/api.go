@@ -99,10 +99,22 @@ type HelloResponse struct {
 	Reconcile []Effect `json:"reconcile"`
 }
 
-// ClaimRequest is POST /v1/effects/claim: a long poll for work.
+// ClaimRequest is POST /v1/effects/claim: a long poll for work. Gateway
+// carries the transport's gateway state for klbr-core's /metrics.
 type ClaimRequest struct {
-	Limit  int `json:"limit"`
-	WaitMS int `json:"wait_ms"`
+	Limit   int           `json:"limit"`
+	WaitMS  int           `json:"wait_ms"`
+	Gateway *GatewayStats `json:"gateway,omitempty"`
+}
+
+// GatewayStats is the transport's gateway state since it started.
+type GatewayStats struct {
+	Connected bool   `json:"connected"`
+	Sessions  uint64 `json:"sessions"` // identifies (new sessions)
+	Resumes   uint64 `json:"resumes"`
+	Gaps      uint64 `json:"gaps"` // gap notices: resumes that failed
+	Admitted  uint64 `json:"admitted"`
+	Dropped   uint64 `json:"dropped"` // refused for good by the core (invalid)
 }
 
 // ClaimResponse hands over effects (now attempting) and reads to perform.

@@ -1,0 +1,70 @@
+package ingress
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	effectsDesc = prometheus.NewDesc("klbr_outbox_effects",
+		"Discord outbox effects by kind (send, react) and state (pending, attempting, confirmed, failed, unknown).",
+		[]string{"kind", "state"}, nil)
+	itemsDesc = prometheus.NewDesc("klbr_attention_items",
+		"Discord attention items (DMs and mentions) by status (pending, seen, acted, ignored).", []string{"status"}, nil)
+	connectedDesc = prometheus.NewDesc("klbr_discord_gateway_connected",
+		"1 while klbr-discord polls for work and reports its gateway connected.", nil, nil)
+	gatewayDesc = prometheus.NewDesc("klbr_discord_gateway_events_total",
+		"Gateway events of the running klbr-discord, as it reports them: sessions (identifies), resumes, gaps (failed resumes), admitted and dropped messages.",
+		[]string{"event"}, nil)
+)
+
+// Collector reports the outbox and attention items (read from the store at
+// scrape time) and the transport's gateway state.
+func (s *Server) Collector() prometheus.Collector { return (*collector)(s) }
+
+type collector Server
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- effectsDesc
+	ch <- itemsDesc
+	ch <- connectedDesc
+	ch <- gatewayDesc
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	s := (*Server)(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if effects, err := s.cfg.Store.EffectCounts(ctx); err != nil {
+		s.cfg.Log.Warn("metrics: outbox", slog.Any("error", err))
+		ch <- prometheus.NewInvalidMetric(effectsDesc, err)
+	} else {
+		for _, e := range effects {
+			ch <- prometheus.MustNewConstMetric(effectsDesc, prometheus.GaugeValue, float64(e.Count), e.Kind, e.State)
+		}
+	}
+	if items, err := s.cfg.Store.AttentionCounts(ctx); err != nil {
+		ch <- prometheus.NewInvalidMetric(itemsDesc, err)
+	} else {
+		for _, it := range items {
+			ch <- prometheus.MustNewConstMetric(itemsDesc, prometheus.GaugeValue, float64(it.Count), it.Status)
+		}
+	}
+	s.mu.Lock()
+	g, live := s.gateway, s.connectedLocked() || (!s.polled.IsZero() && s.cfg.Clock().Sub(s.polled) < 30*time.Second)
+	s.mu.Unlock()
+	connected := 0.0
+	if live && g.Connected {
+		connected = 1
+	}
+	ch <- prometheus.MustNewConstMetric(connectedDesc, prometheus.GaugeValue, connected)
+	for _, e := range []struct {
+		name string
+		n    uint64
+	}{{"sessions", g.Sessions}, {"resumes", g.Resumes}, {"gaps", g.Gaps}, {"admitted", g.Admitted}, {"dropped", g.Dropped}} {
+		ch <- prometheus.MustNewConstMetric(gatewayDesc, prometheus.CounterValue, float64(e.n), e.name)
+	}
+}
