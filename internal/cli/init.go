@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -23,6 +24,12 @@ func newInit(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if def := filepath.Join(cfg.Paths.DataDir, "klbr.toml"); cfg.Paths.ConfigFile == def {
+				res.ConfigFile = def
+				if res.CreatedConfig, err = setup.WriteConfigTemplate(def); err != nil {
+					return fmt.Errorf("init: %w", err)
+				}
+			}
 			if asJSON {
 				return printJSON(g.env.Stdout, res)
 			}
@@ -36,6 +43,9 @@ func newInit(g *globals) *cobra.Command {
 			}
 			if res.CreatedSession {
 				fmt.Fprintln(g.env.Stdout, "session default created")
+			}
+			if res.CreatedConfig {
+				fmt.Fprintf(g.env.Stdout, "configuration template written to %s: name a model route there to run the agent\n", res.ConfigFile)
 			}
 			return nil
 		},

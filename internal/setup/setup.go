@@ -25,6 +25,10 @@ type Result struct {
 	CreatedDB      bool   `json:"created_database"`
 	CreatedToken   bool   `json:"created_token"`
 	CreatedSession bool   `json:"created_session"`
+	// CreatedConfig says init wrote the commented template at ConfigFile
+	// (see WriteConfigTemplate).
+	ConfigFile    string `json:"config_file,omitempty"`
+	CreatedConfig bool   `json:"created_config,omitempty"`
 }
 
 // Init makes dir a ready data directory. It takes the owner lock while it
