@@ -43,6 +43,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeSendRequest -fuzztime=$(FUZZTIME) ./internal/localapi/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/config/
 	$(GO) test -run='^$$' -fuzz=FuzzReadFrame -fuzztime=$(FUZZTIME) ./internal/worker/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeAdmit -fuzztime=$(FUZZTIME) ./internal/ingress/
+	$(GO) test -run='^$$' -fuzz=FuzzNormalize -fuzztime=$(FUZZTIME) ./internal/discord/
 
 ## bench: the admission and turn-loop benchmarks of docs/performance.md
 bench:

@@ -19,6 +19,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/admission"
 	"github.com/klbr-dev/klbr/internal/discordtest"
 	"github.com/klbr-dev/klbr/internal/ingress"
+	"github.com/klbr-dev/klbr/internal/ingress/ingressapi"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/unixsock"
@@ -390,5 +391,78 @@ func TestKilledAtTheWorstInstant(t *testing.T) {
 	it, _ := c.store.AttentionItem(context.Background(), items[0].ID)
 	if it.Status != store.ItemActed {
 		t.Fatalf("item is %s", it.Status)
+	}
+}
+
+func TestGapsMalformedFramesReplyReactAndBackread(t *testing.T) {
+	c := startCore(t, t.TempDir())
+	fake := discordtest.New("99")
+	defer fake.Close()
+	runTransport(t, fake, c.socket)
+	ctx := context.Background()
+
+	// Malformed payloads: a frame that is not JSON, a message whose data is
+	// garbage, an event type nobody knows. Nothing is admitted for them, and
+	// the next message still is.
+	fake.DispatchRaw([]byte("{not json"))
+	waitFor(t, "a reconnect after the malformed frame", func() bool { s, r := fake.Counts(); return s+r >= 2 && fake.Connected() })
+	fake.Dispatch("MESSAGE_CREATE", map[string]any{"id": "x", "channel_id": []int{1}})
+	fake.Dispatch("GUILD_SCHEDULED_EVENT_USER_ADD", map[string]any{"weird": true})
+	msg := discordtest.Message("7001", "70", "", "5", "first")
+	msg["attachments"] = []any{map[string]any{"id": "71", "filename": "cat.png", "content_type": "image/png", "size": 1234, "url": "https://cdn.example/cat.png"}}
+	fake.Dispatch("MESSAGE_CREATE", msg)
+	waitFor(t, "the message after the garbage", func() bool { return len(pending(t, c)) == 1 })
+
+	// The session is invalidated: a new one is identified and a gap notice admitted.
+	before, _ := fake.Counts()
+	fake.InvalidateSession()
+	waitFor(t, "the gap notice", func() bool { return len(pending(t, c)) == 2 })
+	waitFor(t, "a new session", func() bool { s, _ := fake.Counts(); return s > before && fake.Connected() })
+	recs, _ := c.store.Records(ctx, session.DefaultID, 0, 100)
+	var gap bool
+	for _, r := range recs {
+		if strings.Contains(string(r.Content), `"source_key":"discord-gap:`) && strings.Contains(string(r.Content), "may be missing") {
+			gap = true
+		}
+	}
+	if !gap {
+		t.Fatal("no gap notice was admitted after the failed resume")
+	}
+
+	// The channel advances past the DM: the answer carries a reply reference.
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("7002", "70", "", "5", "second"))
+	waitFor(t, "the second DM", func() bool { return len(pending(t, c)) == 3 })
+	items, _ := c.store.AttentionItems(ctx, session.DefaultID, nil, 10)
+	var first int64
+	for _, it := range items {
+		if it.MessageID == "7001" {
+			first = it.ID
+		}
+	}
+	e := settled(t, c, enqueueSend(t, c, "d1", "x7/1", "about the first", first).ID)
+	if sent := fake.Sent(); e.State != store.EffectConfirmed || len(sent) != 1 || sent[0].ReplyTo != "7001" {
+		t.Fatalf("effect %+v, fake %+v: want a reply to 7001", e, sent)
+	}
+	// A reaction.
+	conv, _ := c.store.ConversationByRef(ctx, "d1")
+	var r store.Effect
+	c.store.Write(ctx, func(tx *store.Tx) (err error) {
+		r, err = tx.EnqueueEffect(store.NewEffect{Session: session.DefaultID, Kind: store.EffectReact, ConversationID: conv.ID,
+			IdempotencyKey: "x7/2", Nonce: "nr", Emoji: "❤️", Target: "7002"})
+		return err
+	})
+	c.server.Kick()
+	if r = settled(t, c, r.ID); r.State != store.EffectConfirmed || len(fake.Reactions()) != 1 || fake.Reactions()[0] != "70/7002/❤️" {
+		t.Fatalf("reaction %+v, fake %v", r, fake.Reactions())
+	}
+	// A backread passes through to Discord and stores nothing.
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	hist, err := c.server.Read(rctx, ingressapi.Read{ChannelID: "70", Limit: 10})
+	if err != nil || len(hist) != 1 || hist[0].Content != "about the first" || !hist[0].Bot {
+		t.Fatalf("history %+v %v", hist, err)
+	}
+	if n := len(pending(t, c)); n != 3 {
+		t.Fatalf("the backread admitted something: %d inputs", n)
 	}
 }

@@ -181,6 +181,17 @@ func (f *Fake) DispatchRaw(b []byte) {
 	}
 }
 
+// InvalidateSession sends op 9 (invalid session, not resumable): the client
+// must identify anew, and events meanwhile may be lost.
+func (f *Fake) InvalidateSession() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cur != nil {
+		f.cur.WriteJSON(map[string]any{"op": 9, "d": false})
+		f.events = nil // a new session replays nothing
+	}
+}
+
 // CloseGateway closes the current connection with a close code.
 func (f *Fake) CloseGateway(code int) {
 	f.mu.Lock()
