@@ -223,3 +223,62 @@ func TestDMToFrameDuringAmbientStream(t *testing.T) {
 		t.Errorf("a DM waited %v for its frame", lat[len(lat)-1])
 	}
 }
+
+// "Not said versus said": the scratchpad claims a message went out, Discord
+// refuses it (403). The speech lane says failed, never sent; the cell's
+// receipt is falsy and says NOT delivered; the DM's item stays pending.
+func TestNotSaidVersusSaid(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Text: "I told them the build is fixed.", Calls: []modeltest.Call{{ID: "s1", Code: "r = await (await discord.current()).send('the build is fixed')\n" +
+			"print(repr(r))\nbool(r)"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "s2", Code: "await runtime.wait(None, reason='could not say it')"}}},
+	)
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(None)"}}}
+	})
+	a := startAgent(t, model, "")
+	fake := discordtest.New("99")
+	defer fake.Close()
+	fake.OnSend = func(string, string) (int, float64) { return 403, 0 }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- discord.Run(ctx, discord.Config{Token: "e2e-token", APIBase: fake.APIBase(),
+			IngressSocket: filepath.Join(a.data, "ingress.sock"), Log: slog.New(slog.DiscardHandler)})
+	}()
+	defer func() { cancel(); <-done }()
+	a.eventually("the gateway session", fake.Connected)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("8001", "80", "", "5", "is the build fixed?"))
+	var cell string
+	a.eventually("the cell's outcome", func() bool {
+		for _, r := range a.kinds(store.LaneCell, "cell.finished") {
+			if strings.Contains(string(r.Content), "Receipt send") {
+				cell = string(r.Content)
+			}
+		}
+		return cell != ""
+	})
+	if !strings.Contains(cell, "failed (http_403") || !strings.Contains(cell, "NOT delivered") || !strings.Contains(cell, `"value":"False"`) {
+		t.Fatalf("the cell's receipt: %s", cell)
+	}
+	if n := len(a.kinds(store.LaneSpeech, "discord.sent")); n != 0 {
+		t.Fatalf("%d discord.sent records for a refused send", n)
+	}
+	failed := a.kinds(store.LaneSpeech, "discord.failed")
+	if len(failed) != 1 || !strings.Contains(string(failed[0].Content), `"state":"failed"`) {
+		t.Fatalf("discord.failed records: %+v", failed)
+	}
+	if len(a.kinds(store.LaneScratchpad, "")) == 0 {
+		t.Fatal("no scratchpad record")
+	}
+	db := openRO(t, a.data)
+	defer db.Close()
+	if s := itemStatus(db, "8001"); s != "pending" {
+		t.Fatalf("the DM's item is %q after a refused send, want pending", s)
+	}
+	if len(fake.Sent()) != 0 {
+		t.Fatal("the fake holds a message it refused")
+	}
+}
