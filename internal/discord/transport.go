@@ -49,7 +49,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	core := ingressapi.NewClient(cfg.IngressSocket)
 	defer core.Close()
-	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize),
+	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize), echoes: newEchoes(4096),
 		filter: Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots, Threads: map[string]string{}}}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -60,6 +60,7 @@ func Run(ctx context.Context, cfg Config) error {
 	gw := NewGateway(rest, cfg.Token, cfg.Log.With("component", "gateway"), GatewayEvents{
 		Ready: func(id string) {
 			t.filter.BotID = id
+			t.botID.Store(&id)
 			cfg.Log.Info("gateway ready", "bot_id", id)
 		},
 		Message: t.onMessage,
@@ -100,9 +101,19 @@ type transport struct {
 	filter Filter          // used only by the gateway's goroutine
 	ctx    context.Context // Run's
 
+	echoes *echoes                // our own messages seen on the gateway, by nonce
+	botID  atomic.Pointer[string] // from READY; read by the performer
+
 	// Gateway state, reported to the core with each claim (its /metrics).
 	connected                                  atomic.Bool
 	sessions, resumes, gaps, admitted, dropped atomic.Uint64
+}
+
+func (t *transport) bot() string {
+	if id := t.botID.Load(); id != nil {
+		return *id
+	}
+	return ""
 }
 
 func (t *transport) stats() *ingressapi.GatewayStats {
@@ -112,6 +123,9 @@ func (t *transport) stats() *ingressapi.GatewayStats {
 
 // onMessage normalizes a MESSAGE_CREATE and queues it for admission.
 func (t *transport) onMessage(data json.RawMessage) {
+	if nonce, id, ok := ownEcho(data, t.filter.BotID); ok {
+		t.echoes.add(nonce, id)
+	}
 	m, err := Normalize(data, t.filter)
 	if errors.Is(err, ErrSkip) {
 		return
@@ -313,19 +327,36 @@ func (t *transport) reconcile(e ingressapi.Effect) ingressapi.Receipt {
 	return t.evidence(e, "klbr-discord died during the attempt")
 }
 
-// evidence looks for the effect's nonce in recent channel history: found,
-// the send is confirmed; not found, it is unknown, never retried blindly.
+// evidence settles an ambiguous send: the nonce seen on the gateway (Discord
+// echoes our own message with its nonce), the nonce in recent channel
+// history, or exactly one message of ours with the same text from after the
+// attempt began. Found, the send is confirmed; otherwise it is unknown, and
+// never retried blindly.
 func (t *transport) evidence(e ingressapi.Effect, why string) ingressapi.Receipt {
-	msgs, err := history(t.rest, e.ChannelID, 50, "", "")
-	if err == nil {
-		for _, m := range msgs {
-			if m.Nonce == e.Nonce {
-				return ingressapi.Receipt{State: "confirmed", MessageID: m.MessageID, Evidence: "nonce in channel history"}
-			}
-		}
-		return ingressapi.Receipt{State: "unknown", ErrorCode: "interrupted", Error: why + "; its nonce is not in the last 50 messages"}
+	if id, ok := t.echoes.get(e.Nonce); ok {
+		return ingressapi.Receipt{State: "confirmed", MessageID: id, Evidence: "nonce echoed on the gateway"}
 	}
-	return ingressapi.Receipt{State: "unknown", ErrorCode: "interrupted", Error: why + "; channel history could not be read: " + classify(err).Error()}
+	msgs, err := history(t.rest, e.ChannelID, 50, "", "")
+	if err != nil {
+		return ingressapi.Receipt{State: "unknown", ErrorCode: "interrupted", Error: why + "; channel history could not be read: " + classify(err).Error()}
+	}
+	var same []ingressapi.HistoryMessage
+	for _, m := range msgs {
+		if m.Nonce != "" && m.Nonce == e.Nonce {
+			return ingressapi.Receipt{State: "confirmed", MessageID: m.MessageID, Evidence: "nonce in channel history"}
+		}
+		if m.AuthorID == t.bot() && m.Content == e.Text && !e.ClaimedAt.IsZero() && !m.OccurredAt.Before(e.ClaimedAt.Add(-2*time.Second)) {
+			same = append(same, m)
+		}
+	}
+	if len(same) == 1 {
+		return ingressapi.Receipt{State: "confirmed", MessageID: same[0].MessageID, Evidence: "our message with its text in channel history"}
+	}
+	detail := "its nonce is not in the last 50 messages"
+	if len(same) > 1 {
+		detail = fmt.Sprintf("%d messages of ours carry its text; which one is this send cannot be told", len(same))
+	}
+	return ingressapi.Receipt{State: "unknown", ErrorCode: "interrupted", Error: why + "; " + detail}
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

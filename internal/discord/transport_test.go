@@ -362,10 +362,12 @@ func TestKilledAtTheWorstInstant(t *testing.T) {
 	defer fake.Close()
 	// Discord accepts the send; klbr-discord dies before it hears the answer.
 	var victim atomic.Pointer[exec.Cmd]
-	fake.AfterAccept = func(discordtest.Sent) {
+	fake.AfterAccept = func(discordtest.Sent) int {
 		if cmd := victim.Swap(nil); cmd != nil {
 			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
 		}
+		return 0
 	}
 	child := startChild(t, fake, c.socket)
 	waitFor(t, "the child's gateway session", fake.Connected)
@@ -382,8 +384,8 @@ func TestKilledAtTheWorstInstant(t *testing.T) {
 	}
 	startChild(t, fake, c.socket)
 	got := settled(t, c, e.ID)
-	if got.State != store.EffectConfirmed || got.Evidence != "nonce in channel history" || got.MessageID != fake.Sent()[0].ID {
-		t.Fatalf("effect %+v; want confirmed by the nonce in history", got)
+	if got.State != store.EffectConfirmed || got.Evidence != "our message with its text in channel history" || got.MessageID != fake.Sent()[0].ID {
+		t.Fatalf("effect %+v; want confirmed by our message in history", got)
 	}
 	if n := len(fake.Sent()); n != 1 {
 		t.Fatalf("the fake saw %d messages, want exactly 1", n)
@@ -464,5 +466,32 @@ func TestGapsMalformedFramesReplyReactAndBackread(t *testing.T) {
 	}
 	if n := len(pending(t, c)); n != 3 {
 		t.Fatalf("the backread admitted something: %d inputs", n)
+	}
+}
+
+// Discord accepts a send but answers 500: the retry carries the same nonce,
+// enforce_nonce answers with the message already made, and the fake holds
+// one message. Retries preserve identity.
+func TestAcceptedThenServerErrorIsNotSentTwice(t *testing.T) {
+	c := startCore(t, t.TempDir())
+	fake := discordtest.New("99")
+	defer fake.Close()
+	var once atomic.Bool
+	fake.AfterAccept = func(discordtest.Sent) int {
+		if once.CompareAndSwap(false, true) {
+			return 500
+		}
+		return 0
+	}
+	runTransport(t, fake, c.socket)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("9001", "90", "", "5", "hi"))
+	waitFor(t, "the DM", func() bool { return len(pending(t, c)) == 1 })
+	e := settled(t, c, enqueueSend(t, c, "d1", "x9/1", "once only", 0).ID)
+	sent := fake.Sent()
+	if e.State != store.EffectConfirmed || len(sent) != 1 || e.MessageID != sent[0].ID {
+		t.Fatalf("effect %+v, fake holds %d", e, len(sent))
+	}
+	if e.Attempts != 1 {
+		t.Fatalf("the effect was claimed %d times; its retries belong to one attempt", e.Attempts)
 	}
 }

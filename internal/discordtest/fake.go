@@ -39,8 +39,12 @@ type Fake struct {
 	// It may block (to hold a send between acceptance and answer, see AfterAccept).
 	OnSend func(channel, nonce string) (status int, retryAfter float64)
 	// AfterAccept, if set, runs after a send was recorded and before it is
-	// answered: a test kills the transport here.
-	AfterAccept func(Sent)
+	// answered: a test kills the transport here. A non-zero status answers
+	// the accepted send with that error (a 500 after the fact).
+	AfterAccept func(Sent) int
+	// HistoryNonces makes history report each message's nonce. Discord's
+	// message history does not; its gateway echo of a new message does.
+	HistoryNonces bool
 
 	mu        sync.Mutex // guards the fields below
 	conns     map[*websocket.Conn]bool
@@ -296,16 +300,29 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		f.sent = append(f.sent, s)
 	}
 	f.mu.Unlock()
+	status := 0
 	if f.AfterAccept != nil && !found {
-		f.AfterAccept(s)
+		status = f.AfterAccept(s)
+	}
+	if !found {
+		// Discord echoes a new message, with its nonce, on the gateway.
+		f.Dispatch("MESSAGE_CREATE", f.wire(s, true))
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(f.wire(s))
+	if status != 0 {
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"message":"%s","code":0}`, http.StatusText(status))
+		return
+	}
+	json.NewEncoder(w).Encode(f.wire(s, true))
 }
 
-func (f *Fake) wire(s Sent) map[string]any {
-	m := map[string]any{"id": s.ID, "channel_id": s.ChannelID, "content": s.Content, "nonce": s.Nonce,
+func (f *Fake) wire(s Sent, nonce bool) map[string]any {
+	m := map[string]any{"id": s.ID, "channel_id": s.ChannelID, "content": s.Content,
 		"author": map[string]any{"id": f.BotID, "username": "klbr", "bot": true}, "timestamp": s.At.UTC().Format(time.RFC3339Nano), "type": 0}
+	if nonce {
+		m["nonce"] = s.Nonce
+	}
 	if s.ReplyTo != "" {
 		m["message_reference"] = map[string]any{"message_id": s.ReplyTo}
 		m["type"] = 19
@@ -323,7 +340,7 @@ func (f *Fake) history(w http.ResponseWriter, r *http.Request) {
 	out := []map[string]any{}
 	for i := len(f.sent) - 1; i >= 0 && len(out) < limit; i-- {
 		if f.sent[i].ChannelID == ch {
-			out = append(out, f.wire(f.sent[i]))
+			out = append(out, f.wire(f.sent[i], f.HistoryNonces))
 		}
 	}
 	f.mu.Unlock()

@@ -271,8 +271,12 @@ func (s *Server) handleHello(w http.ResponseWriter, r *http.Request) {
 }
 
 func wireEffect(e store.Effect) ingressapi.Effect {
-	return ingressapi.Effect{ID: e.ID, Kind: e.Kind, State: e.State, ChannelID: e.ChannelID, Nonce: e.Nonce, Text: e.Text,
+	w := ingressapi.Effect{ID: e.ID, Kind: e.Kind, State: e.State, ChannelID: e.ChannelID, Nonce: e.Nonce, Text: e.Text,
 		Emoji: e.Emoji, Target: e.Target, ReplyReference: e.ReplyReference, Attempts: e.Attempts}
+	if e.ClaimedAt != nil {
+		w.ClaimedAt = *e.ClaimedAt
+	}
+	return w
 }
 
 func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {

@@ -135,6 +135,9 @@ type Effect struct {
 	Target         string `json:"target_message_id,omitempty"`
 	ReplyReference bool   `json:"reply_reference"`
 	Attempts       int64  `json:"attempts"`
+	// ClaimedAt is when the latest attempt was handed out: a message of
+	// ours with the same text from after it is evidence for a send.
+	ClaimedAt time.Time `json:"claimed_at,omitzero"`
 }
 
 // Receipt is POST /v1/effects/{id}/receipt: what happened to an attempt.
