@@ -1,0 +1,95 @@
+package discord
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/discordtest"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestMainReadsTheCredentialAndExitsOnABadToken(t *testing.T) {
+	c := startCore(t, t.TempDir())
+	fake := discordtest.New("99")
+	defer fake.Close()
+	creds := t.TempDir()
+	if err := os.WriteFile(filepath.Join(creds, "discord-token"), []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(t.TempDir(), "klbr.toml")
+	os.WriteFile(conf, []byte("[discord]\napi_base = \""+fake.APIBase()+"\"\n"), 0o600)
+	env := map[string]string{"KLBR_DATA_DIR": c.dir, "KLBR_CONFIG": conf, "CREDENTIALS_DIRECTORY": creds, "KLBR_INGRESS_SOCKET": c.socket}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	var out syncBuffer
+	code := make(chan int, 1)
+	go func() { code <- Main(context.Background(), nil, lookup, &out) }()
+	waitFor(t, "the gateway session", fake.Connected)
+	if got := fake.Authorizations(); len(got) == 0 || got[0] != "Bot "+testToken {
+		t.Fatalf("the REST calls did not carry the credential's token")
+	}
+	fake.CloseGateway(4004)
+	select {
+	case c := <-code:
+		if c != 2 {
+			t.Fatalf("exit code %d, want 2", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("klbr-discord kept going with a refused token")
+	}
+	if !strings.Contains(out.String(), "authentication failed") || strings.Contains(out.String(), testToken) {
+		t.Fatalf("output:\n%s", out.String())
+	}
+}
+
+func TestMainRefusesArgumentsAndAMissingToken(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"arguments", []string{"--token", "x"}, nil, "takes no arguments"},
+		{"no credential", nil, map[string]string{}, "no token"},
+		{"empty credential", nil, map[string]string{"CREDENTIALS_DIRECTORY": dir}, "does not hold one bot token"},
+	}
+	os.WriteFile(filepath.Join(dir, "discord-token"), []byte("\n"), 0o600)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"KLBR_DATA_DIR": t.TempDir()}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			var out bytes.Buffer
+			code := Main(context.Background(), tc.args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, &out)
+			if code != 1 || !strings.Contains(out.String(), tc.want) {
+				t.Fatalf("exit %d, output %q; want 1 and %q", code, out.String(), tc.want)
+			}
+			if strings.Contains(out.String(), "--token") {
+				t.Fatalf("the arguments were echoed: %q", out.String())
+			}
+		})
+	}
+}
