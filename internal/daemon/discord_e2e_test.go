@@ -282,3 +282,54 @@ func TestNotSaidVersusSaid(t *testing.T) {
 		t.Fatal("the fake holds a message it refused")
 	}
 }
+
+// A send made while klbr-discord is down is not delivered, says so at once,
+// waits in the outbox, and is delivered once the transport is back.
+func TestSendWhileTheTransportIsDown(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "w1", Code: "await discord.mark((await discord.items())[0], 'seen')\nawait runtime.wait(None)"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "s1", Code: "r = await discord.conversation('d1').send('sorry, I was away')\nprint(repr(r))\nr.state"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "w2", Code: "await local.send('queued for Discord')\nawait runtime.wait(None)"}}},
+	)
+	model.Otherwise(func(int) modeltest.Reply { return modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(None)"}}} })
+	a := startAgent(t, model, "")
+	fake := discordtest.New("99")
+	defer fake.Close()
+	run := func() func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- discord.Run(ctx, discord.Config{Token: "e2e-token", APIBase: fake.APIBase(),
+				IngressSocket: filepath.Join(a.data, "ingress.sock"), Log: slog.New(slog.DiscardHandler)})
+		}()
+		return func() { cancel(); <-done }
+	}
+	stop := run()
+	a.eventually("the gateway session", fake.Connected)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("9101", "91", "", "5", "are you there?"))
+	db := openRO(t, a.data)
+	defer db.Close()
+	a.eventually("the DM seen", func() bool { return itemStatus(db, "9101") == "seen" })
+	stop()
+	time.Sleep(6 * time.Second) // past the window in which the core counts a transport as connected
+	a.send("tell them on Discord you were away")
+	var cell string
+	a.eventually("the cell's outcome", func() bool {
+		for _, r := range a.kinds(store.LaneCell, "cell.finished") {
+			if strings.Contains(string(r.Content), "Receipt send") {
+				cell = string(r.Content)
+			}
+		}
+		return cell != ""
+	})
+	if !strings.Contains(cell, "pending") || !strings.Contains(cell, "not connected") || len(fake.Sent()) != 0 {
+		t.Fatalf("the cell's receipt while the transport is down: %s", cell)
+	}
+	defer run()()
+	a.eventually("the queued send delivered", func() bool { return len(a.kinds(store.LaneSpeech, "discord.sent")) == 1 })
+	if sent := fake.Sent(); len(sent) != 1 || sent[0].Content != "sorry, I was away" || sent[0].ChannelID != "91" {
+		t.Fatalf("the fake holds %+v", sent)
+	}
+}

@@ -264,6 +264,7 @@ type Receipt struct {
 	ErrorCode      string `json:"error_code,omitempty"`
 	Error          string `json:"error,omitempty"`
 	Repeat         bool   `json:"repeat,omitempty"`
+	Note           string `json:"note,omitempty"`
 }
 
 func receipt(e store.Effect) Receipt {
@@ -360,6 +361,12 @@ func (o *Ops) enqueueAndWait(ctx context.Context, session string, n store.NewEff
 	}
 	if e.State == store.EffectPending {
 		o.server.Kick()
+		if !o.server.Connected() {
+			// It stays in the outbox until klbr-discord claims it; waiting here helps nobody.
+			r := receipt(e)
+			r.Note = "klbr-discord is not connected: the effect waits in the outbox; see it with receipt.refresh()"
+			return json.Marshal(r)
+		}
 	}
 	wait := o.SendWait
 	if wait <= 0 {

@@ -31,7 +31,7 @@ class Receipt:
     then. ``state`` is one of pending, attempting, confirmed, failed, unknown."""
 
     __slots__ = ("effect_id", "kind", "state", "conversation", "message_id", "reply_reference",
-                 "item_id", "error_code", "error", "repeat", "raw")
+                 "item_id", "error_code", "error", "repeat", "note", "raw")
 
     def __init__(self, r):
         if not isinstance(r, dict):
@@ -47,6 +47,7 @@ class Receipt:
         self.error_code = r.get("error_code") or None
         self.error = r.get("error") or None
         self.repeat = bool(r.get("repeat"))
+        self.note = r.get("note") or None
 
     @property
     def delivered(self):
@@ -67,7 +68,8 @@ class Receipt:
             return head + tail + (" (a reply)" if self.reply_reference else "") + ">"
         why = f" ({self.error_code}: {self.error})" if self.error_code else ""
         if self.state in ("pending", "attempting"):
-            return head + why + " - not delivered yet; await receipt.refresh() later>"
+            note = f" ({self.note})" if self.note else ""
+            return head + why + " - not delivered yet; await receipt.refresh() later" + note + ">"
         if self.state == "unknown":
             return head + why + " - delivery could not be established; do not claim it was said>"
         return head + why + " - NOT delivered>"
