@@ -293,7 +293,9 @@ func TestSendWhileTheTransportIsDown(t *testing.T) {
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "s1", Code: "r = await discord.conversation('d1').send('sorry, I was away')\nprint(repr(r))\nr.state"}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "w2", Code: "await local.send('queued for Discord')\nawait runtime.wait(None)"}}},
 	)
-	model.Otherwise(func(int) modeltest.Reply { return modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(None)"}}} })
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(None)"}}}
+	})
 	a := startAgent(t, model, "")
 	fake := discordtest.New("99")
 	defer fake.Close()
