@@ -277,7 +277,9 @@ func (c *client) readFailed(err error) {
 func (c *client) stream(ctx context.Context, id string, cursor int64) {
 	wake, cancel := c.b.Store.Watch(id) // before the first read: no commit is missed
 	defer cancel()
-	first := true
+	// open: the client has not yet had a records message with more=false
+	// since it connected or since a message that said more would follow.
+	open := true
 	for {
 		for {
 			// Flow control: at most a few pages in flight, so a replay
@@ -294,8 +296,10 @@ func (c *client) stream(ctx context.Context, id string, cursor int64) {
 				return
 			}
 			more := len(recs) == ReplayPage
-			if len(recs) == 0 && first {
-				if !c.send(recordsMsg{Type: MsgRecords, Records: recs}) {
+			if len(recs) == 0 && open {
+				// The replay is over: an empty page says so (also after a
+				// page that was full to the last record).
+				if !c.send(recordsMsg{Type: MsgRecords, Records: []store.Record{}}) {
 					return
 				}
 			}
@@ -306,7 +310,7 @@ func (c *client) stream(ctx context.Context, id string, cursor int64) {
 				}
 				cursor = chunk[len(chunk)-1].Seq
 			}
-			first = false
+			open = more
 			if !more {
 				break
 			}

@@ -552,3 +552,20 @@ func TestSlowClientIsDropped(t *testing.T) {
 		t.Errorf("no log says the client was dropped:\n%s", h.logs.String())
 	}
 }
+
+// A replay that ends exactly on a page boundary still ends: the last full
+// page says more, and an empty page with more=false follows.
+func TestReplayEndsOnAPageBoundary(t *testing.T) {
+	h := start(t)
+	h.admitN(t, 2*ReplayPage, "p", 0)
+	c := h.hello(t, 0)
+	got, msgs := collect(t, c)
+	if len(got) != 2*ReplayPage || msgs != 3 {
+		t.Fatalf("%d records in %d messages, want %d in 3 (two full pages, then the end)", len(got), msgs, 2*ReplayPage)
+	}
+	// Live records after it stream as usual, each once.
+	h.admitN(t, 1, "live", 0)
+	if m := readMsg(t, c, 5*time.Second); m.Type != MsgRecords || len(m.Records) != 1 || m.More {
+		t.Fatalf("live after the replay: %+v", m)
+	}
+}

@@ -181,3 +181,32 @@ func TestBrowserRendersTurnRecords(t *testing.T) {
 		t.Errorf("%v previews, want 2 (steps 10:2 and 11:3; none for a bare end or gap)", n)
 	}
 }
+
+// A page loaded on a long session replays it fast enough to use: 10,000
+// records in their lanes, each once, and the page live.
+func TestBrowserReplaysTenThousandRecords(t *testing.T) {
+	h := start(t)
+	for i := range 20 { // 20 full pages: the replay ends on a page boundary
+		h.admitN(t, 500, "r"+itoa(i), 100)
+	}
+	ctx := browserCtx(t)
+	t0 := time.Now()
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(h.http.URL+"/?token="+testToken),
+		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(t0)
+	n := eval[float64](t, ctx, `new Set([...document.querySelectorAll('#lane-input .record')].map(e => e.dataset.id)).size`)
+	all := eval[float64](t, ctx, `document.querySelectorAll('.record').length`)
+	if n != 10000 || all != 10000 {
+		t.Fatalf("%v distinct inputs and %v records shown, want 10000", n, all)
+	}
+	t.Logf("10,000 records replayed and rendered: the page is live %v after navigation", took.Round(time.Millisecond))
+	if took > 20*time.Second {
+		t.Errorf("the page took %v to replay 10,000 records", took)
+	}
+	screenshot(t, ctx, "browser-10000")
+}

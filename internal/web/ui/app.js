@@ -22,9 +22,10 @@ function el(tag, cls, text) {
 }
 function badge(text, cls) { return el("span", "badge " + (cls || ""), text); }
 function plural(n, one, many) { return `${n} ${n === 1 ? one : (many || one + "s")}`; }
+const timeFormat = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
 function clock(ms) {
   const t = new Date(ms);
-  return isNaN(t) ? "?" : t.toLocaleTimeString();
+  return isNaN(t) ? "?" : timeFormat.format(t);
 }
 function duration(ms) {
   if (typeof ms !== "number" || !isFinite(ms)) return "?";
@@ -265,10 +266,7 @@ function renderCellFinished(r, c) {
   if (i < 0) i = openCells.findIndex((x) => x.gen === c.generation && (!c.tool_call_id || !x.call));
   if (i >= 0) {
     const { node, out } = openCells.splice(i, 1)[0];
-    const items = node.parentElement;
-    const stick = items && items.scrollHeight - items.scrollTop - items.clientHeight < 60;
-    fillOutcome(out, r, c);
-    if (stick) items.scrollTop = items.scrollHeight;
+    fillOutcome(out, r, c); // renderAll keeps a lane at its bottom
     node.classList.add("finished", `st-${c.status || "unknown"}`);
     node.querySelector(".meta").textContent += ` · #${r.seq} ${r.kind}`;
     return null;
@@ -386,12 +384,44 @@ function render(r) {
   place(r.lane, node);
 }
 
-function place(lane, node) {
+// Records of one message are placed in a batch: one fragment per lane,
+// appended once, so a replay of thousands of records costs one layout per
+// lane, not one per record.
+let batch = null; // lane → DocumentFragment, while a message is rendered
+
+function laneItems(lane) {
   const l = document.getElementById("lane-" + lane) || document.getElementById("lane-notice");
-  const items = l.querySelector(".items");
-  const stick = items.scrollHeight - items.scrollTop - items.clientHeight < 60;
+  return l.querySelector(".items");
+}
+
+function atBottom(items) { return items.scrollHeight - items.scrollTop - items.clientHeight < 60; }
+
+function place(lane, node) {
+  if (!document.getElementById("lane-" + lane)) lane = "notice";
+  if (batch) {
+    let f = batch.get(lane);
+    if (!f) batch.set(lane, (f = document.createDocumentFragment()));
+    f.appendChild(node);
+    return;
+  }
+  const items = laneItems(lane);
+  const stick = atBottom(items);
   items.appendChild(node);
   if (stick) items.scrollTop = items.scrollHeight;
+}
+
+function renderAll(records) {
+  batch = new Map();
+  // Scroll positions are read before anything changes: one layout.
+  const stick = new Map([...document.querySelectorAll(".lane")].map((l) => [l.dataset.lane, atBottom(l.querySelector(".items"))]));
+  try {
+    for (const r of records) render(r);
+  } finally {
+    const b = batch;
+    batch = null;
+    for (const [lane, f] of b) laneItems(lane).appendChild(f);
+    for (const [lane, st] of stick) if (st) { const items = laneItems(lane); items.scrollTop = items.scrollHeight; }
+  }
 }
 
 // --- live previews from token deltas ---------------------------------------
@@ -613,11 +643,9 @@ function connect() {
       case "records": {
         if (conn.caughtUp && (m.records || []).length) conn.liveRecord = true;
         if (!m.more) conn.caughtUp = true;
-        let sessionMoved = false;
-        for (const r of m.records || []) {
-          render(r);
-          if (r.kind.startsWith("session.")) sessionMoved = true;
-        }
+        const recs = m.records || [];
+        renderAll(recs);
+        const sessionMoved = recs.some((r) => r.kind.startsWith("session."));
         if (!m.more) {
           if ($("#h-conn").dataset.state !== "live") { setConn("live"); backoff = 500; refreshStatus(); }
           else if (sessionMoved) refreshSoon();
