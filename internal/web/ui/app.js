@@ -454,6 +454,14 @@ function preview(a, s) {
   return p;
 }
 
+// appendText grows an element's one text node (not textContent +=, which
+// copies the whole text for every delta).
+function appendText(e, t) {
+  if (!t) return;
+  if (e.lastChild && e.lastChild.nodeType === Node.TEXT_NODE) e.lastChild.appendData(t);
+  else e.appendChild(document.createTextNode(t));
+}
+
 function markGap(p) {
   if (p.cut) return;
   p.cut = true;
@@ -470,11 +478,9 @@ function applyDelta(d) {
   // completion) makes no preview.
   if ((d.kind === "end" || d.kind === "gap") && !previews.has(key)) return;
   const p = preview(d.attempt, d.step);
-  const items = p.node.parentElement;
-  const stick = items && items.scrollHeight - items.scrollTop - items.clientHeight < 60;
   switch (d.kind) {
-    case "content": if (!p.cut) p.text.textContent += d.text || ""; break;
-    case "reasoning": if (!p.cut) p.reasoning.textContent += d.text || ""; break;
+    case "content": if (!p.cut) appendText(p.text, d.text); break;
+    case "reasoning": if (!p.cut) appendText(p.reasoning, d.text); break;
     case "tool": {
       if (p.cut) break;
       // Only a call's first delta names it; the rest continue the last one.
@@ -506,7 +512,6 @@ function applyDelta(d) {
       }, ORPHAN_MS);
       break;
   }
-  if (stick) items.scrollTop = items.scrollHeight;
 }
 
 // --- header ---------------------------------------------------------------
@@ -652,9 +657,13 @@ function connect() {
         } else setConn("connecting", "replaying…");
         break;
       }
-      case "delta":
+      case "delta": {
+        const items = laneItems("scratchpad");
+        const stick = atBottom(items);
         for (const d of m.deltas || []) applyDelta(d);
+        if (stick) items.scrollTop = items.scrollHeight;
         break;
+      }
       case "receipt":
         if (pending && pending.key === m.key) { lastSent = pending.text; pending = null; $("#composer").value = ""; }
         status(m.duplicate ? "already sent (duplicate key)" : `sent · input ${m.id}`);
