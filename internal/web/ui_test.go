@@ -72,7 +72,7 @@ func TestBrowserRendersTurnRecords(t *testing.T) {
 		t.Fatalf("header state: %v", err)
 	}
 	lanes := eval[map[string]float64](t, ctx, `Object.fromEntries([...document.querySelectorAll('.lane')].map(l => [l.dataset.lane, l.querySelectorAll('.record').length]))`)
-	want := map[string]float64{"input": 1, "scratchpad": 3, "cell": 4, "speech": 1, "notice": 10}
+	want := map[string]float64{"input": 1, "scratchpad": 3, "cell": 4, "speech": 5, "notice": 11}
 	for lane, n := range want {
 		if lanes[lane] != n {
 			t.Errorf("lane %s has %v records, want %v (all: %v)", lane, lanes[lane], n, lanes)
@@ -104,6 +104,13 @@ func TestBrowserRendersTurnRecords(t *testing.T) {
 		{"#lane-notice .record.n-pause", "paused: step budget: 40 model requests"},
 		{"#lane-notice .items", "session ready → paused: step budget"},
 		{"#lane-notice .record.generic", "a kind from the future"},
+		{"#lane-notice .items", "resumed: restart"},
+		{"#lane-speech .record.discord.sent", "Your notes have 1234 characters."},
+		{"#lane-speech .record.discord.sent", "to d1 · as a reply"},
+		{"#lane-speech .record.discord.sent", "delivered to Discord · message 99"},
+		{"#lane-speech .record.discord.failed", "not delivered: 50013 Missing Permissions"},
+		{"#lane-speech .record.discord.unknown", "delivery unknown: no echo and no message in history"},
+		{"#lane-speech .items", "reaction 👍 on message m1"},
 		{"#h-reason", "step budget: 40 model requests in this attempt"},
 		{"#h-attempt", "#9"},
 	}

@@ -327,6 +327,7 @@ function noticeText(r, c) {
     case "delivery.reminder": return [`delivery reminder${c.frame != null ? " (frame " + c.frame + ")" : ""}${why(c.text)}`];
     case "turn.idle": return [`idle${why(c.reason)}`];
     case "turn.paused": return [`paused${why(c.reason)}`, "pause"];
+    case "turn.resumed": return [`resumed${why(c.reason)}`];
     case "context.reset": return [`context reset: epoch ${c.epoch} starts empty${why(c.reason)}`, "warn"];
     case "context.budget": return [`context over budget: needs ${c.needed} tokens of ${c.budget}`, "warn"];
   }
@@ -344,6 +345,23 @@ function renderNotice(r, c) {
   const e = el("div", "record notice" + (t[1] ? " n-" + t[1] : ""));
   e.appendChild(meta(r));
   e.appendChild(el("div", "text", t[0]));
+  return e;
+}
+
+// Discord effects settle into the speech lane: what was delivered, what
+// failed and what is unknown, each with its conversation.
+function renderDiscordSpeech(r, c) {
+  const react = r.kind.startsWith("discord.react.");
+  const outcome = react ? r.kind.slice("discord.react.".length) : r.kind.slice("discord.".length);
+  const state = { sent: "sent", confirmed: "sent", failed: "failed", unknown: "unknown" }[outcome] || outcome;
+  const e = el("div", `record speech discord ${state}`);
+  const where = [c.conversation ? `to ${c.conversation}` : "", c.reply_reference ? "as a reply" : ""].filter(Boolean).join(" · ");
+  e.appendChild(meta(r, where));
+  if (react) e.appendChild(el("div", "text", `reaction ${c.emoji || "?"}${c.target_message_id ? " on message " + c.target_message_id : ""}`));
+  else e.appendChild(el("div", "text", c.text ?? ""));
+  if (state === "sent") e.appendChild(el("div", "meta", `delivered to Discord${c.message_id ? " · message " + c.message_id : ""}`));
+  else if (state === "failed") e.appendChild(el("div", "held-reason", `not delivered: ${[c.error_code, c.error].filter(Boolean).join(" ") || "failed"}`));
+  else if (state === "unknown") e.appendChild(el("div", "held-reason", `delivery unknown${c.evidence ? ": " + c.evidence : c.error ? ": " + c.error : ""} — it may or may not have arrived`));
   return e;
 }
 
@@ -372,6 +390,7 @@ function render(r) {
   else if (r.lane === "cell" && r.kind === "cell.finished") node = renderCellFinished(r, c);
   else if (r.lane === "cell" && r.kind === "tool.unrun") node = renderToolUnrun(r, c);
   else if (r.lane === "speech" && (r.kind === "local.sent" || r.kind === "local.held")) node = renderSpeech(r, c);
+  else if (r.lane === "speech" && r.kind.startsWith("discord.")) node = renderDiscordSpeech(r, c);
   else if (r.lane === "notice") node = renderNotice(r, c);
   else node = renderGeneric(r, c);
   if (r.lane === "notice") headerFromNotice(r, c);
