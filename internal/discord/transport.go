@@ -49,7 +49,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	core := ingressapi.NewClient(cfg.IngressSocket)
 	defer core.Close()
-	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize), echoes: newEchoes(4096),
+	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize), echoes: newEchoes(4096), ready: make(chan struct{}),
 		filter: Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots, Threads: map[string]string{}}}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -61,6 +61,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Ready: func(id string) {
 			t.filter.BotID = id
 			t.botID.Store(&id)
+			t.readyOnce.Do(func() { close(t.ready) })
 			cfg.Log.Info("gateway ready", "bot_id", id)
 		},
 		Message: t.onMessage,
@@ -101,8 +102,10 @@ type transport struct {
 	filter Filter          // used only by the gateway's goroutine
 	ctx    context.Context // Run's
 
-	echoes *echoes                // our own messages seen on the gateway, by nonce
-	botID  atomic.Pointer[string] // from READY; read by the performer
+	echoes    *echoes                // our own messages seen on the gateway, by nonce
+	botID     atomic.Pointer[string] // from READY; read by the performer
+	ready     chan struct{}          // closed at the first READY: the bot id is known
+	readyOnce sync.Once
 
 	// Gateway state, reported to the core with each claim (its /metrics).
 	connected                                  atomic.Bool
@@ -206,6 +209,12 @@ func (t *transport) admit(ctx context.Context, batch []ingressapi.Message) {
 // performLoop says hello (reconciling effects a dead transport left
 // attempting), then claims and performs effects and reads until ctx ends.
 func (t *transport) performLoop(ctx context.Context) {
+	// Evidence for an ambiguous send needs our own id: wait for the gateway.
+	select {
+	case <-t.ready:
+	case <-ctx.Done():
+		return
+	}
 	var hello ingressapi.HelloResponse
 	if err := retry(ctx, func() (err error) {
 		hello, err = t.core.Hello(ctx, ingressapi.HelloRequest{Instance: t.cfg.Instance})
@@ -258,11 +267,21 @@ func retry(ctx context.Context, f func() error) error {
 	}
 }
 
-// report posts a receipt until the core records it: it is evidence.
+// reportGrace bounds how long a receipt is still offered once the
+// transport is stopping; an effect left unreported stays attempting and the
+// next transport reconciles it.
+const reportGrace = 15 * time.Second
+
+// report posts a receipt until the core records it: it is evidence. While
+// stopping, it keeps trying for reportGrace.
 func (t *transport) report(ctx context.Context, id int64, r ingressapi.Receipt) {
-	err := retry(context.WithoutCancel(ctx), func() error { _, err := t.core.Receipt(ctx, id, r); return err })
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(reportGrace, cancel) })
+	defer stop()
+	err := retry(rctx, func() error { _, err := t.core.Receipt(rctx, id, r); return err })
 	if err != nil {
-		t.log.Error("ingress refused a receipt", "effect", id, "state", r.State, "error", err)
+		t.log.Error("a receipt was not recorded; the next transport reconciles the effect", "effect", id, "state", r.State, "error", err)
 	}
 }
 
