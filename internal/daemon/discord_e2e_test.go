@@ -3,11 +3,13 @@ package daemon
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,13 +46,7 @@ func TestAmbientRoomDirectedDMEndToEnd(t *testing.T) {
 	a := startAgent(t, model, "")
 	fake := discordtest.New("99")
 	defer fake.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- discord.Run(ctx, discord.Config{Token: "e2e-token", APIBase: fake.APIBase(),
-			IngressSocket: filepath.Join(a.data, "ingress.sock"), Log: slog.New(slog.DiscardHandler)})
-	}()
-	defer func() { cancel(); <-done }()
+	stopTransport := startTransport(t, fake, a.data)
 	a.eventually("the gateway session", fake.Connected)
 
 	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("1001", "10", "7", "5", "anyone around?"))
@@ -118,8 +114,17 @@ func TestAmbientRoomDirectedDMEndToEnd(t *testing.T) {
 		}
 	}
 	db.Close()
+	// Both units go down (klbr-core by SIGKILL) and come back; Discord delivers
+	// the mention again. It is the same input, and it stays ignored.
+	stopTransport()
 	a.kill()
 	a.start()
+	startTransport(t, fake, a.data)
+	a.eventually("a new gateway session", fake.Connected)
+	inputs := len(a.kinds(store.LaneInput, "discord.input"))
+	fake.Dispatch("MESSAGE_CREATE", mention)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("1005", "10", "7", "5", "after the restart"))
+	a.eventually("the message after the restart", func() bool { return len(a.kinds(store.LaneInput, "discord.input")) == inputs+1 })
 	db = openRO(t, a.data)
 	defer db.Close()
 	if s := itemStatus(db, "1004"); s != "ignored" {
@@ -128,6 +133,69 @@ func TestAmbientRoomDirectedDMEndToEnd(t *testing.T) {
 	if s := itemStatus(db, "1003"); s != "acted" {
 		t.Fatalf("after a restart the answered DM is %q", s)
 	}
+}
+
+// klbr-core is killed (SIGKILL) while Discord messages arrive; once it is
+// back, every message is one input: none lost, none twice.
+func TestCoreKilledWhileMessagesArrive(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(None)"}}}
+	})
+	a := startAgent(t, model, "")
+	fake := discordtest.New("99")
+	defer fake.Close()
+	startTransport(t, fake, a.data)
+	a.eventually("the gateway session", fake.Connected)
+	const n = 60
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for i := range n {
+			fake.Dispatch("MESSAGE_CREATE", discordtest.Message(fmt.Sprint(20000+i), fmt.Sprint(10+i%3), "7", "5", fmt.Sprint("m", i)))
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	time.Sleep(150 * time.Millisecond)
+	a.kill()
+	time.Sleep(300 * time.Millisecond)
+	a.start()
+	<-sent
+	a.eventually("every message admitted", func() bool { return len(a.kinds(store.LaneInput, "discord.input")) >= n })
+	time.Sleep(300 * time.Millisecond)
+	seen := map[string]int{}
+	for _, r := range a.kinds(store.LaneInput, "discord.input") {
+		var c struct {
+			SourceKey string `json:"source_key"`
+		}
+		json.Unmarshal(r.Content, &c)
+		seen[c.SourceKey]++
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct inputs, want %d", len(seen), n)
+	}
+	for k, c := range seen {
+		if c != 1 {
+			t.Fatalf("%s admitted %d times", k, c)
+		}
+	}
+}
+
+// startTransport runs klbr-discord's transport against the fake and the
+// agent's ingress socket; the returned func stops it (also at cleanup).
+func startTransport(t *testing.T, fake *discordtest.Fake, data string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- discord.Run(ctx, discord.Config{Token: "e2e-token", APIBase: fake.APIBase(),
+			IngressSocket: filepath.Join(data, "ingress.sock"), Log: slog.New(slog.DiscardHandler)})
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 func openRO(t *testing.T, data string) *sql.DB {
@@ -160,13 +228,7 @@ func TestDMToFrameDuringAmbientStream(t *testing.T) {
 	a := startAgent(t, model, "max_steps = 10000") // DMs keep one attempt going: each is taken in at a step boundary
 	fake := discordtest.New("99")
 	defer fake.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- discord.Run(ctx, discord.Config{Token: "e2e-token", APIBase: fake.APIBase(),
-			IngressSocket: filepath.Join(a.data, "ingress.sock"), Log: slog.New(slog.DiscardHandler)})
-	}()
-	defer func() { cancel(); <-done }()
+	startTransport(t, fake, a.data)
 	a.eventually("the gateway session", fake.Connected)
 	db := openRO(t, a.data)
 	defer db.Close()
@@ -242,13 +304,7 @@ func TestNotSaidVersusSaid(t *testing.T) {
 	fake := discordtest.New("99")
 	defer fake.Close()
 	fake.OnSend = func(string, string) (int, float64) { return 403, 0 }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- discord.Run(ctx, discord.Config{Token: "e2e-token", APIBase: fake.APIBase(),
-			IngressSocket: filepath.Join(a.data, "ingress.sock"), Log: slog.New(slog.DiscardHandler)})
-	}()
-	defer func() { cancel(); <-done }()
+	startTransport(t, fake, a.data)
 	a.eventually("the gateway session", fake.Connected)
 	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("8001", "80", "", "5", "is the build fixed?"))
 	var cell string
@@ -299,16 +355,7 @@ func TestSendWhileTheTransportIsDown(t *testing.T) {
 	a := startAgent(t, model, "")
 	fake := discordtest.New("99")
 	defer fake.Close()
-	run := func() func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- discord.Run(ctx, discord.Config{Token: "e2e-token", APIBase: fake.APIBase(),
-				IngressSocket: filepath.Join(a.data, "ingress.sock"), Log: slog.New(slog.DiscardHandler)})
-		}()
-		return func() { cancel(); <-done }
-	}
-	stop := run()
+	stop := startTransport(t, fake, a.data)
 	a.eventually("the gateway session", fake.Connected)
 	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("9101", "91", "", "5", "are you there?"))
 	db := openRO(t, a.data)
@@ -329,7 +376,7 @@ func TestSendWhileTheTransportIsDown(t *testing.T) {
 	if !strings.Contains(cell, "pending") || !strings.Contains(cell, "not connected") || len(fake.Sent()) != 0 {
 		t.Fatalf("the cell's receipt while the transport is down: %s", cell)
 	}
-	defer run()()
+	startTransport(t, fake, a.data)
 	a.eventually("the queued send delivered", func() bool { return len(a.kinds(store.LaneSpeech, "discord.sent")) == 1 })
 	if sent := fake.Sent(); len(sent) != 1 || sent[0].Content != "sorry, I was away" || sent[0].ChannelID != "91" {
 		t.Fatalf("the fake holds %+v", sent)
