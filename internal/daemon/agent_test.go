@@ -31,17 +31,26 @@ type agent struct {
 // startAgent starts klbr-core with its agent route at model; toml adds to [agent].
 func startAgent(t *testing.T, model *modeltest.Server, toml string) *agent {
 	t.Helper()
+	return startAgentWith(t, model, toml, "")
+}
+
+// startAgentWith is startAgent with klbr-kernel found in kernel ("": the test build's).
+func startAgentWith(t *testing.T, model *modeltest.Server, toml, kernel string) *agent {
+	t.Helper()
 	if os.Getenv(childEnv) != "" {
 		t.Skip("in the child")
 	}
 	requirePython(t)
+	if kernel == "" {
+		kernel = kernelDir(t)
+	}
 	data, env := instance(t)
 	conf := filepath.Join(data, "klbr.toml")
 	body := fmt.Sprintf("[agent]\nroute = \"main\"\nretry_backoff_ms = 50\n%s\n[routes.main]\nurl = %q\nmodel = \"fake\"\ntimeout_seconds = 30\n", toml, model.URL())
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env = append(env, "PATH="+kernelDir(t)+":"+os.Getenv("PATH"), "KLBR_CONFIG="+conf)
+	env = append(env, "PATH="+kernel+":"+os.Getenv("PATH"), "KLBR_CONFIG="+conf)
 	a := &agent{t: t, model: model, data: data, env: env}
 	a.start()
 	return a
@@ -570,5 +579,41 @@ func TestOperatorStopsSession(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if model.Count() != 1 {
 		t.Fatalf("%d requests after the stop", model.Count())
+	}
+}
+
+// A workbench that cannot run cells (its kernel binary is gone) is not a
+// hidden loop of model requests: each attempt backs off, and the session
+// pauses after max_consecutive_errors cells in a row could not run.
+func TestCellsThatCannotRunPause(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join(kernelDir(t), "klbr-kernel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernel := filepath.Join(dir, "klbr-kernel")
+	if err := os.WriteFile(kernel, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	model := modeltest.New()
+	defer model.Close()
+	model.Otherwise(func(int) modeltest.Reply { return modeltest.Reply{Calls: []modeltest.Call{{Code: "1"}}} })
+	a := startAgentWith(t, model, "max_consecutive_errors = 3\n", dir)
+	if err := os.Remove(kernel); err != nil {
+		t.Fatal(err)
+	}
+	a.send("run something")
+	a.eventually("paused", a.state(store.StatePaused))
+	if s := a.session(); !strings.Contains(s.StateReason, "3 cells in a row could not run") {
+		t.Fatalf("pause reason: %q", s.StateReason)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := model.Count(); n != 3 {
+		t.Fatalf("%d model requests, want 3", n)
+	}
+	for _, u := range a.kinds(store.LaneCell, "tool.unrun") {
+		if !strings.Contains(string(u.Content), `"state":"interrupted"`) {
+			t.Fatalf("unrun: %s", u.Content)
+		}
 	}
 }

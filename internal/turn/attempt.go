@@ -194,6 +194,15 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 			return err
 		}
 		if interrupted != nil {
+			if errors.Is(interrupted, errCellFailed) && ctx.Err() == nil {
+				// The workbench cannot run cells: retried after a backoff
+				// like a failed request, and paused after as many in a row.
+				r.cellErrors++
+				if r.cellErrors >= b.MaxErrors {
+					return r.pause(a, fmt.Sprintf("%d cells in a row could not run (agent.max_consecutive_errors); last: %v", r.cellErrors, interrupted))
+				}
+				r.retryAt = cfg.Clock().Add(min(time.Duration(float64(b.ErrorBackoff)*math.Pow(2, float64(r.cellErrors-1))), b.MaxBackoff))
+			}
 			return r.finish(a, store.AttemptInterrupted, interruption(interrupted, ctx))
 		}
 		if w != nil {
@@ -412,7 +421,10 @@ func (r *runner) modelFailed(ctx context.Context, a *attempt, step int64, reqErr
 	return r.finish(a, store.AttemptFailed, "model request failed; retrying as a new attempt: "+reqErr.Error())
 }
 
-var errBadCalls = errors.New("invalid tool calls")
+var (
+	errBadCalls   = errors.New("invalid tool calls")
+	errCellFailed = errors.New("the cell could not run")
+)
 
 // runCalls answers a step's tool calls in order: each valid python call
 // runs as a cell, journaled under its call id. After a wait, the rest are
@@ -452,10 +464,11 @@ func (r *runner) runCalls(ctx context.Context, pre *preemption, a *attempt, step
 				r.log.Debug("tool call already answered", "call", c.ID, "error", cerr)
 			}
 			if interrupted == nil {
-				interrupted = fmt.Errorf("the cell could not run: %w", err)
+				interrupted = fmt.Errorf("%w: %w", errCellFailed, err)
 			}
 			continue
 		}
+		r.cellErrors = 0
 		if o := res.Outcome; o != nil && o.Status == "yielded" {
 			w = parseYield(res.Execution, o.Yield)
 		}

@@ -171,6 +171,7 @@ type runner struct {
 	// lastResume is when an attempt was last resumed without input.
 	lastResume time.Time
 	errors     int // consecutive failed model requests, across attempts
+	cellErrors int // consecutive cells that could not run, across attempts
 	log        *slog.Logger
 	// transcript is the current context epoch rendered so far.
 	transcript *transcript
@@ -223,7 +224,7 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 	now := r.l.cfg.Clock()
 	switch s.State {
 	case store.StateStopped, store.StatePaused:
-		r.errors = 0
+		r.errors, r.cellErrors = 0, 0
 		return time.Time{}, nil
 	}
 	// Ready, waiting, or running (left so by a crash: only this runner
