@@ -617,3 +617,23 @@ func TestCellsThatCannotRunPause(t *testing.T) {
 		}
 	}
 }
+
+// A model that keeps waking itself with short deadlines is not a hidden
+// loop either: after max_steps wakes in a row without input the session
+// pauses, and input resets the count.
+func TestSelfWakesPause(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(0.01, reason='poll')"}}}
+	})
+	a := startAgent(t, model, "max_steps = 4\n")
+	a.send("poll something")
+	a.eventually("paused", a.state(store.StatePaused))
+	if s := a.session(); !strings.Contains(s.StateReason, "4 wakes by deadline in a row") {
+		t.Fatalf("pause reason: %q", s.StateReason)
+	}
+	if n := model.Count(); n != 5 { // the input's step, then four woken by deadline
+		t.Fatalf("%d requests, want 5", n)
+	}
+}

@@ -89,6 +89,9 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 		return fmt.Errorf("start attempt: %w", err)
 	}
 	r.resume, r.retryAt = false, time.Time{}
+	if len(inputs) > 0 {
+		r.selfWakes = 0
+	}
 	for _, in := range inputs {
 		if in.Directed {
 			a.addressed = true

@@ -172,6 +172,7 @@ type runner struct {
 	lastResume time.Time
 	errors     int // consecutive failed model requests, across attempts
 	cellErrors int // consecutive cells that could not run, across attempts
+	selfWakes  int // attempts in a row woken by a deadline, without input
 	log        *slog.Logger
 	// transcript is the current context epoch rendered so far.
 	transcript *transcript
@@ -224,7 +225,7 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 	now := r.l.cfg.Clock()
 	switch s.State {
 	case store.StateStopped, store.StatePaused:
-		r.errors, r.cellErrors = 0, 0
+		r.errors, r.cellErrors, r.selfWakes = 0, 0, 0
 		return time.Time{}, nil
 	}
 	// Ready, waiting, or running (left so by a crash: only this runner
@@ -253,6 +254,11 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 		if now.Before(*w.Deadline) {
 			return earliest(next, *w.Deadline), nil
 		}
+		if r.selfWakes >= r.l.cfg.Budgets.MaxSteps {
+			return next, r.pauseWaiting(ctx, fmt.Sprintf("%d wakes by deadline in a row without input (agent.max_steps): "+
+				"the agent is polling; start the session to let it go on", r.selfWakes))
+		}
+		r.selfWakes++
 		return next, r.attempt(ctx, nil, "deadline", true)
 	}
 	// No input and no wait: resume an attempt that ended without the model
@@ -361,4 +367,22 @@ func frameOf(s store.Session, inputs []store.PendingInput) store.Frame {
 	}
 	routing := fmt.Appendf(nil, `{"inputs":%s,"conversations":%s}`, mustJSON(ids), mustJSON(convs))
 	return store.Frame{Session: s.ID, InputIDs: ids, ContextEpoch: s.ContextEpoch, PolicyRevision: s.PolicyRevision, RoutingHandles: routing}
+}
+
+// pauseWaiting fires a waiting session's wakeup and pauses it instead of
+// starting an attempt.
+func (r *runner) pauseWaiting(ctx context.Context, reason string) error {
+	return r.l.cfg.Store.Write(ctx, func(tx *store.Tx) error {
+		s, err := tx.Session(r.session)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.FireWakeup(r.session, "deadline"); err != nil {
+			return err
+		}
+		if s.State == store.StatePaused || s.State == store.StateStopped {
+			return nil
+		}
+		return tx.TransitionSession(r.session, s.State, store.StatePaused, reason)
+	})
 }
