@@ -219,6 +219,33 @@ func TestBrowserEndToEnd(t *testing.T) {
 		}
 	}
 
+	// Keys: ? shows them, Esc hides them; Ctrl+. pauses the session at
+	// once, even from the input box.
+	err = chromedp.Do(ctx,
+		chromedp.Poll[chromedp.Void](`(document.activeElement.blur(), true)`),
+		chromedp.KeyEvent("?"),
+		chromedp.Poll[chromedp.Void](`!document.getElementById('keys').hidden`, chromedp.WithPollingTimeout(5*time.Second)),
+		chromedp.KeyEvent(kb.Escape),
+		chromedp.Poll[chromedp.Void](`document.getElementById('keys').hidden`, chromedp.WithPollingTimeout(5*time.Second)),
+		// / returns to the box; ↑ in the empty box recalls the last message.
+		chromedp.KeyEvent("/"),
+		chromedp.Poll[chromedp.Void](`document.activeElement === document.getElementById('composer')`, chromedp.WithPollingTimeout(5*time.Second)),
+		// The DevTools protocol sends the "/" as a character event of its
+		// own, which the page's preventDefault on keydown cannot cancel (a
+		// real keyboard types nothing): clear it.
+		chromedp.Poll[chromedp.Void](`(document.getElementById('composer').value = "", true)`),
+		chromedp.KeyEvent(kb.ArrowUp),
+		chromedp.Poll[chromedp.Void](`document.getElementById('composer').value === "two\nlines"`, chromedp.WithPollingTimeout(5*time.Second)),
+		chromedp.KeyEvent(".", chromedp.KeyModifiers(chromedp.ModifierCtrl)),
+		chromedp.Poll[chromedp.Void](`document.getElementById('h-state').textContent === 'paused'`, chromedp.WithPollingTimeout(10*time.Second)),
+	)
+	if err != nil {
+		t.Fatalf("keys: %v", err)
+	}
+	if s, _ := h.st.Session(context.Background(), "default"); s.State != store.StatePaused {
+		t.Fatalf("after Ctrl+.: the session is %s", s.State)
+	}
+
 	// Without the token nothing renders.
 	ctx2 := browserCtx(t)
 	// Chromium reports the 401 as a failed load.
