@@ -73,6 +73,9 @@ type wireMessage struct {
 // ErrSkip marks a message the filter leaves out (not an error of the input).
 var ErrSkip = errors.New("skipped")
 
+// errNoContent is a skipped message with neither text nor attachments.
+var errNoContent = fmt.Errorf("%w: no content (is the message content intent enabled?)", ErrSkip)
+
 // Normalize turns a MESSAGE_CREATE event's data into a canonical input. It
 // returns an error wrapping ErrSkip for what the filter leaves out (our own
 // messages, bots, filtered channels, ambient chatter in directed mode), and
@@ -153,7 +156,7 @@ func Normalize(data []byte, f Filter) (ingressapi.Message, error) {
 			ContentType: clipBytes(a.ContentType, ingressapi.MaxNameBytes), Size: a.Size, URL: clipURL(a.URL)})
 	}
 	if m.Content == "" && len(m.Attachments) == 0 {
-		return m, fmt.Errorf("%w: no content (is the message content intent enabled?)", ErrSkip)
+		return m, errNoContent
 	}
 	return m, nil
 }

@@ -106,6 +106,7 @@ type transport struct {
 	botID     atomic.Pointer[string] // from READY; read by the performer
 	ready     chan struct{}          // closed at the first READY: the bot id is known
 	readyOnce sync.Once
+	noContent sync.Once // the warning that messages arrive without text
 
 	// Gateway state, reported to the core with each claim (its /metrics).
 	connected                                  atomic.Bool
@@ -131,6 +132,11 @@ func (t *transport) onMessage(data json.RawMessage) {
 	}
 	m, err := Normalize(data, t.filter)
 	if errors.Is(err, ErrSkip) {
+		if errors.Is(err, errNoContent) {
+			t.noContent.Do(func() {
+				t.log.Warn("a message arrived without text or attachments: is the privileged MESSAGE CONTENT intent enabled for this bot (Developer Portal → Bot)? Without it only DMs and mentions carry text")
+			})
+		}
 		return
 	}
 	if err != nil {
