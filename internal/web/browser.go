@@ -443,7 +443,9 @@ func (c *client) writeLoop(ctx context.Context) {
 				c.b.slowDrops.Add(1)
 				c.dropped.Store(true)
 				c.close(websocket.StatusPolicyViolation, "client too slow")
-			case ctx.Err() == nil:
+			case c.dropped.Load() || ctx.Err() != nil:
+				// Already dropped (its queue stayed full), or the socket ends.
+			default:
 				c.b.log.Warn("browser: write failed; dropping the client", "error", err)
 				c.close(websocket.StatusInternalError, "write failed")
 			}
