@@ -154,9 +154,9 @@ func react(s *discordgo.Session, e ingressapi.Effect) error {
 	return s.MessageReactionAdd(e.ChannelID, e.Target, url.PathEscape(e.Emoji), discordgo.WithRetryOnRatelimit(false))
 }
 
-// history reads up to limit messages of a channel (newest first, as
-// Discord answers), with their nonces where the API reports them.
-func history(s *discordgo.Session, channel string, limit int, before, after string) ([]ingressapi.HistoryMessage, error) {
+// historyRaw reads up to limit messages of a channel as Discord answers
+// them (newest first).
+func historyRaw(s *discordgo.Session, channel string, limit int, before, after string) ([]json.RawMessage, error) {
 	v := url.Values{}
 	v.Set("limit", strconv.Itoa(limit))
 	if before != "" {
@@ -174,11 +174,21 @@ func history(s *discordgo.Session, channel string, limit int, before, after stri
 	if err := json.Unmarshal(resp, &raw); err != nil {
 		return nil, fmt.Errorf("history: malformed answer: %w", err)
 	}
+	if len(raw) > ingressapi.MaxReadLimit {
+		raw = raw[:ingressapi.MaxReadLimit]
+	}
+	return raw, nil
+}
+
+// history reads up to limit messages of a channel (newest first, as
+// Discord answers), with their nonces where the API reports them.
+func history(s *discordgo.Session, channel string, limit int, before, after string) ([]ingressapi.HistoryMessage, error) {
+	raw, err := historyRaw(s, channel, limit, before, after)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]ingressapi.HistoryMessage, 0, len(raw))
-	for i, r := range raw {
-		if i == ingressapi.MaxReadLimit {
-			break
-		}
+	for _, r := range raw {
 		var w wireMessage
 		if json.Unmarshal(r, &w) != nil || !snowflake(w.ID) {
 			continue

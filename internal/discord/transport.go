@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -54,7 +55,7 @@ func Run(ctx context.Context, cfg Config) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	t.ctx = ctx
-	var wg sync.WaitGroup
+	wg := &t.wg
 	wg.Go(func() { t.admitLoop(ctx) })
 	wg.Go(func() { t.performLoop(ctx) })
 	gw := NewGateway(rest, cfg.Token, cfg.Log.With("component", "gateway"), GatewayEvents{
@@ -106,7 +107,8 @@ type transport struct {
 	botID     atomic.Pointer[string] // from READY; read by the performer
 	ready     chan struct{}          // closed at the first READY: the bot id is known
 	readyOnce sync.Once
-	noContent sync.Once // the warning that messages arrive without text
+	noContent sync.Once      // the warning that messages arrive without text
+	wg        sync.WaitGroup // Run's goroutines
 
 	// Gateway state, reported to the core with each claim (its /metrics).
 	connected                                  atomic.Bool
@@ -228,6 +230,7 @@ func (t *transport) performLoop(ctx context.Context) {
 	}); err != nil {
 		return
 	}
+	t.wg.Go(func() { t.backfill(ctx, hello.Conversations) })
 	for _, e := range hello.Reconcile {
 		t.report(ctx, e.ID, t.reconcile(e))
 	}
@@ -254,6 +257,65 @@ func (t *transport) performLoop(ctx context.Context) {
 		}
 	}
 }
+
+// backfill fetches, for each conversation the core knows, the messages
+// after the newest one it has: those that arrived while no transport was
+// connected. A full page means more may be missing, and a gap notice says so.
+// Messages in channels the core has never seen cannot be found this way.
+func (t *transport) backfill(ctx context.Context, convs []ingressapi.ConversationRef) {
+	var found, channels int
+	for _, c := range convs {
+		if ctx.Err() != nil {
+			return
+		}
+		if c.LastMessageID == "" || !snowflake(c.ChannelID) {
+			continue
+		}
+		raw, err := historyRaw(t.rest, c.ChannelID, ingressapi.MaxReadLimit, "", c.LastMessageID)
+		if err != nil {
+			t.log.Warn("backfill: reading a channel's history", "channel", c.ChannelID, "error", classify(err).Error())
+			continue
+		}
+		f := Filter{BotID: t.bot(), Channels: t.cfg.Channels, Directed: t.cfg.Directed, IncludeBots: t.cfg.IncludeBots}
+		if c.Kind == ingressapi.KindThread {
+			f.Threads = map[string]string{c.ChannelID: c.ParentID}
+		}
+		msgs := make([]ingressapi.Message, 0, len(raw))
+		for _, r := range raw {
+			data := r
+			if c.GuildID != "" { // history leaves guild_id out
+				var obj map[string]json.RawMessage
+				if json.Unmarshal(r, &obj) != nil {
+					continue
+				}
+				obj["guild_id"], _ = json.Marshal(c.GuildID)
+				data, _ = json.Marshal(obj)
+			}
+			if m, err := Normalize(data, f); err == nil {
+				msgs = append(msgs, m)
+			}
+		}
+		sort.Slice(msgs, func(i, j int) bool { return snowflakeLess(msgs[i].MessageID, msgs[j].MessageID) })
+		for _, m := range msgs {
+			t.enqueue(ctx, m)
+		}
+		if len(msgs) > 0 {
+			found += len(msgs)
+			channels++
+		}
+		if len(raw) == ingressapi.MaxReadLimit {
+			t.gaps.Add(1)
+			t.enqueue(ctx, ingressapi.Message{MessageID: "g" + strconv.FormatInt(time.Now().UnixNano(), 10), Mode: ingressapi.ModeGap,
+				Content: fmt.Sprintf("[klbr-discord] more than %d messages arrived in channel %s while klbr-discord was not connected; only the oldest %d were fetched",
+					ingressapi.MaxReadLimit, c.ChannelID, ingressapi.MaxReadLimit), OccurredAt: time.Now()})
+		}
+	}
+	if found > 0 {
+		t.log.Info("backfill: messages that arrived while klbr-discord was not connected", "messages", found, "channels", channels)
+	}
+}
+
+func snowflakeLess(a, b string) bool { return len(a) < len(b) || len(a) == len(b) && a < b }
 
 // retry calls f until it succeeds, fails permanently, or ctx ends.
 func retry(ctx context.Context, f func() error) error {

@@ -461,7 +461,7 @@ func TestGapsMalformedFramesReplyReactAndBackread(t *testing.T) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	hist, err := c.server.Read(rctx, ingressapi.Read{ChannelID: "70", Limit: 10})
-	if err != nil || len(hist) != 1 || hist[0].Content != "about the first" || !hist[0].Bot {
+	if err != nil || len(hist) != 3 || hist[0].Content != "about the first" || !hist[0].Bot || hist[2].MessageID != "7001" {
 		t.Fatalf("history %+v %v", hist, err)
 	}
 	if n := len(pending(t, c)); n != 3 {
@@ -493,5 +493,67 @@ func TestAcceptedThenServerErrorIsNotSentTwice(t *testing.T) {
 	}
 	if e.Attempts != 1 {
 		t.Fatalf("the effect was claimed %d times; its retries belong to one attempt", e.Attempts)
+	}
+}
+
+// klbr-discord restarts: what arrived meanwhile in conversations the core
+// knows is fetched from history (a mention still becomes an item); more than
+// a page of it is recorded as a gap; a channel never seen stays unseen.
+func TestRestartedTransportBackfillsKnownConversations(t *testing.T) {
+	c := startCore(t, t.TempDir())
+	fake := discordtest.New("99")
+	defer fake.Close()
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(runCtx, Config{Token: testToken, APIBase: fake.APIBase(), IngressSocket: c.socket})
+	}()
+	waitFor(t, "the first gateway session", fake.Connected)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("10001", "10", "7", "5", "before"))
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("10002", "20", "", "5", "a dm before"))
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("10003", "11", "7", "5", "busy channel before"))
+	waitFor(t, "three inputs", func() bool { return len(pending(t, c)) == 3 })
+	cancel()
+	<-done
+	waitFor(t, "the gateway closed", func() bool { return !fake.Connected() })
+
+	// While klbr-discord is down.
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("10004", "10", "7", "6", "missed 1"))
+	mention := discordtest.Message("10005", "10", "7", "6", "<@99> missed mention")
+	mention["mentions"] = []any{map[string]any{"id": "99"}}
+	fake.Dispatch("MESSAGE_CREATE", mention)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("10006", "20", "", "5", "missed dm"))
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("10007", "30", "7", "5", "a channel never seen"))
+	for i := range 101 {
+		fake.Dispatch("MESSAGE_CREATE", discordtest.Message(fmt.Sprint(20000+i), "11", "7", "5", "flood"))
+	}
+
+	ctx := context.Background()
+	runTransport(t, fake, c.socket)
+	// 3 + 3 missed + 100 of the flood + 1 gap notice.
+	waitFor(t, "the backfill", func() bool { return len(pending(t, c)) == 107 })
+	time.Sleep(200 * time.Millisecond)
+	if n := len(pending(t, c)); n != 107 {
+		t.Fatalf("%d inputs after the backfill, want 107", n)
+	}
+	items, _ := c.store.AttentionItems(ctx, session.DefaultID, nil, 10)
+	var gotMention, gotDM bool
+	for _, it := range items {
+		gotMention = gotMention || it.MessageID == "10005"
+		gotDM = gotDM || it.MessageID == "10006"
+	}
+	if !gotMention || !gotDM {
+		t.Fatalf("backfilled mention %v, dm %v: both must be items (%+v)", gotMention, gotDM, items)
+	}
+	var gap bool
+	recs, _ := c.store.Records(ctx, session.DefaultID, 0, 1000)
+	for _, r := range recs {
+		if strings.Contains(string(r.Content), "discord:10007") {
+			t.Fatal("a message of a channel never seen was admitted")
+		}
+		gap = gap || strings.Contains(string(r.Content), "channel 11 while klbr-discord was not connected")
+	}
+	if !gap {
+		t.Fatal("no gap notice for the channel with more than a page of missed messages")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +55,7 @@ type Fake struct {
 	resumes   int
 	events    [][]byte // dispatched frames, for resume replay
 	sent      []Sent
+	posted    map[string][]map[string]any // MESSAGE_CREATE data dispatched, by channel: the channels' history
 	reactions []string
 	nextID    int64
 	tokens    []string
@@ -61,7 +63,7 @@ type Fake struct {
 
 // New starts a fake; Close it.
 func New(botID string) *Fake {
-	f := &Fake{BotID: botID, conns: map[*websocket.Conn]bool{}, nextID: 900000000000000000}
+	f := &Fake{BotID: botID, conns: map[*websocket.Conn]bool{}, nextID: 900000000000000000, posted: map[string][]map[string]any{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v9/gateway/", f.gateway) // discordgo asks with a trailing slash
 	mux.HandleFunc("GET /api/v9/gateway", f.gateway)
@@ -167,6 +169,13 @@ func (f *Fake) ws(w http.ResponseWriter, r *http.Request) {
 func (f *Fake) Dispatch(event string, data any) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if m, ok := data.(map[string]any); ok && event == "MESSAGE_CREATE" {
+		if ch, ok := m["channel_id"].(string); ok {
+			if a, ok := m["author"].(map[string]any); !ok || a["id"] != f.BotID {
+				f.posted[ch] = append(f.posted[ch], m) // our own are in sent
+			}
+		}
+	}
 	f.seq++
 	b, _ := json.Marshal(map[string]any{"op": 0, "t": event, "s": f.seq, "d": data})
 	f.events = append(f.events, b)
@@ -332,18 +341,51 @@ func (f *Fake) wire(s Sent, nonce bool) map[string]any {
 
 func (f *Fake) history(w http.ResponseWriter, r *http.Request) {
 	ch := r.PathValue("ch")
-	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+	q := r.URL.Query()
+	limit, _ := strconv.Atoi(q.Get("limit"))
 	if limit <= 0 || limit > 100 {
 		limit = 50
 	}
+	before, after := q.Get("before"), q.Get("after")
 	f.mu.Lock()
-	out := []map[string]any{}
-	for i := len(f.sent) - 1; i >= 0 && len(out) < limit; i-- {
-		if f.sent[i].ChannelID == ch {
-			out = append(out, f.wire(f.sent[i], f.HistoryNonces))
+	var all []map[string]any
+	for _, s := range f.sent {
+		if s.ChannelID == ch {
+			all = append(all, f.wire(s, f.HistoryNonces))
 		}
 	}
+	for _, m := range f.posted[ch] {
+		c := map[string]any{}
+		for k, v := range m {
+			if k != "guild_id" { // Discord's history leaves it out
+				c[k] = v
+			}
+		}
+		all = append(all, c)
+	}
 	f.mu.Unlock()
+	id := func(m map[string]any) string { s, _ := m["id"].(string); return s }
+	less := func(a, b string) bool { return len(a) < len(b) || len(a) == len(b) && a < b }
+	sort.Slice(all, func(i, j int) bool { return less(id(all[j]), id(all[i])) }) // newest first, as Discord answers
+	out := []map[string]any{}
+	if after != "" {
+		// The oldest messages after the id, still answered newest first.
+		var newer []map[string]any
+		for i := len(all) - 1; i >= 0 && len(newer) < limit; i-- {
+			if less(after, id(all[i])) {
+				newer = append(newer, all[i])
+			}
+		}
+		for i := len(newer) - 1; i >= 0; i-- {
+			out = append(out, newer[i])
+		}
+	} else {
+		for _, m := range all {
+			if len(out) < limit && (before == "" || less(id(m), before)) {
+				out = append(out, m)
+			}
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(out)
 }

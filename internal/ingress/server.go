@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -262,10 +263,22 @@ func (s *Server) handleHello(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	s.cfg.Log.Info("transport connected", "instance", clip(req.Instance), "reconcile", len(left))
-	resp := ingressapi.HelloResponse{Reconcile: make([]ingressapi.Effect, len(left))}
+	convs, err := s.cfg.Store.Conversations(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	// The most recently active first, bounded.
+	sort.Slice(convs, func(i, j int) bool { return store.SnowflakeLess(convs[j].LastMessageID, convs[i].LastMessageID) })
+	convs = convs[:min(len(convs), ingressapi.MaxBackfillConversations)]
+	s.cfg.Log.Info("transport connected", "instance", clip(req.Instance), "reconcile", len(left), "conversations", len(convs))
+	resp := ingressapi.HelloResponse{Reconcile: make([]ingressapi.Effect, len(left)), Conversations: make([]ingressapi.ConversationRef, len(convs))}
 	for i, e := range left {
 		resp.Reconcile[i] = wireEffect(e)
+	}
+	for i, c := range convs {
+		resp.Conversations[i] = ingressapi.ConversationRef{ChannelID: c.ChannelID, Kind: c.Kind, GuildID: c.GuildID, ParentID: c.ParentID,
+			Name: c.Name, LastMessageID: c.LastMessageID}
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -93,11 +93,28 @@ type HelloRequest struct {
 	BotID    string `json:"bot_id,omitempty"`
 }
 
-// HelloResponse lists the effects to reconcile: the transport looks for
-// evidence (the nonce in channel history) and reports confirmed or unknown.
+// HelloResponse lists the effects to reconcile (the transport looks for
+// evidence and reports confirmed or unknown) and the conversations the core
+// knows with the newest message it has of each, from which a transport that
+// just started fetches what arrived while none was connected.
 type HelloResponse struct {
-	Reconcile []Effect `json:"reconcile"`
+	Reconcile     []Effect          `json:"reconcile"`
+	Conversations []ConversationRef `json:"conversations"`
 }
+
+// ConversationRef is a known conversation and the newest message id the core has of it.
+type ConversationRef struct {
+	ChannelID     string `json:"channel_id"`
+	Kind          string `json:"kind"`
+	GuildID       string `json:"guild_id,omitempty"`
+	ParentID      string `json:"parent_id,omitempty"`
+	Name          string `json:"name,omitempty"`
+	LastMessageID string `json:"last_message_id,omitempty"`
+}
+
+// MaxBackfillConversations bounds the conversations a hello hands over,
+// the most recently active first.
+const MaxBackfillConversations = 200
 
 // ClaimRequest is POST /v1/effects/claim: a long poll for work. Gateway
 // carries the transport's gateway state for klbr-core's /metrics.
