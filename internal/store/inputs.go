@@ -84,6 +84,7 @@ func (t *Tx) AdmitInput(in NewInput) (Admitted, error) {
 		return a, fmt.Errorf("admit: insert input: %w", err)
 	}
 	a.InputID, _ = res.LastInsertId() // the inputs_enqueue trigger made its pending inbox row
+	t.controlled(in.Session)
 	return a, nil
 }
 

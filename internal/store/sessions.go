@@ -123,6 +123,7 @@ func (t *Tx) TransitionSession(id string, from, to SessionState, reason string) 
 	}
 	content, _ := json.Marshal(map[string]string{"from": string(from), "to": string(to), "reason": reason})
 	_, _, err = t.appendItem(id, "session."+string(to), LaneNotice, string(content), t.now, t.now)
+	t.controlled(id)
 	return err
 }
 

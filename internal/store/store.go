@@ -55,6 +55,7 @@ type Store struct {
 
 	watchMu  sync.Mutex                       // guards watchers
 	watchers map[string]map[*watcher]struct{} // by session id
+	control  map[string]int64                 // ControlGen by session id
 }
 
 // Open takes the data directory's owner lock, opens and verifies the
@@ -88,7 +89,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	s := &Store{
 		dir: dir, clock: opts.Clock, log: opts.Logger, lock: lock,
 		reqs: make(chan *writeReq), closing: make(chan struct{}), done: make(chan struct{}),
-		maxBatch: opts.MaxBatch, watchers: map[string]map[*watcher]struct{}{},
+		maxBatch: opts.MaxBatch, watchers: map[string]map[*watcher]struct{}{}, control: map[string]int64{},
 	}
 	if err := s.open(ctx, opts); err != nil {
 		s.closeDBs()

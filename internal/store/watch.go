@@ -26,13 +26,16 @@ func (s *Store) Watch(session string) (wake <-chan struct{}, cancel func()) {
 	}
 }
 
-func (s *Store) notify(sessions map[string]struct{}) {
+func (s *Store) notify(sessions map[string]bool) {
 	if len(sessions) == 0 {
 		return
 	}
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
-	for id := range sessions {
+	for id, ctl := range sessions {
+		if ctl {
+			s.control[id]++
+		}
 		for w := range s.watchers[id] {
 			select {
 			case w.ch <- struct{}{}:
@@ -40,4 +43,13 @@ func (s *Store) notify(sessions map[string]struct{}) {
 			}
 		}
 	}
+}
+
+// ControlGen counts the commits that admitted input to session or moved its
+// state. A reader that saw nothing to act on at one count need not look
+// again until it changes; read it before the read it guards.
+func (s *Store) ControlGen(session string) int64 {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	return s.control[session]
 }

@@ -125,7 +125,7 @@ func (s *Store) runBatch(batch []*writeReq) {
 
 type batchResult struct {
 	results []error
-	touched map[string]struct{}
+	touched map[string]bool // session → whether a control-relevant change was among its items
 	applied int
 	fatal   error // the transaction itself failed: nothing was committed
 }
@@ -134,7 +134,7 @@ type batchResult struct {
 // savepoint around each write confines a failing write to itself; without,
 // the first failing write aborts the pass (ok is false, nothing committed).
 func (s *Store) tryBatch(batch []*writeReq, now time.Time, isolate bool) (res batchResult, ok bool) {
-	res = batchResult{results: make([]error, len(batch)), touched: map[string]struct{}{}}
+	res = batchResult{results: make([]error, len(batch)), touched: map[string]bool{}}
 	tx, err := s.wdb.BeginTx(context.Background(), nil)
 	if err != nil {
 		res.fatal = fmt.Errorf("store: begin: %w", err)
@@ -178,8 +178,8 @@ func (s *Store) tryBatch(batch []*writeReq, now time.Time, isolate bool) (res ba
 			}
 		}
 		res.applied++
-		for id := range t.touched {
-			res.touched[id] = struct{}{}
+		for id, ctl := range t.touched {
+			res.touched[id] = res.touched[id] || ctl
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -204,7 +204,7 @@ type Tx struct {
 	tx      *sql.Tx
 	now     time.Time
 	stmts   *stmtCache
-	touched map[string]struct{} // sessions with new session items
+	touched map[string]bool // sessions with new session items → whether one was a control change
 }
 
 // Now is the batch's timestamp; every write in one batch shares it.
@@ -212,9 +212,18 @@ func (t *Tx) Now() time.Time { return t.now }
 
 func (t *Tx) touch(session string) {
 	if t.touched == nil {
-		t.touched = map[string]struct{}{}
+		t.touched = map[string]bool{}
 	}
-	t.touched[session] = struct{}{}
+	if _, ok := t.touched[session]; !ok {
+		t.touched[session] = false
+	}
+}
+
+// controlled marks a change a running attempt must look at: an admitted
+// input, a session state move (see Store.ControlGen).
+func (t *Tx) controlled(session string) {
+	t.touch(session)
+	t.touched[session] = true
 }
 
 // exec, queryRow and query run a statement prepared once on the writer's

@@ -584,13 +584,14 @@ type preemption struct {
 	r      *runner
 	mu     sync.Mutex
 	cancel context.CancelCauseFunc // the current phase's, nil between phases
+	seen   int64                   // the store's ControlGen at the last look (-1: never looked)
 	done   chan struct{}
 	wake   <-chan struct{}
 	unwat  func()
 }
 
 func newPreemption(r *runner) *preemption {
-	p := &preemption{r: r, done: make(chan struct{})}
+	p := &preemption{r: r, done: make(chan struct{}), seen: -1}
 	p.wake, p.unwat = r.l.cfg.Store.Watch(r.session)
 	go func() {
 		for {
@@ -623,15 +624,24 @@ func (p *preemption) phase(ctx context.Context) (context.Context, func()) {
 }
 
 func (p *preemption) check() {
+	st := p.r.l.cfg.Store
+	gen := st.ControlGen(p.r.session)
 	p.mu.Lock()
 	cancel := p.cancel
-	p.mu.Unlock()
-	if cancel == nil {
+	if cancel == nil || gen == p.seen {
+		// Between phases, or nothing was admitted and no state moved since
+		// the last look found nothing to do.
+		p.mu.Unlock()
 		return
 	}
-	g, err := p.r.l.cfg.Store.Glance(context.Background(), p.r.session)
+	p.seen = gen
+	p.mu.Unlock()
+	g, err := st.Glance(context.Background(), p.r.session)
 	switch {
 	case err != nil:
+		p.mu.Lock()
+		p.seen = -1 // look again at the next wake
+		p.mu.Unlock()
 	case g.State == store.StateStopped || g.State == store.StatePaused:
 		cancel(fmt.Errorf("%w (%s)", errStopped, g.State))
 	case g.PendingOperator > 0:
