@@ -71,7 +71,6 @@ type Gateway struct {
 	sessionID string
 	resumeURL string
 	seq       atomic.Int64 // read by the heartbeat goroutine too
-	hadSess   bool
 }
 
 // NewGateway returns a Gateway; rest finds the gateway URL (GET {api_base}/gateway).
@@ -282,7 +281,6 @@ func (g *Gateway) dispatch(f frame, resuming bool) {
 			return
 		}
 		g.sessionID, g.resumeURL = r.SessionID, strings.TrimSpace(r.ResumeURL)
-		g.hadSess = true
 		g.ev.Ready(r.User.ID)
 		g.ev.State(true, false)
 	case "RESUMED":
