@@ -17,6 +17,10 @@ type Delta struct {
 	Kind string `json:"kind"`
 	Text string `json:"text,omitempty"`
 	Call string `json:"call,omitempty"` // the tool call id, for kind "tool"
+	// Index is the delta's place in its step's stream, from 0; an "end"
+	// carries the count. A subscriber that sees an index it did not expect
+	// joined mid-stream or lost deltas, and can say so.
+	Index int64 `json:"index"`
 }
 
 // Buffer is each subscriber's queue length.

@@ -308,8 +308,9 @@ func (r *runner) request(ctx context.Context, a *attempt, msgs []provider.Messag
 	hub := cfg.Deltas
 	req := provider.Request{Messages: msgs, Tools: []provider.Tool{provider.PythonTool(toolDescription)}, Stream: true}
 	if hub != nil {
+		var index int64
 		req.OnDelta = func(d provider.Delta) {
-			base := live.Delta{Session: r.session, Attempt: a.id, Step: step}
+			base := live.Delta{Session: r.session, Attempt: a.id, Step: step, Index: index}
 			switch {
 			case d.Content != "":
 				base.Kind, base.Text = "content", d.Content
@@ -320,9 +321,10 @@ func (r *runner) request(ctx context.Context, a *attempt, msgs []provider.Messag
 			default:
 				return
 			}
+			index++
 			hub.Publish(base)
 		}
-		defer hub.Publish(live.Delta{Session: r.session, Attempt: a.id, Step: step, Kind: "end"})
+		defer func() { hub.Publish(live.Delta{Session: r.session, Attempt: a.id, Step: step, Kind: "end", Index: index}) }()
 	}
 	resp, err := cfg.Model.Complete(ctx, req)
 	outcome := "ok"

@@ -42,6 +42,9 @@ type deltaItem struct {
 	Kind    string `json:"kind"`
 	Text    string `json:"text,omitempty"`
 	Call    string `json:"call,omitempty"`
+	// Index is the step's stream position of the item's first delta: a
+	// step whose first item has an index above 0 was joined mid-stream.
+	Index int64 `json:"index"`
 }
 
 // deltaMsg carries the deltas pending for a client, in order.
@@ -56,8 +59,9 @@ type stepKey struct{ attempt, step int64 }
 type deltaQueue struct {
 	items   []deltaItem
 	bytes   int
-	cut     map[stepKey]bool // steps that lost a delta: the rest is dropped
-	dropped int64            // deltas dropped, over the socket's life
+	cut     map[stepKey]bool  // steps that lost a delta: the rest is dropped
+	next    map[stepKey]int64 // the index each step's next delta should have
+	dropped int64             // deltas dropped, over the socket's life
 }
 
 // forwardDeltas moves the session's deltas from the hub to the client's
@@ -83,6 +87,7 @@ func (c *client) pushDelta(d live.Delta) {
 	k := stepKey{d.Attempt, d.Step}
 	if d.Kind == "end" {
 		delete(q.cut, k)
+		delete(q.next, k)
 		if len(q.items) < maxDeltaItems {
 			q.items = append(q.items, deltaItem{Attempt: d.Attempt, Step: d.Step, Kind: d.Kind})
 			c.readyDeltas()
@@ -93,7 +98,13 @@ func (c *client) pushDelta(d live.Delta) {
 		q.dropped++
 		return
 	}
-	if len(c.queue) >= deltaBackoff || q.bytes+len(d.Text) > MaxDeltaBytes || len(q.items) >= maxDeltaItems-1 {
+	want, seen := q.next[k]
+	if q.next == nil || len(q.next) >= maxCut {
+		q.next = map[stepKey]int64{}
+	}
+	q.next[k] = d.Index + 1
+	lost := seen && d.Index > want // the hub dropped deltas for this subscriber
+	if lost || len(c.queue) >= deltaBackoff || q.bytes+len(d.Text) > MaxDeltaBytes || len(q.items) >= maxDeltaItems-1 {
 		// The client is behind: this step's preview stops here, with a gap
 		// item that says so (one item, so it always fits).
 		q.dropped++
@@ -114,7 +125,7 @@ func (c *client) pushDelta(d live.Delta) {
 			return
 		}
 	}
-	q.items = append(q.items, deltaItem{Attempt: d.Attempt, Step: d.Step, Kind: d.Kind, Text: d.Text, Call: d.Call})
+	q.items = append(q.items, deltaItem{Attempt: d.Attempt, Step: d.Step, Kind: d.Kind, Text: d.Text, Call: d.Call, Index: d.Index})
 	q.bytes += len(d.Text)
 	c.readyDeltas()
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"runtime"
@@ -302,5 +303,27 @@ func TestSocketsLeaveNoGoroutines(t *testing.T) {
 			t.Fatalf("socket goroutines left:\n%s", left)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Deltas the hub dropped for a slow subscriber show as a gap: the next
+// delta's index skips, and the step's preview stops there.
+func TestSkippedIndexIsAGap(t *testing.T) {
+	h := start(t)
+	c := h.hello(t, 0)
+	collect(t, c)
+	h.waitSubscribed(t, c)
+	for _, i := range []int64{0, 1, 4, 5} {
+		h.deltas.Publish(live.Delta{Session: "default", Attempt: 1, Step: 1, Kind: "content", Text: fmt.Sprintf("<%d>", i), Index: i})
+	}
+	h.deltas.Publish(live.Delta{Session: "default", Attempt: 1, Step: 1, Kind: "end", Index: 6})
+	var got []string
+	for len(got) == 0 || got[len(got)-1] != "end" {
+		for _, d := range readDeltas(t, c, 1) {
+			got = append(got, d.Kind+d.Text)
+		}
+	}
+	if strings.Join(got, " ") != "content<0><1> gap end" && strings.Join(got, " ") != "content<0> content<1> gap end" {
+		t.Fatalf("deltas: %q", got)
 	}
 }

@@ -135,15 +135,18 @@ func TestBrowserRendersTurnRecords(t *testing.T) {
 
 	// A step streams: the preview is provisional, its tool code highlighted
 	// as it arrives; the record replaces it, and late deltas are ignored.
+	// The page joins this stream at its third delta (indices 0 and 1 went
+	// out before it connected).
+	index := int64(2)
 	pub := func(kind, text, call string) {
-		h.deltas.Publish(live.Delta{Session: "default", Attempt: 10, Step: 1, Kind: kind, Text: text, Call: call})
+		h.deltas.Publish(live.Delta{Session: "default", Attempt: 10, Step: 1, Kind: kind, Text: text, Call: call, Index: index})
+		index++
 	}
 	pub("reasoning", "The user wants a summary. ", "")
 	pub("content", "Let me look at ", "")
 	pub("content", "the file first.", "")
 	pub("tool", `{"code": "import os\nprint(os.listdir(`, "call_z")
-	// The page has seen no live record since it connected: it cannot tell
-	// whether it joined this stream late, and says so.
+	// The first delta it saw was not the stream's first: it says so.
 	if err := poll(ctx, `(() => { const p = document.querySelector('#lane-scratchpad .record.preview');
 		return p && p.innerText.includes('Let me look at the file first.') && p.innerText.includes('provisional')
 		  && p.innerText.includes('joined mid-stream') && p.querySelector('pre.code .kw') !== null; })()`); err != nil {
@@ -166,11 +169,11 @@ func TestBrowserRendersTurnRecords(t *testing.T) {
 	if n := eval[float64](t, ctx, `document.querySelectorAll('#lane-scratchpad .record').length`); n != 4 {
 		t.Errorf("%v scratchpad records, want 4", n)
 	}
-	// The next step streams after live records: its preview is whole. A
-	// tool call's later deltas carry no call id and continue it.
+	// The next step's stream is seen from its start: its preview is whole.
+	// A tool call's later deltas carry no call id and continue it.
 	h.deltas.Publish(live.Delta{Session: "default", Attempt: 10, Step: 2, Kind: "content", Text: "Next."})
-	h.deltas.Publish(live.Delta{Session: "default", Attempt: 10, Step: 2, Kind: "tool", Call: "call_y", Text: `{"code": "1 +`})
-	h.deltas.Publish(live.Delta{Session: "default", Attempt: 10, Step: 2, Kind: "tool", Text: ` 1"}`})
+	h.deltas.Publish(live.Delta{Session: "default", Attempt: 10, Step: 2, Kind: "tool", Call: "call_y", Text: `{"code": "1 +`, Index: 1})
+	h.deltas.Publish(live.Delta{Session: "default", Attempt: 10, Step: 2, Kind: "tool", Text: ` 1"}`, Index: 2})
 	if err := poll(ctx, `(() => { const p = document.querySelector('#lane-scratchpad .record.preview');
 		return p && p.innerText.includes('Next.') && !p.classList.contains('joined')
 		  && p.querySelectorAll('.tool-call').length === 1 && p.querySelector('.tool-call pre').innerText === '1 + 1'; })()`); err != nil {

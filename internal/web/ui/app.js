@@ -447,7 +447,7 @@ function renderAll(records) {
 // Deltas are best-effort: a preview is provisional, marked so, and replaced
 // by the step's durable scratchpad record when it arrives.
 
-function preview(a, s) {
+function preview(a, s, first) {
   const key = `${a}:${s}`;
   let p = previews.get(key);
   if (p) return p;
@@ -460,14 +460,12 @@ function preview(a, s) {
   const calls = el("div", "tool-calls");
   node.append(reasoning, text, calls);
   p = { key, node, reasoning, text, calls, callBoxes: new Map(), cut: false };
-  // Deltas carry no offset: a page that connected while this step was
-  // already streaming sees only its rest. Until a live record shows the
-  // page was there before the stream, the first preview says so.
-  if (!conn.liveRecord && !conn.previewed) {
+  // Each delta carries its place in the step's stream: a first one past 0
+  // means this page joined while the step was already streaming.
+  if (first > 0) {
     node.classList.add("joined");
-    node.insertBefore(badge("joined mid-stream: the start may be missing", "warn"), reasoning);
+    node.insertBefore(badge("joined mid-stream: the start is missing", "warn"), reasoning);
   }
-  conn.previewed = true;
   previews.set(key, p);
   place("scratchpad", node);
   return p;
@@ -496,7 +494,7 @@ function applyDelta(d) {
   // An end or a gap with nothing shown (a failed request, an empty
   // completion) makes no preview.
   if ((d.kind === "end" || d.kind === "gap") && !previews.has(key)) return;
-  const p = preview(d.attempt, d.step);
+  const p = preview(d.attempt, d.step, d.index || 0);
   switch (d.kind) {
     case "content": if (!p.cut) appendText(p.text, d.text); break;
     case "reasoning": if (!p.cut) appendText(p.reasoning, d.text); break;
@@ -650,10 +648,10 @@ function status(text, err) {
 }
 
 // conn is what the page knows of the current connection.
-let conn = { caughtUp: false, liveRecord: false, previewed: false };
+let conn = { caughtUp: false };
 
 function connect() {
-  conn = { caughtUp: false, liveRecord: false, previewed: false };
+  conn = { caughtUp: false };
   const proto = location.protocol === "https:" ? "wss:" : "ws:";
   ws = new WebSocket(`${proto}//${location.host}/v2/ws`);
   setConn("connecting");
@@ -665,7 +663,6 @@ function connect() {
     try { m = JSON.parse(ev.data); } catch (_) { return; }
     switch (m.type) {
       case "records": {
-        if (conn.caughtUp && (m.records || []).length) conn.liveRecord = true;
         if (!m.more) conn.caughtUp = true;
         const recs = m.records || [];
         renderAll(recs);
