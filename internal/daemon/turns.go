@@ -57,6 +57,7 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	}
 	a := cfg.File.Agent
 	m.PrepareRoute(a.Route)
+	m.WatchDeltas(d.deltas)
 	d.turns = turn.New(turn.Config{
 		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Model: client, Route: a.Route,
 		Prompt: releasePrompt(d.releases.Tree), Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),

@@ -3,6 +3,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -61,4 +62,12 @@ func sessionStates(ch chan<- prometheus.Metric, sessions []store.Session) {
 			ch <- prometheus.MustNewConstMetric(sessionStateDesc, prometheus.GaugeValue, v, s.ID, string(st))
 		}
 	}
+}
+
+// WatchDeltas exposes how many token deltas slow subscribers lost.
+func (m *Metrics) WatchDeltas(h *live.Hub) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "klbr_live_deltas_dropped_total",
+		Help: "Token deltas dropped because a live subscriber (a browser socket) was behind; the durable records are unaffected.",
+	}, func() float64 { return float64(h.Dropped()) }))
 }
