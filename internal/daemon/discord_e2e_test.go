@@ -59,6 +59,12 @@ func TestAmbientRoomDirectedDMEndToEnd(t *testing.T) {
 	if sent.ChannelID != "20" || sent.Content != "hello back" {
 		t.Fatalf("the reply went to %s: %+v", sent.ChannelID, sent)
 	}
+	// The model saw the DM with the handles it addresses it by.
+	first := model.Requests()[0].Messages
+	if last := content(first[len(first)-1]); !strings.HasPrefix(last, "[discord d3 (DM) · dm · ") ||
+		!strings.Contains(last, "· message 1003 · item ") || !strings.HasSuffix(last, "] hey, quick question") {
+		t.Fatalf("the DM as the model saw it: %q", last)
+	}
 	db := openRO(t, a.data)
 	var frameAt, admittedAt int64
 	if err := db.QueryRow(`SELECT f.created_at, i.received_at FROM inputs i JOIN inbox b ON b.input_id = i.id

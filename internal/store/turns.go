@@ -454,13 +454,31 @@ type ContextItem struct {
 	Kind    string // the event's kind
 	CallID  string
 	Content json.RawMessage
+	// Discord is where a Discord input came from, for the model to address
+	// it (nil for other items).
+	Discord *DiscordSource
+}
+
+// DiscordSource is a Discord input's handles as the model sees them.
+type DiscordSource struct {
+	Alias     string // the conversation's durable alias, d1, d2, …
+	Kind      string // dm, channel, thread
+	Name      string // the channel's name, if known
+	Mode      string // dm, mention, ambient, gap
+	MessageID string
+	Item      int64 // its attention item (DMs and mentions), else 0
 }
 
 // Context returns session's transcript in context epoch after item id
 // after (0: from the start), in order.
 func (s *Store) Context(ctx context.Context, session string, epoch, after int64) ([]ContextItem, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT c.id, c.role, e.kind, COALESCE(c.call_id, ''), e.content
+	rows, err := s.rdb.QueryContext(ctx, `SELECT c.id, c.role, e.kind, COALESCE(c.call_id, ''), e.content,
+			d.alias, d.kind, d.name, m.mode, m.message_id, a.id
 		FROM context_items c JOIN events e ON e.id = c.event_id
+		LEFT JOIN inputs i ON c.role = 'input' AND i.event_id = c.event_id
+		LEFT JOIN discord_messages m ON m.input_id = i.id
+		LEFT JOIN discord_conversations d ON d.id = m.conversation_id
+		LEFT JOIN attention_items a ON a.input_id = i.id
 		WHERE c.session_id = ? AND c.context_epoch = ? AND c.id > ? ORDER BY c.id`, session, epoch, after)
 	if err != nil {
 		return nil, fmt.Errorf("context: %w", err)
@@ -470,10 +488,16 @@ func (s *Store) Context(ctx context.Context, session string, epoch, after int64)
 	for rows.Next() {
 		var c ContextItem
 		var content string
-		if err := rows.Scan(&c.ID, &c.Role, &c.Kind, &c.CallID, &content); err != nil {
+		var alias, kind, name, mode, msg sql.NullString
+		var item sql.NullInt64
+		if err := rows.Scan(&c.ID, &c.Role, &c.Kind, &c.CallID, &content, &alias, &kind, &name, &mode, &msg, &item); err != nil {
 			return nil, fmt.Errorf("context: %w", err)
 		}
 		c.Content = json.RawMessage(content)
+		if alias.Valid {
+			c.Discord = &DiscordSource{Alias: alias.String, Kind: kind.String, Name: name.String, Mode: mode.String,
+				MessageID: msg.String, Item: item.Int64}
+		}
 		out = append(out, c)
 	}
 	return out, rows.Err()

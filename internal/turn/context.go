@@ -83,7 +83,7 @@ func (t *transcript) add(it store.ContextItem) {
 	t.last = it.ID
 	switch it.Role {
 	case "input":
-		t.push(provider.Message{Role: "user", Content: renderInput(it.Content)})
+		t.push(provider.Message{Role: "user", Content: renderInput(it.Content, it.Discord)})
 	case "notice":
 		t.push(provider.Message{Role: "user", Content: renderNotice(it.Kind, it.Content)})
 	case "assistant":
@@ -120,7 +120,7 @@ func (t *transcript) add(it store.ContextItem) {
 	}
 }
 
-func renderInput(content json.RawMessage) string {
+func renderInput(content json.RawMessage, dc *store.DiscordSource) string {
 	var in struct {
 		Text         string `json:"text"`
 		SourceKind   string `json:"source_kind"`
@@ -133,7 +133,24 @@ func renderInput(content json.RawMessage) string {
 	if in.SourceKind == "operator" {
 		return in.Text
 	}
-	return fmt.Sprintf("[%s %s · %s] %s", in.SourceKind, in.Conversation, in.Author, in.Text)
+	if dc == nil {
+		return fmt.Sprintf("[%s %s · %s] %s", in.SourceKind, in.Conversation, in.Author, in.Text)
+	}
+	// A Discord message with the handles the model addresses it by: the
+	// conversation's alias, what kind of message it is, its id, and its
+	// attention item when it demands attention.
+	where := dc.Alias
+	switch {
+	case dc.Kind == "dm":
+		where += " (DM)"
+	case dc.Name != "":
+		where += " #" + dc.Name
+	}
+	head := fmt.Sprintf("[discord %s · %s · %s · message %s", where, dc.Mode, in.Author, dc.MessageID)
+	if dc.Item != 0 {
+		head += fmt.Sprintf(" · item %d", dc.Item)
+	}
+	return head + "] " + in.Text
 }
 
 func renderNotice(kind string, content json.RawMessage) string {
