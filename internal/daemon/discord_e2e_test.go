@@ -388,3 +388,35 @@ func TestSendWhileTheTransportIsDown(t *testing.T) {
 		t.Fatalf("the fake holds %+v", sent)
 	}
 }
+
+// With [discord] ambient_wake = false, ambient chatter past its batch delay
+// does not start a model request on its own; a DM does, and takes the
+// chatter in with it.
+func TestQuietAmbientWaitsForADirectedInput(t *testing.T) {
+	t.Parallel()
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(None)"}}})
+	a := startAgent(t, model, "\n[discord]\nambient_wake = false\n")
+	fake := discordtest.New("99")
+	defer fake.Close()
+	startTransport(t, fake, a.data)
+	a.eventually("the gateway session", fake.Connected)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("2001", "10", "7", "5", "just chatting"))
+	a.eventually("the ambient input", func() bool { return len(a.kinds(store.LaneInput, "discord.input")) == 1 })
+	time.Sleep(9 * time.Second) // past the 8 s ambient batch
+	if n := model.Count(); n != 0 {
+		t.Fatalf("ambient chatter woke the agent: %d requests", n)
+	}
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("2002", "20", "", "5", "a DM"))
+	a.eventually("waiting after one request", func() bool { return model.Count() == 1 && a.session().State == store.StateWaiting })
+	var seen []string
+	for _, m := range model.Requests()[0].Messages {
+		if c := content(m); strings.HasPrefix(c, "[discord") {
+			seen = append(seen, c)
+		}
+	}
+	if len(seen) != 2 || !strings.HasSuffix(seen[0], "just chatting") || !strings.HasSuffix(seen[1], "a DM") {
+		t.Fatalf("the request's Discord inputs: %q", seen)
+	}
+}

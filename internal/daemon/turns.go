@@ -64,7 +64,8 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		Budgets: turn.Budgets{MaxSteps: a.MaxSteps, MaxTokens: a.MaxTokens, MaxTurn: time.Duration(a.MaxTurnSeconds) * time.Second,
 			MaxEmpty: a.MaxEmptyCompletions, MaxErrors: a.MaxConsecutiveErrors, ContextTokens: a.ContextBudgetTokens,
 			ErrorBackoff: time.Duration(a.RetryBackoffMillis) * time.Millisecond},
-		Observe: m.ObserveModel,
+		Observe:      m.ObserveModel,
+		QuietAmbient: !cfg.File.Discord.AmbientWake,
 	})
 	d.agent = fmt.Sprintf("route %s (%s)", a.Route, route.Model)
 	sessions, err := d.store.Sessions(ctx)

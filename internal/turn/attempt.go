@@ -324,7 +324,9 @@ func (r *runner) request(ctx context.Context, a *attempt, msgs []provider.Messag
 			index++
 			hub.Publish(base)
 		}
-		defer func() { hub.Publish(live.Delta{Session: r.session, Attempt: a.id, Step: step, Kind: "end", Index: index}) }()
+		defer func() {
+			hub.Publish(live.Delta{Session: r.session, Attempt: a.id, Step: step, Kind: "end", Index: index})
+		}()
 	}
 	resp, err := cfg.Model.Complete(ctx, req)
 	outcome := "ok"

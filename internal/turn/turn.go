@@ -65,9 +65,13 @@ type Config struct {
 	Route    string // the route's name, for records and metrics
 	Prompt   Prompt
 	Deltas   *live.Hub // nil: no deltas
-	Budgets  Budgets
-	Clock    func() time.Time
-	Log      *slog.Logger
+	// QuietAmbient keeps ambient Discord input (neither DM nor mention)
+	// from starting an attempt or ending a wait on its own ([discord]
+	// ambient_wake = false): it is taken in with the next input that does.
+	QuietAmbient bool
+	Budgets      Budgets
+	Clock        func() time.Time
+	Log          *slog.Logger
 	// Observe is told of each model request's outcome and usage (metrics).
 	Observe func(route, outcome string, usage provider.Usage)
 }
@@ -240,7 +244,7 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	ready, next := r.plan(ctx, pending, now)
-	if len(ready) > 0 {
+	if len(ready) > 0 && r.wakes(ready) {
 		wake := "input"
 		if r.resume {
 			wake = "input, after klbr-core restarted during an attempt"
@@ -322,20 +326,35 @@ func (r *runner) plan(ctx context.Context, pending []store.PendingInput, now tim
 	return ready, next
 }
 
-// readyNow reports whether any of pending is not deferred (used inside the
-// wait's transaction).
+// wakes reports whether inputs may start an attempt: any of them, unless
+// ambient input is quiet; then only operator or directed input does.
+func (r *runner) wakes(inputs []store.PendingInput) bool {
+	if !r.l.cfg.QuietAmbient {
+		return len(inputs) > 0
+	}
+	for _, in := range inputs {
+		if in.SourceKind == "operator" || in.Directed {
+			return true
+		}
+	}
+	return false
+}
+
+// readyNow reports whether any of pending is not deferred and may wake the
+// session (used inside the wait's transaction).
 func (r *runner) readyNow(now time.Time) func([]store.PendingInput) bool {
 	deferred := map[int64]time.Time{}
 	for id, t := range r.deferred {
 		deferred[id] = t
 	}
 	return func(pending []store.PendingInput) bool {
+		var ready []store.PendingInput
 		for _, p := range pending {
 			if until, ok := deferred[p.ID]; !ok || !now.Before(until) {
-				return true
+				ready = append(ready, p)
 			}
 		}
-		return false
+		return r.wakes(ready)
 	}
 }
 
