@@ -1,55 +1,24 @@
 package localapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
-	"unicode/utf8"
 
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/strictjson"
 )
 
 // errTooLarge marks a body over the bound.
-var errTooLarge = errors.New("request body too large")
+var errTooLarge = strictjson.ErrTooLarge
 
-// decodeBody reads one JSON object of at most max bytes into v. It refuses
-// invalid UTF-8 before decoding (encoding/json would quietly replace it),
-// unknown fields, trailing data, and a body that ends early.
-func decodeBody(r io.Reader, max int64, v any) error {
-	body, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
-		return fmt.Errorf("read request body: %w", err)
-	}
-	if int64(len(body)) > max {
-		return fmt.Errorf("%w: more than %d bytes", errTooLarge, max)
-	}
-	return decodeJSON(body, v)
-}
+// decodeBody reads one JSON object of at most max bytes into v, strictly
+// (package strictjson).
+func decodeBody(r io.Reader, max int64, v any) error { return strictjson.ReadBody(r, max, v) }
 
 // decodeJSON is the pure part of decodeBody, which the fuzz test drives.
-func decodeJSON(body []byte, v any) error {
-	if !utf8.Valid(body) {
-		return errors.New("request body is not valid UTF-8")
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			return errors.New("request body is empty; want a JSON object")
-		}
-		return fmt.Errorf("malformed JSON: %w", err)
-	}
-	if dec.More() {
-		return errors.New("malformed JSON: data after the object")
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("malformed JSON: data after the object")
-	}
-	return nil
-}
+func decodeJSON(body []byte, v any) error { return strictjson.Decode(body, v) }
 
 // decodeRequest decodes r's body into v, or writes the error answer and
 // returns false.
