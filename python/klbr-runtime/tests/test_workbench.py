@@ -415,11 +415,18 @@ class HostRequestTest(WorkbenchCase):
         self.assertEqual([r["request"] for r in reqs], [1])
 
     def test_local_send(self):
-        outcome, _, reqs = self.run_cell("receipt = await local.send('hello operator')\nreceipt",
-                                         on_request=lambda f: ok_reply({"id": "send-1", "state": "confirmed"}))
+        outcome, _, reqs = self.run_cell(
+            "receipt = await local.send('hello operator')\n(receipt, bool(receipt), receipt['status'], receipt.reason)",
+            on_request=lambda f: ok_reply({"status": "confirmed", "reason": "allowed", "event_id": 7, "epoch": 1}))
         self.assertEqual(reqs[0]["op"], "local.send")
         self.assertEqual(reqs[0]["args"], {"text": "hello operator"})
-        self.assertEqual(outcome["value"], "{'id': 'send-1', 'state': 'confirmed'}")
+        self.assertEqual(outcome["value"], "(<LocalReceipt confirmed (event 7)>, True, 'confirmed', 'allowed')")
+
+    def test_held_local_send_is_falsy(self):
+        outcome, _, _ = self.run_cell(
+            "r = await local.send('x')\n(r, bool(r), r.delivered)",
+            on_request=lambda f: ok_reply({"status": "held", "reason": "review failed: timeout", "event_id": 8, "epoch": 1}))
+        self.assertEqual(outcome["value"], "(<LocalReceipt held: review failed: timeout>, False, False)")
 
     def test_output_before_a_request_is_sent_before_it(self):
         self.worker.send("execute", execution="ord1", code="print('first')\nawait local.send('x')")
@@ -473,7 +480,7 @@ class HostRequestTest(WorkbenchCase):
             time.sleep(0.05)
             return ok_reply({"v": "fresh"})
 
-        outcome, _, _ = self.run_cell("await local.send('second')", on_request=answer)
+        outcome, _, _ = self.run_cell("(await local.send('second')).raw", on_request=answer)
         self.assertEqual(outcome["value"], "{'v': 'fresh'}")
 
     def test_request_from_a_background_task_after_the_cell_finished(self):

@@ -92,12 +92,50 @@ async def request(op, args=None):
     return await _rt().request(op, args)
 
 
+class LocalReceipt:
+    """What happened to a local send. ``status`` is ``confirmed`` (durably
+    published to the operator's lane; it says nothing of whether anyone has
+    read it yet) or ``held`` (not delivered; ``reason`` says why, and a resend
+    of the same text is held the same way). A receipt is truthy only when
+    confirmed. ``r["status"]`` reads the host's fields as well."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, r):
+        if not isinstance(r, dict):
+            raise TypeError(f"a receipt is an object, not {type(r).__name__}")
+        self.raw = r
+
+    status = property(lambda self: self.raw.get("status"))
+    reason = property(lambda self: self.raw.get("reason", ""))
+    event_id = property(lambda self: self.raw.get("event_id"))
+    epoch = property(lambda self: self.raw.get("epoch"))
+
+    @property
+    def delivered(self):
+        return self.status == "confirmed"
+
+    def __bool__(self):
+        return self.delivered
+
+    def __getitem__(self, key):
+        return self.raw[key]
+
+    def get(self, key, default=None):
+        return self.raw.get(key, default)
+
+    def __repr__(self):
+        if self.delivered:
+            return f"<LocalReceipt confirmed (event {self.event_id})>"
+        return f"<LocalReceipt {self.status}: {self.reason}>"
+
+
 async def send(text):
-    """``local.send``: deliver text to the operator's local lane. Returns the
-    host's receipt (a dict). Printing is not sending."""
+    """``local.send``: deliver text to the operator's local lane and return
+    a LocalReceipt. Printing is not sending."""
     if not isinstance(text, str):
         raise TypeError(f"local.send() takes a str, not {type(text).__name__}")
-    return await request("local.send", {"text": text})
+    return LocalReceipt(await request("local.send", {"text": text}))
 
 
 def _check_seconds(seconds):
