@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -81,4 +83,23 @@ func (s *Store) Records(ctx context.Context, session string, since int64, limit 
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// TailCursor returns the cursor from which Records reads the last n records
+// of session, and how many records come before it (0, 0 when the session
+// has n records or fewer).
+func (s *Store) TailCursor(ctx context.Context, session string, n int) (cursor, earlier int64, err error) {
+	err = s.rdb.QueryRowContext(ctx, `SELECT seq FROM session_items WHERE session_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?`,
+		session, n).Scan(&cursor)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("tail cursor: %w", err)
+	}
+	if err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM session_items WHERE session_id = ? AND seq <= ?`,
+		session, cursor).Scan(&earlier); err != nil {
+		return 0, 0, fmt.Errorf("tail cursor: %w", err)
+	}
+	return cursor, earlier, nil
 }

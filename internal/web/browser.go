@@ -245,7 +245,7 @@ func (c *client) serve(ctx context.Context) {
 	}
 	wg.Go(func() { c.writeLoop(ctx) })
 	wg.Go(func() { c.readLoop(ctx, hello.Session) })
-	c.stream(ctx, hello.Session, hello.Cursor)
+	c.stream(ctx, hello.Session, hello.Cursor, hello.Tail)
 	select {
 	case <-c.done:
 		if c.dropped.Load() {
@@ -274,9 +274,22 @@ func (c *client) readFailed(err error) {
 
 // stream replays the records after cursor in pages, then streams live
 // records as they commit, until the client or the daemon goes.
-func (c *client) stream(ctx context.Context, id string, cursor int64) {
+func (c *client) stream(ctx context.Context, id string, cursor int64, tail int) {
 	wake, cancel := c.b.Store.Watch(id) // before the first read: no commit is missed
 	defer cancel()
+	if cursor == 0 && tail > 0 {
+		// A bounded snapshot: the last tail records, and how many precede them.
+		from, earlier, err := c.b.Store.TailCursor(ctx, id, tail)
+		if err != nil {
+			c.b.log.Warn("browser: read records", "session", id, "error", err)
+			c.close(websocket.StatusInternalError, "reading records failed")
+			return
+		}
+		if earlier > 0 && !c.send(windowMsg{Type: MsgWindow, Earlier: earlier, From: from}) {
+			return
+		}
+		cursor = from
+	}
 	// open: the client has not yet had a records message with more=false
 	// since it connected or since a message that said more would follow.
 	open := true

@@ -569,3 +569,66 @@ func TestReplayEndsOnAPageBoundary(t *testing.T) {
 		t.Fatalf("live after the replay: %+v", m)
 	}
 }
+
+// A hello with cursor 0 and a tail gets a bounded snapshot: a window message
+// saying how many records it leaves out, then exactly the last tail records,
+// then live ones. A reconnect with a cursor ignores the tail.
+func TestTailSnapshot(t *testing.T) {
+	h := start(t)
+	h.admitN(t, 1200, "r", 0)
+	all, err := h.st.Records(context.Background(), "default", 0, store.MaxRecordsPage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, _ := h.st.Records(context.Background(), "default", all[len(all)-1].Seq, store.MaxRecordsPage)
+	all = append(all, more...)
+	c, _, err := h.dial(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadLimit(8 << 20)
+	t.Cleanup(func() { c.CloseNow() })
+	writeJSON(t, c, map[string]any{"type": "hello", "session": "default", "cursor": 0, "tail": 700})
+	var w struct {
+		Type    string `json:"type"`
+		Earlier int64  `json:"earlier"`
+		From    int64  `json:"from"`
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, b, err := c.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.Unmarshal(b, &w)
+	if w.Type != MsgWindow || w.Earlier != int64(len(all)-700) || w.From != all[len(all)-701].Seq {
+		t.Fatalf("window: %+v (records %d)", w, len(all))
+	}
+	got, _ := collect(t, c)
+	if len(got) != 700 || got[0].Seq != all[len(all)-700].Seq || got[699].Seq != all[len(all)-1].Seq {
+		t.Fatalf("snapshot: %d records from %d", len(got), got[0].Seq)
+	}
+	// Small sessions: no window message, everything.
+	h2 := start(t)
+	h2.admitN(t, 5, "s", 0)
+	c2, _, err := h2.dial(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c2.CloseNow() })
+	writeJSON(t, c2, map[string]any{"type": "hello", "session": "default", "cursor": 0, "tail": 700})
+	if got, _ := collect(t, c2); len(got) != 5 {
+		t.Fatalf("a small session: %d records", len(got))
+	}
+	// A reconnect with a cursor reads after it, whatever the tail.
+	c3, _, err := h.dial(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3.SetReadLimit(8 << 20)
+	t.Cleanup(func() { c3.CloseNow() })
+	writeJSON(t, c3, map[string]any{"type": "hello", "session": "default", "cursor": all[99].Seq, "tail": 10})
+	if got, _ := collect(t, c3); len(got) != len(all)-100 {
+		t.Fatalf("a reconnect: %d records, want %d", len(got), len(all)-100)
+	}
+}

@@ -9,6 +9,7 @@ import (
 func FuzzDecodeClientMessage(f *testing.F) {
 	for _, s := range []string{
 		`{"type":"hello","session":"default","cursor":0}`,
+		`{"type":"hello","session":"default","cursor":0,"tail":2000}`,
 		`{"type":"send","text":"hi","key":"web-1"}`,
 		`{"type":"drain"}`,
 		`{"type":"stop"}`,
@@ -59,6 +60,9 @@ func TestDecodeClientMessage(t *testing.T) {
 		{`{"type":"hello","session":"default","cursor":5}`, true},
 		{`{"type":"hello","session":"default"}`, true},
 		{`{"type":"hello","session":"default","cursor":-1}`, false},
+		{`{"type":"hello","session":"default","cursor":0,"tail":2000}`, true},
+		{`{"type":"hello","session":"default","cursor":0,"tail":-1}`, false},
+		{`{"type":"hello","session":"default","cursor":0,"tail":1048577}`, false},
 		{`{"type":"hello","session":"../x","cursor":0}`, false},
 		{`{"type":"hello","session":"default","cursor":0,"text":"x"}`, false},
 		{`{"type":"send","text":"hi","key":"k"}`, true},

@@ -19,7 +19,7 @@ import (
 
 // Client → server message types.
 const (
-	MsgHello = "hello" // first message: {"type":"hello","session":S,"cursor":N}
+	MsgHello = "hello" // first message: {"type":"hello","session":S,"cursor":N,"tail":T?}
 	MsgSend  = "send"  // {"type":"send","text":T,"key":K}: an operator input
 	MsgDrain = "drain" // {"type":"drain"}: the daemon drains and exits
 	MsgStop  = "stop"  // {"type":"stop"}: the daemon interrupts work and exits
@@ -39,6 +39,7 @@ const (
 // Server → client message types.
 const (
 	MsgRecords   = "records"   // {"type":"records","records":[...],"more":bool}
+	MsgWindow    = "window"    // {"type":"window","earlier":K,"from":C}: a tail snapshot leaves K earlier records out
 	MsgReceipt   = "receipt"   // {"type":"receipt","key":K,"id":N,"event_id":N,"duplicate":bool}
 	MsgAccepted  = "accepted"  // {"type":"accepted","action":"drain"|"stop","message":M}
 	MsgError     = "error"     // {"type":"error","code":C,"message":M,"key":K}
@@ -54,6 +55,8 @@ const (
 	MaxClientFrame = 2*admission.MaxBodyBytes + 1024
 	// ReplayPage bounds the records in one records message.
 	ReplayPage = 500
+	// MaxTail bounds a hello's tail.
+	MaxTail = 1 << 20
 	// SendQueue bounds the messages queued for one client; a client that
 	// lets it fill is disconnected.
 	SendQueue = 256
@@ -64,8 +67,11 @@ type ClientMessage struct {
 	Type    string `json:"type"`
 	Session string `json:"session,omitempty"`
 	Cursor  int64  `json:"cursor,omitempty"`
-	Text    string `json:"text,omitempty"`
-	Key     string `json:"key,omitempty"`
+	// Tail, in a hello with cursor 0, asks for the session's last Tail
+	// records only (a bounded snapshot); 0 replays everything.
+	Tail int    `json:"tail,omitempty"`
+	Text string `json:"text,omitempty"`
+	Key  string `json:"key,omitempty"`
 	// Release names a release (an id or a unique id prefix) for activate.
 	Release string `json:"release,omitempty"`
 	// ExpectedEpoch is the behavior epoch an activation or soul edit is
@@ -110,8 +116,11 @@ func DecodeClientMessage(b []byte) (ClientMessage, error) {
 		if m.Cursor < 0 {
 			return bad("cursor must be a non-negative integer")
 		}
-		if m != (ClientMessage{Type: m.Type, Session: m.Session, Cursor: m.Cursor}) {
-			return bad("only session and cursor")
+		if m.Tail < 0 || m.Tail > MaxTail {
+			return bad("tail must be 0 to %d", MaxTail)
+		}
+		if m != (ClientMessage{Type: m.Type, Session: m.Session, Cursor: m.Cursor, Tail: m.Tail}) {
+			return bad("only session, cursor and tail")
 		}
 	case MsgSend:
 		if m.Text == "" || len(m.Text) > admission.MaxBodyBytes {
@@ -160,6 +169,13 @@ func DecodeClientMessage(b []byte) (ClientMessage, error) {
 		return ClientMessage{}, fmt.Errorf("%w: unknown type %q (want hello, send, drain, stop, reset, session_drain, session_stop, session_pause, session_start, activate, rollback or edit_soul)", ErrBadMessage, m.Type)
 	}
 	return m, nil
+}
+
+// windowMsg tells a client its snapshot leaves earlier records out.
+type windowMsg struct {
+	Type    string `json:"type"`
+	Earlier int64  `json:"earlier"` // records before the snapshot
+	From    int64  `json:"from"`    // the snapshot's cursor: its records come after it
 }
 
 // recordsMsg is a page of records.

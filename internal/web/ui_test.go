@@ -200,7 +200,8 @@ func TestBrowserReplaysTenThousandRecords(t *testing.T) {
 		h.admitN(t, 500, "r"+itoa(i), 100)
 	}
 	ctx := browserCtx(t)
-	t0 := time.Now()
+	// By default a fresh page shows the last 2,000 records and says how
+	// many it leaves out; its link asks for more.
 	err := chromedp.Do(ctx,
 		chromedp.Navigate(h.http.URL+"/?token="+testToken),
 		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
@@ -208,7 +209,27 @@ func TestBrowserReplaysTenThousandRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n := eval[float64](t, ctx, `document.querySelectorAll('.record').length`); n != 2000 {
+		t.Fatalf("%v records on a default page, want the last 2000", n)
+	}
+	if s := eval[string](t, ctx, `document.querySelector('#earlier').hidden ? '' : document.querySelector('#earlier').innerText`); !strings.Contains(s, "8000 earlier records not shown") || !strings.Contains(s, "Show 8000") {
+		t.Fatalf("the earlier-records note: %q", s)
+	}
+	if first := eval[string](t, ctx, `document.querySelector('#lane-input .record .text, #lane-input .record').innerText`); !strings.Contains(first, "r16") {
+		t.Fatalf("the first record shown is not from the last 2000: %q", first)
+	}
+	t0 := time.Now()
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(h.http.URL+"/?token="+testToken+"&tail=20000"),
+		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
 	took := time.Since(t0)
+	if !eval[bool](t, ctx, `document.querySelector('#earlier').hidden`) {
+		t.Fatal("a page that shows everything says records are left out")
+	}
 	n := eval[float64](t, ctx, `new Set([...document.querySelectorAll('#lane-input .record')].map(e => e.dataset.id)).size`)
 	all := eval[float64](t, ctx, `document.querySelectorAll('.record').length`)
 	if n != 10000 || all != 10000 {

@@ -3,6 +3,9 @@
 "use strict";
 
 const SESSION = new URLSearchParams(location.search).get("session") || "default";
+// A fresh page shows the session's last TAIL records (a bounded snapshot);
+// "show earlier" reloads with four times as many.
+const TAIL = Math.min(Math.max(parseInt(new URLSearchParams(location.search).get("tail"), 10) || 2000, 1), 1 << 20);
 const PREVIEW_LINES = 12;   // longer outputs start collapsed
 const TEXT_LINES = 40;      // longer scratchpad text starts collapsed
 const seen = new Set();     // record ids already rendered: replay + live never duplicate
@@ -647,6 +650,19 @@ function status(text, err) {
   s.classList.toggle("err", !!err);
 }
 
+// showEarlier says that the snapshot leaves earlier records out, with a
+// way to see more of them.
+function showEarlier(n) {
+  const bar = $("#earlier");
+  bar.textContent = `${plural(n, "earlier record")} not shown (this page starts at the last ${TAIL}). `;
+  const more = el("a", "", `Show ${Math.min(TAIL * 4, 1 << 20)}`);
+  const q = new URLSearchParams(location.search);
+  q.set("tail", String(Math.min(TAIL * 4, 1 << 20)));
+  more.href = `${location.pathname}?${q}`;
+  bar.append(more, document.createTextNode(" · all of them: klbr-core tail " + SESSION));
+  bar.hidden = false;
+}
+
 // conn is what the page knows of the current connection.
 let conn = { caughtUp: false };
 
@@ -656,7 +672,9 @@ function connect() {
   ws = new WebSocket(`${proto}//${location.host}/v2/ws`);
   setConn("connecting");
   ws.onopen = () => {
-    ws.send(JSON.stringify({ type: "hello", session: SESSION, cursor }));
+    const hello = { type: "hello", session: SESSION, cursor };
+    if (cursor === 0) hello.tail = TAIL;
+    ws.send(JSON.stringify(hello));
   };
   ws.onmessage = (ev) => {
     let m;
@@ -673,6 +691,7 @@ function connect() {
         } else setConn("connecting", "replaying…");
         break;
       }
+      case "window": showEarlier(m.earlier); break;
       case "delta": {
         const items = laneItems("scratchpad");
         const stick = atBottom(items);
