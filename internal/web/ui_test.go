@@ -218,6 +218,7 @@ func TestBrowserReplaysTenThousandRecords(t *testing.T) {
 	if first := eval[string](t, ctx, `document.querySelector('#lane-input .record .text, #lane-input .record').innerText`); !strings.Contains(first, "r16") {
 		t.Fatalf("the first record shown is not from the last 2000: %q", first)
 	}
+	screenshot(t, ctx, "browser-tail-snapshot")
 	t0 := time.Now()
 	err = chromedp.Do(ctx,
 		chromedp.Navigate(h.http.URL+"/?token="+testToken+"&tail=20000"),
