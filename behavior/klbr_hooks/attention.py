@@ -18,10 +18,15 @@ Output::
 The default policy:
 
 1. operator input first, oldest first;
-2. then directed Discord items (DMs, mentions), oldest first;
+2. then directed Discord items (DMs, mentions);
 3. then ambient Discord items received at least ``ambient_defer_seconds``
-   (settings.toml) before ``now``, oldest first;
+   (settings.toml) before ``now``;
 4. every other ambient item is deferred until ``received_at`` plus that delay.
+
+Within 2 and 3 conversations take turns: each conversation's items stay
+oldest first, and a busy channel cannot push a quiet one to the back of a
+burst (the host takes a burst in frames of bounded size, in this order).
+Conversations take their turns in the order of their oldest item.
 
 Ties on ``received_at`` are broken by id. Every input id appears exactly once,
 in ``order`` or in ``defer``. The function is pure: it reads only its input and
@@ -57,7 +62,18 @@ def plan_with(data, *, ambient_defer_seconds):
     def oldest_first(group):
         return sorted(group, key=lambda it: (it["received_at"], it["id"]))
 
-    order = [it["id"] for group in (operator, directed, due) for it in oldest_first(group)]
+    def taking_turns(group):
+        queues = {}
+        for it in oldest_first(group):
+            queues.setdefault(it["conversation"], []).append(it)
+        rounds = list(queues.values())  # in the order of each one's oldest item
+        out = []
+        while rounds:
+            out.extend(q.pop(0) for q in rounds)
+            rounds = [q for q in rounds if q]
+        return out
+
+    order = [it["id"] for it in oldest_first(operator) + taking_turns(directed) + taking_turns(due)]
     defer = sorted(({"id": it["id"], "until": it["received_at"] + ambient_defer_seconds}
                     for it in deferred), key=lambda d: (d["until"], d["id"]))
     return {"order": order, "defer": defer,

@@ -52,6 +52,16 @@ class OrderTest(unittest.TestCase):
         self.assertEqual(out["order"], [12, 11, 10, 13])
         self.assertEqual(out["defer"], [])
 
+    def test_conversations_take_turns(self):
+        items = [
+            item(1, age=60, conversation="busy"), item(2, age=59, conversation="busy"),
+            item(3, age=58, conversation="busy"), item(4, age=30, conversation="quiet"),
+            item(5, directed=True, age=20, conversation="dm-a"), item(6, directed=True, age=19, conversation="dm-a"),
+            item(7, directed=True, age=10, conversation="dm-b"),
+        ]
+        # Directed: dm-a's oldest, dm-b's, then dm-a's next; ambient: busy, quiet, busy, busy.
+        self.assertEqual(plan(items)["order"], [5, 7, 6, 1, 4, 2, 3])
+
     def test_directed_items_are_never_deferred(self):
         out = plan([item(1, directed=True, age=0)])
         self.assertEqual(out["order"], [1])

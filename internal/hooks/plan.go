@@ -40,35 +40,74 @@ type Plan struct {
 const AmbientDefer = 8.0
 
 // DefaultPlan is the host's documented default, used when the hook fails:
-// operator inputs first, then directed inputs, oldest first; ambient inputs
-// are deferred until 8 s after they arrived, then attended after directed ones.
+// the same rule as the shipped attention.plan. Operator inputs first, oldest
+// first; then directed inputs, then ambient inputs once 8 s old (younger
+// ones are deferred until then); among directed and among ambient inputs,
+// conversations take turns, each oldest first.
 func DefaultPlan(in PlanInput) Plan {
-	rank := func(it PlanItem) int {
+	var operator, directed, due []PlanItem
+	p := Plan{Order: []int64{}, Defer: []Deferral{}, Reason: "host default: operator, then directed, then ambient after 8 s; conversations take turns"}
+	for _, it := range in.Items {
 		switch {
 		case it.SourceKind == "operator":
-			return 0
+			operator = append(operator, it)
 		case it.Directed:
-			return 1
+			directed = append(directed, it)
+		case in.Now < it.ReceivedAt+AmbientDefer:
+			p.Defer = append(p.Defer, Deferral{ID: it.ID, Until: it.ReceivedAt + AmbientDefer})
 		default:
-			return 2
+			due = append(due, it)
 		}
 	}
-	items := append([]PlanItem(nil), in.Items...)
-	sort.SliceStable(items, func(i, j int) bool {
-		if rank(items[i]) != rank(items[j]) {
-			return rank(items[i]) < rank(items[j])
-		}
-		return items[i].ReceivedAt < items[j].ReceivedAt
-	})
-	p := Plan{Order: []int64{}, Defer: []Deferral{}, Reason: "host default: operator, then directed, then ambient after 8 s"}
-	for _, it := range items {
-		if rank(it) == 2 && in.Now < it.ReceivedAt+AmbientDefer {
-			p.Defer = append(p.Defer, Deferral{ID: it.ID, Until: it.ReceivedAt + AmbientDefer})
-			continue
-		}
+	for _, it := range oldestFirst(operator) {
 		p.Order = append(p.Order, it.ID)
 	}
+	for _, group := range [][]PlanItem{directed, due} {
+		for _, it := range takingTurns(group) {
+			p.Order = append(p.Order, it.ID)
+		}
+	}
+	sort.SliceStable(p.Defer, func(i, j int) bool {
+		if p.Defer[i].Until != p.Defer[j].Until {
+			return p.Defer[i].Until < p.Defer[j].Until
+		}
+		return p.Defer[i].ID < p.Defer[j].ID
+	})
 	return p
+}
+
+func oldestFirst(items []PlanItem) []PlanItem {
+	out := append([]PlanItem(nil), items...)
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].ReceivedAt != out[j].ReceivedAt {
+			return out[i].ReceivedAt < out[j].ReceivedAt
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// takingTurns orders items one per conversation per round, each
+// conversation oldest first, conversations in the order of their oldest.
+func takingTurns(items []PlanItem) []PlanItem {
+	var convs []string
+	queues := map[string][]PlanItem{}
+	for _, it := range oldestFirst(items) {
+		if _, ok := queues[it.Conversation]; !ok {
+			convs = append(convs, it.Conversation)
+		}
+		queues[it.Conversation] = append(queues[it.Conversation], it)
+	}
+	out := make([]PlanItem, 0, len(items))
+	for len(out) < len(items) {
+		for _, c := range convs {
+			if q := queues[c]; len(q) > 0 {
+				out = append(out, q[0])
+				queues[c] = q[1:]
+			}
+		}
+	}
+	return out
 }
 
 // Plan runs attention.plan and validates its answer: every item is either

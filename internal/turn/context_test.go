@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -78,4 +79,28 @@ func TestParseCall(t *testing.T) {
 
 func providerCall(name, args string) provider.ToolCall {
 	return provider.ToolCall{ID: "x", Type: "function", Function: provider.FunctionCall{Name: name, Arguments: args}}
+}
+
+// A burst is taken in frames of at most MaxFrameInputs, in the plan's
+// order (operator input first, then conversations taking turns).
+func TestPlanBoundsAFrame(t *testing.T) {
+	now := time.Now()
+	var pending []store.PendingInput
+	for i := range 100 {
+		conv := "busy"
+		if i%10 == 0 {
+			conv = "quiet"
+		}
+		pending = append(pending, store.PendingInput{ID: int64(i + 1), SourceKind: "discord", Conversation: conv,
+			ReceivedAt: now.Add(-time.Minute + time.Duration(i)*time.Millisecond)})
+	}
+	pending = append(pending, store.PendingInput{ID: 500, SourceKind: "operator", Directed: true, Conversation: "operator", ReceivedAt: now})
+	r := &runner{l: New(Config{}), deferred: map[int64]time.Time{}}
+	ready, _ := r.plan(t.Context(), pending, now)
+	if len(ready) != MaxFrameInputs {
+		t.Fatalf("%d inputs in a frame, want %d", len(ready), MaxFrameInputs)
+	}
+	if ready[0].ID != 500 || ready[1].Conversation != "quiet" || ready[2].Conversation != "busy" || ready[3].Conversation != "quiet" {
+		t.Fatalf("order: %d %s %s %s", ready[0].ID, ready[1].Conversation, ready[2].Conversation, ready[3].Conversation)
+	}
 }

@@ -323,8 +323,16 @@ func (r *runner) plan(ctx context.Context, pending []store.PendingInput, now tim
 			ready = append(ready, it)
 		}
 	}
+	if len(ready) > MaxFrameInputs {
+		// A burst is taken in frames of a bounded size, in the plan's
+		// order; the rest stays pending for the next boundary.
+		ready = ready[:MaxFrameInputs]
+	}
 	return ready, next
 }
+
+// MaxFrameInputs bounds the inputs one frame takes in.
+const MaxFrameInputs = 64
 
 // wakes reports whether inputs may start an attempt: any of them, unless
 // ambient input is quiet; then only operator or directed input does.
