@@ -62,16 +62,75 @@ func newTail(g *globals) *cobra.Command {
 }
 
 func printRecord(w io.Writer, r store.Record) error {
-	var body string
-	var content struct {
-		Text string `json:"text"`
-	}
-	if json.Unmarshal(r.Content, &content) == nil && content.Text != "" {
-		body = content.Text
-	} else {
-		body = string(r.Content)
-	}
-	body = strings.ReplaceAll(body, "\n", "\n        ")
-	_, err := fmt.Fprintf(w, "%6d  %s  %-7s %-18s %s\n", r.Seq, r.At.Local().Format(time.TimeOnly), r.Lane, r.Kind, body)
+	body := strings.ReplaceAll(describe(r), "\n", "\n        ")
+	_, err := fmt.Fprintf(w, "%6d  %s  %-10s %-18s %s\n", r.Seq, r.At.Local().Format(time.TimeOnly), r.Lane, r.Kind, body)
 	return err
+}
+
+// describe renders a record's content for a person: the text of inputs,
+// speech and scratchpad (with the scratchpad's tool calls), a cell's code or
+// outcome, a notice's fields; anything else as its JSON.
+func describe(r store.Record) string {
+	var c struct {
+		Text      string `json:"text"`
+		Reasoning string `json:"reasoning"`
+		Partial   bool   `json:"partial"`
+		Calls     []struct {
+			ID        string `json:"id"`
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"tool_calls"`
+		Code    string `json:"code"`
+		Status  string `json:"status"`
+		State   string `json:"state"`
+		Message string `json:"message"`
+		Reason  string `json:"reason"`
+		Value   *string
+		Error   *struct{ Type, Message string }
+		Output  struct {
+			Preview []struct{ Data string } `json:"preview"`
+		} `json:"output"`
+	}
+	if json.Unmarshal(r.Content, &c) != nil {
+		return string(r.Content)
+	}
+	var b strings.Builder
+	switch {
+	case r.Kind == "scratchpad":
+		if c.Partial {
+			b.WriteString("[partial: cut off, never run] ")
+		}
+		b.WriteString(c.Text)
+		for _, call := range c.Calls {
+			var args struct{ Code string }
+			code := call.Arguments
+			if call.Name == "python" && json.Unmarshal([]byte(call.Arguments), &args) == nil {
+				code = args.Code
+			}
+			fmt.Fprintf(&b, "\n→ %s %s:\n  %s", call.Name, call.ID, strings.ReplaceAll(code, "\n", "\n  "))
+		}
+	case r.Kind == "cell.started":
+		b.WriteString(c.Code)
+	case r.Kind == "cell.finished":
+		b.WriteString(c.Status)
+		for _, o := range c.Output.Preview {
+			b.WriteString("\n" + strings.TrimSuffix(o.Data, "\n"))
+		}
+		if c.Value != nil {
+			b.WriteString("\n= " + *c.Value)
+		}
+		if c.Error != nil {
+			fmt.Fprintf(&b, "\n%s: %s", c.Error.Type, c.Error.Message)
+		}
+	case r.Kind == "tool.unrun":
+		fmt.Fprintf(&b, "%s: %s", c.State, c.Message)
+	case c.Text != "":
+		b.WriteString(c.Text)
+		if c.Status != "" && c.Status != "confirmed" {
+			fmt.Fprintf(&b, " [%s: %s]", c.Status, c.Reason)
+		}
+	default:
+		return string(r.Content)
+	}
+	return b.String()
 }

@@ -1,0 +1,49 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+func rec(lane store.Lane, kind string, content any) store.Record {
+	b, _ := json.Marshal(content)
+	return store.Record{Seq: 7, Lane: lane, Kind: kind, At: time.Unix(0, 0), Content: b}
+}
+
+// The human tail shows each lane as a person reads it: scratchpad text with
+// its tool calls' code, a cell's code and outcome, an unrun call's reason,
+// a held send's reason; a partial scratchpad says it never ran.
+func TestTailDescribesRecords(t *testing.T) {
+	for _, tc := range []struct {
+		r    store.Record
+		want []string
+	}{
+		{rec(store.LaneScratchpad, "scratchpad", map[string]any{"text": "Let me look.", "partial": false,
+			"tool_calls": []map[string]string{{"id": "c1", "name": "python", "arguments": `{"code":"x = 1\nx"}`}}}),
+			[]string{"Let me look.", "→ python c1:", "x = 1", "x"}},
+		{rec(store.LaneScratchpad, "scratchpad", map[string]any{"text": "half", "partial": true, "tool_calls": []any{}}),
+			[]string{"[partial: cut off, never run] half"}},
+		{rec(store.LaneCell, "cell.started", map[string]any{"code": "print(1)"}), []string{"print(1)"}},
+		{rec(store.LaneCell, "cell.finished", map[string]any{"status": "error", "output": map[string]any{"preview": []map[string]string{{"data": "out\n"}}},
+			"error": map[string]string{"type": "ValueError", "message": "bad"}}), []string{"error", "out", "ValueError: bad"}},
+		{rec(store.LaneCell, "tool.unrun", map[string]any{"state": "invalid", "message": "not run: code must be a string"}),
+			[]string{"invalid: not run: code must be a string"}},
+		{rec(store.LaneSpeech, "local.held", map[string]any{"text": "hi", "status": "held", "reason": "policy"}), []string{"hi [held: policy]"}},
+		{rec(store.LaneNotice, "wait.started", map[string]any{"seconds": 60, "reason": "r"}), []string{`"seconds":60`}},
+	} {
+		var b bytes.Buffer
+		if err := printRecord(&b, tc.r); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("%s: %q lacks %q", tc.r.Kind, b.String(), w)
+			}
+		}
+	}
+}
