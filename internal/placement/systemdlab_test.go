@@ -3,23 +3,19 @@ package placement
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/klbr-dev/klbr/internal/citest"
+	"github.com/klbr-dev/klbr/internal/systemdlab"
 )
 
 // The systemd scope mode is tested against a real systemd: TestSystemdScope boots one as
-// PID 1 of a fresh PID + mount namespace (testdata/systemd-lab.sh) and runs this test
+// PID 1 of fresh PID, mount and network namespaces (package systemdlab) and runs this test
 // binary inside it (scope PIDs are namespace PIDs), where TestSystemdScopeInLab does the
 // work. The environment tells the inner run where it is.
 const (
@@ -32,31 +28,17 @@ func TestSystemdScope(t *testing.T) {
 		t.Skip("inside the lab: TestSystemdScopeInLab runs here")
 	}
 	requireRoot(t)
-	for _, tool := range []string{"/lib/systemd/systemd"} {
-		if _, err := os.Stat(tool); err != nil {
-			citest.SkipOrFail(t, tool+" is missing (apt-get install -y systemd dbus)")
-		}
-	}
-	for _, tool := range []string{"dbus-daemon", "unshare", "nsenter", "setsid", "bash"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			citest.SkipOrFail(t, tool+" is missing (apt-get install -y systemd dbus util-linux)")
-		}
-	}
-	for _, h := range []string{"pids", "memory"} {
-		if err := syscall.Access("/sys/fs/cgroup/"+h, 2); err != nil {
-			citest.SkipOrFail(t, "the systemd lab needs a writable cgroup v1 hierarchy /sys/fs/cgroup/"+h)
-		}
-	}
+	systemdlab.Require(t)
 	kernel := klbrKernel(t)
-	script, err := filepath.Abs("testdata/systemd-lab.sh")
+	lab, err := systemdlab.Prepare(t, filepath.Join(t.TempDir(), "lab"), "klbr-placement-lab")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lab := filepath.Join(t.TempDir(), "lab")
-	pid1, err := bootLab(t, script, lab)
+	pid1, halt, err := lab.Boot(t)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(halt)
 
 	args := []string{"-t", pid1, "-m", "-p", os.Args[0], "-test.run", "^TestSystemdScopeInLab$", "-test.v", "-test.count=1"}
 	cmd := exec.Command("nsenter", args...)
@@ -248,79 +230,4 @@ time.sleep(1000)
 			t.Fatal("want an error")
 		}
 	})
-}
-
-// bootLab boots the lab in dir and returns the host pid of its PID 1. The launcher is this
-// process's child with a parent-death signal, so a test binary that dies (a timeout panic
-// skips cleanups) takes the lab with it; a cleanup halts it otherwise.
-func bootLab(t *testing.T, script, dir string) (string, error) {
-	start := time.Now()
-	if out, err := exec.Command("bash", script, "prepare", dir).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("prepare the lab: %v\n%s", err, out)
-	}
-	launcher := exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
-		"--mount-proc", filepath.Join(dir, "inner"))
-	log, err := os.Create(filepath.Join(dir, "systemd.log"))
-	if err != nil {
-		return "", err
-	}
-	defer log.Close()
-	launcher.Stdout, launcher.Stderr = log, log
-	launcher.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-	// Pdeathsig follows the starting thread (go.dev/issue/27505): keep this goroutine on
-	// its thread until the lab is halted, so no other goroutine can lock and end it.
-	runtime.LockOSThread()
-	if err := launcher.Start(); err != nil {
-		runtime.UnlockOSThread()
-		return "", err
-	}
-	exited := make(chan struct{})
-	go func() { _ = launcher.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		defer runtime.UnlockOSThread()
-		start := time.Now()
-		if out, err := exec.Command("bash", script, "halt", dir).CombinedOutput(); err != nil {
-			t.Errorf("halt the lab: %v\n%s", err, out)
-		}
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			t.Errorf("the lab's launcher did not exit")
-		}
-		t.Logf("lab halted in %s", time.Since(start))
-	})
-	if err := os.WriteFile(filepath.Join(dir, "launcher.pid"), []byte(strconv.Itoa(launcher.Process.Pid)), 0o644); err != nil {
-		return "", err
-	}
-	run := filepath.Join(dir, "run")
-	for {
-		_, e1 := os.Stat(filepath.Join(run, "systemd", "private"))
-		_, e2 := os.Stat(filepath.Join(run, "dbus", "system_bus_socket"))
-		if e1 == nil && e2 == nil {
-			break
-		}
-		select {
-		case <-exited:
-			b, _ := os.ReadFile(log.Name())
-			return "", fmt.Errorf("systemd exited:\n%s", b)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Since(start) > 20*time.Second {
-			b, _ := os.ReadFile(log.Name())
-			return "", fmt.Errorf("systemd and its bus did not come up in 20 s:\n%s", b)
-		}
-	}
-	children, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", launcher.Process.Pid, launcher.Process.Pid))
-	if err != nil {
-		return "", err
-	}
-	pid1 := strings.Fields(string(children))
-	if len(pid1) == 0 {
-		return "", errors.New("the launcher has no child")
-	}
-	if err := os.WriteFile(filepath.Join(dir, "pid1"), []byte(pid1[0]), 0o644); err != nil {
-		return "", err
-	}
-	t.Logf("systemd booted as PID 1 of a namespace in %s (host pid %s)", time.Since(start), pid1[0])
-	return pid1[0], nil
 }

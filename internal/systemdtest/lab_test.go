@@ -12,20 +12,18 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/klbr-dev/klbr/internal/citest"
 	"github.com/klbr-dev/klbr/internal/localclient"
+	"github.com/klbr-dev/klbr/internal/systemdlab"
 )
 
 // The units are tested under a real systemd: runLab boots one as PID 1 of fresh PID, mount and
-// network namespaces (testdata/systemd-lab.sh), installs the unit files as shipped with only
+// network namespaces (package systemdlab), installs the unit files as shipped with only
 // /usr/bin/klbr-* replaced by freshly built binaries, and runs this test binary inside the lab
 // (scope PIDs are namespace PIDs, and 127.0.0.1:8765 is the lab's own), where TestUnitsInLab
 // does the work and writes its figures to a file the outer test reads.
@@ -115,31 +113,12 @@ func BenchmarkUnitsUnderSystemd(b *testing.B) {
 // runLab boots a lab, runs TestUnitsInLab inside it, halts it and returns the figures.
 func runLab(tb testing.TB) results {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		citest.SkipOrFail(tb, "the systemd lab needs root")
-	}
-	if _, err := os.Stat("/lib/systemd/systemd"); err != nil {
-		citest.SkipOrFail(tb, "/lib/systemd/systemd is missing (apt-get install -y systemd dbus)")
-	}
-	for _, tool := range []string{"dbus-daemon", "unshare", "nsenter", "bash", "python3", "go"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			citest.SkipOrFail(tb, tool+" is missing (apt-get install -y systemd dbus util-linux python3)")
-		}
-	}
-	for _, h := range []string{"pids", "memory"} {
-		if err := syscall.Access("/sys/fs/cgroup/"+h, 2); err != nil {
-			citest.SkipOrFail(tb, "the systemd lab needs a writable cgroup v1 hierarchy /sys/fs/cgroup/"+h)
-		}
-	}
-	script, err := filepath.Abs("testdata/systemd-lab.sh")
+	systemdlab.Require(tb, "python3", "go")
+	lab, err := systemdlab.Prepare(tb, filepath.Join(tb.TempDir(), "lab"), "klbr-units-lab")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	lab := filepath.Join(tb.TempDir(), "lab")
-	if out, err := exec.Command("bash", script, "prepare", lab).CombinedOutput(); err != nil {
-		tb.Fatalf("prepare the lab: %v\n%s", err, out)
-	}
-	run := filepath.Join(lab, "run")
+	run := lab.Run
 	bin := filepath.Join(run, filepath.Base(labBin))
 	for _, cmd := range []string{"klbr-core", "klbr-kernel"} {
 		if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, cmd), "../../cmd/"+cmd).CombinedOutput(); err != nil {
@@ -148,7 +127,7 @@ func runLab(tb testing.TB) results {
 	}
 	install(tb, filepath.Join(run, "systemd", "system"), func(name string) string { return labBin + "/" + name })
 	// The data directory's klbr.toml, before the first start: small limits for the scopes.
-	data := filepath.Join(lab, "varlib", "klbr")
+	data := filepath.Join(lab.VarLib, "klbr")
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		tb.Fatal(err)
 	}
@@ -157,7 +136,7 @@ func runLab(tb testing.TB) results {
 		tb.Fatal(err)
 	}
 
-	pid1, halt, err := bootLab(tb, script, lab)
+	pid1, halt, err := lab.Boot(tb)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -181,79 +160,6 @@ func runLab(tb testing.TB) results {
 		tb.Fatal(err)
 	}
 	return r
-}
-
-// bootLab boots the lab in dir and returns the host pid of its PID 1, and a func that halts
-// it. The launcher is this process's child with a parent-death signal, so a test binary that
-// dies (a timeout panic skips deferred calls) takes the lab with it.
-func bootLab(tb testing.TB, script, dir string) (pid1 string, halt func(), err error) {
-	start := time.Now()
-	launcher := exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
-		"--net", "--mount-proc", filepath.Join(dir, "inner"))
-	log, err := os.Create(filepath.Join(dir, "systemd.log"))
-	if err != nil {
-		return "", nil, err
-	}
-	defer log.Close()
-	launcher.Stdout, launcher.Stderr = log, log
-	launcher.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-	// Pdeathsig follows the starting thread (go.dev/issue/27505): keep this goroutine on its
-	// thread until the lab is halted.
-	runtime.LockOSThread()
-	if err := launcher.Start(); err != nil {
-		runtime.UnlockOSThread()
-		return "", nil, err
-	}
-	exited := make(chan struct{})
-	go func() { _ = launcher.Wait(); close(exited) }()
-	halt = func() {
-		defer runtime.UnlockOSThread()
-		start := time.Now()
-		if out, err := exec.Command("bash", script, "halt", dir).CombinedOutput(); err != nil {
-			tb.Errorf("halt the lab: %v\n%s", err, out)
-		}
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			tb.Errorf("the lab's launcher did not exit")
-		}
-		tb.Logf("lab halted in %s", time.Since(start).Round(time.Millisecond))
-	}
-	fail := func(err error) (string, func(), error) { halt(); return "", nil, err }
-	if err := os.WriteFile(filepath.Join(dir, "launcher.pid"), []byte(strconv.Itoa(launcher.Process.Pid)), 0o644); err != nil {
-		return fail(err)
-	}
-	run := filepath.Join(dir, "run")
-	for {
-		_, e1 := os.Stat(filepath.Join(run, "systemd", "private"))
-		_, e2 := os.Stat(filepath.Join(run, "dbus", "system_bus_socket"))
-		if e1 == nil && e2 == nil {
-			break
-		}
-		select {
-		case <-exited:
-			b, _ := os.ReadFile(log.Name())
-			return fail(fmt.Errorf("systemd exited:\n%s", b))
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Since(start) > 20*time.Second {
-			b, _ := os.ReadFile(log.Name())
-			return fail(fmt.Errorf("systemd and its bus did not come up in 20 s:\n%s", b))
-		}
-	}
-	children, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", launcher.Process.Pid, launcher.Process.Pid))
-	if err != nil {
-		return fail(err)
-	}
-	f := strings.Fields(string(children))
-	if len(f) == 0 {
-		return fail(errors.New("the launcher has no child"))
-	}
-	if err := os.WriteFile(filepath.Join(dir, "pid1"), []byte(f[0]), 0o644); err != nil {
-		return fail(err)
-	}
-	tb.Logf("systemd booted as PID 1 of a namespace in %s (host pid %s)", time.Since(start).Round(time.Millisecond), f[0])
-	return f[0], halt, nil
 }
 
 // TestUnitsInLab runs inside the lab that runLab booted, where the units are installed and

@@ -1,20 +1,23 @@
 #!/bin/bash
-# A real systemd (system mode) as PID 1 of new PID, mount and network namespaces, for the tests
-# that run klbr's unit files (../lab_test.go) on machines whose own PID 1 is not systemd.
-# Derived from internal/placement/testdata/systemd-lab.sh, plus what the units need:
+# A real systemd (system mode) as PID 1 of new PID, mount and network namespaces, for tests on
+# machines whose own PID 1 is not systemd (package systemdlab runs it; see its doc):
 #
-#   - its own network namespace (systemd brings its loopback up), so the socket unit's
+#   - its own network namespace (systemd brings its loopback up), so a socket unit's
 #     127.0.0.1:8765 is the lab's own and never collides with the host's;
 #   - /var/lib is DIR/varlib inside, so StateDirectory=klbr is DIR/varlib/klbr on the host and
-#     the units run unchanged, without touching the host's /var/lib;
-#   - /run is DIR/run inside (as in the placement lab): units go in DIR/run/systemd/system and
-#     files put under DIR/run are visible to services that have a private /tmp.
+#     units run unchanged, without touching the host's /var/lib;
+#   - /run is DIR/run inside: units go in DIR/run/systemd/system, the system bus is
+#     DIR/run/dbus/system_bus_socket, and files put under DIR/run are visible to services
+#     that have a private /tmp.
 #
 #   systemd-lab.sh prepare DIR  everything but the start: the caller runs
 #                               unshare --pid --fork --kill-child --mount --propagation private
 #                               --net --mount-proc DIR/inner with setsid and a parent-death
 #                               signal, and writes DIR/launcher.pid and DIR/pid1 for halt.
 #   systemd-lab.sh halt DIR     power it off, and remove its cgroups.
+#
+# LAB_NAME (default klbr-lab) prefixes the lab's cgroups; each test package uses its own, so
+# the sweep of cgroups that dead labs left never touches another package's running lab.
 #
 # Run commands inside with nsenter -t PID1 -m -p -n CMD. Needs root, writable cgroup v1
 # hierarchies pids and memory under /sys/fs/cgroup, util-linux, Debian's systemd and dbus.
@@ -24,6 +27,8 @@ set -eu
 cmd=${1:?usage: systemd-lab.sh prepare|halt DIR}
 LAB=$(realpath -m "${2:?usage: systemd-lab.sh prepare|halt DIR}")
 RUN=$LAB/run
+NAME=${LAB_NAME:-klbr-lab}
+case $NAME in *[!a-z0-9-]*|'') echo "systemd-lab: LAB_NAME must be lowercase letters, digits and -" >&2; exit 2 ;; esac
 HIERARCHIES="systemd pids memory cpu cpuacct unified"
 
 halt() {
@@ -61,13 +66,13 @@ done
 
 # Labs of test binaries that died (their namespaces died with them) leave empty cgroups.
 for h in $HIERARCHIES; do
-  for old in /sys/fs/cgroup/$h/klbr-units-lab-*; do
+  for old in /sys/fs/cgroup/$h/$NAME-*; do
     [ -d "$old" ] || continue
     [ -z "$(find "$old" -name cgroup.procs -exec cat {} + 2>/dev/null)" ] || continue
     find "$old" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done
 done
-CG=klbr-units-lab-$$
+CG=$NAME-$$
 mkdir -p "$LAB" "$LAB/varlib"; rm -rf "$RUN"; mkdir -p "$RUN/systemd/system"
 # dbus-daemon finds the machine id in /var/lib/dbus or /etc.
 [ -f /var/lib/dbus/machine-id ] && mkdir -p "$LAB/varlib/dbus" && cp /var/lib/dbus/machine-id "$LAB/varlib/dbus/"
@@ -86,7 +91,7 @@ for u in systemd-tmpfiles-setup.service systemd-tmpfiles-setup-dev.service syste
   getty.target console-getty.service; do
   ln -sf /dev/null "$RUN/systemd/system/$u"
 done
-printf '[Unit]\nDescription=klbr units test target\nWants=sockets.target dbus.socket\n' > "$RUN/systemd/system/lab.target"
+printf '[Unit]\nDescription=klbr test lab target\nWants=sockets.target dbus.socket\n' > "$RUN/systemd/system/lab.target"
 cat > "$LAB/inner" <<IN
 #!/bin/bash
 set -e
