@@ -121,6 +121,18 @@ type Records struct {
 	More    bool           `json:"more"`
 }
 
+// Items is a listing of attention items.
+type Items struct {
+	Items []store.AttentionItem `json:"items"`
+}
+
+// MarkRequest is an operator's decision on an attention item: status
+// pending (reopen), seen, acted or ignored, and why.
+type MarkRequest struct {
+	Status string `json:"status"`
+	Note   string `json:"note,omitempty"`
+}
+
 // Accepted answers a request that the daemon carries out after answering,
 // such as a daemon drain.
 type Accepted struct {

@@ -139,6 +139,23 @@ func TestAmbientRoomDirectedDMEndToEnd(t *testing.T) {
 	if s := itemStatus(db, "1003"); s != "acted" {
 		t.Fatalf("after a restart the answered DM is %q", s)
 	}
+	// The operator sees the items and decides too: a reopen is explicit,
+	// and an acted item cannot be moved to seen behind the record's back.
+	items, err := a.c.Items(t.Context(), "default", []string{"ignored"}, 10)
+	if err != nil || len(items.Items) != 1 || items.Items[0].MessageID != "1004" || items.Items[0].DecisionOrigin != "model" {
+		t.Fatalf("ignored items: %+v %v", items, err)
+	}
+	it, err := a.c.Mark(t.Context(), items.Items[0].ID, "pending", "worth a second look")
+	if err != nil || it.Status != "pending" || it.DecisionOrigin != "operator" || it.Note != "worth a second look" {
+		t.Fatalf("reopen: %+v %v", it, err)
+	}
+	acted, err := a.c.Items(t.Context(), "default", []string{"acted"}, 10)
+	if err != nil || len(acted.Items) != 1 {
+		t.Fatalf("acted items: %+v %v", acted, err)
+	}
+	if _, err := a.c.Mark(t.Context(), acted.Items[0].ID, "seen", ""); err == nil || !strings.Contains(err.Error(), "cannot become seen") {
+		t.Fatalf("an acted item moved to seen: %v", err)
+	}
 }
 
 // klbr-core is killed (SIGKILL) while Discord messages arrive; once it is

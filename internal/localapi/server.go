@@ -97,6 +97,8 @@ func (s *Server) Handler() http.Handler {
 		writeError(w, http.StatusNotImplemented, api.CodeNotImplemented,
 			"compact is not available yet: history compaction arrives with LCM history; `klbr-core reset SESSION` starts a new context instead")
 	})
+	mux.HandleFunc("GET /v1/sessions/{session}/items", s.handleItems)
+	mux.HandleFunc("POST /v1/items/{item}/mark", s.handleMark)
 	mux.HandleFunc("GET /v1/releases", s.handleReleases)
 	mux.HandleFunc("POST /v1/releases", s.handlePublish)
 	mux.HandleFunc("POST /v1/sessions/{session}/activate", s.handleActivate)

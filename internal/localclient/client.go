@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/api"
@@ -215,6 +216,28 @@ func (c *Client) Compact(ctx context.Context, session string) (api.Accepted, err
 	var a api.Accepted
 	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/compact", struct{}{}, &a)
 	return a, err
+}
+
+// Items lists a session's attention items, newest first; statuses filters
+// (none: all).
+func (c *Client) Items(ctx context.Context, session string, statuses []string, limit int) (api.Items, error) {
+	q := url.Values{}
+	if len(statuses) > 0 {
+		q.Set("status", strings.Join(statuses, ","))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out api.Items
+	err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/items?"+q.Encode(), nil, &out)
+	return out, err
+}
+
+// Mark records the operator's decision on an attention item.
+func (c *Client) Mark(ctx context.Context, item int64, status, note string) (store.AttentionItem, error) {
+	var out store.AttentionItem
+	err := c.do(ctx, http.MethodPost, "/v1/items/"+strconv.FormatInt(item, 10)+"/mark", api.MarkRequest{Status: status, Note: note}, &out)
+	return out, err
 }
 
 // Releases lists releases and each session's behavior.
