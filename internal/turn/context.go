@@ -46,23 +46,14 @@ func (r *runner) assemble(ctx context.Context, s store.Session, epoch int64) ([]
 	return msgs, (t.bytes + len(hb) + len(tools) + 3) / 4, nil
 }
 
-// Transcript renders context items as chat messages. Every assistant
-// message with tool calls is followed by one tool message per call, in call
-// order, under the call's id: the results recorded for them, or an explicit
-// "no result" when none was (the sequence stays valid for the provider
-// whatever happened in between).
-func Transcript(items []store.ContextItem) []provider.Message {
-	t := &transcript{open: map[string]int{}}
-	for _, it := range items {
-		t.add(it)
-	}
-	return t.msgs
-}
-
 // noResult answers a call whose result is not (yet) recorded.
 const noResult = "status: interrupted\nNo result was recorded for this call; it may not have run."
 
 // transcript is a context epoch rendered as messages, built item by item.
+// Every assistant message with tool calls is followed by one tool message
+// per call, in call order, under the call's id: the result recorded for it,
+// or an explicit "no result" until one is (the sequence stays valid for the
+// provider whatever happened in between).
 type transcript struct {
 	epoch int64
 	last  int64 // the last item added

@@ -30,7 +30,11 @@ func TestTranscriptKeepsToolGroupsValid(t *testing.T) {
 		item(6, "assistant", "scratchpad", "", map[string]any{"text": "", "tool_calls": []map[string]string{{"id": "c", "name": "python", "arguments": `{}`}}}),
 		item(7, "notice", "wait.woken", "", map[string]any{"by": "input", "reason": "r"}),
 	}
-	msgs := Transcript(items)
+	whole := &transcript{open: map[string]int{}}
+	for _, it := range items {
+		whole.add(it)
+	}
+	msgs := whole.msgs
 	var got []string
 	for _, m := range msgs {
 		got = append(got, m.Role+":"+m.ToolCallID)

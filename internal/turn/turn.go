@@ -129,22 +129,9 @@ func (l *Loop) Start(sessionID string, resume bool) {
 	if l.closed || l.runners[sessionID] != nil {
 		return
 	}
-	r := &runner{l: l, session: sessionID, resume: resume, poke: make(chan struct{}, 1), deferred: map[int64]time.Time{}}
+	r := &runner{l: l, session: sessionID, resume: resume, deferred: map[int64]time.Time{}}
 	l.runners[sessionID] = r
 	l.wg.Go(func() { r.run(l.ctx) })
-}
-
-// Poke makes session's loop look at its state now (an operator control).
-func (l *Loop) Poke(sessionID string) {
-	l.mu.Lock()
-	r := l.runners[sessionID]
-	l.mu.Unlock()
-	if r != nil {
-		select {
-		case r.poke <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // Close stops every loop: a running attempt is interrupted at once (its
@@ -166,7 +153,6 @@ type runner struct {
 	l       *Loop
 	session string
 	resume  bool
-	poke    chan struct{}
 
 	// deferred holds the inputs attention.plan put off, until when.
 	deferred map[int64]time.Time
@@ -208,7 +194,6 @@ func (r *runner) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-wake:
-		case <-r.poke:
 		case <-timer.C:
 		}
 	}
