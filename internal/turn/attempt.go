@@ -24,7 +24,7 @@ var (
 
 // attempt is one run of model steps.
 type attempt struct {
-	id, frame, epoch int64
+	id, frame int64
 	started          time.Time
 	steps, tokens    int
 	empties          int
@@ -82,7 +82,7 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 				return err
 			}
 		}
-		a.id, a.epoch, err = tx.StartAttempt(store.NewAttempt{Session: r.session, Frame: a.frame, WakeReason: wake})
+		a.id, _, err = tx.StartAttempt(store.NewAttempt{Session: r.session, Frame: a.frame, WakeReason: wake})
 		return err
 	})
 	if err != nil {
