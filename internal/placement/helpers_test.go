@@ -138,16 +138,6 @@ func alive(pid int) bool {
 	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
-// countLines counts the pids in a cgroup.procs file.
-func countPids(t *testing.T, file string) int {
-	t.Helper()
-	pids, err := readPids(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(pids)
-}
-
 var (
 	kernelOnce sync.Once
 	kernelPath string

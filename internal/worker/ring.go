@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"io"
 	"sync"
 )
 
@@ -42,9 +41,4 @@ func (r *ring) String() string {
 		return string(r.buf[:r.pos])
 	}
 	return string(r.buf[r.pos:]) + string(r.buf[:r.pos])
-}
-
-// drain copies rd into r until EOF.
-func (r *ring) drain(rd io.Reader) {
-	io.Copy(r, rd)
 }
