@@ -94,4 +94,3 @@ func printJSON(w io.Writer, v any) error {
 func OSEnv() Env {
 	return Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Lookup: os.LookupEnv}
 }
-

@@ -24,10 +24,10 @@ var (
 
 // attempt is one run of model steps.
 type attempt struct {
-	id, frame int64
-	started          time.Time
-	steps, tokens    int
-	empties          int
+	id, frame     int64
+	started       time.Time
+	steps, tokens int
+	empties       int
 	// addressed is set while a directed frame taken in this attempt has not
 	// been answered by a send; sendsAt is the attempt's send count when it
 	// was taken, reminded whether its one reminder was given.
