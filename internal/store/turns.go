@@ -620,10 +620,10 @@ func (s *Store) Turn(ctx context.Context, session string) (TurnStatus, error) {
 	return ts, err
 }
 
-// AttemptSends counts the evidence that an attempt answered what it was
+// AttemptAnswers counts the evidence that an attempt answered what it was
 // addressed with: local sends (confirmed or held) and Discord effects made
 // by its cells, and attention decisions the model made while it ran.
-func (s *Store) AttemptSends(ctx context.Context, attempt int64) (int64, error) {
+func (s *Store) AttemptAnswers(ctx context.Context, attempt int64) (int64, error) {
 	var n int64
 	err := s.rdb.QueryRowContext(ctx, `SELECT
 		(SELECT count(*) FROM local_deliveries d JOIN executions x ON x.id = d.execution_id

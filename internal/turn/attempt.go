@@ -29,10 +29,10 @@ type attempt struct {
 	steps, tokens int
 	empties       int
 	// addressed is set while a directed frame taken in this attempt has not
-	// been answered by a send; sendsAt is the attempt's send count when it
+	// been answered; answersAt is the attempt's count of answers when it
 	// was taken, reminded whether its one reminder was given.
 	addressed bool
-	sendsAt   int64
+	answersAt int64
 	reminded  bool
 }
 
@@ -259,7 +259,7 @@ func (r *runner) takeIn(ctx context.Context, a *attempt) error {
 	for _, in := range ready {
 		if in.Directed {
 			if !a.addressed {
-				a.sendsAt, _ = st.AttemptSends(ctx, a.id)
+				a.answersAt, _ = st.AttemptAnswers(ctx, a.id)
 			}
 			a.addressed, a.reminded = true, false
 		}
@@ -273,11 +273,11 @@ func (r *runner) takeIn(ctx context.Context, a *attempt) error {
 func (r *runner) endOfTurn(ctx context.Context, a *attempt) (done bool, err error) {
 	st := r.l.cfg.Store
 	if a.addressed {
-		sends, err := st.AttemptSends(ctx, a.id)
+		answers, err := st.AttemptAnswers(ctx, a.id)
 		if err != nil {
 			return true, err
 		}
-		if sends > a.sendsAt {
+		if answers > a.answersAt {
 			a.addressed = false
 		}
 	}
@@ -285,7 +285,7 @@ func (r *runner) endOfTurn(ctx context.Context, a *attempt) (done bool, err erro
 		a.reminded = true
 		return false, st.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 			_, err := tx.Notice(r.session, "delivery.reminder", map[string]any{"attempt": a.id, "frame": a.frame,
-				"text": r.l.cfg.Budgets.ReminderPrompt}, true)
+				"text": reminder}, true)
 			return err
 		})
 	}

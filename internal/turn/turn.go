@@ -44,16 +44,21 @@ type Prompt func(ctx context.Context, release string) (string, error)
 
 // Budgets bound one attempt; see config.Agent.
 type Budgets struct {
-	MaxSteps       int
-	MaxTokens      int
-	MaxTurn        time.Duration
-	MaxEmpty       int
-	MaxErrors      int
-	ContextTokens  int
-	ErrorBackoff   time.Duration // before retrying a failed request; doubles per error
-	MaxBackoff     time.Duration
-	ReminderPrompt string // the delivery reminder's text; "" uses the default
+	MaxSteps      int
+	MaxTokens     int
+	MaxTurn       time.Duration
+	MaxEmpty      int
+	MaxErrors     int
+	ContextTokens int
+	ErrorBackoff  time.Duration // before retrying a failed request; doubles per error
+	MaxBackoff    time.Duration
 }
+
+// reminder is the delivery reminder an addressed frame gets, once, when the
+// model ends its turn without answering it.
+const reminder = "Reminder: nothing has been delivered for this input yet. Your text is scratchpad; " +
+	"no one has read it. Send with `await local.send(...)`, or decide on purpose not to and say why " +
+	"in your scratchpad, then wait."
 
 // Config is what a Loop is made of.
 type Config struct {
@@ -110,11 +115,6 @@ func New(cfg Config) *Loop {
 	}
 	if b.MaxBackoff <= 0 {
 		b.MaxBackoff = time.Minute
-	}
-	if b.ReminderPrompt == "" {
-		b.ReminderPrompt = "Reminder: nothing has been delivered for this input yet. Your text is scratchpad; " +
-			"no one has read it. Send with `await local.send(...)`, or decide on purpose not to and say why " +
-			"in your scratchpad, then wait."
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Loop{cfg: cfg, runners: map[string]*runner{}, ctx: ctx, cancel: cancel}
