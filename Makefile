@@ -5,6 +5,9 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/klbr-dev/klbr/internal/version.Version=$(VERSION)
 
 export CGO_ENABLED := 1
+# FTS5 (history search) is compiled into the bundled SQLite only with this
+# tag; every build and test, here, in CI and in the Nix package, carries it.
+export GOFLAGS := -tags=sqlite_fts5
 
 .PHONY: all build run test lint gotest pytest fuzz bench clean
 

@@ -63,6 +63,10 @@ buildGo126Module {
   # and klbr-core refuses one without the fix (DESIGN.md §3).
   env.CGO_ENABLED = "1";
 
+  # FTS5, for history search: compiled into the bundled SQLite only with
+  # this tag (the Makefile and CI build with it too).
+  tags = [ "sqlite_fts5" ];
+
   ldflags = [
     "-s"
     "-w"

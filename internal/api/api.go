@@ -8,6 +8,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/turn"
 )
 
 // Version is the operator API's path prefix.
@@ -59,6 +60,28 @@ type SessionStatus struct {
 	Draining bool  `json:"draining"`
 	// The current or last attempt, and the armed wait with its deadline.
 	store.TurnStatus
+	// Context is the session's active context and its accounting.
+	Context *ContextStatus `json:"context,omitempty"`
+}
+
+// ContextStatus is a session's active context (entries, summaries, its
+// version) and, while the agent runs, the last request's estimate against
+// the budget: the numbers /metrics shows.
+type ContextStatus struct {
+	store.ContextStats
+	*turn.ContextState
+}
+
+// Compacted is a manual compaction's result.
+type Compacted struct {
+	Session       string   `json:"session"`
+	Summary       string   `json:"summary"` // its ref, s<id>
+	Kind          string   `json:"kind"`    // normal, or degraded (a host stub)
+	Attempts      int      `json:"attempts"`
+	SourceTokens  int      `json:"source_tokens"`
+	SummaryTokens int      `json:"summary_tokens"`
+	Problems      []string `json:"problems,omitempty"`
+	Message       string   `json:"message"`
 }
 
 // ExecRequest runs a cell in a session's workbench.

@@ -112,9 +112,10 @@ func newReset(g *globals) *cobra.Command {
 }
 
 func newCompact(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "compact SESSION",
-		Short: "Compact a session's context (not available yet: it arrives with LCM history)",
+		Short: "Compact a session's context now: its oldest history becomes a summary (the originals stay readable)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -126,8 +127,13 @@ func newCompact(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(g.env.Stdout, a)
+			}
 			fmt.Fprintln(g.env.Stdout, a.Message)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
 }

@@ -586,7 +586,8 @@ cpu_quota = "50%"
 	want := File{
 		Agent: Agent{Route: "work", MaxSteps: 12, MaxTokens: DefaultMaxTokens, MaxTurnSeconds: DefaultMaxTurnSeconds,
 			MaxEmptyCompletions: DefaultMaxEmpty, MaxConsecutiveErrors: DefaultMaxErrors, ContextBudgetTokens: 5000,
-			RetryBackoffMillis: DefaultRetryBackoffMillis},
+			RetryBackoffMillis: DefaultRetryBackoffMillis, ReserveOutputTokens: DefaultReserveOutput, CompactAt: DefaultCompactAt,
+			SummaryTimeoutSeconds: DefaultSummaryTimeout},
 		Routes: map[string]Route{
 			"main": {URL: "http://localhost:8001/v1", Model: "local", TimeoutSeconds: 120},
 			"work": {

@@ -41,6 +41,22 @@ type Agent struct {
 	// A history that does not fit pauses the session with a notice; it is
 	// never silently truncated.
 	ContextBudgetTokens int `toml:"context_budget_tokens"`
+	// The whole request is accounted: system prompt, tool schema, every
+	// message, ReserveOutputTokens for the answer and a safety margin (2 %
+	// of the budget). Past CompactAt of the budget the oldest history is
+	// summarized (lossless: the originals stay readable).
+	ReserveOutputTokens int     `toml:"reserve_output_tokens"`
+	CompactAt           float64 `toml:"compact_at"`
+	// SummaryRoute names the [routes.X] summaries are written with; empty:
+	// the agent's route. SummaryTimeoutSeconds bounds each summary request.
+	SummaryRoute          string `toml:"summary_route"`
+	SummaryTimeoutSeconds int    `toml:"summary_timeout_seconds"`
+}
+
+// Reserve is the output reserve in force: reserve_output_tokens, but at
+// most a quarter of the budget when the file leaves it at its default.
+func (a Agent) Reserve() int {
+	return min(a.ReserveOutputTokens, max(a.ContextBudgetTokens/4, 1))
 }
 
 // Route is a [routes.X] section: one OpenAI-compatible /chat/completions
@@ -119,6 +135,9 @@ const (
 	DefaultMaxEmpty            = 3
 	DefaultMaxErrors           = 3
 	DefaultRetryBackoffMillis  = 2000
+	DefaultReserveOutput       = 4096
+	DefaultCompactAt           = 0.75
+	DefaultSummaryTimeout      = 120
 	DefaultContextBudget       = 100000
 	DefaultRouteTimeoutSeconds = 120
 	DefaultDiscordAPIBase      = "https://discord.com/api/v9"
@@ -135,7 +154,8 @@ func Defaults() File {
 		Agent: Agent{Route: DefaultAgentRoute, MaxSteps: DefaultMaxSteps, MaxTokens: DefaultMaxTokens,
 			MaxTurnSeconds: DefaultMaxTurnSeconds, MaxEmptyCompletions: DefaultMaxEmpty,
 			MaxConsecutiveErrors: DefaultMaxErrors, ContextBudgetTokens: DefaultContextBudget,
-			RetryBackoffMillis: DefaultRetryBackoffMillis},
+			RetryBackoffMillis: DefaultRetryBackoffMillis, ReserveOutputTokens: DefaultReserveOutput, CompactAt: DefaultCompactAt,
+			SummaryTimeoutSeconds: DefaultSummaryTimeout},
 		Discord: Discord{
 			APIBase:             DefaultDiscordAPIBase,
 			Ingest:              IngestAll,

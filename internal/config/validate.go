@@ -83,9 +83,23 @@ func (v *validator) agent(f *File) {
 		{"agent.max_consecutive_errors", f.Agent.MaxConsecutiveErrors, 100},
 		{"agent.context_budget_tokens", f.Agent.ContextBudgetTokens, 1 << 30},
 		{"agent.retry_backoff_ms", f.Agent.RetryBackoffMillis, 3600 * 1000},
+		{"agent.reserve_output_tokens", f.Agent.ReserveOutputTokens, 1 << 24},
+		{"agent.summary_timeout_seconds", f.Agent.SummaryTimeoutSeconds, 3600},
 	} {
 		if b.val < 1 || b.val > b.max {
 			v.fail(b.key, fmt.Sprintf("%d is out of range 1..%d", b.val, b.max), "agent")
+		}
+	}
+	if a := f.Agent; a.ReserveOutputTokens >= a.ContextBudgetTokens/2 && a.ContextBudgetTokens > 0 && v.index.has("agent.reserve_output_tokens") {
+		v.fail("agent.reserve_output_tokens", fmt.Sprintf("%d leaves too little of agent.context_budget_tokens (%d) for the request: keep it under half",
+			a.ReserveOutputTokens, a.ContextBudgetTokens), "agent")
+	}
+	if c := f.Agent.CompactAt; !(c >= 0.1 && c <= 1) {
+		v.fail("agent.compact_at", fmt.Sprintf("%v is out of range 0.1..1 (a fraction of agent.context_budget_tokens)", c), "agent")
+	}
+	if r := f.Agent.SummaryRoute; r != "" {
+		if _, ok := f.Routes[r]; !ok {
+			v.fail("agent.summary_route", fmt.Sprintf("no [routes.%s] is defined", r), "agent")
 		}
 	}
 	const key = "agent.route"

@@ -22,6 +22,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/ingress"
 	"github.com/klbr-dev/klbr/internal/live"
@@ -176,13 +177,16 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err := ls.bindMissing(cfg, log); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi"))
+	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi")).WithHistory(d.history(cfg), d.compact)
 	if d.bench != nil {
 		ctl.WithWorkbench(d.countCells(d.bench), nil).WithBehavior(d.behavior, d.releases)
 	} else {
 		ctl.WithWorkbench(nil, d.benchErr)
 	}
 	ctlSrv := ctl.HTTPServer()
+	if d.bench != nil {
+		d.bench.SetOps("history.", history.NewOps(d.history(cfg)))
+	}
 	token, err := setup.ReadToken(setup.TokenFile(dir))
 	if err != nil {
 		return fmt.Errorf("serve: operator token (run klbr-core init): %w", err)
@@ -357,7 +361,18 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		if err != nil {
 			return api.Status{}, err
 		}
-		st.Sessions = append(st.Sessions, api.SessionStatus{Session: s, Pending: bySession[s.ID], Draining: d.sessions.Draining(s.ID), TurnStatus: turn})
+		cs, err := d.store.ContextStats(ctx, s.ID)
+		if err != nil {
+			return api.Status{}, err
+		}
+		c := &api.ContextStatus{ContextStats: cs}
+		if d.turns != nil {
+			if st, ok := d.turns.ContextState(s.ID); ok {
+				c.ContextState = &st
+			}
+		}
+		st.Sessions = append(st.Sessions, api.SessionStatus{Session: s, Pending: bySession[s.ID], Draining: d.sessions.Draining(s.ID),
+			TurnStatus: turn, Context: c})
 	}
 	return st, nil
 }

@@ -9,7 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -58,15 +60,30 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	a := cfg.File.Agent
 	m.PrepareRoute(a.Route)
 	m.WatchDeltas(d.deltas)
+	compactor, est, err := d.newCompactor(ctx, cfg, client, m)
+	if err != nil {
+		return err
+	}
 	d.turns = turn.New(turn.Config{
 		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Model: client, Route: a.Route,
 		Prompt: releasePrompt(d.releases.Tree), Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),
+		Compactor: compactor, Estimator: est,
 		Budgets: turn.Budgets{MaxSteps: a.MaxSteps, MaxTokens: a.MaxTokens, MaxTurn: time.Duration(a.MaxTurnSeconds) * time.Second,
 			MaxEmpty: a.MaxEmptyCompletions, MaxErrors: a.MaxConsecutiveErrors, ContextTokens: a.ContextBudgetTokens,
+			ReserveOutput: a.Reserve(), CompactAt: a.CompactAt,
 			ErrorBackoff: time.Duration(a.RetryBackoffMillis) * time.Millisecond},
 		Observe:      m.ObserveModel,
 		QuietAmbient: !cfg.File.Discord.AmbientWake,
 	})
+	m.WatchContext(func() []metrics.ContextSample {
+		var out []metrics.ContextSample
+		for id, st := range d.turns.ContextStates() {
+			out = append(out, metrics.ContextSample{Session: id, Tokens: st.Tokens, Budget: st.Budget, Threshold: st.Threshold,
+				Compactions: st.Compactions, Degraded: st.Degraded})
+		}
+		return out
+	})
+	m.PrepareSummary(compactorRoute(a))
 	d.agent = fmt.Sprintf("route %s (%s)", a.Route, route.Model)
 	sessions, err := d.store.Sessions(ctx)
 	if err != nil {
@@ -76,6 +93,84 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		d.turns.Start(s.ID, resume[s.ID])
 	}
 	return nil
+}
+
+// history returns the history reader over the store and the artifacts.
+func (d *daemon) history(cfg *config.Config) *history.Reader {
+	r := &history.Reader{Store: d.store}
+	if arts, err := artifacts.New(filepath.Join(cfg.Paths.DataDir, "artifacts")); err == nil {
+		r.Artifacts = arts
+	}
+	return r
+}
+
+// compact runs a manual compaction (klbr-core compact, the browser): the
+// same path the turn loop takes past its threshold.
+func (d *daemon) compact(ctx context.Context, session string) (history.Result, error) {
+	if d.turns == nil {
+		return history.Result{}, fmt.Errorf("%w: the agent is not running (%s): compaction needs its summarizer route", history.ErrUnavailable, d.agent)
+	}
+	return d.turns.Compact(ctx, session)
+}
+
+// newCompactor builds the history compactor: summaries are written with
+// agent.summary_route (or the agent's route, client), the prompt comes from
+// the session's release, and sizes use the agent route's calibrated
+// estimate (seeded from the recorded usage of its recent requests).
+func (d *daemon) newCompactor(ctx context.Context, cfg *config.Config, client *provider.Client, m *metrics.Metrics) (*history.Compactor, *turn.Estimator, error) {
+	a := cfg.File.Agent
+	est := &turn.Estimator{}
+	raw, reported, err := d.store.Calibration(ctx, a.Route, 8)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range raw {
+		est.Observe(raw[i], reported[i])
+	}
+	name, summarizer := a.Route, client
+	route, _ := cfg.File.AgentRoute()
+	if a.SummaryRoute != "" && a.SummaryRoute != a.Route {
+		name, route = a.SummaryRoute, cfg.File.Routes[a.SummaryRoute]
+		if summarizer, err = provider.New(route, provider.Options{Logger: d.log.With("component", "provider", "route", name)}); err != nil {
+			return nil, nil, fmt.Errorf("route %s (agent.summary_route): %w", name, err)
+		}
+	}
+	return history.New(history.Config{
+		Store: d.store, Model: summarizer, Route: name, ModelName: route.Model,
+		Prompt:   releaseFile(d.releases.Tree, "prompts/summary.md"),
+		Estimate: est.Tokens,
+		Timeout:  time.Duration(a.SummaryTimeoutSeconds) * time.Second,
+		Observe:  func(outcome string) { m.ObserveSummary(name, outcome) },
+		Log:      d.log.With("component", "history"),
+	}), est, nil
+}
+
+func compactorRoute(a config.Agent) string {
+	if a.SummaryRoute != "" {
+		return a.SummaryRoute
+	}
+	return a.Route
+}
+
+// releaseFile reads a file of a release (a prompt), without its leading
+// HTML comment (the file's note to whoever edits it).
+func releaseFile(tree func(id string) string, name string) func(context.Context, string) (string, error) {
+	return func(_ context.Context, release string) (string, error) {
+		if release == "" {
+			return "", fmt.Errorf("no release")
+		}
+		b, err := os.ReadFile(filepath.Join(tree(release), name))
+		if err != nil {
+			return "", err
+		}
+		s := strings.TrimSpace(string(b))
+		if strings.HasPrefix(s, "<!--") {
+			if _, rest, ok := strings.Cut(s, "-->"); ok {
+				s = strings.TrimSpace(rest)
+			}
+		}
+		return s, nil
+	}
 }
 
 // releasePrompt reads a release's system prompt: its soul, then its

@@ -18,6 +18,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/admission"
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/unixsock"
@@ -54,6 +55,8 @@ type Server struct {
 	activation *activation.Service // nil when releases are unavailable
 	releases   *behavior.Releases
 	daemon     Daemon
+	history    *history.Reader // nil: no history endpoints
+	compact    Compacter       // nil: no manual compaction
 	log        *slog.Logger
 	uid        uint32
 }
@@ -93,10 +96,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{session}/start", s.handleSessionMove(store.StateReady, "started by operator"))
 	mux.HandleFunc("POST /v1/sessions/{session}/exec", s.handleExec)
 	mux.HandleFunc("POST /v1/sessions/{session}/reset", s.handleReset)
-	mux.HandleFunc("POST /v1/sessions/{session}/compact", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotImplemented, api.CodeNotImplemented,
-			"compact is not available yet: history compaction arrives with LCM history; `klbr-core reset SESSION` starts a new context instead")
-	})
+	s.routeHistory(mux)
 	mux.HandleFunc("GET /v1/sessions/{session}/items", s.handleItems)
 	mux.HandleFunc("POST /v1/items/{item}/mark", s.handleMark)
 	mux.HandleFunc("GET /v1/releases", s.handleReleases)

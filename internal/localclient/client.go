@@ -18,6 +18,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
 )
@@ -211,11 +212,42 @@ func (c *Client) Reset(ctx context.Context, session, reason string, kernel bool)
 	return a, err
 }
 
-// Compact asks for a manual compaction of a session's context.
-func (c *Client) Compact(ctx context.Context, session string) (api.Accepted, error) {
-	var a api.Accepted
+// Compact runs a manual compaction of a session's context.
+func (c *Client) Compact(ctx context.Context, session string) (api.Compacted, error) {
+	var a api.Compacted
 	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/compact", struct{}{}, &a)
 	return a, err
+}
+
+// SearchHistory searches a session's history.
+func (c *Client) SearchHistory(ctx context.Context, session, query string, sc history.Scope, limit int) (store.SearchResult, error) {
+	q := url.Values{"q": {query}, "limit": {strconv.Itoa(limit)}}
+	for k, v := range map[string]string{"lane": sc.Lane, "conversation": sc.Conversation, "since": sc.Since, "until": sc.Until} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if sc.Before != 0 {
+		q.Set("before", strconv.FormatInt(sc.Before, 10))
+	}
+	var res store.SearchResult
+	err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/history?"+q.Encode(), nil, &res)
+	return res, err
+}
+
+// ReadHistory reads a history reference's exact original, bounded.
+func (c *Client) ReadHistory(ctx context.Context, ref string, maxBytes int, offset int64) (history.Read, error) {
+	q := url.Values{"max_bytes": {strconv.Itoa(maxBytes)}, "offset": {strconv.FormatInt(offset, 10)}}
+	var res history.Read
+	err := c.do(ctx, http.MethodGet, "/v1/history/"+url.PathEscape(ref)+"?"+q.Encode(), nil, &res)
+	return res, err
+}
+
+// HistoryChildren lists what a summary covers.
+func (c *Client) HistoryChildren(ctx context.Context, ref string) ([]store.Child, error) {
+	var res []store.Child
+	err := c.do(ctx, http.MethodGet, "/v1/history/"+url.PathEscape(ref)+"/children", nil, &res)
+	return res, err
 }
 
 // Items lists a session's attention items, newest first; statuses filters

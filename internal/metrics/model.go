@@ -10,8 +10,9 @@ import (
 
 // model holds the turn loop's model instruments.
 type model struct {
-	requests *prometheus.CounterVec
-	tokens   *prometheus.CounterVec
+	requests  *prometheus.CounterVec
+	tokens    *prometheus.CounterVec
+	summaries *prometheus.CounterVec
 }
 
 func newModel(reg prometheus.Registerer) *model {
@@ -25,8 +26,22 @@ func newModel(reg prometheus.Registerer) *model {
 			Help: "Tokens as the provider reported them, by route and kind (prompt, completion, cache_read, cache_write). A kind the provider does not report is never added to.",
 		}, []string{"route", "kind"}),
 	}
-	reg.MustRegister(m.requests, m.tokens)
+	m.summaries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "klbr_summarizer_requests_total",
+		Help: "Tool-free summary requests of compaction by route and outcome (ok, error, timeout, empty, truncated, invalid).",
+	}, []string{"route", "outcome"})
+	reg.MustRegister(m.requests, m.tokens, m.summaries)
 	return m
+}
+
+// PrepareSummary makes route's summary series visible before its first request.
+func (m *Metrics) PrepareSummary(route string) {
+	m.model.summaries.WithLabelValues(route, "ok")
+}
+
+// ObserveSummary counts one summarizer request.
+func (m *Metrics) ObserveSummary(route, outcome string) {
+	m.model.summaries.WithLabelValues(route, outcome).Inc()
 }
 
 // ObserveModel counts one model request and the usage its provider reported.

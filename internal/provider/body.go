@@ -99,6 +99,9 @@ func (c *Client) requestBody(req Request) ([]byte, error) {
 		body["tools"] = req.Tools
 	}
 	body["stream"] = req.Stream
+	if req.MaxTokens > 0 {
+		body["max_tokens"] = req.MaxTokens
+	}
 	if req.Stream {
 		body["stream_options"] = map[string]any{"include_usage": true}
 	}

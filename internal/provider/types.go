@@ -108,6 +108,8 @@ type Request struct {
 	Messages []Message
 	Tools    []Tool
 	Stream   bool
+	// MaxTokens, when positive, bounds the answer (max_tokens).
+	MaxTokens int
 
 	// OnDelta, when set and Stream is true, receives best-effort deltas as
 	// they arrive, on the goroutine that called Complete. It must return

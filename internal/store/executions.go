@@ -123,6 +123,17 @@ func (t *Tx) FinishExecution(session string, id int64, state string, reset bool,
 	if err != nil {
 		return fmt.Errorf("finish execution: %w", err)
 	}
+	if out, ok := content["output"].(map[string]any); ok {
+		if a, ok := out["artifact"].(map[string]any); ok {
+			sha, _ := a["sha256"].(string)
+			size, _ := a["size"].(float64)
+			if len(sha) == 64 {
+				if err := t.recordArtifact(sha, int64(size), "text/plain; charset=utf-8", eventID); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	_, err = t.exec(`UPDATE executions SET state = ?, reset = ?, outcome_event_id = ?, finished_at = ? WHERE id = ? AND session_id = ?`,
 		state, reset, eventID, t.now.UnixMilli(), id, session)
 	if err != nil && strings.Contains(err.Error(), "finishes once") {

@@ -49,6 +49,9 @@ func (t *Tx) appendItem(session, kind string, lane Lane, content string, occurre
 		return 0, 0, fmt.Errorf("append session item: %w", err)
 	}
 	seq, _ = res.LastInsertId()
+	if err := t.indexEvent(eventID, session, lane, content); err != nil {
+		return 0, 0, err
+	}
 	t.touch(session)
 	return eventID, seq, nil
 }

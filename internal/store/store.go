@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 )
@@ -128,6 +129,12 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	if err := migrate(ctx, s.wdb, ms); err != nil {
+		if strings.Contains(err.Error(), "no such module: fts5") {
+			return fmt.Errorf("store: %w (this binary was built without FTS5: build with `make`, or with `go build -tags sqlite_fts5`)", err)
+		}
+		return fmt.Errorf("store: %w", err)
+	}
+	if err := catchUpIndex(ctx, s.wdb); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {

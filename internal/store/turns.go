@@ -39,16 +39,25 @@ func (t *Tx) AnswerToolCall(session string, step int64, callID string, state Too
 	return t.addContext(session, "tool", eventID, callID)
 }
 
-// addContext appends an event to the session's current context epoch.
+// addContext appends an event to the session's current context epoch, as
+// an item and as an entry of the active context. An input's scope is where
+// it came from; everything else is the agent's own.
 func (t *Tx) addContext(session, role string, eventID int64, callID string) error {
 	var call any
 	if callID != "" {
 		call = callID
 	}
-	_, err := t.exec(`INSERT INTO context_items (session_id, context_epoch, role, event_id, call_id)
-		SELECT id, context_epoch, ?, ?, ? FROM sessions WHERE id = ?`, role, eventID, call, session)
+	res, err := t.exec(`INSERT INTO context_items (session_id, context_epoch, role, event_id, call_id, scope)
+		SELECT id, context_epoch, ?, ?, ?, COALESCE((SELECT CASE i.source_kind WHEN 'operator' THEN 'operator'
+			ELSE 'discord:' || i.conversation END FROM inputs i WHERE i.event_id = ?), 'agent')
+		FROM sessions WHERE id = ?`, role, eventID, call, eventID, session)
 	if err != nil {
 		return fmt.Errorf("context item: %w", err)
+	}
+	id, _ := res.LastInsertId()
+	if _, err := t.exec(`INSERT INTO context_entries (session_id, context_epoch, position, item_id)
+		SELECT session_id, context_epoch, id, id FROM context_items WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("context entry: %w", err)
 	}
 	return nil
 }
@@ -172,6 +181,9 @@ type StepResult struct {
 	Calls          []StepCall
 	FinishReason   string
 	Usage          StepUsage
+	// Estimated is the host's estimate of the request's prompt tokens (0:
+	// none), kept beside the reported usage to calibrate later estimates.
+	Estimated int
 }
 
 // scratchpad is the record of a step's model output.
@@ -215,10 +227,14 @@ func (t *Tx) RecordStep(r StepResult) (int64, error) {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return 0, fmt.Errorf("%w: %d", ErrNoAttempt, r.Attempt)
 	}
+	var estimated any
+	if r.Estimated > 0 {
+		estimated = r.Estimated
+	}
 	res, err = t.exec(`INSERT INTO model_steps (attempt_id, session_id, route, state, error, prompt_tokens, completion_tokens,
-		cache_read_tokens, cache_write_tokens, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		cache_read_tokens, cache_write_tokens, started_at, finished_at, estimated_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.Attempt, r.Session, r.Route, r.State, r.Error, r.Usage.Prompt, r.Usage.Completion, r.Usage.CacheRead, r.Usage.CacheWrite,
-		r.Started.UnixMilli(), t.now.UnixMilli())
+		r.Started.UnixMilli(), t.now.UnixMilli(), estimated)
 	if err != nil {
 		return 0, fmt.Errorf("record step: %w", err)
 	}

@@ -140,24 +140,27 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 		if s.State != store.StateRunning {
 			return r.finish(a, store.AttemptInterrupted, "the session left running: "+string(s.State))
 		}
-		msgs, size, err := r.assemble(ctx, s, s.ContextEpoch) // a reset mid-attempt applies from the next request
-		if err != nil {
-			return r.pause(a, "context assembly failed: "+err.Error())
-		}
-		if size > b.ContextTokens {
+		msgs, bytes, err := r.fit(ctx, a, s) // a reset mid-attempt applies from the next request
+		var over *errBudget
+		switch {
+		case errors.As(err, &over):
 			if err := cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
-				_, err := tx.Notice(r.session, "context.budget", map[string]any{"needed": size, "budget": b.ContextTokens,
-					"message": "the history does not fit the context budget; nothing was truncated. Reset the context (klbr-core reset) or raise agent.context_budget_tokens"}, false)
+				_, err := tx.Notice(r.session, "context.budget", map[string]any{"budget": b.ContextTokens, "message": over.msg}, false)
 				return err
 			}); err != nil {
 				return err
 			}
-			return r.pause(a, fmt.Sprintf("context budget: the request needs about %d tokens, the budget is %d", size, b.ContextTokens))
+			return r.pause(a, over.msg)
+		case err != nil && ctx.Err() != nil:
+			return r.finish(a, store.AttemptInterrupted, interruption(err, ctx))
+		case err != nil:
+			return r.pause(a, "context assembly failed: "+err.Error())
 		}
 		a.steps++
 		started := cfg.Clock()
 		phase, end := pre.phase(ctx)
 		resp, reqErr := r.request(phase, a, msgs)
+		raw := Raw(bytes)
 		cause := context.Cause(phase)
 		end()
 		if reqErr == nil {
@@ -165,7 +168,7 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 				reqErr = fmt.Errorf("%w: %v", errBadCalls, err)
 			}
 		}
-		stepID, err := r.recordStep(ctx, a, started, resp, reqErr, cause)
+		stepID, err := r.recordStep(ctx, a, started, resp, reqErr, cause, raw)
 		if err != nil {
 			return err
 		}
@@ -350,8 +353,12 @@ func (r *runner) request(ctx context.Context, a *attempt, msgs []provider.Messag
 
 // recordStep records a step's response, complete or partial, before
 // anything in it runs.
-func (r *runner) recordStep(ctx context.Context, a *attempt, started time.Time, resp *provider.Response, reqErr, cause error) (int64, error) {
-	res := store.StepResult{Session: r.session, Attempt: a.id, Ordinal: a.steps, Started: started, Route: r.l.cfg.Route, State: "completed"}
+func (r *runner) recordStep(ctx context.Context, a *attempt, started time.Time, resp *provider.Response, reqErr, cause error, raw int) (int64, error) {
+	res := store.StepResult{Session: r.session, Attempt: a.id, Ordinal: a.steps, Started: started, Route: r.l.cfg.Route, State: "completed",
+		Estimated: raw}
+	if resp != nil && resp.Usage.PromptTokens != nil && reqErr == nil {
+		r.l.est.Observe(raw, *resp.Usage.PromptTokens)
+	}
 	switch {
 	case reqErr != nil && cause != nil:
 		res.State, res.Error = "interrupted", interruption(cause, ctx)

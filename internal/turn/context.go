@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
@@ -18,49 +19,79 @@ const toolDescription = "Run Python in your persistent workbench. Globals persis
 	"and your turn until input or the deadline."
 
 // assemble builds the request's messages: the active release's prompt, then
-// the context epoch's transcript, raw. It returns the estimated size in
-// tokens (serialized bytes / 4): the caller refuses what does not fit the
-// budget instead of truncating it. The transcript is kept between steps and
-// extended with the items added since.
+// the epoch's active context (originals and summaries, in order). It
+// returns the request's size in bytes as sent (messages and tool schema):
+// the caller estimates tokens from it and compacts or refuses what does not
+// fit, never truncating. The transcript is kept between steps and extended
+// with the entries added since; a compaction (a new context version)
+// rebuilds it.
 func (r *runner) assemble(ctx context.Context, s store.Session, epoch int64) ([]provider.Message, int, error) {
 	system, err := r.l.cfg.Prompt(ctx, s.PolicyRevision)
 	if err != nil {
 		return nil, 0, fmt.Errorf("prompt of release %s: %w", s.PolicyRevision, err)
 	}
-	if r.transcript == nil || r.transcript.epoch != epoch {
-		r.transcript = &transcript{epoch: epoch, open: map[string]int{}}
-	}
 	t := r.transcript
-	items, err := r.l.cfg.Store.Context(ctx, r.session, epoch, t.last)
+	after := int64(0)
+	if t != nil && t.epoch == epoch {
+		after = t.last
+	}
+	ac, err := r.l.cfg.Store.Active(ctx, r.session, epoch, after)
 	if err != nil {
 		return nil, 0, err
 	}
-	for _, it := range items {
-		t.add(it)
+	if t == nil || t.epoch != epoch || t.version != ac.Version {
+		if after != 0 {
+			if ac, err = r.l.cfg.Store.Active(ctx, r.session, epoch, 0); err != nil {
+				return nil, 0, err
+			}
+		}
+		t = newTranscript(epoch, ac.Version)
+		r.transcript = t
+	}
+	for _, e := range ac.Entries {
+		t.add(e)
 	}
 	head := provider.Message{Role: "system", Content: system}
 	msgs := make([]provider.Message, 0, len(t.msgs)+1)
 	msgs = append(append(msgs, head), t.msgs...)
 	hb, _ := json.Marshal(head)
-	tools, _ := json.Marshal(provider.PythonTool(toolDescription))
-	return msgs, (t.bytes + len(hb) + len(tools) + 3) / 4, nil
+	return msgs, t.bytes + len(hb) + len(toolSchema) + 3, nil
 }
+
+// toolSchema is the python tool as the request carries it.
+var toolSchema, _ = json.Marshal(provider.PythonTool(toolDescription))
 
 // noResult answers a call whose result is not (yet) recorded.
 const noResult = "status: interrupted\nNo result was recorded for this call; it may not have run."
 
-// transcript is a context epoch rendered as messages, built item by item.
-// Every assistant message with tool calls is followed by one tool message
-// per call, in call order, under the call's id: the result recorded for it,
-// or an explicit "no result" until one is (the sequence stays valid for the
-// provider whatever happened in between).
+// transcript is a context epoch's active context rendered as messages,
+// built entry by entry. Every assistant message with tool calls is followed
+// by one tool message per call, in call order, under the call's id: the
+// result recorded for it, or an explicit "no result" until one is (the
+// sequence stays valid for the provider whatever happened in between).
 type transcript struct {
-	epoch int64
-	last  int64 // the last item added
-	msgs  []provider.Message
-	sizes []int          // each message's serialized size
-	bytes int            // their sum, with separators
-	open  map[string]int // call id → index of its tool message, until its result arrives
+	epoch   int64
+	version int64 // the context version it renders
+	last    int64 // the position of the last entry added
+	msgs    []provider.Message
+	sizes   []int          // each message's serialized size
+	bytes   int            // their sum, with separators
+	open    map[string]int // call id → index of its tool message, until its result arrives
+	entries []tentry
+}
+
+// tentry is an entry of the transcript: the messages it added and the calls
+// it opened or answered, so that compaction can take whole groups.
+type tentry struct {
+	ref     store.EntryRef
+	input   bool
+	msg, n  int      // its messages: msgs[msg:msg+n]
+	opens   []string // the calls an assistant entry made
+	answers string   // the call a tool entry answered
+}
+
+func newTranscript(epoch, version int64) *transcript {
+	return &transcript{epoch: epoch, version: version, open: map[string]int{}}
 }
 
 func (t *transcript) push(m provider.Message) {
@@ -70,10 +101,21 @@ func (t *transcript) push(m provider.Message) {
 	t.bytes += len(b) + 1
 }
 
-func (t *transcript) add(it store.ContextItem) {
-	t.last = it.ID
+func (t *transcript) add(e store.Entry) {
+	t.last = e.Position
+	te := tentry{ref: e.Ref(), msg: len(t.msgs)}
+	defer func() {
+		te.n = len(t.msgs) - te.msg
+		t.entries = append(t.entries, te)
+	}()
+	if e.Summary != nil {
+		t.push(provider.Message{Role: "user", Content: history.Frame(*e.Summary)})
+		return
+	}
+	it := e.Item
 	switch it.Role {
 	case "input":
+		te.input = true
 		t.push(provider.Message{Role: "user", Content: renderInput(it.Content, it.Discord)})
 	case "notice":
 		t.push(provider.Message{Role: "user", Content: renderNotice(it.Kind, it.Content)})
@@ -96,15 +138,17 @@ func (t *transcript) add(it store.ContextItem) {
 		t.push(m)
 		for _, c := range sp.Calls {
 			t.open[c.ID] = len(t.msgs)
+			te.opens = append(te.opens, c.ID)
 			t.push(provider.Message{Role: "tool", ToolCallID: c.ID, Content: noResult})
 		}
 	case "tool":
+		te.answers = it.CallID
 		i, ok := t.open[it.CallID]
 		if !ok {
 			return // an orphan result has no call to answer
 		}
 		delete(t.open, it.CallID)
-		m := provider.Message{Role: "tool", ToolCallID: it.CallID, Content: renderResult(it)}
+		m := provider.Message{Role: "tool", ToolCallID: it.CallID, Content: renderResult(*it)}
 		b, _ := json.Marshal(m)
 		t.bytes += len(b) - t.sizes[i]
 		t.msgs[i], t.sizes[i] = m, len(b)

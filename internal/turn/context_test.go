@@ -10,9 +10,9 @@ import (
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
-func item(id int64, role, kind, call string, content any) store.ContextItem {
+func item(id int64, role, kind, call string, content any) store.Entry {
 	b, _ := json.Marshal(content)
-	return store.ContextItem{ID: id, Role: role, Kind: kind, CallID: call, Content: b}
+	return store.Entry{Position: id, Item: &store.ContextItem{ID: id, Role: role, Kind: kind, CallID: call, Content: b}}
 }
 
 // Every call is answered right after its assistant message, in call order,
@@ -20,7 +20,7 @@ func item(id int64, role, kind, call string, content any) store.ContextItem {
 // answered as interrupted; an orphan result is left out. Built item by item
 // or at once, the transcript is the same.
 func TestTranscriptKeepsToolGroupsValid(t *testing.T) {
-	items := []store.ContextItem{
+	items := []store.Entry{
 		item(1, "input", "operator.input", "", map[string]string{"text": "hi", "source_kind": "operator"}),
 		item(2, "assistant", "scratchpad", "", map[string]any{"text": "two calls", "tool_calls": []map[string]string{
 			{"id": "a", "name": "python", "arguments": `{"code":"1"}`}, {"id": "b", "name": "python", "arguments": `{"code":"2"}`}}}),
@@ -30,7 +30,7 @@ func TestTranscriptKeepsToolGroupsValid(t *testing.T) {
 		item(6, "assistant", "scratchpad", "", map[string]any{"text": "", "tool_calls": []map[string]string{{"id": "c", "name": "python", "arguments": `{}`}}}),
 		item(7, "notice", "wait.woken", "", map[string]any{"by": "input", "reason": "r"}),
 	}
-	whole := &transcript{open: map[string]int{}}
+	whole := newTranscript(0, 0)
 	for _, it := range items {
 		whole.add(it)
 	}
@@ -47,7 +47,7 @@ func TestTranscriptKeepsToolGroupsValid(t *testing.T) {
 		t.Fatalf("contents: %+v", msgs)
 	}
 	// Incrementally, in two parts, with the second result arriving late.
-	tr := &transcript{open: map[string]int{}}
+	tr := newTranscript(0, 0)
 	for _, it := range items[:3] {
 		tr.add(it)
 	}

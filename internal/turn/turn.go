@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/provider"
@@ -50,6 +51,10 @@ type Budgets struct {
 	MaxEmpty      int
 	MaxErrors     int
 	ContextTokens int
+	// ReserveOutput is kept free of the budget for the answer; past
+	// CompactAt (a fraction) of the budget, the context is compacted.
+	ReserveOutput int
+	CompactAt     float64
 	ErrorBackoff  time.Duration // before retrying a failed request; doubles per error
 	MaxBackoff    time.Duration
 }
@@ -70,6 +75,12 @@ type Config struct {
 	Route    string // the route's name, for records and metrics
 	Prompt   Prompt
 	Deltas   *live.Hub // nil: no deltas
+	// Compactor compacts the context when it passes the threshold (nil:
+	// never; a request over the budget pauses).
+	Compactor *history.Compactor
+	// Estimator is the agent route's token estimate, shared with the
+	// compactor (nil: a new one).
+	Estimator *Estimator
 	// QuietAmbient keeps ambient Discord input (neither DM nor mention)
 	// from starting an attempt or ending a wait on its own ([discord]
 	// ambient_wake = false): it is taken in with the next input that does.
@@ -92,6 +103,12 @@ type Loop struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	ticks   atomic.Int64 // times a loop woke up to look at its session
+
+	compactor *history.Compactor
+	est       *Estimator // the agent route's token estimate
+
+	ctxMu    sync.Mutex              // guards ctxState
+	ctxState map[string]ContextState // by session
 }
 
 // Ticks counts the times the session loops woke up to look at their
@@ -116,8 +133,15 @@ func New(cfg Config) *Loop {
 	if b.MaxBackoff <= 0 {
 		b.MaxBackoff = time.Minute
 	}
+	if cfg.Estimator == nil {
+		cfg.Estimator = &Estimator{}
+	}
+	if b.CompactAt <= 0 || b.CompactAt > 1 {
+		b.CompactAt = 0.75
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Loop{cfg: cfg, runners: map[string]*runner{}, ctx: ctx, cancel: cancel}
+	return &Loop{cfg: cfg, runners: map[string]*runner{}, ctx: ctx, cancel: cancel, compactor: cfg.Compactor,
+		est: cfg.Estimator, ctxState: map[string]ContextState{}}
 }
 
 // Start runs session's loop until Close. resume is set for a session a

@@ -10,6 +10,8 @@
 - ``klbr.hooks``: ``list``, ``describe``, ``test``, ``trace``, ``bind`` (the
   policy hooks of a release).
 - ``klbr.skills``: the skills this generation offers (``dir``, ``help``).
+- ``klbr.history``: ``search``, ``describe``, ``read``, ``children`` (your
+  lossless history; originals stay readable after compaction).
 - ``klbr.discord``: ``current``, ``conversations``, ``conversation``, ``mark``;
   a conversation's ``history``, ``send`` (a Receipt) and ``react``.
 
@@ -20,9 +22,9 @@ first use, and klbr.skills reads its file on first use.
 
 from ._sdk import SDK_VERSION as __version__
 from ._sdk import DraftEscape, HostError, NoExecutionScope, WorkspaceEscape, Yielded
-from . import behavior, discord, hooks, host, local, runtime, skills, workspace
+from . import behavior, discord, history, hooks, host, local, runtime, skills, workspace
 
-PRELUDE_MODULES = ("local", "runtime", "workspace", "behavior", "hooks", "skills", "discord")
+PRELUDE_MODULES = ("local", "runtime", "workspace", "behavior", "hooks", "skills", "discord", "history")
 
 __all__ = ["DraftEscape", "HostError", "NoExecutionScope", "WorkspaceEscape", "Yielded",
-           "PRELUDE_MODULES", "behavior", "discord", "hooks", "host", "local", "runtime", "skills", "workspace"]
+           "PRELUDE_MODULES", "behavior", "discord", "history", "hooks", "host", "local", "runtime", "skills", "workspace"]

@@ -1,0 +1,389 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// history_fts is the lexical index: a projection of the originals (every
+// record but notices) and of the summaries, rebuilt from them at will
+// (RebuildHistoryIndex). Each row's meta column holds scope tokens, so a
+// scoped search is answered from the index.
+
+// maxIndexedBytes bounds the text one record contributes to the index; the
+// original keeps everything, history.read returns it.
+const maxIndexedBytes = 32 << 10
+
+// metaToken spells a scope value as one token the tokenizer keeps whole.
+func metaToken(prefix, value string) string {
+	h := sha256.Sum256([]byte(value))
+	return prefix + hex.EncodeToString(h[:8])
+}
+
+func eventMeta(session string, lane Lane, conversation string) string {
+	m := metaToken("s", session) + " l" + string(lane)
+	if conversation != "" {
+		m += " " + metaToken("c", conversation)
+	}
+	return m
+}
+
+// searchText is what a record contributes to the index: the string values
+// of its content, in a stable order, bounded.
+func searchText(content string) (text, conversation string) {
+	var v any
+	if json.Unmarshal([]byte(content), &v) != nil {
+		return clip(content), ""
+	}
+	var b strings.Builder
+	var walk func(any)
+	walk = func(v any) {
+		if b.Len() >= maxIndexedBytes {
+			return
+		}
+		switch x := v.(type) {
+		case string:
+			b.WriteString(x)
+			b.WriteByte('\n')
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		case map[string]any:
+			keys := make([]string, 0, len(x))
+			for k := range x {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				walk(x[k])
+			}
+		}
+	}
+	walk(v)
+	if m, ok := v.(map[string]any); ok {
+		conversation, _ = m["conversation"].(string)
+	}
+	return clip(b.String()), conversation
+}
+
+func clip(s string) string {
+	if len(s) <= maxIndexedBytes {
+		return s
+	}
+	s = s[:maxIndexedBytes]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// indexEvent adds a record to the index (notices are operational, not
+// history one searches).
+func (t *Tx) indexEvent(eventID int64, session string, lane Lane, content string) error {
+	if lane == LaneNotice {
+		return nil
+	}
+	text, conv := searchText(content)
+	if _, err := t.exec(`INSERT INTO history_fts (rowid, body, meta) VALUES (?, ?, ?)`, eventID, text, eventMeta(session, lane, conv)); err != nil {
+		return fmt.Errorf("index record: %w", err)
+	}
+	return nil
+}
+
+func (t *Tx) indexSummary(id int64, session, text string, scopes []string) error {
+	meta := metaToken("s", session) + " lsummary"
+	for _, s := range scopes {
+		if c, ok := strings.CutPrefix(s, "discord:"); ok {
+			meta += " " + metaToken("c", c)
+		}
+	}
+	if _, err := t.exec(`INSERT INTO history_fts (rowid, body, meta) VALUES (?, ?, ?)`, -id, text, meta); err != nil {
+		return fmt.Errorf("index summary: %w", err)
+	}
+	return nil
+}
+
+// catchUpIndex indexes the records written before the index existed (a
+// database upgraded to 0008): everything past the newest indexed event.
+func catchUpIndex(ctx context.Context, db *sql.DB) error {
+	var last sql.NullInt64
+	if err := db.QueryRowContext(ctx, `SELECT rowid FROM history_fts WHERE rowid > 0 ORDER BY rowid DESC LIMIT 1`).Scan(&last); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("history index: %w", err)
+	}
+	return indexEvents(ctx, db, last.Int64)
+}
+
+func indexEvents(ctx context.Context, db *sql.DB, after int64) error {
+	for {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT e.id, e.session_id, i.lane, e.content FROM events e
+			JOIN session_items i ON i.event_id = e.id WHERE e.id > ? AND i.lane <> 'notice' ORDER BY e.id LIMIT 2000`, after)
+		if err != nil {
+			tx.Rollback()
+			return fmt.Errorf("history index: %w", err)
+		}
+		type ev struct {
+			id            int64
+			session, lane string
+			content       string
+		}
+		var batch []ev
+		for rows.Next() {
+			var e ev
+			if err := rows.Scan(&e.id, &e.session, &e.lane, &e.content); err != nil {
+				rows.Close()
+				tx.Rollback()
+				return err
+			}
+			batch = append(batch, e)
+		}
+		rows.Close()
+		for _, e := range batch {
+			text, conv := searchText(e.content)
+			if _, err := tx.ExecContext(ctx, `INSERT INTO history_fts (rowid, body, meta) VALUES (?, ?, ?)`, e.id, text,
+				eventMeta(e.session, Lane(e.lane), conv)); err != nil {
+				tx.Rollback()
+				return fmt.Errorf("history index: %w", err)
+			}
+			after = e.id
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("history index: %w", err)
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+	}
+}
+
+// RebuildHistoryIndex drops the lexical index and builds it again from the
+// originals and the summaries.
+func (s *Store) RebuildHistoryIndex(ctx context.Context) error {
+	return s.Write(ctx, func(tx *Tx) error {
+		if _, err := tx.exec(`DELETE FROM history_fts`); err != nil {
+			return err
+		}
+		rows, err := tx.query(`SELECT e.id, e.session_id, i.lane, e.content FROM events e JOIN session_items i ON i.event_id = e.id ORDER BY e.id`)
+		if err != nil {
+			return err
+		}
+		type ev struct {
+			id            int64
+			session, lane string
+			content       string
+		}
+		var all []ev
+		for rows.Next() {
+			var e ev
+			if err := rows.Scan(&e.id, &e.session, &e.lane, &e.content); err != nil {
+				rows.Close()
+				return err
+			}
+			all = append(all, e)
+		}
+		rows.Close()
+		for _, e := range all {
+			if err := tx.indexEvent(e.id, e.session, Lane(e.lane), e.content); err != nil {
+				return err
+			}
+		}
+		srows, err := tx.query(`SELECT id, session_id, text, scopes FROM summaries ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		type sm struct {
+			id                   int64
+			session, text, scope string
+		}
+		var sums []sm
+		for srows.Next() {
+			var x sm
+			if err := srows.Scan(&x.id, &x.session, &x.text, &x.scope); err != nil {
+				srows.Close()
+				return err
+			}
+			sums = append(sums, x)
+		}
+		srows.Close()
+		for _, x := range sums {
+			var scopes []string
+			_ = json.Unmarshal([]byte(x.scope), &scopes)
+			if err := tx.indexSummary(x.id, x.session, x.text, scopes); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// SearchScope narrows a search. Session is required.
+type SearchScope struct {
+	Session      string
+	Conversation string    // a canonical conversation id (discord channel)
+	Lane         string    // input, scratchpad, cell, speech, or summary
+	Since, Until time.Time // zero: unbounded
+	Before       int64     // continue a search: only hits older than this rowid cursor (0: from the newest)
+}
+
+// Hit is one search result.
+type Hit struct {
+	Ref     string    `json:"ref"`
+	Kind    string    `json:"kind"`
+	Lane    string    `json:"lane"`
+	At      time.Time `json:"at"`
+	Preview string    `json:"preview"`
+	Cursor  int64     `json:"-"`
+}
+
+// SearchResult is a page of hits, newest first.
+type SearchResult struct {
+	Hits      []Hit `json:"results"`
+	Truncated bool  `json:"truncated"`
+	// Next continues the search (pass it as Before) when Truncated.
+	Next int64 `json:"next,omitempty"`
+}
+
+// MaxSearchLimit bounds one page of search results.
+const MaxSearchLimit = 200
+
+// ftsQuery turns free text into an FTS5 query: each word a quoted term, all
+// required. Operators in the text are just words.
+func ftsQuery(q string) string {
+	var terms []string
+	for _, w := range strings.FieldsFunc(q, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsNumber(r) && r != '_' }) {
+		terms = append(terms, `"`+w+`"`)
+		if len(terms) == 32 {
+			break
+		}
+	}
+	return strings.Join(terms, " ")
+}
+
+// Search finds records and summaries matching query in scope, newest
+// first. It is answered from the index; only the page's hits are read.
+func (s *Store) Search(ctx context.Context, query string, sc SearchScope, limit int) (SearchResult, error) {
+	var res SearchResult
+	terms := ftsQuery(query)
+	if terms == "" {
+		return res, fmt.Errorf("search: the query has no words")
+	}
+	if limit <= 0 || limit > MaxSearchLimit {
+		return res, fmt.Errorf("search: limit must be 1..%d", MaxSearchLimit)
+	}
+	meta := []string{metaToken("s", sc.Session)}
+	if sc.Conversation != "" {
+		meta = append(meta, metaToken("c", sc.Conversation))
+	}
+	if sc.Lane != "" {
+		switch sc.Lane {
+		case "input", "scratchpad", "cell", "speech", "summary":
+			meta = append(meta, "l"+sc.Lane)
+		default:
+			return res, fmt.Errorf("search: lane %q is not one of input, scratchpad, cell, speech, summary", sc.Lane)
+		}
+	}
+	match := fmt.Sprintf("body: (%s) AND meta: (%s)", terms, strings.Join(meta, " "))
+	before := int64(1<<62 - 1)
+	if sc.Before != 0 {
+		before = sc.Before
+	}
+	// Newest first by cursor: events by id, summaries (negative rowids) by
+	// their creation, interleaved by time below. The index is read in rowid
+	// order and stops at the page, so its cost does not grow with the hits.
+	rows, err := s.rdb.QueryContext(ctx, `SELECT rowid, snippet(history_fts, 0, '[', ']', '…', 12) FROM history_fts
+		WHERE history_fts MATCH ? AND rowid < ? AND rowid > 0 ORDER BY rowid DESC LIMIT ?`, match, before, limit+1)
+	if err != nil {
+		return res, fmt.Errorf("search: %w", err)
+	}
+	type raw struct {
+		id      int64
+		preview string
+	}
+	var evs []raw
+	for rows.Next() {
+		var r raw
+		if err := rows.Scan(&r.id, &r.preview); err != nil {
+			rows.Close()
+			return res, err
+		}
+		evs = append(evs, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("search: %w", err)
+	}
+	if len(evs) > limit {
+		evs, res.Truncated = evs[:limit], true
+		res.Next = evs[limit-1].id
+	}
+	for _, r := range evs {
+		var kind, lane string
+		var at int64
+		if err := s.rdb.QueryRowContext(ctx, `SELECT e.kind, i.lane, e.received_at FROM events e JOIN session_items i ON i.event_id = e.id WHERE e.id = ?`,
+			r.id).Scan(&kind, &lane, &at); err != nil {
+			return res, fmt.Errorf("search: record %d: %w", r.id, err)
+		}
+		t := time.UnixMilli(at)
+		if (!sc.Since.IsZero() && t.Before(sc.Since)) || (!sc.Until.IsZero() && t.After(sc.Until)) {
+			continue
+		}
+		res.Hits = append(res.Hits, Hit{Ref: EventRef(r.id), Kind: kind, Lane: lane, At: t, Preview: r.preview, Cursor: r.id})
+	}
+	// Summaries match too; there are few of them (each covers many records),
+	// so they are read apart and placed by time. Not on a continued page.
+	if sc.Before == 0 && (sc.Lane == "" || sc.Lane == "summary") {
+		srows, err := s.rdb.QueryContext(ctx, `SELECT -f.rowid, snippet(history_fts, 0, '[', ']', '…', 12), m.created_at, m.kind
+			FROM history_fts f JOIN summaries m ON m.id = -f.rowid
+			WHERE history_fts MATCH ? AND f.rowid < 0 ORDER BY f.rowid LIMIT ?`, match, limit)
+		if err != nil {
+			return res, fmt.Errorf("search: %w", err)
+		}
+		for srows.Next() {
+			var id, at int64
+			var preview, kind string
+			if err := srows.Scan(&id, &preview, &at, &kind); err != nil {
+				srows.Close()
+				return res, err
+			}
+			t := time.UnixMilli(at)
+			if (!sc.Since.IsZero() && t.Before(sc.Since)) || (!sc.Until.IsZero() && t.After(sc.Until)) {
+				continue
+			}
+			res.Hits = append(res.Hits, Hit{Ref: SummaryRef(id), Kind: "summary." + kind, Lane: "summary", At: t, Preview: preview})
+		}
+		srows.Close()
+		sort.SliceStable(res.Hits, func(i, j int) bool { return res.Hits[i].At.After(res.Hits[j].At) })
+		if len(res.Hits) > limit {
+			res.Hits, res.Truncated = res.Hits[:limit], true
+			if res.Next == 0 {
+				for i := len(res.Hits) - 1; i >= 0; i-- {
+					if res.Hits[i].Cursor != 0 {
+						res.Next = res.Hits[i].Cursor
+						break
+					}
+				}
+			}
+		}
+	}
+	if res.Hits == nil {
+		res.Hits = []Hit{}
+	}
+	return res, nil
+}
+
+// EventRef is a record's reference in history: "e<event id>".
+func EventRef(id int64) string { return fmt.Sprintf("e%d", id) }
