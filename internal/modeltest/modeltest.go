@@ -54,6 +54,7 @@ type Server struct {
 	mu       sync.Mutex
 	script   []Reply
 	fallback func(n int) Reply
+	toolFree func(req Request) Reply
 	requests []Request
 	arrived  chan struct{}
 }
@@ -85,6 +86,14 @@ func (s *Server) Otherwise(f func(n int) Reply) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.fallback = f
+}
+
+// ToolFree answers requests that carry no tools (summaries) with f,
+// apart from the script, which keeps answering the agent's requests.
+func (s *Server) ToolFree(f func(req Request) Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.toolFree = f
 }
 
 // Requests returns the requests received so far.
@@ -146,7 +155,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	n := len(s.requests)
 	var reply Reply
 	var ok bool
-	if len(s.script) > 0 {
+	if len(req.Tools) == 0 && s.toolFree != nil {
+		reply, ok = s.toolFree(req), true
+	} else if len(s.script) > 0 {
 		reply, s.script, ok = s.script[0], s.script[1:], true
 	} else if s.fallback != nil {
 		reply, ok = s.fallback(n), true

@@ -296,8 +296,8 @@ func (t *transcript) units(est func(int) int, protected map[int64]bool) (units [
 // units: not protected, not in the fresh tail (the newest units, about a
 // quarter of the budget, and always the last one), large enough that a
 // summary shrinks it, and no larger than the summarizer can read. Under the
-// hard budget's pressure the fresh tail may be taken too, all but the last
-// unit.
+// hard budget's pressure, or when the operator asks, the fresh tail may be
+// taken too, all but the last unit.
 func (r *runner) planCompaction(s store.Session, bg budget, protected map[int64]bool, reason string) (history.Plan, bool) {
 	t := r.transcript
 	b := r.l.cfg.Budgets
@@ -307,7 +307,7 @@ func (r *runner) planCompaction(s store.Session, bg budget, protected map[int64]
 		return history.Plan{}, false
 	}
 	tailEnd := n - 1 // units[tailEnd:] are kept
-	if bg.need <= bg.hard {
+	if bg.need <= bg.hard && reason != "operator" { // the operator asked: only the last unit stays raw
 		kept := units[n-1].Tokens
 		for tailEnd > 0 && kept+units[tailEnd-1].Tokens <= b.ContextTokens/4 {
 			tailEnd--
@@ -332,7 +332,6 @@ func (r *runner) planCompaction(s store.Session, bg budget, protected map[int64]
 		if tokens < minRun || (single && len(units[start].Refs) == 1 && units[start].Refs[0].Summary != 0) {
 			continue // too small to shrink, or one summary alone
 		}
-		_ = single
 		return history.Plan{Session: r.session, Epoch: t.epoch, Version: t.version, Release: s.PolicyRevision,
 			Units: units[start:end], Before: bg.need, Reason: reason}, true
 	}

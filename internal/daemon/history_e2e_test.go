@@ -1,0 +1,178 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/klbr-dev/klbr/internal/history"
+	"github.com/klbr-dev/klbr/internal/modeltest"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// validSequence checks that every tool call of a request is answered, by
+// the messages right after it, under its id, and nothing else is a tool
+// message.
+func validSequence(req modeltest.Request) error {
+	msgs := req.Messages
+	for i := 0; i < len(msgs); i++ {
+		m := msgs[i]
+		if m["role"] == "tool" {
+			return fmt.Errorf("message %d: a tool message no call asked for", i)
+		}
+		calls, _ := m["tool_calls"].([]any)
+		for _, c := range calls {
+			i++
+			id := c.(map[string]any)["id"]
+			if i >= len(msgs) || msgs[i]["role"] != "tool" || msgs[i]["tool_call_id"] != id {
+				return fmt.Errorf("call %v is not answered right after its message", id)
+			}
+		}
+	}
+	return nil
+}
+
+// A 500-step session under a small budget runs to its end without a
+// context pause: the context is compacted between steps (summaries of
+// summaries as it goes on), every request stays under the budget and is a
+// valid sequence, the summarizer is asked once per compaction, and the
+// originals stay searchable and readable exactly.
+func TestLongSessionUnderSmallBudget(t *testing.T) {
+	const steps, budget = 500, 4000
+	model := modeltest.New()
+	defer model.Close()
+	var step atomic.Int32
+	model.Otherwise(func(int) modeltest.Reply {
+		n := step.Add(1)
+		if n > steps {
+			return modeltest.Reply{Text: "done", Calls: []modeltest.Call{{ID: fmt.Sprintf("w%d", n), Code: "await runtime.wait(None, reason='done')"}}}
+		}
+		return modeltest.Reply{Text: fmt.Sprintf("step %d: keep counting", n),
+			Calls: []modeltest.Call{{ID: fmt.Sprintf("c%d", n), Code: fmt.Sprintf("print('marker%d', 'x' * 300)", n)}}}
+	})
+	var summaries atomic.Int32
+	model.ToolFree(func(req modeltest.Request) modeltest.Reply {
+		summaries.Add(1)
+		return modeltest.Reply{Text: fmt.Sprintf("Summary %d: the agent counted steps and printed markers.", summaries.Load())}
+	})
+	a := startAgent(t, model, fmt.Sprintf("context_budget_tokens = %d\nmax_steps = %d\n", budget, steps+10))
+	a.send("count to five hundred, one cell at a time")
+	a.eventually("the session waits", a.state(store.StateWaiting))
+
+	if n := len(a.kinds(store.LaneNotice, "context.budget")); n != 0 {
+		t.Fatalf("%d context.budget pauses", n)
+	}
+	compacted := a.kinds(store.LaneNotice, "context.compacted")
+	if len(compacted) == 0 || int(summaries.Load()) != len(compacted) {
+		t.Fatalf("%d compactions, %d summarizer requests (want one each, no retries)", len(compacted), summaries.Load())
+	}
+	deepest := 0.0
+	for _, r := range compacted {
+		var n map[string]any
+		_ = json.Unmarshal(r.Content, &n)
+		if n["kind"] != "normal" {
+			t.Fatalf("a %v compaction on the happy path: %s", n["kind"], r.Content)
+		}
+		deepest = max(deepest, n["depth"].(float64))
+	}
+	if deepest < 2 {
+		t.Fatalf("no summary of summaries after %d compactions", len(compacted))
+	}
+	reserve := budget / 4
+	agentRequests := 0
+	for i, req := range model.Requests() {
+		if len(req.Tools) == 0 {
+			if len(req.Messages) != 2 {
+				t.Fatalf("summary request %d: %d messages", i, len(req.Messages))
+			}
+			continue
+		}
+		agentRequests++
+		if err := validSequence(req); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, _ := json.Marshal(req.Body["messages"])
+		tb, _ := json.Marshal(req.Body["tools"])
+		if est := (len(b)+len(tb))/4 + reserve; est > budget {
+			t.Fatalf("request %d needs about %d tokens with its reserve, over the budget %d", i, est, budget)
+		}
+	}
+	if agentRequests != steps+1 {
+		t.Fatalf("%d agent requests, want %d", agentRequests, steps+1)
+	}
+	// The originals: an early marker is found, and read exactly.
+	res, err := a.c.SearchHistory(t.Context(), "default", "marker7", history.Scope{Lane: "cell"}, 5)
+	if err != nil || len(res.Hits) != 2 || res.Hits[0].Kind != "cell.finished" || res.Hits[1].Kind != "cell.started" {
+		t.Fatalf("search (the cell's code and its output): %+v %v", res, err)
+	}
+	rec, err := a.c.ReadHistory(t.Context(), res.Hits[0].Ref, 100000, 0)
+	if err != nil || rec.CoveredBy == "" || !strings.Contains(string(rec.Content), "marker7 "+strings.Repeat("x", 300)) {
+		t.Fatalf("read %s: covered by %q, %s, %v", res.Hits[0].Ref, rec.CoveredBy, rec.Content, err)
+	}
+	if kids, err := a.c.HistoryChildren(t.Context(), rec.CoveredBy); err != nil || len(kids) < 2 {
+		t.Fatalf("children of %s: %v %v", rec.CoveredBy, kids, err)
+	}
+	st := a.session()
+	if st.Context == nil || st.Context.ContextState == nil || st.Context.Summaries == 0 || st.Context.Budget != budget ||
+		st.Context.Tokens > budget || st.Context.Items < 2*steps {
+		t.Fatalf("status context: %+v %+v", st.Context, st.Context.ContextState)
+	}
+	metrics := a.scrape()
+	for _, want := range []string{`klbr_context_budget_tokens{session="default"} 4000`, `klbr_context_compactions_total{kind="normal",session="default"}`,
+		`klbr_summarizer_requests_total{outcome="ok",route="main"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	// The operator's compact runs the same path until only the last unit
+	// is left; then it says so instead of summarizing for nothing.
+	for i := 0; ; i++ {
+		before := summaries.Load()
+		out, err := a.c.Compact(t.Context(), "default")
+		if err != nil {
+			if !strings.Contains(err.Error(), "nothing to compact") || summaries.Load() != before || i == 0 {
+				t.Fatalf("compact %d: %v", i, err)
+			}
+			break
+		}
+		if out.Kind != "normal" || summaries.Load() != before+1 || i > 10 {
+			t.Fatalf("compact %d: %+v", i, out)
+		}
+	}
+	if err := validSequence(model.Requests()[model.Count()-1]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// klbr-core compact on a session whose context is under its threshold:
+// the oldest run becomes a summary now, and the next request carries it.
+func TestOperatorCompacts(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	var n atomic.Int32
+	model.Otherwise(func(int) modeltest.Reply {
+		i := n.Add(1)
+		if i%3 == 0 {
+			return modeltest.Reply{Text: "waiting", Calls: []modeltest.Call{{ID: fmt.Sprintf("w%d", i), Code: "await runtime.wait(None)"}}}
+		}
+		return modeltest.Reply{Text: "working", Calls: []modeltest.Call{{ID: fmt.Sprintf("c%d", i), Code: "print('y' * 2000)"}}}
+	})
+	model.ToolFree(func(modeltest.Request) modeltest.Reply { return modeltest.Reply{Text: "The agent printed y twice per input."} })
+	a := startAgent(t, model, "")
+	for i := range 4 {
+		a.send(fmt.Sprintf("round %d", i))
+		a.eventually("waiting", func() bool { return a.session().State == store.StateWaiting && int(n.Load()) >= 3*(i+1) })
+	}
+	out, err := a.c.Compact(t.Context(), "default")
+	if err != nil || out.Kind != "normal" || out.Summary == "" || out.SummaryTokens >= out.SourceTokens {
+		t.Fatalf("compact: %+v %v", out, err)
+	}
+	a.send("after the compaction")
+	a.eventually("answered", func() bool { return int(n.Load()) >= 15 })
+	last := model.Requests()[model.Count()-1]
+	if err := validSequence(last); err != nil || !strings.Contains(content(last.Messages[1]), "[klbr summary "+out.Summary) {
+		t.Fatalf("the next request: %v %s", err, roles(last))
+	}
+}
