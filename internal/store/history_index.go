@@ -284,7 +284,9 @@ func (s *Store) Search(ctx context.Context, query string, sc SearchScope, limit 
 	if limit <= 0 || limit > MaxSearchLimit {
 		return res, fmt.Errorf("search: limit must be 1..%d", MaxSearchLimit)
 	}
-	meta := []string{metaToken("s", sc.Session)}
+	// The session is checked against each candidate (newest first, the
+	// page's worth read); lane and conversation narrow the match itself.
+	var meta []string
 	if sc.Conversation != "" {
 		meta = append(meta, metaToken("c", sc.Conversation))
 	}
@@ -296,16 +298,20 @@ func (s *Store) Search(ctx context.Context, query string, sc SearchScope, limit 
 			return res, fmt.Errorf("search: lane %q is not one of input, scratchpad, cell, speech, summary", sc.Lane)
 		}
 	}
-	match := fmt.Sprintf("body: (%s) AND meta: (%s)", terms, strings.Join(meta, " "))
+	match := "body: (" + terms + ")"
+	if len(meta) > 0 {
+		match += " AND meta: (" + strings.Join(meta, " ") + ")"
+	}
+	smatch := match + " AND meta: (" + metaToken("s", sc.Session) + ")"
 	before := int64(1<<62 - 1)
 	if sc.Before != 0 {
 		before = sc.Before
 	}
-	// Newest first by cursor: events by id, summaries (negative rowids) by
-	// their creation, interleaved by time below. The index is read in rowid
-	// order and stops at the page, so its cost does not grow with the hits.
-	rows, err := s.rdb.QueryContext(ctx, `SELECT rowid, snippet(history_fts, 0, '[', ']', '…', 12) FROM history_fts
-		WHERE history_fts MATCH ? AND rowid < ? AND rowid > 0 ORDER BY rowid DESC LIMIT ?`, match, before, limit+1)
+	// Newest first: the index is read in rowid (event id) order and stops
+	// at the page, so its cost follows the page, not the number of hits.
+	rows, err := s.rdb.QueryContext(ctx, `SELECT f.rowid, snippet(history_fts, 0, '[', ']', '…', 12) FROM history_fts f
+		JOIN events e ON e.id = f.rowid
+		WHERE history_fts MATCH ? AND f.rowid < ? AND f.rowid > 0 AND e.session_id = ? ORDER BY f.rowid DESC LIMIT ?`, match, before, sc.Session, limit+1)
 	if err != nil {
 		return res, fmt.Errorf("search: %w", err)
 	}
@@ -348,7 +354,7 @@ func (s *Store) Search(ctx context.Context, query string, sc SearchScope, limit 
 	if sc.Before == 0 && (sc.Lane == "" || sc.Lane == "summary") {
 		srows, err := s.rdb.QueryContext(ctx, `SELECT -f.rowid, snippet(history_fts, 0, '[', ']', '…', 12), m.created_at, m.kind
 			FROM history_fts f JOIN summaries m ON m.id = -f.rowid
-			WHERE history_fts MATCH ? AND f.rowid < 0 ORDER BY f.rowid LIMIT ?`, match, limit)
+			WHERE history_fts MATCH ? AND f.rowid < 0 ORDER BY f.rowid LIMIT ?`, smatch, limit)
 		if err != nil {
 			return res, fmt.Errorf("search: %w", err)
 		}

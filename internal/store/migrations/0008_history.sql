@@ -124,4 +124,7 @@ ALTER TABLE model_steps ADD COLUMN estimated_tokens INTEGER;
 -- projection (rowid: the event id; a summary's is minus its id). meta holds
 -- scope tokens (session, lane, conversation) so that scoped searches use
 -- the index.
+-- Reads of one record by its event (search hits, describe) find its lane.
+CREATE INDEX session_items_by_event ON session_items(event_id);
+
 CREATE VIRTUAL TABLE history_fts USING fts5(body, meta, tokenize = 'unicode61 remove_diacritics 2');

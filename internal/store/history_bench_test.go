@@ -1,0 +1,128 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// grow appends n records to session's context in batches, compacting all
+// but the last keep entries into summaries as it goes (as the turn loop
+// would), so that the active context stays small however long the history.
+func grow(b *testing.B, s *Store, session string, n, keep int) {
+	ctx := context.Background()
+	words := []string{"alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"}
+	const batch = 2000
+	for done := 0; done < n; done += batch {
+		if err := s.Write(ctx, func(tx *Tx) error {
+			for i := done; i < min(done+batch, n); i++ {
+				text := fmt.Sprintf("record %d mentions %s and %s; unique%d", i, words[i%10], words[(i/10)%10], i)
+				ev, _, err := tx.appendItem(session, "test.input", LaneInput, fmt.Sprintf(`{"text":%q}`, text), tx.now, tx.now)
+				if err != nil {
+					return err
+				}
+				if err := tx.addContext(session, "input", ev, ""); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		ac, err := s.Active(ctx, session, 0, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(ac.Entries) > 2*keep {
+			var refs []EntryRef
+			for _, e := range ac.Entries[:len(ac.Entries)-keep] {
+				refs = append(refs, e.Ref())
+			}
+			if err := s.Write(ctx, func(tx *Tx) error {
+				_, err := tx.CommitSummary(NewSummary{Session: session, Epoch: 0, Version: ac.Version, Covers: refs, Kind: SummaryNormal,
+					Text: fmt.Sprintf("summary through record %d", done), SourceTokens: 1000, SummaryTokens: 10})
+				return err
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+func dbBytes(dir string) (db, wal int64) {
+	if fi, err := os.Stat(filepath.Join(dir, FileName)); err == nil {
+		db = fi.Size()
+	}
+	if fi, err := os.Stat(filepath.Join(dir, FileName+"-wal")); err == nil {
+		wal = fi.Size()
+	}
+	return db, wal
+}
+
+// BenchmarkHistory measures, at 1 k, 10 k, 100 k and 1 M history items:
+// reading the active context (what each step's assembly reads), and
+// history.search's p50 and p99 over a mix of rare and common words; plus
+// database bytes per 1 k items. HISTORY_BENCH_MAX caps the sizes (default
+// 1M).
+func BenchmarkHistory(b *testing.B) {
+	sizes := []int{1_000, 10_000, 100_000, 1_000_000}
+	if v := os.Getenv("HISTORY_BENCH_MAX"); v != "" {
+		var max int
+		fmt.Sscan(v, &max)
+		sizes = slices.DeleteFunc(sizes, func(n int) bool { return n > max })
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("items=%d", n), func(b *testing.B) {
+			dir := b.TempDir()
+			s, err := Open(context.Background(), dir, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.Write(context.Background(), func(tx *Tx) error { _, err := tx.EnsureSession("p"); return err }); err != nil {
+				b.Fatal(err)
+			}
+			start := time.Now()
+			grow(b, s, "p", n, 100)
+			growth := time.Since(start)
+			ctx := context.Background()
+			queries := []string{"unique7", "alpha bravo", "charlie", fmt.Sprintf("unique%d", n/2), "echo golf", "nothing-matches"}
+			var lat []time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := s.Active(ctx, "p", 0, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			assembly := float64(b.Elapsed().Microseconds()) / float64(b.N)
+			for range 20 {
+				for _, q := range queries {
+					t0 := time.Now()
+					if _, err := s.Search(ctx, q, SearchScope{Session: "p"}, 20); err != nil {
+						b.Fatal(err)
+					}
+					lat = append(lat, time.Since(t0))
+				}
+			}
+			slices.Sort(lat)
+			db, wal := dbBytes(dir)
+			var ftsPages, pages int64
+			_ = s.rdb.QueryRow(`SELECT count(*) FROM dbstat WHERE name LIKE 'history_fts%'`).Scan(&ftsPages)
+			_ = s.rdb.QueryRow(`SELECT count(*) FROM dbstat`).Scan(&pages)
+			b.ReportMetric(assembly, "active_context_us")
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "search_p50_ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "search_p99_ms")
+			b.ReportMetric(float64(db)/float64(n)*1000, "db_B/1k_items")
+			b.ReportMetric(float64(wal), "wal_B")
+			if pages > 0 {
+				b.ReportMetric(float64(ftsPages)/float64(pages), "index_fraction")
+			}
+			b.ReportMetric(float64(n)/growth.Seconds(), "items_written/s")
+		})
+	}
+}
