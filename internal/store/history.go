@@ -325,6 +325,7 @@ func (t *Tx) CommitSummary(n NewSummary) (int64, error) {
 	notice["kind"] = n.Kind
 	notice["first_item"], notice["last_item"], notice["items"], notice["depth"] = first, last, items, depth
 	notice["attempts"] = n.Attempts
+	notice["text"] = n.Text
 	if _, err := t.Notice(n.Session, "context.compacted", notice, false); err != nil {
 		return 0, err
 	}

@@ -332,7 +332,7 @@ function noticeText(r, c) {
     case "turn.paused": return [`paused${why(c.reason)}`, "pause"];
     case "turn.resumed": return [`resumed${why(c.reason)}`];
     case "context.reset": return [`context reset: epoch ${c.epoch} starts empty${why(c.reason)}`, "warn"];
-    case "context.budget": return [`context over budget: needs ${c.needed} tokens of ${c.budget}`, "warn"];
+    case "context.budget": return [`context over budget${c.needed != null ? ": needs " + c.needed + " tokens of " + c.budget : why(c.message)}`, "warn"];
   }
   if (k.startsWith("session.")) {
     const to = k.slice(8);
@@ -342,7 +342,24 @@ function noticeText(r, c) {
   return null;
 }
 
+// A compaction: a collapsible summary block with what it covers and how to
+// read the originals (they are never changed).
+function renderCompacted(r, c) {
+  const e = el("div", "record notice n-compacted" + (c.kind === "degraded" ? " n-warn" : ""));
+  e.appendChild(meta(r));
+  const d = el("details", "summary-block");
+  const head = `context compacted: ${c.summary} (${c.kind}) replaces ${c.items} records (items ${c.first_item}–${c.last_item})` +
+    `, about ${c.tokens_before} → ${c.tokens_after} tokens` + (c.attempts ? `, ${c.attempts} summarizer request${c.attempts === 1 ? "" : "s"}` : "");
+  d.appendChild(el("summary", "", head));
+  d.appendChild(el("div", "text", c.text ?? ""));
+  if (c.problems) d.appendChild(el("div", "held-reason", c.problems.join("; ")));
+  d.appendChild(el("div", "meta", `originals: klbr-core history children ${c.summary} · klbr-core history read REF · in a cell: await history.children("${c.summary}")`));
+  e.appendChild(d);
+  return e;
+}
+
 function renderNotice(r, c) {
+  if (r.kind === "context.compacted") return renderCompacted(r, c);
   const t = noticeText(r, c);
   if (t === null) return renderGeneric(r, c);
   const e = el("div", "record notice" + (t[1] ? " n-" + t[1] : ""));
