@@ -159,7 +159,9 @@ func TestOperatorCompacts(t *testing.T) {
 		}
 		return modeltest.Reply{Text: "working", Calls: []modeltest.Call{{ID: fmt.Sprintf("c%d", i), Code: "print('y' * 2000)"}}}
 	})
-	model.ToolFree(func(modeltest.Request) modeltest.Reply { return modeltest.Reply{Text: "The agent printed y twice per input."} })
+	model.ToolFree(func(modeltest.Request) modeltest.Reply {
+		return modeltest.Reply{Text: "The agent printed y twice per input."}
+	})
 	a := startAgent(t, model, "")
 	for i := range 4 {
 		a.send(fmt.Sprintf("round %d", i))

@@ -306,7 +306,7 @@ func (r *runner) planCompaction(s store.Session, bg budget, protected map[int64]
 	if n < 2 {
 		return history.Plan{}, false
 	}
-	tailEnd := n - 1 // units[tailEnd:] are kept
+	tailEnd := n - 1                                // units[tailEnd:] are kept
 	if bg.need <= bg.hard && reason != "operator" { // the operator asked: only the last unit stays raw
 		kept := units[n-1].Tokens
 		for tailEnd > 0 && kept+units[tailEnd-1].Tokens <= b.ContextTokens/4 {
