@@ -9,12 +9,15 @@ Hooks have no effect scope: they decide, they do not act. Keep them pure and
 fast (the host gives each invocation a deadline).
 """
 
+from . import compaction
 from .attention import plan
 from .delivery import review
 
 SLOTS = {
     "attention.plan": plan,
     "delivery.review": review,
+    "compaction.plan": compaction.plan,
+    "summary.prepare": compaction.prepare,
 }
 
-__all__ = ["SLOTS", "plan", "review"]
+__all__ = ["SLOTS", "compaction", "plan", "review"]

@@ -33,6 +33,16 @@ SAMPLES = {
         {"channel": "discord", "text": "", "destination": "d1", "session": "default",
          "frame": {"id": 1}},
     ],
+    "compaction.plan": [
+        {"reason": "threshold", "need": 900, "threshold": 750, "budget": 1000, "compact_at": 0.75,
+         "candidates": [{"index": 0, "entries": 4, "units": 2, "tokens": 600, "summaries": 0,
+                         "first_at": 1.0, "last_at": 2.0}]},
+        {"reason": "operator", "need": 10, "threshold": 750, "budget": 1000, "compact_at": 0.75, "candidates": []},
+    ],
+    "summary.prepare": [
+        {"prompt": "Summarize.", "source_bytes": 1000, "entries": 3, "depth": 1},
+        {"prompt": "Summarize.", "source_bytes": 1000, "entries": 3, "depth": 3},
+    ],
 }
 
 VALIDATORS = {
@@ -46,6 +56,14 @@ VALIDATORS = {
         test.assertEqual(set(out), {"decision", "reason"}),
         test.assertIn(out["decision"], ("allow", "hold")),
         test.assertIsInstance(out["reason"], str),
+    ),
+    "compaction.plan": lambda test, out: (
+        test.assertTrue(set(out) <= {"choose", "compact_at", "reason"}),
+        test.assertTrue(out["choose"] is None or isinstance(out["choose"], int)),
+    ),
+    "summary.prepare": lambda test, out: (
+        test.assertEqual(set(out), {"prompt"}),
+        test.assertTrue(out["prompt"]),
     ),
 }
 
@@ -64,7 +82,7 @@ def invoke(fn, data):
 class SlotsTest(unittest.TestCase):
     def test_slots_shape(self):
         self.assertIsInstance(klbr_hooks.SLOTS, dict)
-        self.assertEqual(set(klbr_hooks.SLOTS), {"attention.plan", "delivery.review"})
+        self.assertEqual(set(klbr_hooks.SLOTS), {"attention.plan", "delivery.review", "compaction.plan", "summary.prepare"})
         for slot, fn in klbr_hooks.SLOTS.items():
             with self.subTest(slot=slot):
                 self.assertIsInstance(slot, str)

@@ -121,7 +121,9 @@ func TestLongSessionUnderSmallBudget(t *testing.T) {
 	}
 	metrics := a.scrape()
 	for _, want := range []string{`klbr_context_budget_tokens{session="default"} 4000`, `klbr_context_compactions_total{kind="normal",session="default"}`,
-		`klbr_summarizer_requests_total{outcome="ok",route="main"}`} {
+		`klbr_summarizer_requests_total{outcome="ok",route="main"}`,
+		`klbr_hook_invocation_duration_seconds_count{outcome="ok",slot="compaction.plan"}`,
+		`klbr_hook_invocation_duration_seconds_count{outcome="ok",slot="summary.prepare"}`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/history"
+	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -67,7 +68,7 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	d.turns = turn.New(turn.Config{
 		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Model: client, Route: a.Route,
 		Prompt: releasePrompt(d.releases.Tree), Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),
-		Compactor: compactor, Estimator: est,
+		Compactor: compactor, Estimator: est, Compaction: d.hooks,
 		Budgets: turn.Budgets{MaxSteps: a.MaxSteps, MaxTokens: a.MaxTokens, MaxTurn: time.Duration(a.MaxTurnSeconds) * time.Second,
 			MaxEmpty: a.MaxEmptyCompletions, MaxErrors: a.MaxConsecutiveErrors, ContextTokens: a.ContextBudgetTokens,
 			ReserveOutput: a.Reserve(), CompactAt: a.CompactAt,
@@ -139,6 +140,9 @@ func (d *daemon) newCompactor(ctx context.Context, cfg *config.Config, client *p
 		Store: d.store, Model: summarizer, Route: name, ModelName: route.Model,
 		Prompt:   releaseFile(d.releases.Tree, "prompts/summary.md"),
 		Estimate: est.Tokens,
+		Prepare: func(ctx context.Context, session string, in history.PrepareInput) string {
+			return d.hooks.PrepareSummary(ctx, session, hooks.PrepareInput(in))
+		},
 		Timeout:  time.Duration(a.SummaryTimeoutSeconds) * time.Second,
 		Observe:  func(outcome string) { m.ObserveSummary(name, outcome) },
 		Log:      d.log.With("component", "history"),

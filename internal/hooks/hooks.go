@@ -291,6 +291,20 @@ func CheckResult(slot string, input any, out json.RawMessage) error {
 			return fmt.Errorf("answered %s, not {order, defer, reason}", truncate(out))
 		}
 		return validatePlan(in, p)
+	case SlotCompactionPlan:
+		in, ok := input.(CompactionInput)
+		if !ok {
+			return errors.New("compaction.plan check needs a CompactionInput")
+		}
+		_, err := decodeCompactionPlan(in, out)
+		return err
+	case SlotSummaryPrepare:
+		var r struct {
+			Prompt *string `json:"prompt"`
+		}
+		if err := json.Unmarshal(out, &r); err != nil || r.Prompt == nil || *r.Prompt == "" {
+			return fmt.Errorf("answered %s, not {prompt}", truncate(out))
+		}
 	default:
 		return fmt.Errorf("unknown slot %q", slot)
 	}

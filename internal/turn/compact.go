@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/klbr-dev/klbr/internal/history"
+	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -93,7 +94,24 @@ func (r *runner) budgetOf(bytes int) budget {
 	prompt := r.l.est.Tokens(bytes)
 	margin := b.ContextTokens / 50
 	return budget{prompt: prompt, need: prompt + b.ReserveOutput + margin,
-		threshold: int(float64(b.ContextTokens) * b.CompactAt), hard: b.ContextTokens}
+		threshold: int(float64(b.ContextTokens) * r.l.compactAt(r.session)), hard: b.ContextTokens}
+}
+
+// compactAt is the session's threshold fraction: agent.compact_at, or the
+// lower one compaction.plan asked for.
+func (l *Loop) compactAt(session string) float64 {
+	l.ctxMu.Lock()
+	defer l.ctxMu.Unlock()
+	if f, ok := l.earlier[session]; ok {
+		return min(f, l.cfg.Budgets.CompactAt)
+	}
+	return l.cfg.Budgets.CompactAt
+}
+
+func (l *Loop) setCompactAt(session string, f float64) {
+	l.ctxMu.Lock()
+	defer l.ctxMu.Unlock()
+	l.earlier[session] = f
 }
 
 func (r *runner) publish(bg budget, problem string) {
@@ -197,7 +215,11 @@ func (r *runner) fit(ctx context.Context, a *attempt, s store.Session) ([]provid
 		if err != nil {
 			return nil, 0, err
 		}
-		plan, ok := r.planCompaction(s, bg, protected, "threshold")
+		reason := "threshold"
+		if bg.need > bg.hard {
+			reason = "budget"
+		}
+		plan, ok := r.choose(ctx, s, bg, protected, reason)
 		if !ok || round >= maxRounds || r.l.compactor == nil {
 			if bg.need <= bg.hard {
 				return msgs, bytes, nil // over the threshold, but nothing more to compact and it fits
@@ -206,9 +228,6 @@ func (r *runner) fit(ctx context.Context, a *attempt, s store.Session) ([]provid
 				"and nothing more can be compacted (the system prompt, the tool schema and the current input remain); the budget is %d. "+
 				"Raise agent.context_budget_tokens or reset the context (klbr-core reset)", bg.need, bg.prompt, r.l.cfg.Budgets.ReserveOutput,
 				r.l.cfg.Budgets.ContextTokens/50, bg.hard)}
-		}
-		if bg.need > bg.hard {
-			plan.Reason = "budget"
 		}
 		res, err := r.l.compactor.Compact(ctx, plan)
 		switch {
@@ -299,16 +318,27 @@ func (t *transcript) units(est func(int) int, protected map[int64]bool) (units [
 // hard budget's pressure, or when the operator asks, the fresh tail may be
 // taken too, all but the last unit.
 func (r *runner) planCompaction(s store.Session, bg budget, protected map[int64]bool, reason string) (history.Plan, bool) {
+	c := r.candidates(s, bg, protected, reason, 1)
+	if len(c) == 0 {
+		return history.Plan{}, false
+	}
+	return c[0], true
+}
+
+// maxCandidates bounds the runs compaction.plan chooses among.
+const maxCandidates = 8
+
+// candidates lists up to n eligible runs, oldest first (see planCompaction).
+func (r *runner) candidates(s store.Session, bg budget, protected map[int64]bool, reason string, n int) []history.Plan {
 	t := r.transcript
 	b := r.l.cfg.Budgets
 	units, complete := t.units(r.l.est.Tokens, protected)
-	n := len(units)
-	if n < 2 {
-		return history.Plan{}, false
+	if len(units) < 2 {
+		return nil
 	}
-	tailEnd := n - 1                                // units[tailEnd:] are kept
+	tailEnd := len(units) - 1 // units[tailEnd:] are kept
 	if bg.need <= bg.hard && reason != "operator" { // the operator asked: only the last unit stays raw
-		kept := units[n-1].Tokens
+		kept := units[len(units)-1].Tokens
 		for tailEnd > 0 && kept+units[tailEnd-1].Tokens <= b.ContextTokens/4 {
 			tailEnd--
 			kept += units[tailEnd].Tokens
@@ -319,7 +349,8 @@ func (r *runner) planCompaction(s store.Session, bg budget, protected map[int64]
 	// request reads.
 	want := max(bg.need-bg.threshold/2, minRun)
 	maxSource := max(b.ContextTokens/2, minRun)
-	for start := 0; start < tailEnd; start++ {
+	var out []history.Plan
+	for start := 0; start < tailEnd && len(out) < n; start++ {
 		if !eligible(start) {
 			continue
 		}
@@ -328,14 +359,46 @@ func (r *runner) planCompaction(s store.Session, bg budget, protected map[int64]
 			tokens += units[end].Tokens
 			end++
 		}
-		single := end-start == 1
-		if tokens < minRun || (single && len(units[start].Refs) == 1 && units[start].Refs[0].Summary != 0) {
+		if tokens < minRun || (end-start == 1 && len(units[start].Refs) == 1 && units[start].Refs[0].Summary != 0) {
 			continue // too small to shrink, or one summary alone
 		}
-		return history.Plan{Session: r.session, Epoch: t.epoch, Version: t.version, Release: s.PolicyRevision,
-			Units: units[start:end], Before: bg.need, Reason: reason}, true
+		out = append(out, history.Plan{Session: r.session, Epoch: t.epoch, Version: t.version, Release: s.PolicyRevision,
+			Units: units[start:end], Before: bg.need, Reason: reason})
+		start = end - 1 // the next candidate starts after this one
 	}
-	return history.Plan{}, false
+	return out
+}
+
+// choose asks compaction.plan which candidate to compact; without a policy,
+// the oldest. ok is false when the policy declines (it may, under the hard
+// budget only; the host checks).
+func (r *runner) choose(ctx context.Context, s store.Session, bg budget, protected map[int64]bool, reason string) (history.Plan, bool) {
+	policy := r.l.cfg.Compaction
+	if policy == nil {
+		return r.planCompaction(s, bg, protected, reason)
+	}
+	cands := r.candidates(s, bg, protected, reason, maxCandidates)
+	if len(cands) == 0 {
+		return history.Plan{}, false
+	}
+	in := hooks.CompactionInput{Reason: reason, Need: bg.need, Threshold: bg.threshold, Budget: bg.hard, CompactAt: r.l.cfg.Budgets.CompactAt}
+	for i, c := range cands {
+		cc := hooks.CompactionCandidate{Index: i, Units: len(c.Units), Tokens: c.Tokens(), Entries: len(c.Refs())}
+		for _, ref := range c.Refs() {
+			if ref.Summary != 0 {
+				cc.Summaries++
+			}
+		}
+		in.Candidates = append(in.Candidates, cc)
+	}
+	p := policy.PlanCompaction(ctx, r.session, in)
+	if p.CompactAt > 0 {
+		r.l.setCompactAt(r.session, p.CompactAt)
+	}
+	if p.Choose < 0 {
+		return history.Plan{}, false
+	}
+	return cands[p.Choose], true
 }
 
 // minRun is the smallest run worth a summary: a degraded stub is about 150

@@ -40,6 +40,11 @@ type Planner interface {
 	Plan(ctx context.Context, session string, in hooks.PlanInput) hooks.Plan
 }
 
+// CompactionPolicy is compaction.plan: hooks.Dispatcher.
+type CompactionPolicy interface {
+	PlanCompaction(ctx context.Context, session string, in hooks.CompactionInput) hooks.CompactionPlan
+}
+
 // Prompt returns the system prompt of a release: its soul and instructions.
 type Prompt func(ctx context.Context, release string) (string, error)
 
@@ -78,6 +83,9 @@ type Config struct {
 	// Compactor compacts the context when it passes the threshold (nil:
 	// never; a request over the budget pauses).
 	Compactor *history.Compactor
+	// Compaction chooses among eligible runs (compaction.plan); nil: the
+	// oldest.
+	Compaction CompactionPolicy
 	// Estimator is the agent route's token estimate, shared with the
 	// compactor (nil: a new one).
 	Estimator *Estimator
@@ -107,8 +115,9 @@ type Loop struct {
 	compactor *history.Compactor
 	est       *Estimator // the agent route's token estimate
 
-	ctxMu    sync.Mutex              // guards ctxState
+	ctxMu    sync.Mutex              // guards ctxState and earlier
 	ctxState map[string]ContextState // by session
+	earlier  map[string]float64      // compact_at lowered by compaction.plan, by session
 }
 
 // Ticks counts the times the session loops woke up to look at their
@@ -141,7 +150,7 @@ func New(cfg Config) *Loop {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Loop{cfg: cfg, runners: map[string]*runner{}, ctx: ctx, cancel: cancel, compactor: cfg.Compactor,
-		est: cfg.Estimator, ctxState: map[string]ContextState{}}
+		est: cfg.Estimator, ctxState: map[string]ContextState{}, earlier: map[string]float64{}}
 }
 
 // Start runs session's loop until Close. resume is set for a session a
