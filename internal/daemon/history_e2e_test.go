@@ -3,9 +3,11 @@ package daemon
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/modeltest"
@@ -178,5 +180,88 @@ func TestOperatorCompacts(t *testing.T) {
 	last := model.Requests()[model.Count()-1]
 	if err := validSequence(last); err != nil || !strings.Contains(content(last.Messages[1]), "[klbr summary "+out.Summary) {
 		t.Fatalf("the next request: %v %s", err, roles(last))
+	}
+}
+
+// SIGKILL of klbr-core while a summary is being generated, and around its
+// commit, 20 times each: on every restart the coverage invariant holds
+// (nothing covered twice, nothing lost), and every request the agent sends
+// afterwards is a valid sequence.
+func TestCompactionSurvivesSIGKILL(t *testing.T) {
+	const rounds = 20
+	model := modeltest.New()
+	defer model.Close()
+	hold := make(chan struct{})
+	defer close(hold) // before model.Close: a held summary request returns
+	var steps atomic.Int32
+	model.Otherwise(func(int) modeltest.Reply {
+		n := steps.Add(1)
+		return modeltest.Reply{Text: "working", Calls: []modeltest.Call{{ID: fmt.Sprintf("c%d", n), Code: "print('z' * 400)"}}}
+	})
+	var hang atomic.Bool
+	summaries := make(chan struct{}, 1000)
+	model.ToolFree(func(modeltest.Request) modeltest.Reply {
+		summaries <- struct{}{}
+		if hang.Load() {
+			<-hold
+		}
+		return modeltest.Reply{Text: "The agent printed z."}
+	})
+	a := startAgent(t, model, "context_budget_tokens = 4000\nmax_steps = 10000\nmax_turn_seconds = 600\n")
+	a.send("print until stopped")
+	check := func(what string, i int) {
+		t.Helper()
+		st, err := store.Open(t.Context(), a.data, store.Options{})
+		if err != nil {
+			t.Fatalf("%s %d: reopen: %v", what, i, err)
+		}
+		defer st.Close()
+		s, err := st.Session(t.Context(), "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CheckCoverage(t.Context(), "default", s.ContextEpoch); err != nil {
+			t.Fatalf("%s %d: %v", what, i, err)
+		}
+	}
+	wait := func() {
+		t.Helper()
+		select {
+		case <-summaries:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("no summary request\n%s", a.d)
+		}
+	}
+	hang.Store(true)
+	for i := range rounds {
+		wait() // a summary is being generated
+		a.kill()
+		check("killed while generating", i)
+		a.start()
+	}
+	hang.Store(false)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range rounds {
+		wait()
+		time.Sleep(time.Duration(rng.IntN(15)) * time.Millisecond) // the answer arrives, is validated, commits
+		a.kill()
+		check("killed around the commit", i)
+		a.start()
+	}
+	before := steps.Load()
+	a.eventually("the agent goes on", func() bool { return steps.Load() > before+20 })
+	if _, err := a.c.StopSession(t.Context(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	for i, req := range model.Requests() {
+		if len(req.Tools) == 0 {
+			continue
+		}
+		if err := validSequence(req); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if n := len(a.kinds(store.LaneNotice, "context.compacted")); n < rounds/2 {
+		t.Fatalf("only %d compactions committed across %d kills", n, 2*rounds)
 	}
 }

@@ -155,9 +155,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	n := len(s.requests)
 	var reply Reply
 	var ok bool
-	if len(req.Tools) == 0 && s.toolFree != nil {
-		reply, ok = s.toolFree(req), true
-	} else if len(s.script) > 0 {
+	if tf := s.toolFree; len(req.Tools) == 0 && tf != nil {
+		s.mu.Unlock()
+		select {
+		case s.arrived <- struct{}{}:
+		default:
+		}
+		play(w, r, tf(req), req.Stream, n) // outside the lock: it may block (a hung summarizer)
+		return
+	}
+	if len(s.script) > 0 {
 		reply, s.script, ok = s.script[0], s.script[1:], true
 	} else if s.fallback != nil {
 		reply, ok = s.fallback(n), true
