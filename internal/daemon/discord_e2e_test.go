@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/discord"
 	"github.com/klbr-dev/klbr/internal/discordtest"
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/modeltest"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -435,5 +437,113 @@ func TestQuietAmbientWaitsForADirectedInput(t *testing.T) {
 	}
 	if len(seen) != 2 || !strings.HasSuffix(seen[0], "just chatting") || !strings.HasSuffix(seen[1], "a DM") {
 		t.Fatalf("the request's Discord inputs: %q", seen)
+	}
+}
+
+// "Not said versus said" after three rounds of compaction: the scratchpad
+// that claims the refused send is summarized as a claim beside its failed
+// receipt, every summary and every request keeps it undelivered, and
+// history.search then history.read recover the original text and receipt.
+func TestNotSaidVersusSaidAfterCompactions(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Text: "I told them the build is fixed.", Calls: []modeltest.Call{{ID: "s1", Code: "r = await (await discord.current()).send('the build is fixed')\nbool(r)"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "s2", Code: "await runtime.wait(None, reason='could not say it')"}}},
+	)
+	var n atomic.Int32
+	model.Otherwise(func(int) modeltest.Reply {
+		i := n.Add(1)
+		if i%2 == 1 {
+			return modeltest.Reply{Text: "more work", Calls: []modeltest.Call{{ID: fmt.Sprintf("w%d", i), Code: "print('q' * 3000)"}}}
+		}
+		return modeltest.Reply{Calls: []modeltest.Call{{ID: fmt.Sprintf("v%d", i), Code: "await runtime.wait(None)"}}}
+	})
+	// A faithful summarizer: it keeps the labelled headers of the records
+	// and the text of claims and sends.
+	var sources []string
+	var mu sync.Mutex
+	model.ToolFree(func(req modeltest.Request) modeltest.Reply {
+		src := content(req.Messages[1])
+		mu.Lock()
+		sources = append(sources, src)
+		mu.Unlock()
+		var keep []string
+		for _, block := range strings.Split(src, "\n\n") {
+			if strings.Contains(block, "receipt:") || strings.Contains(block, "scratchpad") || strings.HasPrefix(block, "[earlier summary") {
+				keep = append(keep, block)
+			}
+		}
+		return modeltest.Reply{Text: "Summary:\n" + strings.Join(keep, "\n")}
+	})
+	a := startAgent(t, model, "")
+	fake := discordtest.New("99")
+	defer fake.Close()
+	fake.OnSend = func(string, string) (int, float64) { return 403, 0 }
+	startTransport(t, fake, a.data)
+	a.eventually("the gateway session", fake.Connected)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("8001", "80", "", "5", "is the build fixed?"))
+	a.eventually("the refused send settles", func() bool { return len(a.kinds(store.LaneSpeech, "discord.failed")) == 1 })
+	a.eventually("waiting", a.state(store.StateWaiting))
+	for round := range 3 {
+		a.send(fmt.Sprintf("round %d: keep working", round))
+		a.eventually("the round's wait", func() bool { return int(n.Load()) >= 2*(round+1) && a.session().State == store.StateWaiting })
+		out, err := a.c.Compact(t.Context(), "default")
+		if err != nil {
+			t.Fatalf("compact %d: %v", round, err)
+		}
+		t.Logf("round %d: %s", round, out.Message)
+	}
+	compacted := a.kinds(store.LaneNotice, "context.compacted")
+	if len(compacted) < 3 {
+		t.Fatalf("%d compactions", len(compacted))
+	}
+	var last map[string]any
+	_ = json.Unmarshal(compacted[len(compacted)-1].Content, &last)
+	if last["depth"].(float64) < 3 {
+		t.Fatalf("the last summary's depth is %v: not a summary of summaries of summaries", last["depth"])
+	}
+	mu.Lock()
+	first := sources[0]
+	mu.Unlock()
+	if !strings.Contains(first, "[scratchpad: the agent's tentative thought, not delivered to anyone") ||
+		!strings.Contains(first, "receipt: failed (NOT delivered)") || !strings.Contains(first, "the build is fixed") {
+		t.Fatalf("the first summary's source:\n%s", first)
+	}
+	for _, r := range compacted {
+		if text := string(r.Content); strings.Contains(text, "receipt: confirmed") {
+			t.Fatalf("a summary says delivered: %s", text)
+		}
+	}
+	for i, req := range model.Requests() {
+		for _, m := range req.Messages {
+			if c := content(m); strings.Contains(c, "build is fixed") && strings.Contains(c, "confirmed (delivered)") {
+				t.Fatalf("request %d tells the model the send was delivered: %s", i, c)
+			}
+		}
+	}
+	// The originals: the claim and its receipt.
+	res, err := a.c.SearchHistory(t.Context(), "default", "build fixed", history.Scope{}, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claim, receipt string
+	for _, h := range res.Hits {
+		switch h.Kind {
+		case "scratchpad":
+			claim = h.Ref
+		case "discord.failed":
+			receipt = h.Ref
+		}
+	}
+	if claim == "" || receipt == "" {
+		t.Fatalf("search: %+v", res.Hits)
+	}
+	if rec, err := a.c.ReadHistory(t.Context(), claim, 10000, 0); err != nil || rec.Text != "I told them the build is fixed." || rec.CoveredBy == "" {
+		t.Fatalf("read %s: %+v %v", claim, rec, err)
+	}
+	if rec, err := a.c.ReadHistory(t.Context(), receipt, 10000, 0); err != nil || !strings.Contains(string(rec.Content), `"state":"failed"`) ||
+		rec.Text != "the build is fixed" {
+		t.Fatalf("read %s: %+v %v", receipt, rec, err)
 	}
 }
