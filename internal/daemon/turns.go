@@ -143,9 +143,9 @@ func (d *daemon) newCompactor(ctx context.Context, cfg *config.Config, client *p
 		Prepare: func(ctx context.Context, session string, in history.PrepareInput) string {
 			return d.hooks.PrepareSummary(ctx, session, hooks.PrepareInput(in))
 		},
-		Timeout:  time.Duration(a.SummaryTimeoutSeconds) * time.Second,
-		Observe:  func(outcome string) { m.ObserveSummary(name, outcome) },
-		Log:      d.log.With("component", "history"),
+		Timeout: time.Duration(a.SummaryTimeoutSeconds) * time.Second,
+		Observe: func(outcome string) { m.ObserveSummary(name, outcome) },
+		Log:     d.log.With("component", "history"),
 	}), est, nil
 }
 

@@ -336,7 +336,7 @@ func (r *runner) candidates(s store.Session, bg budget, protected map[int64]bool
 	if len(units) < 2 {
 		return nil
 	}
-	tailEnd := len(units) - 1 // units[tailEnd:] are kept
+	tailEnd := len(units) - 1                       // units[tailEnd:] are kept
 	if bg.need <= bg.hard && reason != "operator" { // the operator asked: only the last unit stays raw
 		kept := units[len(units)-1].Tokens
 		for tailEnd > 0 && kept+units[tailEnd-1].Tokens <= b.ContextTokens/4 {
