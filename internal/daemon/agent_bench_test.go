@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -205,4 +206,93 @@ func idleHeapPerSession(b *testing.B, a *benchAgent) float64 {
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
 	return float64(m1.HeapInuse+m1.StackInuse-m0.HeapInuse-m0.StackInuse) / n
+}
+
+// seedHistory gives session n context items, compacted as the loop would
+// (all but the newest 50 under one summary after each batch), so the
+// history is long and the active context short.
+func seedHistory(b *testing.B, st *store.Store, session string, n int) {
+	b.Helper()
+	ctx := b.Context()
+	const batch = 5000
+	for done := 0; done < n; done += batch {
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			for i := done; i < min(done+batch, n); i++ {
+				if _, err := tx.Notice(session, "bench.note", map[string]any{"text": fmt.Sprintf("earlier note %d", i)}, true); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		s, err := st.Session(ctx, session)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ac, err := st.Active(ctx, session, s.ContextEpoch, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var refs []store.EntryRef
+		for _, e := range ac.Entries[:len(ac.Entries)-50] {
+			refs = append(refs, e.Ref())
+		}
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			_, err := tx.CommitSummary(store.NewSummary{Session: session, Epoch: ac.Epoch, Version: ac.Version, Covers: refs,
+				Kind: store.SummaryNormal, Text: fmt.Sprintf("notes through %d", done+batch), SourceTokens: 100000, SummaryTokens: 10})
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkTurnLoopHistory is BenchmarkTurnLoop's host cost per step with
+// 1 k, 10 k, 100 k and 1 M items of history behind the session (compacted,
+// as a long-lived session's is), side by side in one run: context assembly
+// should track the active context, not the history. HISTORY_BENCH_MAX caps
+// the sizes.
+func BenchmarkTurnLoopHistory(b *testing.B) {
+	const steps = 200
+	sizes := []int{1_000, 10_000, 100_000, 1_000_000}
+	if v := os.Getenv("HISTORY_BENCH_MAX"); v != "" {
+		var limit int
+		fmt.Sscan(v, &limit)
+		sizes = slices.DeleteFunc(sizes, func(n int) bool { return n > limit })
+	}
+	a := newBenchAgent(b)
+	ctx := b.Context()
+	for _, n := range sizes {
+		id := fmt.Sprintf("hist-%d", n)
+		if err := a.st.Write(ctx, func(tx *store.Tx) error { _, err := tx.EnsureSession(id); return err }); err != nil {
+			b.Fatal(err)
+		}
+		seedHistory(b, a.st, id, n)
+		if _, err := a.bench.Execute(ctx, id, "n = 0", nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	per := map[int]float64{}
+	for i := 0; i < b.N; i++ {
+		for _, n := range sizes {
+			id := fmt.Sprintf("hist-%d", n)
+			m := &stepModel{steps: steps}
+			l := a.loop(m, steps)
+			l.Start(id, false)
+			start := time.Now()
+			if _, err := a.admit.Admit(ctx, admission.DoorOperatorAPI, admission.Input{Session: id, SourceKind: admission.SourceOperator,
+				SourceKey: fmt.Sprintf("%s-%d", id, i), Conversation: "operator", Author: "operator", Body: "count"}); err != nil {
+				b.Fatal(err)
+			}
+			a.waitState(b, id, store.StateWaiting)
+			host := time.Since(start) - time.Duration(m.spent.Load())
+			l.Close()
+			per[n] += float64(host) / float64(steps+1) / float64(time.Millisecond) / float64(b.N)
+		}
+	}
+	for _, n := range sizes {
+		b.ReportMetric(per[n], fmt.Sprintf("host_ms/step@%d", n))
+	}
+	b.ReportMetric(per[sizes[len(sizes)-1]]/per[sizes[0]], "largest/smallest")
 }
