@@ -498,11 +498,6 @@ func TestNotSaidVersusSaidAfterCompactions(t *testing.T) {
 	if len(compacted) < 3 {
 		t.Fatalf("%d compactions", len(compacted))
 	}
-	var last map[string]any
-	_ = json.Unmarshal(compacted[len(compacted)-1].Content, &last)
-	if last["depth"].(float64) < 3 {
-		t.Fatalf("the last summary's depth is %v: not a summary of summaries of summaries", last["depth"])
-	}
 	mu.Lock()
 	first := sources[0]
 	mu.Unlock()

@@ -82,6 +82,14 @@ func TestLongSessionUnderSmallBudget(t *testing.T) {
 	if deepest < 2 {
 		t.Fatalf("no summary of summaries after %d compactions", len(compacted))
 	}
+	historyBytes := 0
+	for _, r := range a.records() {
+		if r.Lane != store.LaneNotice {
+			historyBytes += len(r.Content)
+		}
+	}
+	t.Logf("%d summarizer requests for about %d tokens of history: %.1f per 100k tokens; deepest summary %v",
+		summaries.Load(), historyBytes/4, float64(summaries.Load())/(float64(historyBytes)/4/100000), deepest)
 	reserve := budget / 4
 	agentRequests := 0
 	for i, req := range model.Requests() {

@@ -20,7 +20,7 @@ func (f modelFunc) Complete(ctx context.Context, req provider.Request) (*provide
 	return f(ctx, req)
 }
 
-func newStore(t *testing.T, items int) (*store.Store, store.ActiveContext) {
+func newStore(t testing.TB, items int) (*store.Store, store.ActiveContext) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, t.TempDir(), store.Options{})

@@ -345,21 +345,33 @@ func (r *runner) candidates(s store.Session, bg budget, protected map[int64]bool
 		}
 	}
 	eligible := func(i int) bool { return complete[i] && !units[i].Protected }
+	summary := func(i int) bool { return len(units[i].Refs) == 1 && units[i].Refs[0].Summary != 0 }
+	// Originals are summarized first; summaries are condensed into one of
+	// a higher level only once together they hold an eighth of the budget
+	// (so an early summary is not re-summarized at every compaction).
+	sumTokens := 0
+	for i := range tailEnd {
+		if summary(i) {
+			sumTokens += units[i].Tokens
+		}
+	}
+	condense := sumTokens > b.ContextTokens/8 || reason == "operator"
 	// Enough to get well under the threshold, within what one summarizer
 	// request reads.
 	want := max(bg.need-bg.threshold/2, minRun)
 	maxSource := max(b.ContextTokens/2, minRun)
 	var out []history.Plan
 	for start := 0; start < tailEnd && len(out) < n; start++ {
-		if !eligible(start) {
+		if !eligible(start) || (summary(start) && !condense) {
 			continue
 		}
 		end, tokens := start, 0
-		for end < tailEnd && eligible(end) && tokens < want && (tokens+units[end].Tokens <= maxSource || end == start) {
+		for end < tailEnd && eligible(end) && (summary(end) || !summary(start)) && (!summary(end) || condense) && tokens < want &&
+			(tokens+units[end].Tokens <= maxSource || end == start) {
 			tokens += units[end].Tokens
 			end++
 		}
-		if tokens < minRun || (end-start == 1 && len(units[start].Refs) == 1 && units[start].Refs[0].Summary != 0) {
+		if tokens < minRun || (end-start == 1 && summary(start)) {
 			continue // too small to shrink, or one summary alone
 		}
 		out = append(out, history.Plan{Session: r.session, Epoch: t.epoch, Version: t.version, Release: s.PolicyRevision,
