@@ -78,34 +78,31 @@ type ActiveContext struct {
 	Entries []Entry
 }
 
-const contextEntriesQuery = `SELECT x.position, c.id, c.role, e.kind, COALESCE(c.call_id, ''), e.content,
+// contextEntriesQuery reads the session's version and its entries in one
+// statement: a row with a NULL position when there are none.
+const contextEntriesQuery = `SELECT v.version, x.position, c.id, c.role, e.kind, COALESCE(c.call_id, ''), e.content,
 		d.alias, d.kind, d.name, m.mode, m.message_id, a.id, x.summary_id
-	FROM context_entries x
+	FROM (SELECT context_version AS version FROM sessions WHERE id = ?1) v
+	LEFT JOIN context_entries x ON x.session_id = ?1 AND x.context_epoch = ?2 AND x.position > ?3
 	LEFT JOIN context_items c ON c.id = x.item_id
 	LEFT JOIN events e ON e.id = c.event_id
 	LEFT JOIN inputs i ON c.role = 'input' AND i.event_id = c.event_id
 	LEFT JOIN discord_messages m ON m.input_id = i.id
 	LEFT JOIN discord_conversations d ON d.id = m.conversation_id
 	LEFT JOIN attention_items a ON a.input_id = i.id
-	WHERE x.session_id = ? AND x.context_epoch = ? AND x.position > ? ORDER BY x.position`
+	ORDER BY x.position`
 
 // Active reads session's active context in epoch, the entries after
 // position after (0: all), with the context version they belong to, in one
-// snapshot. Its cost tracks the active context, not the history.
+// statement (one snapshot). Its cost tracks the active context, not the
+// history.
 func (s *Store) Active(ctx context.Context, session string, epoch, after int64) (ActiveContext, error) {
-	ac := ActiveContext{Epoch: epoch}
-	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return ac, fmt.Errorf("active context: %w", err)
+	ac := ActiveContext{Epoch: epoch, Version: -1}
+	var err error
+	ac.Entries, err = scanEntries(ctx, s.rdb, session, epoch, after, &ac.Version)
+	if err == nil && ac.Version < 0 {
+		err = fmt.Errorf("%w: %s", ErrUnknownSession, session)
 	}
-	defer tx.Rollback()
-	if err := tx.QueryRowContext(ctx, `SELECT context_version FROM sessions WHERE id = ?`, session).Scan(&ac.Version); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return ac, fmt.Errorf("%w: %s", ErrUnknownSession, session)
-		}
-		return ac, fmt.Errorf("active context: %w", err)
-	}
-	ac.Entries, err = scanEntries(ctx, tx, session, epoch, after)
 	return ac, err
 }
 
@@ -114,7 +111,7 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-func scanEntries(ctx context.Context, q querier, session string, epoch, after int64) ([]Entry, error) {
+func scanEntries(ctx context.Context, q querier, session string, epoch, after int64, version *int64) ([]Entry, error) {
 	rows, err := q.QueryContext(ctx, contextEntriesQuery, session, epoch, after)
 	if err != nil {
 		return nil, fmt.Errorf("active context: %w", err)
@@ -123,12 +120,20 @@ func scanEntries(ctx context.Context, q querier, session string, epoch, after in
 	var sums []int
 	for rows.Next() {
 		var e Entry
-		var id, item, summary sql.NullInt64
+		var v int64
+		var pos, id, item, summary sql.NullInt64
 		var role, kind, call, content, alias, dkind, name, mode, msg sql.NullString
-		if err := rows.Scan(&e.Position, &id, &role, &kind, &call, &content, &alias, &dkind, &name, &mode, &msg, &item, &summary); err != nil {
+		if err := rows.Scan(&v, &pos, &id, &role, &kind, &call, &content, &alias, &dkind, &name, &mode, &msg, &item, &summary); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("active context: %w", err)
 		}
+		if version != nil {
+			*version = v
+		}
+		if !pos.Valid {
+			continue // no entries after
+		}
+		e.Position = pos.Int64
 		if summary.Valid {
 			e.Summary = &Summary{ID: summary.Int64}
 			sums = append(sums, len(out))
@@ -399,7 +404,7 @@ func (s *Store) CheckCoverage(ctx context.Context, session string, epoch int64) 
 		all = append(all, id)
 	}
 	rows.Close()
-	entries, err := scanEntries(ctx, tx, session, epoch, 0)
+	entries, err := scanEntries(ctx, tx, session, epoch, 0, nil)
 	if err != nil {
 		return err
 	}

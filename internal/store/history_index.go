@@ -115,15 +115,122 @@ func (t *Tx) indexSummary(id int64, session, text string, scopes []string) error
 }
 
 // catchUpIndex indexes the records written before the index existed (a
-// database upgraded to 0008): everything past the newest indexed event.
-func catchUpIndex(ctx context.Context, db *sql.DB) error {
-	var last sql.NullInt64
+// database upgraded to 0008) or before a crash: everything past the newest
+// indexed event. It returns the highest event id, all of which is indexed.
+func catchUpIndex(ctx context.Context, db *sql.DB) (int64, error) {
+	var last, through sql.NullInt64
 	if err := db.QueryRowContext(ctx, `SELECT rowid FROM history_fts WHERE rowid > 0 ORDER BY rowid DESC LIMIT 1`).Scan(&last); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("history index: %w", err)
+		return 0, fmt.Errorf("history index: %w", err)
 	}
-	return indexEvents(ctx, db, last.Int64)
+	if err := indexEvents(ctx, db, last.Int64); err != nil {
+		return 0, err
+	}
+	if err := db.QueryRowContext(ctx, `SELECT max(id) FROM events`).Scan(&through); err != nil {
+		return 0, fmt.Errorf("history index: %w", err)
+	}
+	return through.Int64, nil
 }
 
+// indexBatch bounds the records one index transaction takes.
+const indexBatch = 2000
+
+// indexDelay is how long the indexer lets appends gather before it
+// indexes them in one transaction.
+const indexDelay = 500 * time.Millisecond
+
+func (s *Store) kickIndexer() {
+	select {
+	case s.indexKick <- struct{}{}:
+	default:
+	}
+}
+
+// indexer indexes appended records in batches, off the write path of the
+// appends themselves. It sleeps until an append kicks it.
+func (s *Store) indexer() {
+	defer close(s.indexerDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.closing
+		cancel()
+	}()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-s.indexKick:
+			timer.Reset(indexDelay)
+			select {
+			case <-s.closing:
+				return
+			case <-timer.C:
+			}
+			if err := s.syncIndex(ctx); err != nil && ctx.Err() == nil && s.log != nil {
+				s.log.Warn("history index: catching up failed; the next append or search retries", "error", err)
+			}
+		}
+	}
+}
+
+// syncIndex indexes every record appended since the last catch-up.
+func (s *Store) syncIndex(ctx context.Context) error {
+	s.indexMu.Lock()
+	defer s.indexMu.Unlock()
+	for {
+		from := s.indexed.Load()
+		var through int64
+		var n int
+		if err := s.Write(ctx, func(tx *Tx) (err error) {
+			through, n, err = tx.indexAfter(from, indexBatch)
+			return err
+		}); err != nil {
+			return err
+		}
+		s.indexed.Store(through)
+		if n < indexBatch {
+			return nil
+		}
+	}
+}
+
+// indexAfter indexes up to limit records with event ids after from and
+// returns the highest id it looked at and how many.
+func (t *Tx) indexAfter(from int64, limit int) (through int64, n int, err error) {
+	rows, err := t.query(`SELECT e.id, e.session_id, i.lane, e.content FROM events e
+		JOIN session_items i ON i.event_id = e.id WHERE e.id > ? ORDER BY e.id LIMIT ?`, from, limit)
+	if err != nil {
+		return 0, 0, fmt.Errorf("history index: %w", err)
+	}
+	type ev struct {
+		id            int64
+		session, lane string
+		content       string
+	}
+	var batch []ev
+	for rows.Next() {
+		var e ev
+		if err := rows.Scan(&e.id, &e.session, &e.lane, &e.content); err != nil {
+			rows.Close()
+			return 0, 0, err
+		}
+		batch = append(batch, e)
+	}
+	rows.Close()
+	through = from
+	for _, e := range batch {
+		if err := t.indexEvent(e.id, e.session, Lane(e.lane), e.content); err != nil {
+			return 0, 0, err
+		}
+		through = e.id
+	}
+	return through, len(batch), nil
+}
+
+// indexEvents indexes, on db directly (at open, before the writer runs),
+// the records after event id after, in batches.
 func indexEvents(ctx context.Context, db *sql.DB, after int64) error {
 	for {
 		tx, err := db.BeginTx(ctx, nil)
@@ -131,7 +238,7 @@ func indexEvents(ctx context.Context, db *sql.DB, after int64) error {
 			return err
 		}
 		rows, err := tx.QueryContext(ctx, `SELECT e.id, e.session_id, i.lane, e.content FROM events e
-			JOIN session_items i ON i.event_id = e.id WHERE e.id > ? AND i.lane <> 'notice' ORDER BY e.id LIMIT 2000`, after)
+			JOIN session_items i ON i.event_id = e.id WHERE e.id > ? ORDER BY e.id LIMIT ?`, after, indexBatch)
 		if err != nil {
 			tx.Rollback()
 			return fmt.Errorf("history index: %w", err)
@@ -153,18 +260,21 @@ func indexEvents(ctx context.Context, db *sql.DB, after int64) error {
 		}
 		rows.Close()
 		for _, e := range batch {
+			after = e.id
+			if Lane(e.lane) == LaneNotice {
+				continue
+			}
 			text, conv := searchText(e.content)
 			if _, err := tx.ExecContext(ctx, `INSERT INTO history_fts (rowid, body, meta) VALUES (?, ?, ?)`, e.id, text,
 				eventMeta(e.session, Lane(e.lane), conv)); err != nil {
 				tx.Rollback()
 				return fmt.Errorf("history index: %w", err)
 			}
-			after = e.id
 		}
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("history index: %w", err)
 		}
-		if len(batch) == 0 {
+		if len(batch) < indexBatch {
 			return nil
 		}
 	}
@@ -226,9 +336,15 @@ func (s *Store) RebuildHistoryIndex(ctx context.Context) error {
 				return err
 			}
 		}
+		var through sql.NullInt64
+		if err := tx.queryRow(`SELECT max(id) FROM events`).Scan(&through); err != nil {
+			return err
+		}
+		s.indexed.Store(through.Int64) // written before the commit: a search meanwhile waits on the writer anyway
 		return nil
 	})
 }
+
 
 // SearchScope narrows a search. Session is required.
 type SearchScope struct {
@@ -277,6 +393,9 @@ func ftsQuery(q string) string {
 // first. It is answered from the index; only the page's hits are read.
 func (s *Store) Search(ctx context.Context, query string, sc SearchScope, limit int) (SearchResult, error) {
 	var res SearchResult
+	if err := s.syncIndex(ctx); err != nil {
+		return res, fmt.Errorf("search: index the newest records: %w", err)
+	}
 	terms := ftsQuery(query)
 	if terms == "" {
 		return res, fmt.Errorf("search: the query has no words")

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 )
 
 // addItem appends a record to session's context as role (a test shortcut
@@ -236,4 +237,48 @@ func FuzzFTSQuery(f *testing.F) {
 			t.Fatalf("query %q (%s): %v", q, ftsQuery(q), err)
 		}
 	})
+}
+
+// The index is a projection kept off the write path: the indexer catches up
+// shortly after appends, a search catches up first, and records a stop left
+// unindexed are indexed when the store opens again.
+func TestHistoryIndexCatchesUp(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(ctx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, func(tx *Tx) error { _, err := tx.EnsureSession("p"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	indexed := func(s *Store) int {
+		var n int
+		if err := s.rdb.QueryRow(`SELECT count(*) FROM history_fts`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	addItem(t, s, "p", "input", "first okapi")
+	deadline := time.Now().Add(10 * time.Second)
+	for indexed(s) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the indexer did not index the append")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	addItem(t, s, "p", "input", "second okapi")
+	if res, err := s.Search(ctx, "okapi", SearchScope{Session: "p"}, 10); err != nil || len(res.Hits) != 2 {
+		t.Fatalf("a search right after the append: %+v %v", res, err)
+	}
+	addItem(t, s, "p", "input", "third okapi")
+	s.Close() // before the indexer's delay: the third is not indexed yet
+	s, err = Open(ctx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if n := indexed(s); n != 3 {
+		t.Fatalf("%d records indexed after reopening, want 3", n)
+	}
 }

@@ -49,9 +49,7 @@ func (t *Tx) appendItem(session, kind string, lane Lane, content string, occurre
 		return 0, 0, fmt.Errorf("append session item: %w", err)
 	}
 	seq, _ = res.LastInsertId()
-	if err := t.indexEvent(eventID, session, lane, content); err != nil {
-		return 0, 0, err
-	}
+	t.s.kickIndexer()
 	t.touch(session)
 	return eventID, seq, nil
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -47,6 +48,14 @@ type Store struct {
 	reqs     chan *writeReq
 	closing  chan struct{}
 	done     chan struct{}
+
+	// The lexical index is kept up to date off the write path: appends
+	// kick the indexer, which indexes a batch after a short delay, and a
+	// search first indexes whatever is still pending.
+	indexed     atomic.Int64  // the highest event id the index has looked at
+	indexMu     sync.Mutex    // one catch-up at a time
+	indexKick   chan struct{} // buffered(1)
+	indexerDone chan struct{}
 	maxBatch int
 	stats    writerStats
 	stmts    *stmtCache // the writer goroutine's prepared statements
@@ -90,6 +99,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	s := &Store{
 		dir: dir, clock: opts.Clock, log: opts.Logger, lock: lock,
 		reqs: make(chan *writeReq), closing: make(chan struct{}), done: make(chan struct{}),
+		indexKick: make(chan struct{}, 1), indexerDone: make(chan struct{}),
 		maxBatch: opts.MaxBatch, watchers: map[string]map[*watcher]struct{}{}, control: map[string]int64{},
 	}
 	if err := s.open(ctx, opts); err != nil {
@@ -99,6 +109,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	s.stmts = &stmtCache{db: s.wdb, m: map[string]*sql.Stmt{}, inTx: map[string]*sql.Stmt{}, missed: map[string]struct{}{}, states: map[string]SessionState{}}
 	go s.writer()
+	go s.indexer()
 	return s, nil
 }
 
@@ -134,9 +145,11 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 		}
 		return fmt.Errorf("store: %w", err)
 	}
-	if err := catchUpIndex(ctx, s.wdb); err != nil {
+	through, err := catchUpIndex(ctx, s.wdb)
+	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
+	s.indexed.Store(through)
 	if err := os.Chmod(path, 0o600); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
@@ -197,6 +210,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closing)
 		<-s.done
+		<-s.indexerDone
 		s.stmts.close()
 		s.closeErr = errors.Join(s.closeDBs(), s.lock.release())
 	})

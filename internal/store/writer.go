@@ -150,7 +150,7 @@ func (s *Store) tryBatch(batch []*writeReq, now time.Time, isolate bool) (res ba
 			res.results[i] = err // the caller gave up before its turn; never applied
 			continue
 		}
-		t := &Tx{tx: tx, now: now, stmts: s.stmts}
+		t := &Tx{tx: tx, now: now, stmts: s.stmts, s: s}
 		if isolate {
 			if _, err := t.exec("SAVEPOINT w"); err != nil {
 				return abort(fmt.Errorf("store: savepoint: %w", err))
@@ -205,6 +205,7 @@ type Tx struct {
 	now     time.Time
 	stmts   *stmtCache
 	touched map[string]bool // sessions with new session items → whether one was a control change
+	s       *Store
 }
 
 // Now is the batch's timestamp; every write in one batch shares it.
