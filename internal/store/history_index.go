@@ -345,7 +345,6 @@ func (s *Store) RebuildHistoryIndex(ctx context.Context) error {
 	})
 }
 
-
 // SearchScope narrows a search. Session is required.
 type SearchScope struct {
 	Session      string

@@ -45,9 +45,9 @@ type Store struct {
 	info  RuntimeInfo
 	owner Owner
 
-	reqs     chan *writeReq
-	closing  chan struct{}
-	done     chan struct{}
+	reqs    chan *writeReq
+	closing chan struct{}
+	done    chan struct{}
 
 	// The lexical index is kept up to date off the write path: appends
 	// kick the indexer, which indexes a batch after a short delay, and a
@@ -56,9 +56,9 @@ type Store struct {
 	indexMu     sync.Mutex    // one catch-up at a time
 	indexKick   chan struct{} // buffered(1)
 	indexerDone chan struct{}
-	maxBatch int
-	stats    writerStats
-	stmts    *stmtCache // the writer goroutine's prepared statements
+	maxBatch    int
+	stats       writerStats
+	stmts       *stmtCache // the writer goroutine's prepared statements
 
 	closeOnce sync.Once
 	closeErr  error
