@@ -87,6 +87,17 @@ func printSessions(g *globals, ss []api.SessionStatus) {
 			}
 			fmt.Fprintln(g.env.Stdout)
 		}
+		if c := s.Context; c != nil {
+			fmt.Fprintf(g.env.Stdout, "%s context: epoch %d, %d entries (%d summaries) over %d records", s.ID, c.Epoch, c.Entries, c.Summaries, c.Items)
+			if st := c.ContextState; st != nil {
+				fmt.Fprintf(g.env.Stdout, "; last request about %d of %d tokens (compacts past %d; calibration %.2f), %d compactions",
+					st.Tokens, st.Budget, st.Threshold, st.Factor, st.Compactions)
+				if st.Degraded > 0 {
+					fmt.Fprintf(g.env.Stdout, " (%d degraded)", st.Degraded)
+				}
+			}
+			fmt.Fprintln(g.env.Stdout)
+		}
 		if w := s.Wait; w != nil {
 			until := "until input"
 			if w.Deadline != nil {
