@@ -273,3 +273,53 @@ func TestCompactionSurvivesSIGKILL(t *testing.T) {
 		t.Fatalf("only %d compactions committed across %d kills", n, 2*rounds)
 	}
 }
+
+// Output past the preview bound is spooled to an artifact; history.read
+// opens it by ref, bounded, and continues it at an offset — from the CLI's
+// client and from a cell.
+func TestArtifactsReadThroughHistory(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "big", Code: "print(' '.join('row%d' % i for i in range(25000)))"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "look", Code: "import json\n" +
+			"hit = [h for h in await history.search('row7', scope={'lane': 'cell'}) if h.kind == 'cell.finished'][0]\n" +
+			"rec = await history.read(hit.ref, max_bytes=300000)\n" +
+			"art = json.loads(json.dumps(rec.content))['output']['artifact']['sha256']\n" +
+			"part = await history.read('a' + art, max_bytes=1000, offset=5)\n" +
+			"print(len(part.text), part.truncated, part.offset, part.text[:10])"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "w", Code: "await runtime.wait(None)"}}},
+	)
+	a := startAgent(t, model, "")
+	a.send("make a lot of output")
+	a.eventually("waiting", a.state(store.StateWaiting))
+	var sha string
+	for _, r := range a.kinds(store.LaneCell, "cell.finished") {
+		var o struct {
+			Output struct {
+				Artifact *struct {
+					SHA256 string `json:"sha256"`
+				} `json:"artifact"`
+			} `json:"output"`
+			Stdout string
+		}
+		if json.Unmarshal(r.Content, &o) == nil && o.Output.Artifact != nil {
+			sha = o.Output.Artifact.SHA256
+		}
+		if strings.Contains(string(r.Content), "1000 True 1005 row1 row2") {
+			sha += "+cell"
+		}
+	}
+	if !strings.HasSuffix(sha, "+cell") {
+		t.Fatalf("no artifact, or the cell's read of it failed:\n%s", a.dump())
+	}
+	sha = strings.TrimSuffix(sha, "+cell")
+	rec, err := a.c.ReadHistory(t.Context(), "a"+sha, 150000, 0)
+	if err != nil || !rec.Truncated || len(rec.Text) != 150000 || rec.Offset != 150000 || rec.Producer == "" {
+		t.Fatalf("read: truncated %v, %d bytes, offset %d, producer %q, %v", rec.Truncated, len(rec.Text), rec.Offset, rec.Producer, err)
+	}
+	rest, err := a.c.ReadHistory(t.Context(), "a"+sha, 150000, rec.Offset)
+	if err != nil || rest.Truncated || int64(len(rec.Text)+len(rest.Text)) != rec.Size || rec.Size < 200000 {
+		t.Fatalf("the rest: %d bytes, truncated %v, %v", len(rest.Text), rest.Truncated, err)
+	}
+}
