@@ -11,12 +11,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/citest"
 	"github.com/klbr-dev/klbr/internal/localclient"
 	"github.com/klbr-dev/klbr/internal/modeltest"
@@ -344,4 +346,58 @@ func checkOnce(t *testing.T, page []string, durable []store.Record) {
 			t.Errorf("durable record %d (%s %s) shown %d times in its lane", r.ID, r.Lane, r.Kind, shown[key])
 		}
 	}
+}
+
+// A compaction in the page: a collapsible summary block in the notice lane
+// with its range, the summary's text and how to read the originals.
+func TestBrowserShowsCompaction(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	var n atomic.Int32
+	model.Otherwise(func(int) modeltest.Reply {
+		i := n.Add(1)
+		if i%2 == 1 {
+			return modeltest.Reply{Text: "working", Calls: []modeltest.Call{{ID: fmt.Sprintf("p%d", i), Code: "print('w' * 3000)"}}}
+		}
+		return modeltest.Reply{Calls: []modeltest.Call{{ID: fmt.Sprintf("w%d", i), Code: "await runtime.wait(None)"}}}
+	})
+	model.ToolFree(func(modeltest.Request) modeltest.Reply {
+		return modeltest.Reply{Text: "The operator asked twice; the agent printed w each time."}
+	})
+	c := startCore(t, model)
+	for i := range 2 {
+		if _, err := c.ctl.Send(t.Context(), "default", api.SendRequest{Text: fmt.Sprintf("round %d", i), SourceKey: fmt.Sprintf("r%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+		c.eventually(t, "the round's wait", func() bool { return int(n.Load()) >= 2*(i+1) })
+		c.eventually(t, "waiting", func() bool {
+			s, err := c.ctl.Session(t.Context(), "default")
+			return err == nil && s.State == store.StateWaiting
+		})
+	}
+	out, err := c.ctl.Compact(t.Context(), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := browserCtx(t)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(c.url+"/?token="+c.token), chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`))); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, `document.querySelector('#lane-notice details.summary-block') !== null`); err != nil {
+		t.Fatalf("no summary block: %v", err)
+	}
+	head := eval[string](t, ctx, `document.querySelector('#lane-notice details.summary-block summary').innerText`)
+	if !strings.Contains(head, "context compacted: "+out.Summary+" (normal)") || !strings.Contains(head, "records") {
+		t.Fatalf("summary line %q", head)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#lane-notice details.summary-block summary`))); err != nil {
+		t.Fatal(err)
+	}
+	body := eval[string](t, ctx, `document.querySelector('#lane-notice details.summary-block').innerText`)
+	if !strings.Contains(body, "the agent printed w each time") || !strings.Contains(body, "klbr-core history children "+out.Summary) {
+		t.Fatalf("summary block %q", body)
+	}
+	screenshot(t, ctx, "agent-e2e-compaction")
 }
