@@ -4,9 +4,11 @@
 package api
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/turn"
 )
@@ -82,6 +84,17 @@ type Compacted struct {
 	SummaryTokens int      `json:"summary_tokens"`
 	Problems      []string `json:"problems,omitempty"`
 	Message       string   `json:"message"`
+}
+
+// NewCompacted describes a committed compaction for the operator.
+func NewCompacted(session string, res history.Result) Compacted {
+	ref := store.SummaryRef(res.Summary)
+	msg := fmt.Sprintf("compacted: summary %s (%s) replaces about %d tokens with about %d", ref, res.Kind, res.Source, res.Tokens)
+	if res.Kind == store.SummaryDegraded && len(res.Problems) > 0 {
+		msg += "; the summarizer could not be used: " + res.Problems[len(res.Problems)-1]
+	}
+	return Compacted{Session: session, Summary: ref, Kind: res.Kind, Attempts: res.Attempts, SourceTokens: res.Source,
+		SummaryTokens: res.Tokens, Problems: res.Problems, Message: msg}
 }
 
 // ExecRequest runs a cell in a session's workbench.

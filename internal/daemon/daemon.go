@@ -191,7 +191,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err != nil {
 		return fmt.Errorf("serve: operator token (run klbr-core init): %w", err)
 	}
-	wb := web.Browser{Store: st, Admit: d.admit, Sessions: d.sessions, Daemon: d, Token: token, Deltas: d.deltas}
+	wb := web.Browser{Store: st, Admit: d.admit, Sessions: d.sessions, Daemon: d, Token: token, Deltas: d.deltas,
+		Compact: func(ctx context.Context, session string) (api.Compacted, error) {
+			res, err := d.compact(ctx, session)
+			return api.NewCompacted(session, res), err
+		}}
 	if d.bench != nil {
 		wb.Workbench = d.bench
 	}

@@ -3,7 +3,6 @@ package localapi
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 
@@ -50,12 +49,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	msg := fmt.Sprintf("compacted: summary %s (%s) replaces about %d tokens with about %d", store.SummaryRef(res.Summary), res.Kind, res.Source, res.Tokens)
-	if res.Kind == store.SummaryDegraded && len(res.Problems) > 0 {
-		msg += "; the summarizer could not be used: " + res.Problems[len(res.Problems)-1]
-	}
-	writeJSON(w, http.StatusOK, api.Compacted{Session: session, Summary: store.SummaryRef(res.Summary), Kind: res.Kind,
-		Attempts: res.Attempts, SourceTokens: res.Source, SummaryTokens: res.Tokens, Problems: res.Problems, Message: msg})
+	writeJSON(w, http.StatusOK, api.NewCompacted(session, res))
 }
 
 func (s *Server) handleHistorySearch(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@ package web
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -375,18 +376,22 @@ func TestBrowserShowsCompaction(t *testing.T) {
 			return err == nil && s.State == store.StateWaiting
 		})
 	}
-	out, err := c.ctl.Compact(t.Context(), "default")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := browserCtx(t)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.Navigate(c.url+"/?token="+c.token), chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`))); err != nil {
+	// The page's Compact control runs klbr-core compact's path.
+	if err := chromedp.Do(ctx, chromedp.Navigate(c.url+"/?token="+c.token), chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
+		chromedp.Click(chromedp.CSS(`#btn-compact`))); err != nil {
 		t.Fatal(err)
 	}
 	if err := poll(ctx, `document.querySelector('#lane-notice details.summary-block') !== null`); err != nil {
 		t.Fatalf("no summary block: %v", err)
+	}
+	var out struct{ Summary string }
+	for _, r := range c.records(t) {
+		if r.Kind == "context.compacted" {
+			_ = json.Unmarshal(r.Content, &out)
+		}
 	}
 	head := eval[string](t, ctx, `document.querySelector('#lane-notice details.summary-block summary').innerText`)
 	if !strings.Contains(head, "context compacted: "+out.Summary+" (normal)") || !strings.Contains(head, "records") {

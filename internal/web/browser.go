@@ -58,6 +58,9 @@ type Browser struct {
 	Releases  *behavior.Releases // activate, edit_soul and GET /v2/soul
 	Artifacts *artifacts.Store   // GET /v2/artifacts/{sha256}
 	Deltas    *live.Hub          // token deltas of model steps, sent as "delta" messages
+	// Compact compacts a session's context now (the operator API's
+	// compact): compact.
+	Compact func(ctx context.Context, session string) (api.Compacted, error)
 }
 
 // browser is the configured client.
@@ -514,7 +517,7 @@ func (c *client) handle(ctx context.Context, id string, m ClientMessage) bool {
 		ok := c.send(acceptedMsg{Type: MsgAccepted, Action: m.Type, Message: msg})
 		c.b.Daemon.Shutdown(stop)
 		return ok
-	case MsgReset, MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart, MsgActivate, MsgRollback, MsgEditSoul:
+	case MsgReset, MsgCompact, MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart, MsgActivate, MsgRollback, MsgEditSoul:
 		// A control may take long (a drain waits for accepted work): it
 		// runs on its own, and other messages are handled meanwhile.
 		go c.control(ctx, id, m)

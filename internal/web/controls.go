@@ -15,6 +15,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
@@ -94,6 +95,15 @@ func (c *client) control(ctx context.Context, id string, m ClientMessage) bool {
 			msg += "; the workbench was reset (Python state was not restored, the next cell starts a new generation)"
 		}
 		return c.send(ackMsg{Type: MsgAck, Action: m.Type, Session: target, Message: msg})
+	case MsgCompact:
+		if b.Compact == nil {
+			return unavailable("compaction")
+		}
+		res, err := b.Compact(ctx, id)
+		if err != nil {
+			return fail(err)
+		}
+		return c.send(ackMsg{Type: MsgAck, Action: m.Type, Session: id, Message: res.Message})
 	case MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart:
 		if b.Sessions == nil {
 			return unavailable("the session manager")
@@ -261,8 +271,10 @@ func controlErrorCode(err error) string {
 		return api.CodeDraining
 	case errors.Is(err, errNoRelease):
 		return api.CodeConflict
-	case errors.Is(err, session.ErrDraining), errors.Is(err, session.ErrStopped):
+	case errors.Is(err, session.ErrDraining), errors.Is(err, session.ErrStopped), errors.Is(err, history.ErrNothingToCompact):
 		return api.CodeConflict
+	case errors.Is(err, history.ErrUnavailable):
+		return api.CodeUnavailable
 	}
 	return errorCode(err)
 }

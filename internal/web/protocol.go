@@ -27,6 +27,7 @@ const (
 	// Operator controls (controls.go): they reach the domain operations
 	// directly, never through the model or the hooks.
 	MsgReset        = "reset"         // {"type":"reset","session":S?,"kernel":bool?}: a new context epoch, and with kernel a new workbench
+	MsgCompact      = "compact"       // {"type":"compact"}: compact the context now (klbr-core compact)
 	MsgSessionDrain = "session_drain" // the connected session drains
 	MsgSessionStop  = "session_stop"  // the connected session moves to stopped
 	MsgSessionPause = "session_pause" // the connected session moves to paused: a running cell or model request is cut off
@@ -138,6 +139,10 @@ func DecodeClientMessage(b []byte) (ClientMessage, error) {
 		}
 		if m != (ClientMessage{Type: m.Type, Session: m.Session, Kernel: m.Kernel}) {
 			return bad("only session and kernel")
+		}
+	case MsgCompact:
+		if m != (ClientMessage{Type: m.Type}) {
+			return bad("compact takes no fields")
 		}
 	case MsgActivate:
 		if m.Release == "" || len(m.Release) > MaxReleaseRef {

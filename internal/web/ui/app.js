@@ -823,6 +823,7 @@ function pause() {
 function setupControls() {
   $("#btn-reset-context").addEventListener("click", () => sendControl({ type: "reset", session: SESSION },
     `Reset the context of ${SESSION}? The model starts from an empty context; the archive and durable work are kept.`));
+  $("#btn-compact").addEventListener("click", () => sendControl({ type: "compact" }));
   $("#btn-reset").addEventListener("click", () => sendControl({ type: "reset", session: SESSION, kernel: true },
     `Reset the context and the workbench of ${SESSION}? Python state is lost; the next cell starts a new kernel generation.`));
   $("#btn-session-pause").addEventListener("click", pause);
