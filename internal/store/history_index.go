@@ -88,19 +88,6 @@ func clip(s string) string {
 	return s
 }
 
-// indexEvent adds a record to the index (notices are operational, not
-// history one searches).
-func (t *Tx) indexEvent(eventID int64, session string, lane Lane, content string) error {
-	if lane == LaneNotice {
-		return nil
-	}
-	text, conv := searchText(content)
-	if _, err := t.exec(`INSERT INTO history_fts (rowid, body, meta) VALUES (?, ?, ?)`, eventID, text, eventMeta(session, lane, conv)); err != nil {
-		return fmt.Errorf("index record: %w", err)
-	}
-	return nil
-}
-
 func (t *Tx) indexSummary(id int64, session, text string, scopes []string) error {
 	meta := metaToken("s", session) + " lsummary"
 	for _, s := range scopes {
@@ -179,6 +166,10 @@ func (s *Store) indexer() {
 func (s *Store) syncIndex(ctx context.Context) error {
 	s.indexMu.Lock()
 	defer s.indexMu.Unlock()
+	return s.syncIndexLocked(ctx)
+}
+
+func (s *Store) syncIndexLocked(ctx context.Context) error {
 	for {
 		from := s.indexed.Load()
 		var through int64
@@ -196,33 +187,58 @@ func (s *Store) syncIndex(ctx context.Context) error {
 	}
 }
 
+// indexedEvent is a record as the index reads it.
+type indexedEvent struct {
+	id            int64
+	session, lane string
+	content       string
+}
+
+// eventsAfterQuery reads the records after an event id, in order, bounded.
+const eventsAfterQuery = `SELECT e.id, e.session_id, i.lane, e.content FROM events e
+	JOIN session_items i ON i.event_id = e.id WHERE e.id > ? ORDER BY e.id LIMIT ?`
+
+func scanIndexed(rows *sql.Rows, err error) ([]indexedEvent, error) {
+	if err != nil {
+		return nil, fmt.Errorf("history index: %w", err)
+	}
+	defer rows.Close()
+	var out []indexedEvent
+	for rows.Next() {
+		var e indexedEvent
+		if err := rows.Scan(&e.id, &e.session, &e.lane, &e.content); err != nil {
+			return nil, fmt.Errorf("history index: %w", err)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// ftsRow is one record's row of the index, or ok false for a record that
+// is not indexed (a notice).
+func ftsRow(e indexedEvent) (text, meta string, ok bool) {
+	if Lane(e.lane) == LaneNotice {
+		return "", "", false
+	}
+	text, conv := searchText(e.content)
+	return text, eventMeta(e.session, Lane(e.lane), conv), true
+}
+
+const ftsInsert = `INSERT INTO history_fts (rowid, body, meta) VALUES (?, ?, ?)`
+
 // indexAfter indexes up to limit records with event ids after from and
 // returns the highest id it looked at and how many.
 func (t *Tx) indexAfter(from int64, limit int) (through int64, n int, err error) {
-	rows, err := t.query(`SELECT e.id, e.session_id, i.lane, e.content FROM events e
-		JOIN session_items i ON i.event_id = e.id WHERE e.id > ? ORDER BY e.id LIMIT ?`, from, limit)
+	batch, err := scanIndexed(t.query(eventsAfterQuery, from, limit))
 	if err != nil {
-		return 0, 0, fmt.Errorf("history index: %w", err)
+		return 0, 0, err
 	}
-	type ev struct {
-		id            int64
-		session, lane string
-		content       string
-	}
-	var batch []ev
-	for rows.Next() {
-		var e ev
-		if err := rows.Scan(&e.id, &e.session, &e.lane, &e.content); err != nil {
-			rows.Close()
-			return 0, 0, err
-		}
-		batch = append(batch, e)
-	}
-	rows.Close()
 	through = from
 	for _, e := range batch {
-		if err := t.indexEvent(e.id, e.session, Lane(e.lane), e.content); err != nil {
-			return 0, 0, err
+		if text, meta, ok := ftsRow(e); ok {
+			if _, err := t.exec(ftsInsert, e.id, text, meta); err != nil {
+				return 0, 0, fmt.Errorf("index record: %w", err)
+			}
 		}
 		through = e.id
 	}
@@ -237,39 +253,19 @@ func indexEvents(ctx context.Context, db *sql.DB, after int64) error {
 		if err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT e.id, e.session_id, i.lane, e.content FROM events e
-			JOIN session_items i ON i.event_id = e.id WHERE e.id > ? ORDER BY e.id LIMIT ?`, after, indexBatch)
+		batch, err := scanIndexed(tx.QueryContext(ctx, eventsAfterQuery, after, indexBatch))
+		for _, e := range batch {
+			if err != nil {
+				break
+			}
+			if text, meta, ok := ftsRow(e); ok {
+				_, err = tx.ExecContext(ctx, ftsInsert, e.id, text, meta)
+			}
+			after = e.id
+		}
 		if err != nil {
 			tx.Rollback()
 			return fmt.Errorf("history index: %w", err)
-		}
-		type ev struct {
-			id            int64
-			session, lane string
-			content       string
-		}
-		var batch []ev
-		for rows.Next() {
-			var e ev
-			if err := rows.Scan(&e.id, &e.session, &e.lane, &e.content); err != nil {
-				rows.Close()
-				tx.Rollback()
-				return err
-			}
-			batch = append(batch, e)
-		}
-		rows.Close()
-		for _, e := range batch {
-			after = e.id
-			if Lane(e.lane) == LaneNotice {
-				continue
-			}
-			text, conv := searchText(e.content)
-			if _, err := tx.ExecContext(ctx, `INSERT INTO history_fts (rowid, body, meta) VALUES (?, ?, ?)`, e.id, text,
-				eventMeta(e.session, Lane(e.lane), conv)); err != nil {
-				tx.Rollback()
-				return fmt.Errorf("history index: %w", err)
-			}
 		}
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("history index: %w", err)
@@ -283,66 +279,43 @@ func indexEvents(ctx context.Context, db *sql.DB, after int64) error {
 // RebuildHistoryIndex drops the lexical index and builds it again from the
 // originals and the summaries.
 func (s *Store) RebuildHistoryIndex(ctx context.Context) error {
-	return s.Write(ctx, func(tx *Tx) error {
+	s.indexMu.Lock()
+	defer s.indexMu.Unlock()
+	if err := s.Write(ctx, func(tx *Tx) error {
 		if _, err := tx.exec(`DELETE FROM history_fts`); err != nil {
 			return err
 		}
-		rows, err := tx.query(`SELECT e.id, e.session_id, i.lane, e.content FROM events e JOIN session_items i ON i.event_id = e.id ORDER BY e.id`)
-		if err != nil {
-			return err
-		}
-		type ev struct {
-			id            int64
-			session, lane string
-			content       string
-		}
-		var all []ev
-		for rows.Next() {
-			var e ev
-			if err := rows.Scan(&e.id, &e.session, &e.lane, &e.content); err != nil {
-				rows.Close()
-				return err
-			}
-			all = append(all, e)
-		}
-		rows.Close()
-		for _, e := range all {
-			if err := tx.indexEvent(e.id, e.session, Lane(e.lane), e.content); err != nil {
-				return err
-			}
-		}
-		srows, err := tx.query(`SELECT id, session_id, text, scopes FROM summaries ORDER BY id`)
+		rows, err := tx.query(`SELECT id, session_id, text, scopes FROM summaries ORDER BY id`)
 		if err != nil {
 			return err
 		}
 		type sm struct {
-			id                   int64
-			session, text, scope string
+			id                    int64
+			session, text, scopes string
 		}
 		var sums []sm
-		for srows.Next() {
+		for rows.Next() {
 			var x sm
-			if err := srows.Scan(&x.id, &x.session, &x.text, &x.scope); err != nil {
-				srows.Close()
+			if err := rows.Scan(&x.id, &x.session, &x.text, &x.scopes); err != nil {
+				rows.Close()
 				return err
 			}
 			sums = append(sums, x)
 		}
-		srows.Close()
+		rows.Close()
 		for _, x := range sums {
 			var scopes []string
-			_ = json.Unmarshal([]byte(x.scope), &scopes)
+			_ = json.Unmarshal([]byte(x.scopes), &scopes)
 			if err := tx.indexSummary(x.id, x.session, x.text, scopes); err != nil {
 				return err
 			}
 		}
-		var through sql.NullInt64
-		if err := tx.queryRow(`SELECT max(id) FROM events`).Scan(&through); err != nil {
-			return err
-		}
-		s.indexed.Store(through.Int64) // written before the commit: a search meanwhile waits on the writer anyway
 		return nil
-	})
+	}); err != nil {
+		return fmt.Errorf("rebuild history index: %w", err)
+	}
+	s.indexed.Store(0)
+	return s.syncIndexLocked(ctx)
 }
 
 // SearchScope narrows a search. Session is required.

@@ -281,4 +281,11 @@ func TestHistoryIndexCatchesUp(t *testing.T) {
 	if n := indexed(s); n != 3 {
 		t.Fatalf("%d records indexed after reopening, want 3", n)
 	}
+	// Rebuilt from the originals, the index says the same.
+	if err := s.RebuildHistoryIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Search(ctx, "okapi", SearchScope{Session: "p"}, 10); err != nil || len(res.Hits) != 3 || indexed(s) != 3 {
+		t.Fatalf("after a rebuild: %+v %v, %d rows", res, err, indexed(s))
+	}
 }
