@@ -49,6 +49,8 @@ type Options struct {
 // Client sends requests to one route. It is safe for concurrent use.
 type Client struct {
 	route    config.Route
+	dialect  Dialect
+	base     string // the route's url without a trailing slash
 	endpoint string
 	key      string // never logged, never in errors
 	redact   redactor
@@ -70,9 +72,16 @@ func New(route config.Route, opts Options) (*Client, error) {
 	if _, ok := config.CacheRetentions(route.CacheProfile); !ok && route.CacheProfile != "" {
 		return nil, fmt.Errorf("provider: unknown cache_profile %q", route.CacheProfile)
 	}
+	d, err := DialectOf(route)
+	if err != nil {
+		return nil, err
+	}
+	base := strings.TrimRight(route.URL, "/")
 	c := &Client{
 		route:    route,
-		endpoint: strings.TrimRight(route.URL, "/") + "/chat/completions",
+		dialect:  d,
+		base:     base,
+		endpoint: base + "/chat/completions",
 		http:     opts.HTTPClient,
 		log:      opts.Logger,
 		timeout:  time.Duration(route.TimeoutSeconds) * time.Second,
@@ -161,6 +170,21 @@ func checkKey(v, where string) (string, error) {
 // aborts it promptly. Every error is an *Error. With an error, the Response
 // may be non-nil and partial (see Response).
 func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
+	resp, err := c.complete(ctx, req)
+	var pe *Error
+	if errors.As(err, &pe) && pe.URL == "" {
+		pe.URL = c.endpoint
+	}
+	return resp, err
+}
+
+// Dialect returns the dialect the client speaks.
+func (c *Client) Dialect() Dialect { return c.dialect }
+
+// Endpoint returns the URL requests go to.
+func (c *Client) Endpoint() string { return c.endpoint }
+
+func (c *Client) complete(ctx context.Context, req Request) (*Response, error) {
 	body, err := c.requestBody(req)
 	if err != nil {
 		return nil, &Error{Kind: KindProtocol, Msg: "encoding the request: " + c.redact.clean(err.Error())}
@@ -193,7 +217,10 @@ func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		e := &Error{Kind: KindHTTP, Status: resp.StatusCode, Body: c.redact.excerpt(b)}
+		e := &Error{Kind: KindHTTP, Status: resp.StatusCode, Body: c.redact.excerpt(b), URL: c.endpoint}
+		if msg, code, _ := parseErrorBody(b); msg != "" || code != "" {
+			e.Message, e.Code = c.redact.excerpt([]byte(msg)), c.redact.excerpt([]byte(code))
+		}
 		if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s > 0 {
 			e.RetryAfter = time.Duration(s) * time.Second
 		}

@@ -16,10 +16,15 @@ type Message struct {
 	ToolCallID string     // tool messages: the id of the call this answers
 	Name       string     // optional
 
+	// Reasoning and ReasoningDetails are the reasoning an assistant message
+	// came with, as stored. They are not sent as such: the route's dialect
+	// decides whether and under which name they go back (see Replay).
+	Reasoning        string
+	ReasoningDetails json.RawMessage
+
 	// Extra is an opaque JSON object whose fields are added to the message
-	// verbatim: provider-specific blocks (e.g. reasoning_content for a route
-	// that wants it back) that the caller stored and must pass back. A field
-	// that collides with one of the above is an error.
+	// verbatim: provider-specific blocks that the caller stored and must
+	// pass back. A field that collides with one of the above is an error.
 	Extra json.RawMessage
 }
 
@@ -70,6 +75,10 @@ type ToolCall struct {
 	ID       string       `json:"id"`
 	Type     string       `json:"type"` // "function"
 	Function FunctionCall `json:"function"`
+	// SentID is the id the model sent when it was empty or repeated within
+	// its response, and ID is one the client made up in its place (an id is
+	// how a result answers its call). "" when ID is the model's own.
+	SentID string `json:"-"`
 }
 
 // FunctionCall names the function and carries its arguments, a JSON text as
@@ -109,10 +118,24 @@ type Request struct {
 	Tools    []Tool
 	Stream   bool
 
+	// Meta says what the request is for, to the route planner (model.plan);
+	// it is not sent.
+	Meta RequestMeta
+
 	// OnDelta, when set and Stream is true, receives best-effort deltas as
 	// they arrive, on the goroutine that called Complete. It must return
 	// quickly. The Response, not the deltas, is the record.
 	OnDelta func(Delta)
+}
+
+// RequestMeta describes a request to the route planner.
+type RequestMeta struct {
+	Session string `json:"session"`
+	// Purpose is "turn" for an agent step, "summary" for a summarizer, or
+	// "test" for klbr-core route test.
+	Purpose string `json:"purpose"`
+	// Directed is set when the step answers a DM, a mention or the operator.
+	Directed bool `json:"directed"`
 }
 
 // Delta is one streamed increment.
@@ -139,8 +162,14 @@ type Response struct {
 	Content   string
 	Reasoning string
 	// ReasoningField is the provider field reasoning came in
-	// ("reasoning_content" or "reasoning"), "" when there was none.
+	// ("reasoning_content", "reasoning", "reasoning_details" or
+	// "content.thinking"), "" when there was none.
 	ReasoningField string
+	// ReasoningDetails is the reasoning_details array the provider sent
+	// (OpenRouter), streamed pieces joined by their index; nil when none.
+	ReasoningDetails json.RawMessage
+	// Route names the route that answered (set by Router).
+	Route string
 	ToolCalls      []ToolCall
 	Incomplete     []ToolCall
 	FinishReason   string
@@ -175,3 +204,4 @@ type Usage struct {
 	// write: that would be an inference.
 	CacheMissTokens *int
 }
+
