@@ -169,11 +169,11 @@ type Response struct {
 	// (OpenRouter), streamed pieces joined by their index; nil when none.
 	ReasoningDetails json.RawMessage
 	// Route names the route that answered (set by Router).
-	Route string
-	ToolCalls      []ToolCall
-	Incomplete     []ToolCall
-	FinishReason   string
-	Usage          Usage
+	Route        string
+	ToolCalls    []ToolCall
+	Incomplete   []ToolCall
+	FinishReason string
+	Usage        Usage
 	// MessageExtra holds the other fields of the assistant message as the
 	// provider sent them (e.g. refusal, annotations, provider-specific
 	// blocks), as one JSON object; nil when there are none. Non-streaming
@@ -204,4 +204,3 @@ type Usage struct {
 	// write: that would be an inference.
 	CacheMissTokens *int
 }
-
