@@ -28,6 +28,12 @@ SAMPLES = {
              "received_at": 10.0},
         ], "now": 100.0},
     ],
+    "model.plan": [
+        {"session": "default", "purpose": "turn", "directed": True,
+         "routes": [{"name": "main", "model": "m", "dialect": "openai", "down": False},
+                    {"name": "local", "model": "l", "dialect": "llama.cpp", "down": True, "down_seconds": 4.5}],
+         "default": ["main", "local"]},
+    ],
     "delivery.review": [
         {"channel": "local", "text": "hello", "session": "default"},
         {"channel": "discord", "text": "", "destination": "d1", "session": "default",
@@ -36,6 +42,11 @@ SAMPLES = {
 }
 
 VALIDATORS = {
+    "model.plan": lambda test, out: (
+        test.assertEqual(set(out), {"routes", "reason"}),
+        test.assertIsInstance(out["routes"], list),
+        test.assertIsInstance(out["reason"], str),
+    ),
     "attention.plan": lambda test, out: (
         test.assertEqual(set(out), {"order", "defer", "reason"}),
         test.assertIsInstance(out["order"], list),
@@ -64,7 +75,7 @@ def invoke(fn, data):
 class SlotsTest(unittest.TestCase):
     def test_slots_shape(self):
         self.assertIsInstance(klbr_hooks.SLOTS, dict)
-        self.assertEqual(set(klbr_hooks.SLOTS), {"attention.plan", "delivery.review"})
+        self.assertEqual(set(klbr_hooks.SLOTS), {"attention.plan", "delivery.review", "model.plan"})
         for slot, fn in klbr_hooks.SLOTS.items():
             with self.subTest(slot=slot):
                 self.assertIsInstance(slot, str)
