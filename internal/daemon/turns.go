@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -51,15 +52,14 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		d.log.Warn("the agent does not run: no model route is configured", "route", cfg.File.Agent.Route, "config", cfg.Paths.ConfigFile)
 		return nil
 	}
-	client, err := provider.New(route, provider.Options{Logger: d.log.With("component", "provider", "route", cfg.File.Agent.Route)})
-	if err != nil {
-		return fmt.Errorf("route %s: %w", cfg.File.Agent.Route, err)
-	}
 	a := cfg.File.Agent
-	m.PrepareRoute(a.Route)
+	model, err := d.router(cfg, m)
+	if err != nil {
+		return err
+	}
 	m.WatchDeltas(d.deltas)
 	d.turns = turn.New(turn.Config{
-		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Model: client, Route: a.Route,
+		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Model: model, Route: a.Route,
 		Prompt: releasePrompt(d.releases.Tree), Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),
 		Budgets: turn.Budgets{MaxSteps: a.MaxSteps, MaxTokens: a.MaxTokens, MaxTurn: time.Duration(a.MaxTurnSeconds) * time.Second,
 			MaxEmpty: a.MaxEmptyCompletions, MaxErrors: a.MaxConsecutiveErrors, ContextTokens: a.ContextBudgetTokens,
@@ -68,6 +68,9 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		QuietAmbient: !cfg.File.Discord.AmbientWake,
 	})
 	d.agent = fmt.Sprintf("route %s (%s)", a.Route, route.Model)
+	if len(a.Fallback) > 0 {
+		d.agent += ", fallback " + strings.Join(a.Fallback, ", ")
+	}
 	sessions, err := d.store.Sessions(ctx)
 	if err != nil {
 		return err
@@ -76,6 +79,35 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		d.turns.Start(s.ID, resume[s.ID])
 	}
 	return nil
+}
+
+// router builds a client for every configured route and the Router that
+// sends each step along its plan: agent.route, then agent.fallback, unless
+// the model.plan hook answers otherwise. The agent's route must have a
+// working client; another route whose key is missing is left out with a
+// warning (doctor says so too).
+func (d *daemon) router(cfg *config.Config, m *metrics.Metrics) (*provider.Router, error) {
+	a := cfg.File.Agent
+	opts := provider.RouterOptions{Routes: map[string]provider.Completer{}, Info: map[string]provider.RouteInfo{},
+		Clock: d.clock, Log: d.log.With("component", "router"), Observe: m.ObserveModel}
+	for name, r := range cfg.File.Routes {
+		client, err := provider.New(r, provider.Options{Logger: d.log.With("component", "provider", "route", name)})
+		if err != nil {
+			if name == a.Route || slices.Contains(a.Fallback, name) {
+				return nil, fmt.Errorf("route %s: %w", name, err)
+			}
+			d.log.Warn("route left out: it cannot be used", "route", name, "error", err)
+			continue
+		}
+		opts.Routes[name] = client
+		opts.Info[name] = provider.RouteInfo{Name: name, Model: r.Model, Dialect: client.Dialect().Name}
+		m.PrepareRoute(name)
+	}
+	opts.Default = cfg.File.StepRoutes()
+	if d.hooks != nil {
+		opts.Planner = d.hooks
+	}
+	return provider.NewRouter(opts)
 }
 
 // releasePrompt reads a release's system prompt: its soul, then its
