@@ -28,10 +28,13 @@ type want struct {
 		Name      string `json:"name"`
 		Arguments string `json:"arguments"`
 	} `json:"calls"`
-	Incomplete int               `json:"incomplete"`
-	Finish     string            `json:"finish"`
-	Usage      map[string]int    `json:"usage"` // prompt, completion, total, cache_read, cache_write, cache_miss
-	Error      *struct{ Kind, Contains string; Retryable bool } `json:"error"`
+	Incomplete int            `json:"incomplete"`
+	Finish     string         `json:"finish"`
+	Usage      map[string]int `json:"usage"` // prompt, completion, total, cache_read, cache_write, cache_miss
+	Error      *struct {
+		Kind, Contains string
+		Retryable      bool
+	} `json:"error"`
 }
 
 // fixtureServer serves a recorded stream, cut into writes by split, each
