@@ -7,6 +7,7 @@ package provider
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -273,4 +274,61 @@ func intAttr(p *int) any {
 		return "absent"
 	}
 	return *p
+}
+
+// maxModelsBody bounds a /models answer.
+const maxModelsBody = 4 << 20
+
+// Models asks the route's server which models it serves (GET {url}/models)
+// and returns their ids. Errors are *Error, naming the URL.
+func (c *Client) Models(ctx context.Context) ([]string, error) {
+	url := c.base + "/models"
+	rctx, cancel := context.WithTimeout(ctx, min(c.timeout, 10*time.Second))
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, &Error{Kind: KindProtocol, Msg: "building the request: " + c.redact.clean(err.Error()), URL: url}
+	}
+	hreq.Header.Set("Accept", "application/json")
+	if c.key != "" {
+		hreq.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	resp, err := c.http.Do(hreq)
+	if err != nil {
+		e := c.transportError(ctx, rctx, err, "sending the request")
+		e.URL = url
+		return nil, e
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxModelsBody+1))
+	if err != nil {
+		e := c.transportError(ctx, rctx, err, "reading the response")
+		e.URL = url
+		return nil, e
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		e := &Error{Kind: KindHTTP, Status: resp.StatusCode, Body: c.redact.excerpt(b), URL: url}
+		if msg, code, _ := parseErrorBody(b); msg != "" || code != "" {
+			e.Message, e.Code = c.redact.excerpt([]byte(msg)), c.redact.excerpt([]byte(code))
+		}
+		return nil, e
+	}
+	if len(b) > maxModelsBody {
+		return nil, &Error{Kind: KindProtocol, Msg: fmt.Sprintf("the model list exceeds %d bytes", maxModelsBody), URL: url}
+	}
+	// OpenAI's shape, which every dialect's server answers: {"data": [{"id"}]}
+	// (Ollama's /api/tags would be {"models"}, but its /v1/models is this).
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, &Error{Kind: KindProtocol, Msg: "the model list is not {\"data\": [{\"id\": …}]}: " + c.redact.excerpt([]byte(err.Error())), URL: url}
+	}
+	ids := make([]string, 0, len(list.Data))
+	for _, m := range list.Data {
+		ids = append(ids, m.ID)
+	}
+	return ids, nil
 }
