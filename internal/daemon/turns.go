@@ -89,7 +89,10 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 func (d *daemon) router(cfg *config.Config, m *metrics.Metrics) (*provider.Router, error) {
 	a := cfg.File.Agent
 	opts := provider.RouterOptions{Routes: map[string]provider.Completer{}, Info: map[string]provider.RouteInfo{},
-		Clock: d.clock, Log: d.log.With("component", "router"), Observe: m.ObserveModel}
+		Clock: d.clock, Log: d.log.With("component", "router"), Observe: m.ObserveModel,
+		// A route that failed transiently rests as long as a failed
+		// request waits before its retry, doubling per failure in a row.
+		Rest: time.Duration(a.RetryBackoffMillis) * time.Millisecond}
 	for name, r := range cfg.File.Routes {
 		client, err := provider.New(r, provider.Options{Logger: d.log.With("component", "provider", "route", name)})
 		if err != nil {
