@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 )
 
 // wireToolCall is a tool call as it appears in a message or a delta.
@@ -24,11 +25,59 @@ type wireToolCall struct {
 // Content and the reasoning fields are kept raw: servers send content as a
 // string or as an array of typed parts, and reasoning under several names.
 type wireMessage struct {
-	Content          json.RawMessage `json:"content"`
-	ReasoningContent json.RawMessage `json:"reasoning_content"`
-	Reasoning        json.RawMessage `json:"reasoning"`
+	Content          wireContent     `json:"content"`
+	ReasoningContent looseString     `json:"reasoning_content"`
+	Reasoning        looseString     `json:"reasoning"`
 	ReasoningDetails json.RawMessage `json:"reasoning_details"`
 	ToolCalls        []wireToolCall  `json:"tool_calls"`
+}
+
+// looseString is a field that is a string when it is anything: another
+// type or null reads as "".
+type looseString string
+
+func (s *looseString) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		v, err := jsonString(b)
+		*s = looseString(v)
+		return err
+	}
+	return nil
+}
+
+// jsonString decodes a JSON string the outer decoder has already checked:
+// one without escapes is its bytes (the hot path of every delta); others
+// go through encoding/json.
+func jsonString(b []byte) (string, error) {
+	if len(b) >= 2 && b[len(b)-1] == '"' {
+		inner := b[1 : len(b)-1]
+		if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+			return string(inner), nil
+		}
+	}
+	var v string
+	err := json.Unmarshal(b, &v)
+	return v, err
+}
+
+// wireContent is a content value: a string (decoded at once, the common
+// case) or an array of parts (kept raw for readContent).
+type wireContent struct {
+	text  string
+	parts json.RawMessage
+}
+
+func (c *wireContent) UnmarshalJSON(b []byte) error {
+	switch {
+	case len(b) == 0 || b[0] == 'n':
+		return nil
+	case b[0] == '"':
+		var err error
+		c.text, err = jsonString(b)
+		return err
+	}
+	c.parts = append(json.RawMessage(nil), b...)
+	return nil
 }
 
 type wireChoice struct {
@@ -52,16 +101,20 @@ type parts struct {
 // reasoning_content) would double it if they were joined.
 func (m *wireMessage) read() (parts, error) {
 	var p parts
-	text, thinking, err := readContent(m.Content)
+	text, thinking := m.Content.text, ""
+	var err error
+	if m.Content.parts != nil {
+		text, thinking, err = readContent(m.Content.parts)
+	}
 	if err != nil {
 		return p, err
 	}
 	p.text = text
 	switch {
-	case rawString(m.ReasoningContent) != "":
-		p.reasoning, p.field = rawString(m.ReasoningContent), "reasoning_content"
-	case rawString(m.Reasoning) != "":
-		p.reasoning, p.field = rawString(m.Reasoning), "reasoning"
+	case m.ReasoningContent != "":
+		p.reasoning, p.field = string(m.ReasoningContent), "reasoning_content"
+	case m.Reasoning != "":
+		p.reasoning, p.field = string(m.Reasoning), "reasoning"
 	case detailsText(m.ReasoningDetails) != "":
 		p.reasoning, p.field = detailsText(m.ReasoningDetails), "reasoning_details"
 	case thinking != "":
@@ -260,7 +313,7 @@ func streamError(rest map[string]json.RawMessage, event string, data []byte) (js
 	if raw, ok := rest["error"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		return data, true
 	}
-	if rawString(rest["object"]) == "error" || event == "error" {
+	if bytes.Equal(bytes.TrimSpace(rest["object"]), []byte(`"error"`)) || event == "error" {
 		return data, true
 	}
 	return nil, false
