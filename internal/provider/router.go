@@ -116,7 +116,9 @@ func NewRouter(opts RouterOptions) (*Router, error) {
 // why: the planner's answer, validated, or the default.
 func (r *Router) Plan(ctx context.Context, meta RequestMeta) Plan {
 	now := r.opts.Clock()
-	if r.opts.Planner == nil {
+	if r.opts.Planner == nil || len(r.opts.Routes) == 1 {
+		// With one route there is nothing to choose: the hook is not asked
+		// (it would cost a hook round trip per step for nothing).
 		return Plan{Routes: r.opts.Default, Reason: "default: agent.route, then agent.fallback"}
 	}
 	in := PlanInput{RequestMeta: meta, Default: slices.Clone(r.opts.Default)}

@@ -159,6 +159,20 @@ func TestRouterPlan(t *testing.T) {
 	}
 }
 
+// TestRouterOneRoute: with one route there is nothing to plan; the planner
+// is not asked.
+func TestRouterOneRoute(t *testing.T) {
+	a := modeltest.New()
+	t.Cleanup(a.Close)
+	a.Then(modeltest.Reply{Text: "a"})
+	asked := 0
+	r, _ := NewRouter(RouterOptions{Routes: map[string]Completer{"main": client(t, a.URL())}, Default: []string{"main"},
+		Planner: planner(func(in PlanInput) Plan { asked++; return Plan{Routes: in.Default} })})
+	if resp, err := r.Complete(context.Background(), Request{Messages: userMsg("x")}); err != nil || resp.Route != "main" || asked != 0 {
+		t.Fatalf("%+v %v; planner asked %d times", resp, err, asked)
+	}
+}
+
 func TestRouterCanceled(t *testing.T) {
 	main := modeltest.New()
 	t.Cleanup(main.Close)
