@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -241,5 +242,42 @@ func TestReplayStable(t *testing.T) {
 	second, _ := json.Marshal(replay(d, more))
 	if !strings.HasPrefix(string(second), strings.TrimSuffix(string(first), "]")) {
 		t.Errorf("prefix changed:\n%s\n%s", first, second)
+	}
+}
+
+// BenchmarkRequestBody measures building a request body from a 400-message
+// history (200 steps of one call each) in two dialects, replay
+// included (openai: ids and arguments checked; deepseek: reasoning sent
+// back too), beside marshaling the same messages without replay, the
+// baseline that every request paid before.
+func BenchmarkRequestBody(b *testing.B) {
+	msgs := []Message{{Role: "system", Content: strings.Repeat("s", 4000)}, {Role: "user", Content: "go"}}
+	for i := 0; i < 200; i++ {
+		msgs = append(msgs, Message{Role: "assistant", Content: "step", Reasoning: strings.Repeat("r", 200),
+			ToolCalls: []ToolCall{{ID: fmt.Sprintf("call_%d", i), Type: "function", Function: FunctionCall{Name: "python", Arguments: `{"code": "n = n + 1"}`}}}},
+			Message{Role: "tool", ToolCallID: fmt.Sprintf("call_%d", i), Content: "status: ok\nvalue: 1"})
+	}
+	req := Request{Messages: msgs, Tools: []Tool{PythonTool("p")}, Stream: true}
+	b.Run("op=marshal-only", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(map[string]any{"model": "m", "messages": msgs, "tools": req.Tools, "stream": true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, d := range []string{"openai", "deepseek"} {
+		c, err := New(config.Route{URL: "http://x/v1", Model: "m", Dialect: d}, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("op=body/dialect="+d, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.requestBody(req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
 )
 
 // replay returns the messages as the route must receive them. The caller's
@@ -28,9 +26,13 @@ func replay(d Dialect, msgs []Message) []Message {
 	out := make([]Message, len(msgs))
 	copy(out, msgs)
 	spanCalls := deepSeekSpans(d, out)
-	used := map[string]bool{}
-	seen := map[string]int{}         // occurrences of each sent id so far
-	pending := map[string][]string{} // the last assistant message's ids: sent → replayed, in order
+	used := make(map[string]bool, len(msgs)/2)
+	seen := make(map[string]int, len(msgs)/2) // occurrences of each sent id so far
+	type pair struct {
+		sent, replayed string
+		answered       bool
+	}
+	var pending []pair // the last assistant message's calls
 	span := 0
 	for i := range out {
 		m := &out[i]
@@ -39,33 +41,45 @@ func replay(d Dialect, msgs []Message) []Message {
 			span++
 		case "assistant":
 			if len(m.ToolCalls) > 0 {
-				clear(pending)
-				calls := make([]ToolCall, len(m.ToolCalls))
+				pending = pending[:0]
+				var calls []ToolCall // copied on the first change only
 				for j, c := range m.ToolCalls {
 					n := seen[c.ID]
-					seen[c.ID]++
+					seen[c.ID] = n + 1
 					id := c.ID
 					if !validID(d.ToolCallIDs, id) || used[id] {
 						id = replayID(d.ToolCallIDs, c.ID, n, used)
 					}
 					used[id] = true
-					pending[c.ID] = append(pending[c.ID], id)
-					c.ID = id
-					if !isJSONObject(c.Function.Arguments) {
-						c.Function.Arguments = "{}"
+					pending = append(pending, pair{sent: c.ID, replayed: id})
+					args, typ := c.Function.Arguments, c.Type
+					if !isJSONObject(args) {
+						args = "{}"
 					}
-					if c.Type == "" {
-						c.Type = "function"
+					if typ == "" {
+						typ = "function"
 					}
-					calls[j] = c
+					if id != c.ID || args != c.Function.Arguments || typ != c.Type {
+						if calls == nil {
+							calls = append([]ToolCall(nil), m.ToolCalls...)
+						}
+						calls[j].ID, calls[j].Function.Arguments, calls[j].Type = id, args, typ
+					}
 				}
-				m.ToolCalls = calls
+				if calls != nil {
+					m.ToolCalls = calls
+				}
 			}
-			m.Extra = withReasoning(d, *m, spanCalls[span], m.Extra)
+			withReasoning(d, m, spanCalls[span])
 		case "tool":
-			if q := pending[m.ToolCallID]; len(q) > 0 {
-				m.ToolCallID, pending[m.ToolCallID] = q[0], q[1:]
-			} else if !validID(d.ToolCallIDs, m.ToolCallID) {
+			found := false
+			for k := range pending {
+				if p := &pending[k]; !p.answered && p.sent == m.ToolCallID {
+					m.ToolCallID, p.answered, found = p.replayed, true, true
+					break
+				}
+			}
+			if !found && !validID(d.ToolCallIDs, m.ToolCallID) {
 				m.ToolCallID = replayID(d.ToolCallIDs, m.ToolCallID, 0, nil)
 			}
 		}
@@ -93,62 +107,41 @@ func deepSeekSpans(d Dialect, msgs []Message) map[int]bool {
 	return spans
 }
 
-// withReasoning adds the message's stored reasoning to extra as the
-// dialect wants it. A field the caller already put in Extra is kept.
-func withReasoning(d Dialect, m Message, spanHasCalls bool, extra json.RawMessage) json.RawMessage {
-	var key string
+// withReasoning sets the reasoning field the dialect wants on m. A field
+// the caller already put in Extra is kept (MarshalJSON sees to it).
+func withReasoning(d Dialect, m *Message, spanHasCalls bool) {
 	var val any
 	switch d.Replay {
 	case ReplayDeepSeek:
 		if !spanHasCalls {
-			return extra
+			return
 		}
-		key, val = "reasoning_content", m.Reasoning
+		m.replayKey, val = "reasoning_content", m.Reasoning
 	case ReplayReasoningContent:
 		if m.Reasoning == "" {
-			return extra
+			return
 		}
-		key, val = "reasoning_content", m.Reasoning
+		m.replayKey, val = "reasoning_content", m.Reasoning
 	case ReplayReasoning:
 		if m.Reasoning == "" {
-			return extra
+			return
 		}
-		key, val = "reasoning", m.Reasoning
+		m.replayKey, val = "reasoning", m.Reasoning
 	case ReplayReasoningDetails:
 		if len(bytes.TrimSpace(m.ReasoningDetails)) == 0 || !json.Valid(m.ReasoningDetails) {
-			return extra
+			return
 		}
-		key, val = "reasoning_details", m.ReasoningDetails
+		m.replayKey, m.replayVal = "reasoning_details", m.ReasoningDetails
+		return
 	default:
-		return extra
-	}
-	fields := map[string]json.RawMessage{}
-	if len(bytes.TrimSpace(extra)) > 0 {
-		if json.Unmarshal(extra, &fields) != nil {
-			return extra // MarshalJSON reports the bad Extra
-		}
-	}
-	if _, ok := fields[key]; ok {
-		return extra
+		return
 	}
 	b, err := json.Marshal(val)
 	if err != nil {
-		return extra
+		m.replayKey = ""
+		return
 	}
-	fields[key] = b
-	var buf bytes.Buffer
-	buf.WriteByte('{')
-	for i, k := range slices.Sorted(maps.Keys(fields)) {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		kb, _ := json.Marshal(k)
-		buf.Write(kb)
-		buf.WriteByte(':')
-		buf.Write(fields[k])
-	}
-	buf.WriteByte('}')
-	return buf.Bytes()
+	m.replayVal = b
 }
 
 // maxCallID bounds a replayed id; longer ones are replaced.

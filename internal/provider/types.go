@@ -26,6 +26,11 @@ type Message struct {
 	// verbatim: provider-specific blocks that the caller stored and must
 	// pass back. A field that collides with one of the above is an error.
 	Extra json.RawMessage
+
+	// replayKey and replayVal are the reasoning field replay adds (a JSON
+	// value), unless Extra sets the same key.
+	replayKey string
+	replayVal json.RawMessage
 }
 
 // MarshalJSON writes the OpenAI wire form of m, followed by Extra's fields
@@ -43,12 +48,22 @@ func (m Message) MarshalJSON() ([]byte, error) {
 		w.Content = &m.Content
 	}
 	b, err := json.Marshal(w)
-	if err != nil || len(bytes.TrimSpace(m.Extra)) == 0 {
+	if err != nil || (m.replayKey == "" && len(m.Extra) == 0) {
 		return b, err
 	}
 	var extra map[string]json.RawMessage
-	if err := json.Unmarshal(m.Extra, &extra); err != nil {
-		return nil, fmt.Errorf("message Extra is not a JSON object: %w", err)
+	if len(bytes.TrimSpace(m.Extra)) > 0 {
+		if err := json.Unmarshal(m.Extra, &extra); err != nil {
+			return nil, fmt.Errorf("message Extra is not a JSON object: %w", err)
+		}
+	}
+	if m.replayKey != "" {
+		if _, ok := extra[m.replayKey]; !ok {
+			b = append(b[:len(b)-1], ',', '"')
+			b = append(b, m.replayKey...)
+			b = append(b, '"', ':')
+			b = append(append(b, m.replayVal...), '}')
+		}
 	}
 	if len(extra) == 0 {
 		return b, nil
