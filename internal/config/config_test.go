@@ -1059,3 +1059,52 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestParseRouteDialects(t *testing.T) {
+	doc := `[agent]
+route = "main"
+fallback = ["local", "cloud"]
+
+[routes.main]
+url = "https://api.deepseek.com/v1/"
+model = "deepseek-v4-pro"
+dialect = "deepseek"
+
+[routes.local]
+url = "http://127.0.0.1:11434/v1"
+model = "qwen3:8b"
+dialect = "ollama"
+reasoning_replay = true
+
+[routes.cloud]
+url = "https://api.mistral.ai/v1"
+model = "mistral-large-latest"
+dialect = "mistral"
+stream_usage = false
+`
+	f, err := Parse("klbr.toml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.StepRoutes(); fmt.Sprint(got) != "[main local cloud]" {
+		t.Errorf("step routes %v", got)
+	}
+	if r := f.Routes["main"]; r.Dialect != DialectDeepSeek || r.StreamUsage != nil || r.ReasoningReplay != nil {
+		t.Errorf("main %+v", r)
+	}
+	if r := f.Routes["local"]; r.ReasoningReplay == nil || !*r.ReasoningReplay {
+		t.Errorf("local %+v", r)
+	}
+	if r := f.Routes["cloud"]; r.StreamUsage == nil || *r.StreamUsage {
+		t.Errorf("cloud %+v", r)
+	}
+	for _, d := range Dialects() {
+		if _, err := Parse("klbr.toml", []byte(fmt.Sprintf("[routes.main]\nurl = \"http://x/v1\"\nmodel = \"m\"\ndialect = %q\n", d))); err != nil {
+			t.Errorf("dialect %s: %v", d, err)
+		}
+	}
+	if err := (&File{Agent: Defaults().Agent, Routes: map[string]Route{"main": {URL: "http://x/v1", Model: "m", TimeoutSeconds: 1}},
+		Discord: Defaults().Discord, Limits: Defaults().Limits}).Validate(); err != nil {
+		t.Errorf("a route built in code without a dialect: %v", err)
+	}
+}
