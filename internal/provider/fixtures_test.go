@@ -25,6 +25,7 @@ type want struct {
 	Calls            []struct {
 		ID        string `json:"id"` // "*": made up (nine alphanumerics)
 		SentID    string `json:"sent_id"`
+		MadeUp    bool   `json:"made_up"`
 		Name      string `json:"name"`
 		Arguments string `json:"arguments"`
 	} `json:"calls"`
@@ -164,7 +165,7 @@ func checkWant(t *testing.T, w want, resp *Response, err error) {
 	for i, c := range resp.ToolCalls {
 		wc := w.Calls[i]
 		idOK := c.ID == wc.ID || (wc.ID == "*" && len(c.ID) == 9 && isAlnum(c.ID))
-		if !idOK || c.SentID != wc.SentID || c.Function.Name != wc.Name || c.Function.Arguments != wc.Arguments || c.Type != "function" {
+		if !idOK || c.SentID != wc.SentID || c.MadeUpID != wc.MadeUp || c.Function.Name != wc.Name || c.Function.Arguments != wc.Arguments || c.Type != "function" {
 			t.Errorf("call %d: %+v, want %+v", i, c, wc)
 		}
 	}

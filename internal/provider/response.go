@@ -323,15 +323,17 @@ func streamError(rest map[string]json.RawMessage, event string, data []byte) (js
 // call at its index, unless it brings a new non-empty id for an index whose
 // call already has another id: then it starts a new call (Ollama sends
 // every parallel call with index 0). A piece without an index belongs to
-// the call with its id, or starts one; without index and id it continues
-// the last call.
+// the call with its id, or starts one. A piece with neither continues the
+// last call, unless it is not the first of its delta, or it names a
+// function while the last call already has a name and complete arguments
+// (older Ollama sent whole calls so): then it starts one.
 type toolAssembler struct {
 	calls []*ToolCall
 	byIdx map[int]int // index → position in calls of its current call
 	last  int
 }
 
-func (a *toolAssembler) add(d wireToolCall) ToolCallDelta {
+func (a *toolAssembler) add(d wireToolCall, nth int) ToolCallDelta {
 	pos := -1
 	switch {
 	case d.Index != nil:
@@ -347,8 +349,11 @@ func (a *toolAssembler) add(d wireToolCall) ToolCallDelta {
 				pos = i
 			}
 		}
-	case len(a.calls) > 0:
-		pos = a.last
+	case len(a.calls) > 0 && nth == 0:
+		last := a.calls[a.last]
+		if d.Function.Name == "" || last.Function.Name == "" || !json.Valid([]byte(last.Function.Arguments)) {
+			pos = a.last
+		}
 	}
 	if pos < 0 {
 		pos = len(a.calls)
@@ -402,10 +407,7 @@ func finishCalls(out *Response, calls []ToolCall) *Error {
 		if tc.ID == "" || seen[tc.ID] || len(tc.ID) > maxCallID {
 			id := genCallID(rawString(out.Raw["id"])+"\x00"+tc.Function.Name+"\x00"+tc.Function.Arguments, i, used)
 			used[id] = true
-			tc.SentID, tc.ID = tc.ID, id
-			if tc.SentID == "" {
-				tc.SentID = " " // "sent none", distinct from "the id is the model's"
-			}
+			tc.SentID, tc.ID, tc.MadeUpID = tc.ID, id, true
 		}
 		seen[tc.ID] = true
 	}
@@ -515,8 +517,8 @@ func (c *Client) readStream(body io.Reader, onDelta func(Delta)) (*Response, err
 					emit(Delta{Reasoning: p.reasoning})
 				}
 				details.add(d.ReasoningDetails)
-				for _, tc := range d.ToolCalls {
-					td := tools.add(tc)
+				for j, tc := range d.ToolCalls {
+					td := tools.add(tc, j)
 					emit(Delta{ToolCall: &td})
 				}
 			}

@@ -90,10 +90,12 @@ type ToolCall struct {
 	ID       string       `json:"id"`
 	Type     string       `json:"type"` // "function"
 	Function FunctionCall `json:"function"`
-	// SentID is the id the model sent when it was empty or repeated within
-	// its response, and ID is one the client made up in its place (an id is
-	// how a result answers its call). "" when ID is the model's own.
-	SentID string `json:"-"`
+	// MadeUpID is set when the model sent no id, or one an earlier call of
+	// its response had, and ID is one the client made up in its place (an
+	// id is how a result answers its call); SentID is then what the model
+	// sent ("" for none).
+	MadeUpID bool   `json:"-"`
+	SentID   string `json:"-"`
 }
 
 // FunctionCall names the function and carries its arguments, a JSON text as

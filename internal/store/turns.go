@@ -154,10 +154,11 @@ type StepCall struct {
 	ID        string `json:"id"`
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
-	// SentID is the id the model sent when ID had to be made up for it
-	// (it sent none, or one an earlier call of the response had); " " for
-	// none. Results answer ID.
-	SentID string `json:"sent_id,omitempty"`
+	// IDMadeUp is set when ID had to be made up (the model sent none, or
+	// one an earlier call of the response had); SentID is then what it
+	// sent. Results answer ID.
+	IDMadeUp bool   `json:"id_made_up,omitempty"`
+	SentID   string `json:"sent_id,omitempty"`
 }
 
 // StepResult is what a model step produced. A complete step's scratchpad and
