@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -281,3 +282,87 @@ func BenchmarkRequestBody(b *testing.B) {
 		})
 	}
 }
+
+// TestRequestBodySchemas checks each dialect's request body against the
+// fields its server documents: the top-level fields, the fields of each
+// message, and the form of tool call ids.
+func TestRequestBodySchemas(t *testing.T) {
+	call := ToolCall{ID: "call_PTLP8xhu3uwZk4l3nlnrrJha", Type: "function", Function: FunctionCall{Name: "python", Arguments: `{"code":"1"}`}}
+	msgs := []Message{{Role: "system", Content: "s"}, {Role: "user", Content: "u"},
+		{Role: "assistant", Content: "c", ToolCalls: []ToolCall{call}, Reasoning: "r", ReasoningDetails: json.RawMessage(`[{"type":"reasoning.text","text":"r"}]`)},
+		{Role: "tool", ToolCallID: call.ID, Content: "ok"}, {Role: "assistant", Content: "done", Reasoning: "r2"}}
+	base := []string{"role", "content", "tool_calls", "tool_call_id"}
+	for _, tc := range []struct {
+		dialect  string
+		top      []string
+		message  []string // beyond base
+		mistral  bool     // ids must be 9 alphanumerics
+		reasoned int      // assistant messages that carry reasoning
+	}{
+		{"openai", []string{"model", "messages", "tools", "stream", "stream_options"}, nil, false, 0},
+		{"deepseek", []string{"model", "messages", "tools", "stream", "stream_options"}, []string{"reasoning_content"}, false, 2},
+		{"mistral", []string{"model", "messages", "tools", "stream"}, nil, true, 0},
+		{"llama.cpp", []string{"model", "messages", "tools", "stream", "stream_options"}, nil, false, 0},
+		{"vllm", []string{"model", "messages", "tools", "stream", "stream_options"}, nil, false, 0},
+		{"ollama", []string{"model", "messages", "tools", "stream", "stream_options"}, nil, false, 0},
+		{"openrouter", []string{"model", "messages", "tools", "stream", "stream_options"}, []string{"reasoning_details"}, false, 1},
+	} {
+		t.Run(tc.dialect, func(t *testing.T) {
+			c, err := New(config.Route{URL: "http://x/v1", Model: "m", Dialect: tc.dialect}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := c.requestBody(Request{Messages: msgs, Tools: []Tool{PythonTool("p")}, Stream: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body map[string]json.RawMessage
+			json.Unmarshal(b, &body)
+			for k := range body {
+				if !slices.Contains(tc.top, k) {
+					t.Errorf("top-level field %q", k)
+				}
+			}
+			for _, k := range tc.top {
+				if _, ok := body[k]; !ok {
+					t.Errorf("missing %q", k)
+				}
+			}
+			var ms []map[string]json.RawMessage
+			json.Unmarshal(body["messages"], &ms)
+			reasoned := 0
+			for _, m := range ms {
+				for k := range m {
+					if !slices.Contains(base, k) && !slices.Contains(tc.message, k) {
+						t.Errorf("message field %q in %s", k, m["role"])
+					}
+					if slices.Contains(tc.message, k) {
+						reasoned++
+					}
+				}
+				var calls []struct {
+					ID string `json:"id"`
+				}
+				json.Unmarshal(m["tool_calls"], &calls)
+				ids := []string{}
+				for _, c := range calls {
+					ids = append(ids, c.ID)
+				}
+				if raw, ok := m["tool_call_id"]; ok {
+					var id string
+					json.Unmarshal(raw, &id)
+					ids = append(ids, id)
+				}
+				for _, id := range ids {
+					if tc.mistral && !(len(id) == 9 && isAlnum(id)) {
+						t.Errorf("id %q sent to Mistral", id)
+					}
+				}
+			}
+			if reasoned != tc.reasoned {
+				t.Errorf("%d messages carry reasoning, want %d", reasoned, tc.reasoned)
+			}
+		})
+	}
+}
+
