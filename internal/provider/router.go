@@ -121,6 +121,9 @@ func (r *Router) Plan(ctx context.Context, meta RequestMeta) Plan {
 		// (it would cost a hook round trip per step for nothing).
 		return Plan{Routes: r.opts.Default, Reason: "default: agent.route, then agent.fallback"}
 	}
+	if meta.Purpose == "" {
+		meta.Purpose = "turn"
+	}
 	in := PlanInput{RequestMeta: meta, Default: slices.Clone(r.opts.Default)}
 	r.mu.Lock()
 	for _, name := range slices.Sorted(maps.Keys(r.opts.Routes)) {

@@ -148,8 +148,8 @@ type Request struct {
 // RequestMeta describes a request to the route planner.
 type RequestMeta struct {
 	Session string `json:"session"`
-	// Purpose is "turn" for an agent step, "summary" for a summarizer, or
-	// "test" for klbr-core route test.
+	// Purpose is "turn" for an agent step (also when empty), "summary" for
+	// a summarizer, or "test" for klbr-core route test.
 	Purpose string `json:"purpose"`
 	// Directed is set when the step answers a DM, a mention or the operator.
 	Directed bool `json:"directed"`
