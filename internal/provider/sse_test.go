@@ -223,3 +223,28 @@ func BenchmarkSSEFrames(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSSEDecodeFixtures decodes the recorded-format streams of
+// testdata/streams (every dialect, reasoning, typed parts, parallel calls)
+// one after another, for the throughput of the paths beyond plain content.
+func BenchmarkSSEDecodeFixtures(b *testing.B) {
+	files, _ := filepath.Glob("testdata/streams/*.sse")
+	var ins [][]byte
+	var total int64
+	for _, f := range files {
+		in, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ins = append(ins, in)
+		total += int64(len(in))
+	}
+	c := &Client{maxLine: DefaultMaxSSELine, maxBody: DefaultMaxBody}
+	b.SetBytes(total)
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, in := range ins {
+			c.readStream(bytes.NewReader(in), nil)
+		}
+	}
+}
