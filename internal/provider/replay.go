@@ -22,10 +22,12 @@ import (
 // The mapping depends only on the messages themselves, so the same history
 // is sent byte for byte the same on every request (prompt caches see one
 // prefix). msgs is not modified.
-func replay(d Dialect, msgs []Message) []Message {
-	out := make([]Message, len(msgs))
-	copy(out, msgs)
-	spanCalls := deepSeekSpans(d, out)
+func replay(d Dialect, msgs []Message) []sent {
+	out := make([]sent, len(msgs))
+	for i := range msgs {
+		out[i].Message = msgs[i]
+	}
+	spanCalls := deepSeekSpans(d, msgs)
 	used := make(map[string]bool, len(msgs)/2)
 	seen := make(map[string]int, len(msgs)/2) // occurrences of each sent id so far
 	type pair struct {
@@ -109,39 +111,39 @@ func deepSeekSpans(d Dialect, msgs []Message) map[int]bool {
 
 // withReasoning sets the reasoning field the dialect wants on m. A field
 // the caller already put in Extra is kept (MarshalJSON sees to it).
-func withReasoning(d Dialect, m *Message, spanHasCalls bool) {
+func withReasoning(d Dialect, m *sent, spanHasCalls bool) {
 	var val any
 	switch d.Replay {
 	case ReplayDeepSeek:
 		if !spanHasCalls {
 			return
 		}
-		m.replayKey, val = "reasoning_content", m.Reasoning
+		m.key, val = "reasoning_content", m.Reasoning
 	case ReplayReasoningContent:
 		if m.Reasoning == "" {
 			return
 		}
-		m.replayKey, val = "reasoning_content", m.Reasoning
+		m.key, val = "reasoning_content", m.Reasoning
 	case ReplayReasoning:
 		if m.Reasoning == "" {
 			return
 		}
-		m.replayKey, val = "reasoning", m.Reasoning
+		m.key, val = "reasoning", m.Reasoning
 	case ReplayReasoningDetails:
 		if len(bytes.TrimSpace(m.ReasoningDetails)) == 0 || !json.Valid(m.ReasoningDetails) {
 			return
 		}
-		m.replayKey, m.replayVal = "reasoning_details", m.ReasoningDetails
+		m.key, m.val = "reasoning_details", m.ReasoningDetails
 		return
 	default:
 		return
 	}
 	b, err := json.Marshal(val)
 	if err != nil {
-		m.replayKey = ""
+		m.key = ""
 		return
 	}
-	m.replayVal = b
+	m.val = b
 }
 
 // maxCallID bounds a replayed id; longer ones are replaced.

@@ -26,16 +26,25 @@ type Message struct {
 	// verbatim: provider-specific blocks that the caller stored and must
 	// pass back. A field that collides with one of the above is an error.
 	Extra json.RawMessage
-
-	// replayKey and replayVal are the reasoning field replay adds (a JSON
-	// value), unless Extra sets the same key.
-	replayKey string
-	replayVal json.RawMessage
 }
+
+// sent is a message as replay sends it: with the reasoning field its
+// dialect adds (key: a JSON value), unless Extra sets the same key.
+type sent struct {
+	Message
+	key string
+	val json.RawMessage
+}
+
+func (s sent) MarshalJSON() ([]byte, error) { return s.Message.marshal(s.key, s.val) }
 
 // MarshalJSON writes the OpenAI wire form of m, followed by Extra's fields
 // (sorted, values byte for byte).
-func (m Message) MarshalJSON() ([]byte, error) {
+func (m Message) MarshalJSON() ([]byte, error) { return m.marshal("", nil) }
+
+// marshal writes m, then the field key: val when key is set and Extra does
+// not set it, then Extra's fields.
+func (m Message) marshal(key string, val json.RawMessage) ([]byte, error) {
 	type wire struct {
 		Role       string     `json:"role"`
 		Content    *string    `json:"content"`
@@ -48,7 +57,7 @@ func (m Message) MarshalJSON() ([]byte, error) {
 		w.Content = &m.Content
 	}
 	b, err := json.Marshal(w)
-	if err != nil || (m.replayKey == "" && len(m.Extra) == 0) {
+	if err != nil || (key == "" && len(m.Extra) == 0) {
 		return b, err
 	}
 	var extra map[string]json.RawMessage
@@ -57,12 +66,12 @@ func (m Message) MarshalJSON() ([]byte, error) {
 			return nil, fmt.Errorf("message Extra is not a JSON object: %w", err)
 		}
 	}
-	if m.replayKey != "" {
-		if _, ok := extra[m.replayKey]; !ok {
+	if key != "" {
+		if _, ok := extra[key]; !ok {
 			b = append(b[:len(b)-1], ',', '"')
-			b = append(b, m.replayKey...)
+			b = append(b, key...)
 			b = append(b, '"', ':')
-			b = append(append(b, m.replayVal...), '}')
+			b = append(append(b, val...), '}')
 		}
 	}
 	if len(extra) == 0 {
