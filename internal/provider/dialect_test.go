@@ -365,4 +365,3 @@ func TestRequestBodySchemas(t *testing.T) {
 		})
 	}
 }
-
