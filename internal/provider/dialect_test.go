@@ -29,7 +29,7 @@ func converse(t *testing.T, srv *modeltest.Server, route config.Route) []*Respon
 			t.Fatalf("step %d: %v", step, err)
 		}
 		out = append(out, resp)
-		m := Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls, Reasoning: resp.Reasoning, ReasoningDetails: resp.ReasoningDetails}
+		m := Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls, Reasoning: &Reasoning{Text: resp.Reasoning, Details: resp.ReasoningDetails}}
 		msgs = append(msgs, m)
 		for _, tc := range resp.ToolCalls {
 			msgs = append(msgs, Message{Role: "tool", ToolCallID: tc.ID, Content: "status: ok"})
@@ -209,9 +209,9 @@ func TestReplayDeepSeekSpans(t *testing.T) {
 	msgs := []Message{
 		{Role: "system", Content: "s"},
 		{Role: "user", Content: "q1"},
-		{Role: "assistant", Content: "plain", Reasoning: "r0"},
+		{Role: "assistant", Content: "plain", Reasoning: &Reasoning{Text: "r0"}},
 		{Role: "user", Content: "q2"},
-		{Role: "assistant", ToolCalls: []ToolCall{call}, Reasoning: "r1"},
+		{Role: "assistant", ToolCalls: []ToolCall{call}, Reasoning: &Reasoning{Text: "r1"}},
 		{Role: "tool", ToolCallID: "c1", Content: "1"},
 		{Role: "assistant", Content: "answer"},
 	}
@@ -254,7 +254,7 @@ func TestReplayStable(t *testing.T) {
 func BenchmarkRequestBody(b *testing.B) {
 	msgs := []Message{{Role: "system", Content: strings.Repeat("s", 4000)}, {Role: "user", Content: "go"}}
 	for i := 0; i < 200; i++ {
-		msgs = append(msgs, Message{Role: "assistant", Content: "step", Reasoning: strings.Repeat("r", 200),
+		msgs = append(msgs, Message{Role: "assistant", Content: "step", Reasoning: &Reasoning{Text: strings.Repeat("r", 200)},
 			ToolCalls: []ToolCall{{ID: fmt.Sprintf("call_%d", i), Type: "function", Function: FunctionCall{Name: "python", Arguments: `{"code": "n = n + 1"}`}}}},
 			Message{Role: "tool", ToolCallID: fmt.Sprintf("call_%d", i), Content: "status: ok\nvalue: 1"})
 	}
@@ -289,8 +289,8 @@ func BenchmarkRequestBody(b *testing.B) {
 func TestRequestBodySchemas(t *testing.T) {
 	call := ToolCall{ID: "call_PTLP8xhu3uwZk4l3nlnrrJha", Type: "function", Function: FunctionCall{Name: "python", Arguments: `{"code":"1"}`}}
 	msgs := []Message{{Role: "system", Content: "s"}, {Role: "user", Content: "u"},
-		{Role: "assistant", Content: "c", ToolCalls: []ToolCall{call}, Reasoning: "r", ReasoningDetails: json.RawMessage(`[{"type":"reasoning.text","text":"r"}]`)},
-		{Role: "tool", ToolCallID: call.ID, Content: "ok"}, {Role: "assistant", Content: "done", Reasoning: "r2"}}
+		{Role: "assistant", Content: "c", ToolCalls: []ToolCall{call}, Reasoning: &Reasoning{Text: "r", Details: json.RawMessage(`[{"type":"reasoning.text","text":"r"}]`)}},
+		{Role: "tool", ToolCallID: call.ID, Content: "ok"}, {Role: "assistant", Content: "done", Reasoning: &Reasoning{Text: "r2"}}}
 	base := []string{"role", "content", "tool_calls", "tool_call_id"}
 	for _, tc := range []struct {
 		dialect  string

@@ -165,7 +165,8 @@ func checkWant(t *testing.T, w want, resp *Response, err error) {
 	for i, c := range resp.ToolCalls {
 		wc := w.Calls[i]
 		idOK := c.ID == wc.ID || (wc.ID == "*" && len(c.ID) == 9 && isAlnum(c.ID))
-		if !idOK || c.SentID != wc.SentID || c.MadeUpID != wc.MadeUp || c.Function.Name != wc.Name || c.Function.Arguments != wc.Arguments || c.Type != "function" {
+		sent, madeUp := resp.MadeUpIDs[c.ID]
+		if !idOK || sent != wc.SentID || madeUp != wc.MadeUp || c.Function.Name != wc.Name || c.Function.Arguments != wc.Arguments || c.Type != "function" {
 			t.Errorf("call %d: %+v, want %+v", i, c, wc)
 		}
 	}

@@ -112,28 +112,32 @@ func deepSeekSpans(d Dialect, msgs []Message) map[int]bool {
 // withReasoning sets the reasoning field the dialect wants on m. A field
 // the caller already put in Extra is kept (MarshalJSON sees to it).
 func withReasoning(d Dialect, m *sent, spanHasCalls bool) {
+	var r Reasoning
+	if m.Reasoning != nil {
+		r = *m.Reasoning
+	}
 	var val any
 	switch d.Replay {
 	case ReplayDeepSeek:
 		if !spanHasCalls {
 			return
 		}
-		m.key, val = "reasoning_content", m.Reasoning
+		m.key, val = "reasoning_content", r.Text
 	case ReplayReasoningContent:
-		if m.Reasoning == "" {
+		if r.Text == "" {
 			return
 		}
-		m.key, val = "reasoning_content", m.Reasoning
+		m.key, val = "reasoning_content", r.Text
 	case ReplayReasoning:
-		if m.Reasoning == "" {
+		if r.Text == "" {
 			return
 		}
-		m.key, val = "reasoning", m.Reasoning
+		m.key, val = "reasoning", r.Text
 	case ReplayReasoningDetails:
-		if len(bytes.TrimSpace(m.ReasoningDetails)) == 0 || !json.Valid(m.ReasoningDetails) {
+		if len(bytes.TrimSpace(r.Details)) == 0 || !json.Valid(r.Details) {
 			return
 		}
-		m.key, m.val = "reasoning_details", m.ReasoningDetails
+		m.key, m.val = "reasoning_details", r.Details
 		return
 	default:
 		return

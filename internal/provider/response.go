@@ -407,7 +407,11 @@ func finishCalls(out *Response, calls []ToolCall) *Error {
 		if tc.ID == "" || seen[tc.ID] || len(tc.ID) > maxCallID {
 			id := genCallID(rawString(out.Raw["id"])+"\x00"+tc.Function.Name+"\x00"+tc.Function.Arguments, i, used)
 			used[id] = true
-			tc.SentID, tc.ID, tc.MadeUpID = tc.ID, id, true
+			if out.MadeUpIDs == nil {
+				out.MadeUpIDs = map[string]string{}
+			}
+			out.MadeUpIDs[id] = tc.ID
+			tc.ID = id
 		}
 		seen[tc.ID] = true
 	}

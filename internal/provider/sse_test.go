@@ -154,7 +154,7 @@ func FuzzReplay(f *testing.F) {
 		names := []string{config.DialectOpenAI, config.DialectDeepSeek, config.DialectMistral, config.DialectOpenRouter}
 		d, _ := DialectOf(config.Route{Dialect: names[(dialectN%len(names)+len(names))%len(names)]})
 		call := ToolCall{ID: id, Type: "function", Function: FunctionCall{Name: "python", Arguments: args}}
-		msgs := []Message{{Role: "user", Content: "u"}, {Role: "assistant", ToolCalls: []ToolCall{call}, Reasoning: reasoning},
+		msgs := []Message{{Role: "user", Content: "u"}, {Role: "assistant", ToolCalls: []ToolCall{call}, Reasoning: &Reasoning{Text: reasoning}},
 			{Role: "tool", ToolCallID: id, Content: "r"}}
 		if twice {
 			msgs = append(msgs, Message{Role: "assistant", ToolCalls: []ToolCall{call, call}}, Message{Role: "tool", ToolCallID: id},

@@ -16,16 +16,22 @@ type Message struct {
 	ToolCallID string     // tool messages: the id of the call this answers
 	Name       string     // optional
 
-	// Reasoning and ReasoningDetails are the reasoning an assistant message
-	// came with, as stored. They are not sent as such: the route's dialect
-	// decides whether and under which name they go back (see Replay).
-	Reasoning        string
-	ReasoningDetails json.RawMessage
+	// Reasoning is the reasoning an assistant message came with, as stored;
+	// nil when none. It is not sent as such: the route's dialect decides
+	// whether and under which name it goes back (see Replay).
+	Reasoning *Reasoning
 
 	// Extra is an opaque JSON object whose fields are added to the message
 	// verbatim: provider-specific blocks that the caller stored and must
 	// pass back. A field that collides with one of the above is an error.
 	Extra json.RawMessage
+}
+
+// Reasoning is an assistant message's stored reasoning: its text and the
+// reasoning_details array it came with (OpenRouter), either may be empty.
+type Reasoning struct {
+	Text    string
+	Details json.RawMessage
 }
 
 // sent is a message as replay sends it: with the reasoning field its
@@ -99,12 +105,6 @@ type ToolCall struct {
 	ID       string       `json:"id"`
 	Type     string       `json:"type"` // "function"
 	Function FunctionCall `json:"function"`
-	// MadeUpID is set when the model sent no id, or one an earlier call of
-	// its response had, and ID is one the client made up in its place (an
-	// id is how a result answers its call); SentID is then what the model
-	// sent ("" for none).
-	MadeUpID bool   `json:"-"`
-	SentID   string `json:"-"`
 }
 
 // FunctionCall names the function and carries its arguments, a JSON text as
@@ -195,9 +195,13 @@ type Response struct {
 	// (OpenRouter), streamed pieces joined by their index; nil when none.
 	ReasoningDetails json.RawMessage
 	// Route names the route that answered (set by Router).
-	Route        string
-	ToolCalls    []ToolCall
-	Incomplete   []ToolCall
+	Route      string
+	ToolCalls  []ToolCall
+	Incomplete []ToolCall
+	// MadeUpIDs maps the id of each call the client had to name (the model
+	// sent no id, or one an earlier call of the response had) to what the
+	// model sent ("" for none): an id is how a result answers its call.
+	MadeUpIDs    map[string]string
 	FinishReason string
 	Usage        Usage
 	// MessageExtra holds the other fields of the assistant message as the

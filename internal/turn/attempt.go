@@ -382,7 +382,8 @@ func (r *runner) recordStep(ctx context.Context, a *attempt, started time.Time, 
 			CacheRead: resp.Usage.CacheReadTokens, CacheWrite: resp.Usage.CacheWriteTokens, CacheMiss: resp.Usage.CacheMissTokens}
 		if reqErr == nil {
 			for _, c := range resp.ToolCalls {
-				res.Calls = append(res.Calls, store.StepCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments, IDMadeUp: c.MadeUpID, SentID: c.SentID})
+				sent, madeUp := resp.MadeUpIDs[c.ID]
+				res.Calls = append(res.Calls, store.StepCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments, IDMadeUp: madeUp, SentID: sent})
 			}
 		}
 		for _, n := range []*int{resp.Usage.PromptTokens, resp.Usage.CompletionTokens} {

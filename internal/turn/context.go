@@ -89,7 +89,10 @@ func (t *transcript) add(it store.ContextItem) {
 		}
 		// Reasoning rides along; the route's dialect decides whether it
 		// is sent back.
-		m := provider.Message{Role: "assistant", Content: sp.Text, Reasoning: sp.Reasoning, ReasoningDetails: sp.ReasoningDetails}
+		m := provider.Message{Role: "assistant", Content: sp.Text}
+		if sp.Reasoning != "" || len(sp.ReasoningDetails) > 0 {
+			m.Reasoning = &provider.Reasoning{Text: sp.Reasoning, Details: sp.ReasoningDetails}
+		}
 		for _, c := range sp.Calls {
 			m.ToolCalls = append(m.ToolCalls, provider.ToolCall{ID: c.ID, Type: "function",
 				Function: provider.FunctionCall{Name: c.Name, Arguments: c.Arguments}})
