@@ -3,21 +3,23 @@
 The hook worker imports this package from the active behavior release and
 calls ``SLOTS[slot](input)``: a dict in, a dict out (or an awaitable of one).
 The host validates every result; ``delivery.review`` fails closed (any error
-holds the send) and ``attention.plan`` falls back to the host's default.
+holds the send); ``attention.plan`` and ``model.plan`` fall back to the
+host's default.
 
 Hooks have no effect scope: they decide, they do not act. Keep them pure and
 fast (the host gives each invocation a deadline).
 """
 
-from . import compaction
+from . import compaction, model
 from .attention import plan
 from .delivery import review
 
 SLOTS = {
     "attention.plan": plan,
     "delivery.review": review,
+    "model.plan": model.plan,
     "compaction.plan": compaction.plan,
     "summary.prepare": compaction.prepare,
 }
 
-__all__ = ["SLOTS", "compaction", "plan", "review"]
+__all__ = ["SLOTS", "compaction", "model", "plan", "review"]

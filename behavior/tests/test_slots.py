@@ -28,6 +28,12 @@ SAMPLES = {
              "received_at": 10.0},
         ], "now": 100.0},
     ],
+    "model.plan": [
+        {"session": "default", "purpose": "turn", "directed": True,
+         "routes": [{"name": "main", "model": "m", "dialect": "openai", "down": False},
+                    {"name": "local", "model": "l", "dialect": "llama.cpp", "down": True, "down_seconds": 4.5}],
+         "default": ["main", "local"]},
+    ],
     "delivery.review": [
         {"channel": "local", "text": "hello", "session": "default"},
         {"channel": "discord", "text": "", "destination": "d1", "session": "default",
@@ -46,6 +52,11 @@ SAMPLES = {
 }
 
 VALIDATORS = {
+    "model.plan": lambda test, out: (
+        test.assertEqual(set(out), {"routes", "reason"}),
+        test.assertIsInstance(out["routes"], list),
+        test.assertIsInstance(out["reason"], str),
+    ),
     "attention.plan": lambda test, out: (
         test.assertEqual(set(out), {"order", "defer", "reason"}),
         test.assertIsInstance(out["order"], list),
@@ -82,10 +93,11 @@ def invoke(fn, data):
 class SlotsTest(unittest.TestCase):
     def test_slots_shape(self):
         self.assertIsInstance(klbr_hooks.SLOTS, dict)
-        # attention.plan and delivery.review are required; the history slots
-        # are optional (without them the host applies its default).
+        # attention.plan and delivery.review are required; the others are
+        # optional (without them the host applies its default).
         self.assertLessEqual({"attention.plan", "delivery.review"}, set(klbr_hooks.SLOTS))
-        self.assertLessEqual(set(klbr_hooks.SLOTS), {"attention.plan", "delivery.review", "compaction.plan", "summary.prepare"})
+        self.assertLessEqual(set(klbr_hooks.SLOTS),
+                             {"attention.plan", "delivery.review", "model.plan", "compaction.plan", "summary.prepare"})
         for slot, fn in klbr_hooks.SLOTS.items():
             with self.subTest(slot=slot):
                 self.assertIsInstance(slot, str)

@@ -42,6 +42,26 @@ func BenchmarkHooks(b *testing.B) {
 		b.ReportMetric(float64(percentile(lat, .5).Microseconds()), "p50-us")
 		b.ReportMetric(float64(percentile(lat, .99).Microseconds()), "p99-us")
 	})
+	// model.plan: the hook a step asks before its model request.
+	b.Run("op=model.plan", func(b *testing.B) {
+		f := newFixture(b, 2*time.Second)
+		if _, err := f.svc.Boot(ctx, "s", f.publish(b, planHooks, "# soul\n")); err != nil {
+			b.Fatal(err)
+		}
+		in := planInput("turn", false)
+		f.hk.PlanModel(ctx, in)
+		lat := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for range b.N {
+			t := time.Now()
+			if p := f.hk.PlanModel(ctx, in); p.Fallback {
+				b.Fatalf("%+v", p)
+			}
+			lat = append(lat, time.Since(t))
+		}
+		b.ReportMetric(float64(percentile(lat, .5).Microseconds()), "p50-us")
+		b.ReportMetric(float64(percentile(lat, .99).Microseconds()), "p99-us")
+	})
 	for _, kind := range []string{"hooks", "workbench"} {
 		b.Run("op=activate/kind="+kind, func(b *testing.B) {
 			f := newFixture(b, 2*time.Second)

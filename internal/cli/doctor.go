@@ -16,7 +16,7 @@ func newDoctor(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Check paths, config, SQLite, the data directory and its lock, and Python; exits non-zero on any failure",
+		Short: "Check paths, config, model routes, SQLite, the data directory and its lock, and Python; exits non-zero on any failure",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r := doctor.Run(cmd.Context(), g.env.Lookup)

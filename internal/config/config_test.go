@@ -379,6 +379,15 @@ func TestParseErrors(t *testing.T) {
 		{"CRLF line endings", "[routes.main]\r\nurl = \"http://x\"\r\nmodel = \"m\"\r\ntimeout_seconds = 0\r\n", 4, 1, "routes.main.timeout_seconds", "out of range"},
 		{"after comments and blank lines", "# klbr\n\n[routes.main] # the local server\n\n# the URL\nurl = \"gopher://x\"\nmodel = \"m\"\n", 6, 1, "routes.main.url", "not an http"},
 
+		{"url names the endpoint", "[routes.main]\nurl = \"http://x:8001/v1/chat/completions\"\nmodel = \"m\"\n", 2, 1, "routes.main.url", `ends in /chat/completions, but url is the API's base URL (klbr adds /chat/completions itself); use "http://x:8001/v1"`},
+		{"url names the models list", "[routes.main]\nurl = \"http://x/v1/models/\"\nmodel = \"m\"\n", 2, 1, "routes.main.url", `use "http://x/v1"`},
+		{"dialect unknown", base + "dialect = \"anthropic\"\n", 4, 1, "routes.main.dialect", `"anthropic" is not a dialect (one of openai, deepseek, mistral, llama.cpp, vllm, ollama, openrouter)`},
+		{"dialect empty", base + "dialect = \"\"\n", 4, 1, "routes.main.dialect", "is not a dialect"},
+		{"stream_usage not a bool", base + "stream_usage = \"no\"\n", 4, 16, "routes.main.stream_usage", "expected a boolean"},
+		{"fallback names no route", "[agent]\nfallback = [\"local\"]\n\n" + base, 2, 13, "agent.fallback[0]", "no [routes.local] is defined"},
+		{"fallback is the agent route", "[agent]\nfallback = [\"main\"]\n\n" + base, 2, 13, "agent.fallback[0]", "is agent.route itself"},
+		{"fallback twice", "[agent]\nfallback = [\"b\", \"b\"]\n\n" + base + "[routes.b]\nurl = \"http://y/v1\"\nmodel = \"m\"\n", 2, 18, "agent.fallback[1]", "listed twice"},
+
 		// discord
 		{"api_base not a URL", "[discord]\napi_base = \"discord.com\"\n", 2, 1, "discord.api_base", "not an http or https URL"},
 		{"api_base empty", "[discord]\napi_base = \"\"\n", 2, 1, "discord.api_base", "required"},
@@ -1050,4 +1059,53 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestParseRouteDialects(t *testing.T) {
+	doc := `[agent]
+route = "main"
+fallback = ["local", "cloud"]
+
+[routes.main]
+url = "https://api.deepseek.com/v1/"
+model = "deepseek-v4-pro"
+dialect = "deepseek"
+
+[routes.local]
+url = "http://127.0.0.1:11434/v1"
+model = "qwen3:8b"
+dialect = "ollama"
+reasoning_replay = true
+
+[routes.cloud]
+url = "https://api.mistral.ai/v1"
+model = "mistral-large-latest"
+dialect = "mistral"
+stream_usage = false
+`
+	f, err := Parse("klbr.toml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.StepRoutes(); fmt.Sprint(got) != "[main local cloud]" {
+		t.Errorf("step routes %v", got)
+	}
+	if r := f.Routes["main"]; r.Dialect != DialectDeepSeek || r.StreamUsage != nil || r.ReasoningReplay != nil {
+		t.Errorf("main %+v", r)
+	}
+	if r := f.Routes["local"]; r.ReasoningReplay == nil || !*r.ReasoningReplay {
+		t.Errorf("local %+v", r)
+	}
+	if r := f.Routes["cloud"]; r.StreamUsage == nil || *r.StreamUsage {
+		t.Errorf("cloud %+v", r)
+	}
+	for _, d := range Dialects() {
+		if _, err := Parse("klbr.toml", []byte(fmt.Sprintf("[routes.main]\nurl = \"http://x/v1\"\nmodel = \"m\"\ndialect = %q\n", d))); err != nil {
+			t.Errorf("dialect %s: %v", d, err)
+		}
+	}
+	if err := (&File{Agent: Defaults().Agent, Routes: map[string]Route{"main": {URL: "http://x/v1", Model: "m", TimeoutSeconds: 1}},
+		Discord: Defaults().Discord, Limits: Defaults().Limits}).Validate(); err != nil {
+		t.Errorf("a route built in code without a dialect: %v", err)
+	}
 }

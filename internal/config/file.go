@@ -23,6 +23,10 @@ type File struct {
 type Agent struct {
 	// Route names the [routes.X] the agent's turns use. Default "main".
 	Route string `toml:"route"`
+	// Fallback names the routes a step goes to, in order, when the routes
+	// before it fail transiently. Each names a defined route other than
+	// Route, once.
+	Fallback []string `toml:"fallback"`
 
 	// Budgets of one attempt (a run of model steps started by input or a
 	// wake). Exhausting one pauses the session with a visible notice.
@@ -79,6 +83,17 @@ type Route struct {
 
 	TimeoutSeconds int `toml:"timeout_seconds"` // 1..3600, default 120
 
+	// Dialect names the server's flavour of the API (see Dialects): which
+	// request fields it accepts or requires and which response fields it
+	// sends. Empty means "openai".
+	Dialect string `toml:"dialect"`
+	// StreamUsage, when set, overrides the dialect on sending
+	// stream_options.include_usage with streaming requests.
+	StreamUsage *bool `toml:"stream_usage"`
+	// ReasoningReplay, when set, overrides the dialect on sending stored
+	// reasoning back on assistant messages.
+	ReasoningReplay *bool `toml:"reasoning_replay"`
+
 	// ExtraOptions are added to each request body. Cache fields are removed
 	// at parse time (see CacheOptionKeys) and listed in StrippedOptions.
 	ExtraOptions map[string]any `toml:"extra_options"`
@@ -119,6 +134,22 @@ const (
 	CacheProfilePromptCacheRetention = "openai_prompt_cache_retention"
 	CacheProfilePromptCacheOptions   = "openai_prompt_cache_options"
 )
+
+// Dialects: the values dialect accepts.
+const (
+	DialectOpenAI     = "openai"
+	DialectDeepSeek   = "deepseek"
+	DialectMistral    = "mistral"
+	DialectLlamaCpp   = "llama.cpp"
+	DialectVLLM       = "vllm"
+	DialectOllama     = "ollama"
+	DialectOpenRouter = "openrouter"
+)
+
+// Dialects returns the dialect names, the default first.
+func Dialects() []string {
+	return []string{DialectOpenAI, DialectDeepSeek, DialectMistral, DialectLlamaCpp, DialectVLLM, DialectOllama, DialectOpenRouter}
+}
 
 // Ingest modes: the values discord.ingest accepts.
 const (
@@ -176,6 +207,12 @@ func Defaults() File {
 // since some servers match JSON fields that way).
 func CacheOptionKeys() []string {
 	return []string{"cache_prompt", "cache_control", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options"}
+}
+
+// StepRoutes returns the agent's route followed by its fallbacks: the
+// default order in which a step tries routes.
+func (f *File) StepRoutes() []string {
+	return append([]string{f.Agent.Route}, f.Agent.Fallback...)
 }
 
 // AgentRoute returns the route the agent's turns use, and whether the file

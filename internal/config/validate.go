@@ -112,6 +112,7 @@ func (v *validator) agent(f *File) {
 		return
 	}
 	if _, ok := f.Routes[name]; ok {
+		v.fallback(f)
 		return
 	}
 	var names []string
@@ -127,6 +128,24 @@ func (v *validator) agent(f *File) {
 		"agent", "routes")
 }
 
+// fallback checks agent.fallback: defined routes, none twice, not the
+// agent's own route.
+func (v *validator) fallback(f *File) {
+	seen := map[string]bool{f.Agent.Route: true}
+	for i, name := range f.Agent.Fallback {
+		key := fmt.Sprintf("agent.fallback[%d]", i)
+		switch {
+		case name == f.Agent.Route:
+			v.fail(key, fmt.Sprintf("%q is agent.route itself; a fallback is another route", name), "agent.fallback", "agent")
+		case seen[name]:
+			v.fail(key, fmt.Sprintf("%q is listed twice", name), "agent.fallback", "agent")
+		case f.Routes[name].URL == "" && f.Routes[name].Model == "":
+			v.fail(key, fmt.Sprintf("no [routes.%s] is defined", formatKey(name)), "agent.fallback", "agent")
+		}
+		seen[name] = true
+	}
+}
+
 // route checks the route [routes.id].
 func (v *validator) route(id string, r Route) {
 	section := formatKey("routes", id)
@@ -140,6 +159,11 @@ func (v *validator) route(id string, r Route) {
 		v.fail(key("url"), "required: the base URL of an OpenAI-compatible API, e.g. http://localhost:8001/v1", section)
 	} else if msg := checkHTTPURL(r.URL); msg != "" {
 		v.fail(key("url"), msg, section)
+	} else if msg := checkBaseURL(r.URL); msg != "" {
+		v.fail(key("url"), msg, section)
+	}
+	if (r.Dialect != "" || v.index.has(key("dialect"))) && !slices.Contains(Dialects(), r.Dialect) {
+		v.fail(key("dialect"), fmt.Sprintf("%q is not a dialect (one of %s)", r.Dialect, strings.Join(Dialects(), ", ")), section)
 	}
 	switch {
 	case strings.TrimSpace(r.Model) != "":
@@ -273,6 +297,23 @@ func checkHTTPURL(s string) string {
 	if u.User != nil {
 		// Secrets stay out of this file, and URLs end up in logs.
 		return "a URL here must not carry credentials; keep secrets out of klbr.toml"
+	}
+	return ""
+}
+
+// checkBaseURL refuses a route url that names an endpoint rather than the
+// API's base: the client appends /chat/completions and /models itself.
+func checkBaseURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return ""
+	}
+	path := strings.TrimRight(u.Path, "/")
+	for _, suffix := range []string{"/chat/completions", "/completions", "/models"} {
+		if strings.HasSuffix(path, suffix) {
+			u.Path = strings.TrimSuffix(path, suffix)
+			return fmt.Sprintf("%q ends in %s, but url is the API's base URL (klbr adds %s itself); use %q", s, suffix, suffix, u.String())
+		}
 	}
 	return ""
 }

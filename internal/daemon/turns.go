@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -54,19 +55,18 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		d.log.Warn("the agent does not run: no model route is configured", "route", cfg.File.Agent.Route, "config", cfg.Paths.ConfigFile)
 		return nil
 	}
-	client, err := provider.New(route, provider.Options{Logger: d.log.With("component", "provider", "route", cfg.File.Agent.Route)})
-	if err != nil {
-		return fmt.Errorf("route %s: %w", cfg.File.Agent.Route, err)
-	}
 	a := cfg.File.Agent
-	m.PrepareRoute(a.Route)
+	model, err := d.router(cfg, m)
+	if err != nil {
+		return err
+	}
 	m.WatchDeltas(d.deltas)
-	compactor, est, err := d.newCompactor(ctx, cfg, client, m)
+	compactor, est, err := d.newCompactor(ctx, cfg, model, m)
 	if err != nil {
 		return err
 	}
 	d.turns = turn.New(turn.Config{
-		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Model: client, Route: a.Route,
+		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Model: model, Route: a.Route,
 		Prompt: releasePrompt(d.releases.Tree), Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),
 		Compactor: compactor, Estimator: est, Compaction: d.hooks,
 		Budgets: turn.Budgets{MaxSteps: a.MaxSteps, MaxTokens: a.MaxTokens, MaxTurn: time.Duration(a.MaxTurnSeconds) * time.Second,
@@ -86,6 +86,9 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	})
 	m.PrepareSummary(compactorRoute(a))
 	d.agent = fmt.Sprintf("route %s (%s)", a.Route, route.Model)
+	if len(a.Fallback) > 0 {
+		d.agent += ", fallback " + strings.Join(a.Fallback, ", ")
+	}
 	sessions, err := d.store.Sessions(ctx)
 	if err != nil {
 		return err
@@ -115,10 +118,10 @@ func (d *daemon) compact(ctx context.Context, session string) (history.Result, e
 }
 
 // newCompactor builds the history compactor: summaries are written with
-// agent.summary_route (or the agent's route, client), the prompt comes from
+// agent.summary_route (or along the agent's routes, through router), the prompt comes from
 // the session's release, and sizes use the agent route's calibrated
 // estimate (seeded from the recorded usage of its recent requests).
-func (d *daemon) newCompactor(ctx context.Context, cfg *config.Config, client *provider.Client, m *metrics.Metrics) (*history.Compactor, *turn.Estimator, error) {
+func (d *daemon) newCompactor(ctx context.Context, cfg *config.Config, router history.Model, m *metrics.Metrics) (*history.Compactor, *turn.Estimator, error) {
 	a := cfg.File.Agent
 	est := &turn.Estimator{}
 	raw, reported, err := d.store.Calibration(ctx, a.Route, 8)
@@ -128,13 +131,15 @@ func (d *daemon) newCompactor(ctx context.Context, cfg *config.Config, client *p
 	for i := range raw {
 		est.Observe(raw[i], reported[i])
 	}
-	name, summarizer := a.Route, client
+	name, summarizer := a.Route, router
 	route, _ := cfg.File.AgentRoute()
 	if a.SummaryRoute != "" && a.SummaryRoute != a.Route {
 		name, route = a.SummaryRoute, cfg.File.Routes[a.SummaryRoute]
-		if summarizer, err = provider.New(route, provider.Options{Logger: d.log.With("component", "provider", "route", name)}); err != nil {
+		client, err := provider.New(route, provider.Options{Logger: d.log.With("component", "provider", "route", name)})
+		if err != nil {
 			return nil, nil, fmt.Errorf("route %s (agent.summary_route): %w", name, err)
 		}
+		summarizer = client
 	}
 	return history.New(history.Config{
 		Store: d.store, Model: summarizer, Route: name, ModelName: route.Model,
@@ -175,6 +180,38 @@ func releaseFile(tree func(id string) string, name string) func(context.Context,
 		}
 		return s, nil
 	}
+}
+
+// router builds a client for every configured route and the Router that
+// sends each step along its plan: agent.route, then agent.fallback, unless
+// the model.plan hook answers otherwise. The agent's route must have a
+// working client; another route whose key is missing is left out with a
+// warning (doctor says so too).
+func (d *daemon) router(cfg *config.Config, m *metrics.Metrics) (*provider.Router, error) {
+	a := cfg.File.Agent
+	opts := provider.RouterOptions{Routes: map[string]provider.Completer{}, Info: map[string]provider.RouteInfo{},
+		Clock: d.clock, Log: d.log.With("component", "router"), Observe: m.ObserveModel,
+		// A route that failed transiently rests as long as a failed
+		// request waits before its retry, doubling per failure in a row.
+		Rest: time.Duration(a.RetryBackoffMillis) * time.Millisecond}
+	for name, r := range cfg.File.Routes {
+		client, err := provider.New(r, provider.Options{Logger: d.log.With("component", "provider", "route", name)})
+		if err != nil {
+			if name == a.Route || slices.Contains(a.Fallback, name) {
+				return nil, fmt.Errorf("route %s: %w", name, err)
+			}
+			d.log.Warn("route left out: it cannot be used", "route", name, "error", err)
+			continue
+		}
+		opts.Routes[name] = client
+		opts.Info[name] = provider.RouteInfo{Name: name, Model: r.Model, Dialect: client.Dialect().Name}
+		m.PrepareRoute(name)
+	}
+	opts.Default = cfg.File.StepRoutes()
+	if d.hooks != nil {
+		opts.Planner = d.hooks
+	}
+	return provider.NewRouter(opts)
 }
 
 // releasePrompt reads a release's system prompt: its soul, then its

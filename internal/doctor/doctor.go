@@ -23,8 +23,9 @@ import (
 type Check struct {
 	Name   string `json:"name"`
 	OK     bool   `json:"ok"`
+	Warn   bool   `json:"warn,omitempty"` // OK, but worth a look
 	Detail string `json:"detail"`
-	Fix    string `json:"fix,omitempty"` // what to do when not OK
+	Fix    string `json:"fix,omitempty"` // what to do when not OK, or about a warning
 }
 
 // Report is every finding, and the resolved paths.
@@ -51,6 +52,7 @@ func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
 		}
 		add(Check{Name: "config", OK: true, Detail: detail})
 		add(Check{Name: "bind", OK: true, Detail: cfg.BindAddr + " (loopback)"})
+		checkRoutes(ctx, cfg, lookup, add)
 	}
 
 	info, err := store.ReadRuntimeInfo(ctx)
@@ -141,11 +143,14 @@ func (r Report) String() string {
 	}
 	for _, c := range r.Checks {
 		mark := "ok  "
-		if !c.OK {
+		switch {
+		case !c.OK:
 			mark = "FAIL"
+		case c.Warn:
+			mark = "WARN"
 		}
 		fmt.Fprintf(&b, "%s %-7s %s\n", mark, c.Name, c.Detail)
-		if !c.OK && c.Fix != "" {
+		if (!c.OK || c.Warn) && c.Fix != "" {
 			fmt.Fprintf(&b, "             → %s\n", c.Fix)
 		}
 	}

@@ -156,7 +156,7 @@ func (c *Compactor) Compact(ctx context.Context, p Plan) (Result, error) {
 		maxOut := min(cfg.MaxOutput, max(res.Source/3, 256))
 		for res.Attempts < MaxAttempts {
 			res.Attempts++
-			out, problem := c.ask(ctx, prompt, text, maxOut)
+			out, problem := c.ask(ctx, p.Session, prompt, text, maxOut)
 			if problem == "" {
 				if n := c.entryTokens(out, src); float64(n) > shrink*float64(res.Source) {
 					problem = fmt.Sprintf("the summary (about %d tokens) does not shrink its source (about %d tokens) by %.0f%%", n, res.Source, (1-shrink)*100)
@@ -229,7 +229,7 @@ func (c *Compactor) prompt(ctx context.Context, release string) string {
 }
 
 // ask makes one tool-free summarizer request, bounded in time and output.
-func (c *Compactor) ask(ctx context.Context, prompt, source string, maxOut int) (string, string) {
+func (c *Compactor) ask(ctx context.Context, session, prompt, source string, maxOut int) (string, string) {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	resp, err := c.cfg.Model.Complete(rctx, provider.Request{
@@ -238,6 +238,7 @@ func (c *Compactor) ask(ctx context.Context, prompt, source string, maxOut int) 
 			{Role: "user", Content: source},
 		},
 		MaxTokens: maxOut,
+		Meta:      provider.RequestMeta{Session: session, Purpose: "summary"},
 	})
 	switch {
 	case err != nil && rctx.Err() == context.DeadlineExceeded:

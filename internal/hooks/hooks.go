@@ -1,8 +1,8 @@
-// Package hooks runs a session's policy hooks (attention.plan and
-// delivery.review) in its hook worker, pinned to the session's active
+// Package hooks runs a session's policy hooks (attention.plan,
+// delivery.review and model.plan) in its hook worker, pinned to the session's active
 // behavior release, under host deadlines. Every invocation is recorded.
 // delivery.review fails closed: anything but a well-formed decision holds.
-// attention.plan falls back to the host's default.
+// attention.plan and model.plan fall back to the host's default.
 package hooks
 
 import (
@@ -18,6 +18,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/placement"
+	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
 )
@@ -281,6 +282,16 @@ func CheckResult(slot string, input any, out json.RawMessage) error {
 		if *r.Decision != "allow" && *r.Decision != "hold" {
 			return fmt.Errorf("decided %q, neither allow nor hold", *r.Decision)
 		}
+	case SlotModelPlan:
+		in, ok := input.(provider.PlanInput)
+		if !ok {
+			return errors.New("model.plan check needs a provider.PlanInput")
+		}
+		var p provider.Plan
+		if err := json.Unmarshal(out, &p); err != nil {
+			return fmt.Errorf("answered %s, not {routes, reason}", truncate(out))
+		}
+		return validateModelPlan(in, p)
 	case SlotPlan:
 		in, ok := input.(PlanInput)
 		if !ok {

@@ -23,7 +23,7 @@ func newModel(reg prometheus.Registerer) *model {
 		}, []string{"route", "outcome"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "klbr_model_tokens_total",
-			Help: "Tokens as the provider reported them, by route and kind (prompt, completion, cache_read, cache_write). A kind the provider does not report is never added to.",
+			Help: "Tokens as the provider reported them, by route and kind (prompt, completion, cache_read, cache_write, cache_miss). A kind the provider does not report is never added to.",
 		}, []string{"route", "kind"}),
 	}
 	m.summaries = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -48,7 +48,7 @@ func (m *Metrics) ObserveSummary(route, outcome string) {
 func (m *Metrics) ObserveModel(route, outcome string, u provider.Usage) {
 	m.model.requests.WithLabelValues(route, outcome).Inc()
 	for kind, n := range map[string]*int{"prompt": u.PromptTokens, "completion": u.CompletionTokens,
-		"cache_read": u.CacheReadTokens, "cache_write": u.CacheWriteTokens} {
+		"cache_read": u.CacheReadTokens, "cache_write": u.CacheWriteTokens, "cache_miss": u.CacheMissTokens} {
 		if n != nil {
 			m.model.tokens.WithLabelValues(route, kind).Add(float64(*n))
 		}

@@ -82,7 +82,7 @@ func isReserved(k string, list []string) bool {
 	return false
 }
 
-// requestBody builds the JSON body of req.
+// requestBody builds the JSON body of req in the route's dialect.
 func (c *Client) requestBody(req Request) ([]byte, error) {
 	body := maps.Clone(c.options)
 	if body == nil {
@@ -90,11 +90,7 @@ func (c *Client) requestBody(req Request) ([]byte, error) {
 	}
 	maps.Copy(body, c.cache)
 	body["model"] = c.route.Model
-	msgs := req.Messages
-	if msgs == nil {
-		msgs = []Message{}
-	}
-	body["messages"] = msgs
+	body["messages"] = replay(c.dialect, req.Messages)
 	if len(req.Tools) > 0 {
 		body["tools"] = req.Tools
 	}
@@ -102,7 +98,7 @@ func (c *Client) requestBody(req Request) ([]byte, error) {
 	if req.MaxTokens > 0 {
 		body["max_tokens"] = req.MaxTokens
 	}
-	if req.Stream {
+	if req.Stream && c.dialect.StreamUsage {
 		body["stream_options"] = map[string]any{"include_usage": true}
 	}
 	return json.Marshal(body)

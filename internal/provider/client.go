@@ -7,6 +7,7 @@ package provider
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -49,6 +50,8 @@ type Options struct {
 // Client sends requests to one route. It is safe for concurrent use.
 type Client struct {
 	route    config.Route
+	dialect  Dialect
+	base     string // the route's url without a trailing slash
 	endpoint string
 	key      string // never logged, never in errors
 	redact   redactor
@@ -70,9 +73,16 @@ func New(route config.Route, opts Options) (*Client, error) {
 	if _, ok := config.CacheRetentions(route.CacheProfile); !ok && route.CacheProfile != "" {
 		return nil, fmt.Errorf("provider: unknown cache_profile %q", route.CacheProfile)
 	}
+	d, err := DialectOf(route)
+	if err != nil {
+		return nil, err
+	}
+	base := strings.TrimRight(route.URL, "/")
 	c := &Client{
 		route:    route,
-		endpoint: strings.TrimRight(route.URL, "/") + "/chat/completions",
+		dialect:  d,
+		base:     base,
+		endpoint: base + "/chat/completions",
 		http:     opts.HTTPClient,
 		log:      opts.Logger,
 		timeout:  time.Duration(route.TimeoutSeconds) * time.Second,
@@ -161,6 +171,21 @@ func checkKey(v, where string) (string, error) {
 // aborts it promptly. Every error is an *Error. With an error, the Response
 // may be non-nil and partial (see Response).
 func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
+	resp, err := c.complete(ctx, req)
+	var pe *Error
+	if errors.As(err, &pe) && pe.URL == "" {
+		pe.URL = c.endpoint
+	}
+	return resp, err
+}
+
+// Dialect returns the dialect the client speaks.
+func (c *Client) Dialect() Dialect { return c.dialect }
+
+// Endpoint returns the URL requests go to.
+func (c *Client) Endpoint() string { return c.endpoint }
+
+func (c *Client) complete(ctx context.Context, req Request) (*Response, error) {
 	body, err := c.requestBody(req)
 	if err != nil {
 		return nil, &Error{Kind: KindProtocol, Msg: "encoding the request: " + c.redact.clean(err.Error())}
@@ -193,7 +218,10 @@ func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		e := &Error{Kind: KindHTTP, Status: resp.StatusCode, Body: c.redact.excerpt(b)}
+		e := &Error{Kind: KindHTTP, Status: resp.StatusCode, Body: c.redact.excerpt(b), URL: c.endpoint}
+		if msg, code, _ := parseErrorBody(b); msg != "" || code != "" {
+			e.Message, e.Code = c.redact.excerpt([]byte(msg)), c.redact.excerpt([]byte(code))
+		}
 		if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s > 0 {
 			e.RetryAfter = time.Duration(s) * time.Second
 		}
@@ -246,4 +274,61 @@ func intAttr(p *int) any {
 		return "absent"
 	}
 	return *p
+}
+
+// maxModelsBody bounds a /models answer.
+const maxModelsBody = 4 << 20
+
+// Models asks the route's server which models it serves (GET {url}/models)
+// and returns their ids. Errors are *Error, naming the URL.
+func (c *Client) Models(ctx context.Context) ([]string, error) {
+	url := c.base + "/models"
+	rctx, cancel := context.WithTimeout(ctx, min(c.timeout, 10*time.Second))
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, &Error{Kind: KindProtocol, Msg: "building the request: " + c.redact.clean(err.Error()), URL: url}
+	}
+	hreq.Header.Set("Accept", "application/json")
+	if c.key != "" {
+		hreq.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	resp, err := c.http.Do(hreq)
+	if err != nil {
+		e := c.transportError(ctx, rctx, err, "sending the request")
+		e.URL = url
+		return nil, e
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxModelsBody+1))
+	if err != nil {
+		e := c.transportError(ctx, rctx, err, "reading the response")
+		e.URL = url
+		return nil, e
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		e := &Error{Kind: KindHTTP, Status: resp.StatusCode, Body: c.redact.excerpt(b), URL: url}
+		if msg, code, _ := parseErrorBody(b); msg != "" || code != "" {
+			e.Message, e.Code = c.redact.excerpt([]byte(msg)), c.redact.excerpt([]byte(code))
+		}
+		return nil, e
+	}
+	if len(b) > maxModelsBody {
+		return nil, &Error{Kind: KindProtocol, Msg: fmt.Sprintf("the model list exceeds %d bytes", maxModelsBody), URL: url}
+	}
+	// OpenAI's shape, which every dialect's server answers: {"data": [{"id"}]}
+	// (Ollama's /api/tags would be {"models"}, but its /v1/models is this).
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, &Error{Kind: KindProtocol, Msg: "the model list is not {\"data\": [{\"id\": …}]}: " + c.redact.excerpt([]byte(err.Error())), URL: url}
+	}
+	ids := make([]string, 0, len(list.Data))
+	for _, m := range list.Data {
+		ids = append(ids, m.ID)
+	}
+	return ids, nil
 }

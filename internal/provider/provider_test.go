@@ -378,19 +378,29 @@ func TestStreamCutMidToolCall(t *testing.T) {
 }
 
 func TestStreamMalformed(t *testing.T) {
-	for name, body := range map[string]string{
-		"bad json":        "data: {not json}\n\n",
-		"error event":     `data: {"error":{"message":"overloaded"}}` + "\n\n",
-		"call without id": `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"python","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n",
+	for name, tc := range map[string]struct {
+		body      string
+		kind      Kind
+		retryable bool
+	}{
+		"bad json":        {"data: {not json}\n\n", KindProtocol, false},
+		"content object":  {`data: {"choices":[{"index":0,"delta":{"content":{"x":1}}}]}` + "\n\n", KindProtocol, false},
+		"error event":     {`data: {"error":{"message":"overloaded"}}` + "\n\n", KindProvider, true},
+		"error 400 event": {`data: {"error":{"message":"bad","code":400}}` + "\n\n", KindProvider, false},
+		"call without name": {`data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"arguments":"{}"}}]},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n",
+			KindProtocol, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "text/event-stream")
-				io.WriteString(w, body)
+				io.WriteString(w, tc.body)
 			})
 			resp, err := newClient(t, f.route(), nil).Complete(context.Background(), Request{Messages: userMsg("x"), Stream: true})
-			if e := asError(t, err); e.Kind != KindProtocol || e.Retryable() {
-				t.Errorf("%v: kind %v", err, e.Kind)
+			if e := asError(t, err); e.Kind != tc.kind || e.Retryable() != tc.retryable {
+				t.Errorf("%v: kind %v retryable %v", err, e.Kind, e.Retryable())
+			}
+			if !strings.Contains(err.Error(), f.srv.URL+"/v1/chat/completions") {
+				t.Errorf("error does not name the URL: %v", err)
 			}
 			if resp != nil && resp.ToolCalls != nil {
 				t.Errorf("tool calls returned: %+v", resp.ToolCalls)

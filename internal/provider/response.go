@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
+	"strings"
+	"unicode/utf8"
 )
 
 // wireToolCall is a tool call as it appears in a message or a delta.
@@ -22,11 +22,62 @@ type wireToolCall struct {
 }
 
 // wireMessage is a choice's message (non-streaming) or delta (streaming).
+// Content and the reasoning fields are kept raw: servers send content as a
+// string or as an array of typed parts, and reasoning under several names.
 type wireMessage struct {
-	Content          *string        `json:"content"`
-	ReasoningContent *string        `json:"reasoning_content"`
-	Reasoning        *string        `json:"reasoning"`
-	ToolCalls        []wireToolCall `json:"tool_calls"`
+	Content          wireContent     `json:"content"`
+	ReasoningContent looseString     `json:"reasoning_content"`
+	Reasoning        looseString     `json:"reasoning"`
+	ReasoningDetails json.RawMessage `json:"reasoning_details"`
+	ToolCalls        []wireToolCall  `json:"tool_calls"`
+}
+
+// looseString is a field that is a string when it is anything: another
+// type or null reads as "".
+type looseString string
+
+func (s *looseString) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		v, err := jsonString(b)
+		*s = looseString(v)
+		return err
+	}
+	return nil
+}
+
+// jsonString decodes a JSON string the outer decoder has already checked:
+// one without escapes is its bytes (the hot path of every delta); others
+// go through encoding/json.
+func jsonString(b []byte) (string, error) {
+	if len(b) >= 2 && b[len(b)-1] == '"' {
+		inner := b[1 : len(b)-1]
+		if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+			return string(inner), nil
+		}
+	}
+	var v string
+	err := json.Unmarshal(b, &v)
+	return v, err
+}
+
+// wireContent is a content value: a string (decoded at once, the common
+// case) or an array of parts (kept raw for readContent).
+type wireContent struct {
+	text  string
+	parts json.RawMessage
+}
+
+func (c *wireContent) UnmarshalJSON(b []byte) error {
+	switch {
+	case len(b) == 0 || b[0] == 'n':
+		return nil
+	case b[0] == '"':
+		var err error
+		c.text, err = jsonString(b)
+		return err
+	}
+	c.parts = append(json.RawMessage(nil), b...)
+	return nil
 }
 
 type wireChoice struct {
@@ -36,17 +87,203 @@ type wireChoice struct {
 	FinishReason *string      `json:"finish_reason"`
 }
 
-// reasoning returns the message's reasoning text and the field it came in.
-// reasoning_content wins when a provider sends both (some send the same text
-// under both names; joining them would double it).
-func (m *wireMessage) reasoning() (string, string) {
-	if m.ReasoningContent != nil && *m.ReasoningContent != "" {
-		return *m.ReasoningContent, "reasoning_content"
+// parts is what a message or delta says: its text, its reasoning and the
+// field the reasoning came in.
+type parts struct {
+	text, reasoning, field string
+}
+
+// read returns what m says. Reasoning comes from the first documented field
+// that has any, in this order: reasoning_content, reasoning, the text of
+// reasoning_details, thinking parts of the content (Mistral). Servers that
+// send the same text under two names (OpenRouter: reasoning and
+// reasoning_details; vLLM during its rename: reasoning and
+// reasoning_content) would double it if they were joined.
+func (m *wireMessage) read() (parts, error) {
+	var p parts
+	text, thinking := m.Content.text, ""
+	var err error
+	if m.Content.parts != nil {
+		text, thinking, err = readContent(m.Content.parts)
 	}
-	if m.Reasoning != nil && *m.Reasoning != "" {
-		return *m.Reasoning, "reasoning"
+	if err != nil {
+		return p, err
 	}
-	return "", ""
+	p.text = text
+	switch {
+	case m.ReasoningContent != "":
+		p.reasoning, p.field = string(m.ReasoningContent), "reasoning_content"
+	case m.Reasoning != "":
+		p.reasoning, p.field = string(m.Reasoning), "reasoning"
+	case detailsText(m.ReasoningDetails) != "":
+		p.reasoning, p.field = detailsText(m.ReasoningDetails), "reasoning_details"
+	case thinking != "":
+		p.reasoning, p.field = thinking, "content.thinking"
+	}
+	return p, nil
+}
+
+// rawString returns the string raw holds, "" for null, absent or a value of
+// another type.
+func rawString(raw json.RawMessage) string {
+	if len(raw) == 0 || raw[0] != '"' {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// contentPart is one typed part of an array content: {"type":"text",
+// "text":…}, or Mistral's {"type":"thinking","thinking":[{"type":"text",
+// "text":…}]} (thinking may also be a plain string). Other types (image,
+// reference, audio) carry no text here.
+type contentPart struct {
+	Type     string          `json:"type"`
+	Text     json.RawMessage `json:"text"`
+	Thinking json.RawMessage `json:"thinking"`
+}
+
+// readContent reads a content value: null, a string, or an array of parts.
+func readContent(raw json.RawMessage) (text, thinking string, err error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] == 'n' {
+		return "", "", nil
+	}
+	if raw[0] == '"' {
+		err = json.Unmarshal(raw, &text)
+		return text, "", err
+	}
+	if raw[0] != '[' {
+		return "", "", errors.New("content is neither a string nor an array of parts")
+	}
+	var ps []contentPart
+	if err := json.Unmarshal(raw, &ps); err != nil {
+		return "", "", fmt.Errorf("content parts: %w", err)
+	}
+	var t, th strings.Builder
+	for _, p := range ps {
+		switch p.Type {
+		case "text":
+			t.WriteString(rawString(p.Text))
+		case "thinking":
+			th.WriteString(thinkingText(p.Thinking))
+		}
+	}
+	return t.String(), th.String(), nil
+}
+
+// thinkingText flattens a thinking part's value: a string, or an array of
+// text parts.
+func thinkingText(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return ""
+	}
+	if raw[0] == '"' {
+		return rawString(raw)
+	}
+	var ps []contentPart
+	if json.Unmarshal(raw, &ps) != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range ps {
+		if p.Type == "text" || p.Type == "" {
+			b.WriteString(rawString(p.Text))
+		}
+	}
+	return b.String()
+}
+
+// detailItem is one reasoning_details entry (OpenRouter): reasoning.text
+// (text, signature), reasoning.summary (summary) or reasoning.encrypted
+// (data), with an optional index, id and format.
+type detailItem struct {
+	Type    string `json:"type"`
+	Text    string `json:"text"`
+	Summary string `json:"summary"`
+}
+
+// detailsText returns the readable text of a reasoning_details array.
+func detailsText(raw json.RawMessage) string {
+	if len(raw) == 0 || raw[0] != '[' {
+		return ""
+	}
+	var items []detailItem
+	if json.Unmarshal(raw, &items) != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, it := range items {
+		switch it.Type {
+		case "reasoning.text":
+			b.WriteString(it.Text)
+		case "reasoning.summary":
+			b.WriteString(it.Summary)
+		}
+	}
+	return b.String()
+}
+
+// detailsAssembler joins streamed reasoning_details: entries with the same
+// index are one entry whose text, summary and data arrive in pieces; the
+// other fields are taken from the first piece that has them.
+type detailsAssembler struct {
+	items []map[string]json.RawMessage
+	byIdx map[string]int
+}
+
+func (a *detailsAssembler) add(raw json.RawMessage) {
+	if len(raw) == 0 || raw[0] != '[' {
+		return
+	}
+	var items []map[string]json.RawMessage
+	if json.Unmarshal(raw, &items) != nil {
+		return
+	}
+	if a.byIdx == nil {
+		a.byIdx = map[string]int{}
+	}
+	for _, it := range items {
+		key := ""
+		if idx, ok := it["index"]; ok {
+			key = string(idx) + "\x00" + rawString(it["type"])
+		}
+		i, ok := a.byIdx[key]
+		if key == "" || !ok {
+			a.byIdx[key] = len(a.items)
+			a.items = append(a.items, it)
+			continue
+		}
+		cur := a.items[i]
+		for k, v := range it {
+			switch k {
+			case "text", "summary", "data", "signature":
+				if s := rawString(v); s != "" {
+					joined, _ := json.Marshal(rawString(cur[k]) + s)
+					cur[k] = joined
+				}
+			default:
+				if _, ok := cur[k]; !ok || bytes.Equal(cur[k], []byte("null")) {
+					cur[k] = v
+				}
+			}
+		}
+	}
+}
+
+func (a *detailsAssembler) json() json.RawMessage {
+	if len(a.items) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(a.items)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // chunk splits a response object or stream chunk into its choices and the
@@ -69,33 +306,64 @@ func splitChunk(data []byte) (choices []wireChoice, rest map[string]json.RawMess
 	return choices, rest, nil
 }
 
-// errorField returns the text of a non-null top-level "error" field.
-func errorField(rest map[string]json.RawMessage) (json.RawMessage, bool) {
-	raw, ok := rest["error"]
-	if !ok || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return nil, false
+// streamError returns the error a chunk or body reports: a non-null
+// top-level "error" (OpenAI, OpenRouter, llama.cpp, Ollama), a top-level
+// "object": "error" (vLLM, Mistral), or the whole chunk of an "error" event.
+func streamError(rest map[string]json.RawMessage, event string, data []byte) (json.RawMessage, bool) {
+	if raw, ok := rest["error"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return data, true
 	}
-	return raw, true
+	if bytes.Equal(bytes.TrimSpace(rest["object"]), []byte(`"error"`)) || event == "error" {
+		return data, true
+	}
+	return nil, false
 }
 
-// toolAssembler joins streamed tool-call pieces by index.
+// toolAssembler joins streamed tool-call pieces. A piece belongs to the
+// call at its index, unless it brings a new non-empty id for an index whose
+// call already has another id: then it starts a new call (Ollama sends
+// every parallel call with index 0). A piece without an index belongs to
+// the call with its id, or starts one. A piece with neither continues the
+// last call, unless it is not the first of its delta, or it names a
+// function while the last call already has a name and complete arguments
+// (older Ollama sent whole calls so): then it starts one.
 type toolAssembler struct {
-	calls map[int]*ToolCall
+	calls []*ToolCall
+	byIdx map[int]int // index → position in calls of its current call
+	last  int
 }
 
-func (a *toolAssembler) add(pos int, d wireToolCall) ToolCallDelta {
-	idx := pos
-	if d.Index != nil {
-		idx = *d.Index
+func (a *toolAssembler) add(d wireToolCall, nth int) ToolCallDelta {
+	pos := -1
+	switch {
+	case d.Index != nil:
+		if a.byIdx == nil {
+			a.byIdx = map[int]int{}
+		}
+		if p, ok := a.byIdx[*d.Index]; ok && (d.ID == "" || a.calls[p].ID == "" || a.calls[p].ID == d.ID) {
+			pos = p
+		}
+	case d.ID != "":
+		for i, c := range a.calls {
+			if c.ID == d.ID {
+				pos = i
+			}
+		}
+	case len(a.calls) > 0 && nth == 0:
+		last := a.calls[a.last]
+		if d.Function.Name == "" || last.Function.Name == "" || !json.Valid([]byte(last.Function.Arguments)) {
+			pos = a.last
+		}
 	}
-	if a.calls == nil {
-		a.calls = map[int]*ToolCall{}
+	if pos < 0 {
+		pos = len(a.calls)
+		a.calls = append(a.calls, &ToolCall{Type: "function"})
+		if d.Index != nil {
+			a.byIdx[*d.Index] = pos
+		}
 	}
-	tc := a.calls[idx]
-	if tc == nil {
-		tc = &ToolCall{Type: "function"}
-		a.calls[idx] = tc
-	}
+	a.last = pos
+	tc := a.calls[pos]
 	if tc.ID == "" {
 		tc.ID = d.ID
 	}
@@ -108,26 +376,44 @@ func (a *toolAssembler) add(pos int, d wireToolCall) ToolCallDelta {
 		tc.Function.Name += d.Function.Name
 	}
 	tc.Function.Arguments += d.Function.Arguments
-	return ToolCallDelta{Index: idx, ID: d.ID, Name: d.Function.Name, Arguments: d.Function.Arguments}
+	return ToolCallDelta{Index: pos, ID: d.ID, Name: d.Function.Name, Arguments: d.Function.Arguments}
 }
 
-// list returns the calls in index order.
+// list returns the calls in the order they started.
 func (a *toolAssembler) list() []ToolCall {
 	var out []ToolCall
-	for _, i := range slices.Sorted(maps.Keys(a.calls)) {
-		out = append(out, *a.calls[i])
+	for _, c := range a.calls {
+		out = append(out, *c)
 	}
 	return out
 }
 
-// finish validates the calls of a response that ended normally: each needs
-// an id and a name. Otherwise none is returned as complete.
+// finishCalls validates the calls of a response that ended normally: each
+// needs a function name, or none is returned as complete. A call without an
+// id, or with the id of an earlier call of the response, gets one made up
+// (SentID keeps what the model sent): a result answers its call by id.
 func finishCalls(out *Response, calls []ToolCall) *Error {
-	for i, tc := range calls {
-		if tc.ID == "" || tc.Function.Name == "" {
+	used := map[string]bool{}
+	for _, tc := range calls {
+		used[tc.ID] = true
+	}
+	seen := map[string]bool{}
+	for i := range calls {
+		tc := &calls[i]
+		if tc.Function.Name == "" {
 			out.Incomplete = calls
-			return &Error{Kind: KindProtocol, Msg: fmt.Sprintf("tool call %d has no id or no function name; no tool call returned", i)}
+			return &Error{Kind: KindProtocol, Msg: fmt.Sprintf("tool call %d has no function name; no tool call returned", i)}
 		}
+		if tc.ID == "" || seen[tc.ID] || len(tc.ID) > maxCallID {
+			id := genCallID(rawString(out.Raw["id"])+"\x00"+tc.Function.Name+"\x00"+tc.Function.Arguments, i, used)
+			used[id] = true
+			if out.MadeUpIDs == nil {
+				out.MadeUpIDs = map[string]string{}
+			}
+			out.MadeUpIDs[id] = tc.ID
+			tc.ID = id
+		}
+		seen[tc.ID] = true
 	}
 	out.ToolCalls = calls
 	return nil
@@ -144,6 +430,7 @@ func (c *Client) readStream(body io.Reader, onDelta func(Delta)) (*Response, err
 	out := &Response{Raw: map[string]json.RawMessage{}}
 	var content, reasoning bytes.Buffer
 	var tools toolAssembler
+	var details detailsAssembler
 	var usageRaw json.RawMessage
 	done := false
 	var total int64
@@ -152,12 +439,16 @@ func (c *Client) readStream(body io.Reader, onDelta func(Delta)) (*Response, err
 			onDelta(d)
 		}
 	}
-	partial := func() {
+	settle := func() {
 		out.Content, out.Reasoning = content.String(), reasoning.String()
-		out.Incomplete = tools.list()
+		out.ReasoningDetails = details.json()
 		if usageRaw != nil {
-			out.Usage = parseUsage(usageRaw)
+			out.Usage = parseUsage(usageRaw, out.Raw["timings"])
 		}
+	}
+	partial := func() {
+		settle()
+		out.Incomplete = tools.list()
 	}
 
 	dec := newSSEDecoder(body, c.maxLine)
@@ -190,13 +481,8 @@ func (c *Client) readStream(body io.Reader, onDelta func(Delta)) (*Response, err
 			partial()
 			return out, &Error{Kind: KindProtocol, Msg: "stream: malformed chunk: " + c.redact.excerpt([]byte(err.Error())) + "; response incomplete"}
 		}
-		if raw, ok := errorField(rest); ok || ev.Event == "error" {
-			if !ok {
-				raw = data
-			}
-			partial()
-			return out, &Error{Kind: KindProtocol, Msg: "stream: provider error: " + c.redact.excerpt(raw) + "; response incomplete"}
-		}
+		// Usage first: a chunk that reports an error may report the tokens
+		// the request cost too.
 		for k, v := range rest {
 			if k == "usage" {
 				if !bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
@@ -205,32 +491,50 @@ func (c *Client) readStream(body io.Reader, onDelta func(Delta)) (*Response, err
 				}
 				continue
 			}
-			out.Raw[k] = v
+			if k != "error" {
+				out.Raw[k] = v
+			}
+		}
+		if raw, ok := streamError(rest, ev.Event, data); ok {
+			partial()
+			return out, c.providerError(raw, true)
 		}
 		for _, ch := range choices {
 			if ch.Index != 0 {
 				continue
 			}
 			if d := ch.Delta; d != nil {
-				if d.Content != nil && *d.Content != "" {
-					content.WriteString(*d.Content)
-					emit(Delta{Content: *d.Content})
+				p, err := d.read()
+				if err != nil {
+					partial()
+					return out, &Error{Kind: KindProtocol, Msg: "stream: malformed delta: " + c.redact.excerpt([]byte(err.Error())) + "; response incomplete"}
 				}
-				if r, field := d.reasoning(); r != "" {
-					reasoning.WriteString(r)
+				if p.text != "" {
+					content.WriteString(p.text)
+					emit(Delta{Content: p.text})
+				}
+				if p.reasoning != "" {
+					reasoning.WriteString(p.reasoning)
 					if out.ReasoningField == "" {
-						out.ReasoningField = field
+						out.ReasoningField = p.field
 					}
-					emit(Delta{Reasoning: r})
+					emit(Delta{Reasoning: p.reasoning})
 				}
-				for i, tc := range d.ToolCalls {
-					td := tools.add(i, tc)
+				details.add(d.ReasoningDetails)
+				for j, tc := range d.ToolCalls {
+					td := tools.add(tc, j)
 					emit(Delta{ToolCall: &td})
 				}
 			}
 			if ch.FinishReason != nil && *ch.FinishReason != "" {
 				out.FinishReason = *ch.FinishReason
 			}
+		}
+		if out.FinishReason == "error" {
+			// OpenRouter ends a failed generation so, usually with an error
+			// field (handled above); without one the answer is cut short.
+			partial()
+			return out, &Error{Kind: KindProvider, Msg: "stream: the provider ended the response with finish_reason \"error\"; response incomplete"}
 		}
 	}
 	if !done && out.FinishReason == "" {
@@ -241,10 +545,7 @@ func (c *Client) readStream(body io.Reader, onDelta func(Delta)) (*Response, err
 		}
 		return out, &Error{Kind: KindIncomplete, Msg: msg}
 	}
-	out.Content, out.Reasoning = content.String(), reasoning.String()
-	if usageRaw != nil {
-		out.Usage = parseUsage(usageRaw)
-	}
+	settle()
 	if err := finishCalls(out, tools.list()); err != nil {
 		return out, err
 	}
@@ -264,12 +565,12 @@ func (c *Client) readJSON(body io.Reader) (*Response, error) {
 	if err != nil {
 		return nil, &Error{Kind: KindProtocol, Msg: "malformed response: " + c.redact.excerpt([]byte(err.Error()))}
 	}
-	if raw, ok := errorField(rest); ok {
-		return nil, &Error{Kind: KindProtocol, Msg: "provider error: " + c.redact.excerpt(raw)}
-	}
 	out := &Response{Raw: rest}
 	if u, ok := rest["usage"]; ok {
-		out.Usage = parseUsage(u)
+		out.Usage = parseUsage(u, rest["timings"])
+	}
+	if raw, ok := streamError(rest, "", b); ok {
+		return out, c.providerError(raw, false)
 	}
 	var choice *wireChoice
 	for i := range choices {
@@ -282,20 +583,31 @@ func (c *Client) readJSON(body io.Reader) (*Response, error) {
 		return out, &Error{Kind: KindProtocol, Msg: "response has no choice 0 with a message"}
 	}
 	m := choice.Message
-	if m.Content != nil {
-		out.Content = *m.Content
+	p, err := m.read()
+	if err != nil {
+		return out, &Error{Kind: KindProtocol, Msg: "malformed message: " + c.redact.excerpt([]byte(err.Error()))}
 	}
-	out.Reasoning, out.ReasoningField = m.reasoning()
+	out.Content, out.Reasoning, out.ReasoningField = p.text, p.reasoning, p.field
+	if d := bytes.TrimSpace(m.ReasoningDetails); len(d) > 0 && d[0] == '[' {
+		out.ReasoningDetails = d
+	}
 	if choice.FinishReason != nil {
 		out.FinishReason = *choice.FinishReason
 	}
 	out.MessageExtra = messageExtra(b)
-	var tools toolAssembler
-	for i, tc := range m.ToolCalls {
-		tc.Index = nil // a message's calls are whole; position is identity
-		tools.add(i, tc)
+	// A message's calls are whole; position is identity.
+	calls := make([]ToolCall, 0, len(m.ToolCalls))
+	for _, tc := range m.ToolCalls {
+		t := tc.Type
+		if t == "" {
+			t = "function"
+		}
+		calls = append(calls, ToolCall{ID: tc.ID, Type: t, Function: FunctionCall{Name: tc.Function.Name, Arguments: tc.Function.Arguments}})
 	}
-	if err := finishCalls(out, tools.list()); err != nil {
+	if len(calls) == 0 {
+		calls = nil
+	}
+	if err := finishCalls(out, calls); err != nil {
 		return out, err
 	}
 	return out, nil
@@ -317,7 +629,7 @@ func messageExtra(body []byte) json.RawMessage {
 		if ch.Index != 0 {
 			continue
 		}
-		for _, k := range []string{"role", "content", "tool_calls", "reasoning_content", "reasoning"} {
+		for _, k := range []string{"role", "content", "tool_calls", "reasoning_content", "reasoning", "reasoning_details"} {
 			delete(ch.Message, k)
 		}
 		if len(ch.Message) == 0 {

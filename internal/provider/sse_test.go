@@ -2,10 +2,15 @@ package provider
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/klbr-dev/klbr/internal/config"
 )
 
 func decodeAll(t testing.TB, in string, max int) ([]sseEvent, error) {
@@ -61,6 +66,12 @@ func FuzzSSE(f *testing.F) {
 	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"))
 	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\",\"function\":{\"name\":\"python\",\"arguments\":\"{\\\"co\"}}]}}]}\n\n"))
 	f.Add([]byte(": ping\r\nevent: error\r\ndata: {}\r\n\r\n"))
+	files, _ := filepath.Glob("testdata/streams/*.sse")
+	for _, file := range files {
+		if b, err := os.ReadFile(file); err == nil {
+			f.Add(b)
+		}
+	}
 	const max = 256
 	f.Fuzz(func(t *testing.T, in []byte) {
 		d := newSSEDecoder(bytes.NewReader(in), max)
@@ -91,10 +102,91 @@ func FuzzSSE(f *testing.F) {
 		if resp.Incomplete != nil {
 			t.Fatalf("incomplete calls without an error")
 		}
+		seen := map[string]bool{}
 		for _, tc := range resp.ToolCalls {
-			if tc.ID == "" || tc.Function.Name == "" {
-				t.Fatalf("tool call without id or name: %+v", tc)
+			if tc.ID == "" || tc.Function.Name == "" || seen[tc.ID] {
+				t.Fatalf("tool call without id or name, or a repeated id: %+v", resp.ToolCalls)
 			}
+			seen[tc.ID] = true
+		}
+	})
+}
+
+// FuzzJSONResponse checks the non-streaming reader and the error-body
+// reader the same way.
+func FuzzJSONResponse(f *testing.F) {
+	f.Add([]byte(`{"choices":[{"index":0,"message":{"content":[{"type":"thinking","thinking":[{"type":"text","text":"t"}]},{"type":"text","text":"x"}],"tool_calls":[{"id":"","function":{"name":"python","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`))
+	f.Add([]byte(`{"object":"error","message":{"detail":[{"type":"extra_forbidden"}]},"type":"invalid_request_error","code":null}`))
+	f.Add([]byte(`{"error":{"message":"m","code":400}}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		msg, code, _ := parseErrorBody(in)
+		_, _ = msg, code
+		c := &Client{maxLine: 256, maxBody: 4096}
+		resp, err := c.readJSON(bytes.NewReader(in))
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("error %T %v is not an *Error", err, err)
+			}
+			if resp != nil && resp.ToolCalls != nil {
+				t.Fatalf("tool calls with an error")
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for _, tc := range resp.ToolCalls {
+			if tc.ID == "" || tc.Function.Name == "" || seen[tc.ID] {
+				t.Fatalf("bad calls %+v", resp.ToolCalls)
+			}
+			seen[tc.ID] = true
+		}
+	})
+}
+
+// FuzzReplay checks that whatever a transcript holds, what is sent is valid
+// for the dialect: every call id valid and unique, every tool message
+// answering a call, every arguments a JSON object.
+func FuzzReplay(f *testing.F) {
+	f.Add("call_1", `{"code":"1"}`, "call_1", "", 2, true)
+	f.Add("", `{"code": 12`, "", "x", 0, false)
+	f.Add("a\x00b", `[1]`, "zzz", "r", 1, true)
+	f.Fuzz(func(t *testing.T, id, args, toolID, reasoning string, dialectN int, twice bool) {
+		names := []string{config.DialectOpenAI, config.DialectDeepSeek, config.DialectMistral, config.DialectOpenRouter}
+		d, _ := DialectOf(config.Route{Dialect: names[(dialectN%len(names)+len(names))%len(names)]})
+		call := ToolCall{ID: id, Type: "function", Function: FunctionCall{Name: "python", Arguments: args}}
+		msgs := []Message{{Role: "user", Content: "u"}, {Role: "assistant", ToolCalls: []ToolCall{call}, Reasoning: &Reasoning{Text: reasoning}},
+			{Role: "tool", ToolCallID: id, Content: "r"}}
+		if twice {
+			msgs = append(msgs, Message{Role: "assistant", ToolCalls: []ToolCall{call, call}}, Message{Role: "tool", ToolCallID: id},
+				Message{Role: "tool", ToolCallID: toolID})
+		}
+		out := replay(d, msgs)
+		if _, err := json.Marshal(out); err != nil {
+			t.Fatalf("replay does not marshal: %v", err)
+		}
+		used := map[string]bool{}
+		var open []string
+		for _, m := range out {
+			for _, c := range m.ToolCalls {
+				if !validID(d.ToolCallIDs, c.ID) || used[c.ID] {
+					t.Fatalf("replayed id %q invalid or repeated", c.ID)
+				}
+				used[c.ID] = true
+				open = append(open, c.ID)
+				if !isJSONObject(c.Function.Arguments) {
+					t.Fatalf("replayed arguments %q", c.Function.Arguments)
+				}
+			}
+			if m.Role == "tool" && !validID(d.ToolCallIDs, m.ToolCallID) {
+				t.Fatalf("tool message id %q", m.ToolCallID)
+			}
+		}
+		if msgs[1].ToolCalls[0].ID != id || msgs[1].ToolCalls[0].Function.Arguments != args {
+			t.Fatal("replay changed the caller's messages")
+		}
+		// The first tool message answers the first call.
+		if out[2].ToolCallID != out[1].ToolCalls[0].ID {
+			t.Fatalf("tool message %q does not answer call %q", out[2].ToolCallID, out[1].ToolCalls[0].ID)
 		}
 	})
 }
@@ -128,6 +220,31 @@ func BenchmarkSSEFrames(b *testing.B) {
 			if _, err := d.Next(); err != nil {
 				break
 			}
+		}
+	}
+}
+
+// BenchmarkSSEDecodeFixtures decodes the recorded-format streams of
+// testdata/streams (every dialect, reasoning, typed parts, parallel calls)
+// one after another, for the throughput of the paths beyond plain content.
+func BenchmarkSSEDecodeFixtures(b *testing.B) {
+	files, _ := filepath.Glob("testdata/streams/*.sse")
+	var ins [][]byte
+	var total int64
+	for _, f := range files {
+		in, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ins = append(ins, in)
+		total += int64(len(in))
+	}
+	c := &Client{maxLine: DefaultMaxSSELine, maxBody: DefaultMaxBody}
+	b.SetBytes(total)
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, in := range ins {
+			c.readStream(bytes.NewReader(in), nil)
 		}
 	}
 }

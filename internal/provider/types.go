@@ -16,16 +16,41 @@ type Message struct {
 	ToolCallID string     // tool messages: the id of the call this answers
 	Name       string     // optional
 
+	// Reasoning is the reasoning an assistant message came with, as stored;
+	// nil when none. It is not sent as such: the route's dialect decides
+	// whether and under which name it goes back (see Replay).
+	Reasoning *Reasoning
+
 	// Extra is an opaque JSON object whose fields are added to the message
-	// verbatim: provider-specific blocks (e.g. reasoning_content for a route
-	// that wants it back) that the caller stored and must pass back. A field
-	// that collides with one of the above is an error.
+	// verbatim: provider-specific blocks that the caller stored and must
+	// pass back. A field that collides with one of the above is an error.
 	Extra json.RawMessage
 }
 
+// Reasoning is an assistant message's stored reasoning: its text and the
+// reasoning_details array it came with (OpenRouter), either may be empty.
+type Reasoning struct {
+	Text    string
+	Details json.RawMessage
+}
+
+// sent is a message as replay sends it: with the reasoning field its
+// dialect adds (key: a JSON value), unless Extra sets the same key.
+type sent struct {
+	Message
+	key string
+	val json.RawMessage
+}
+
+func (s sent) MarshalJSON() ([]byte, error) { return s.Message.marshal(s.key, s.val) }
+
 // MarshalJSON writes the OpenAI wire form of m, followed by Extra's fields
 // (sorted, values byte for byte).
-func (m Message) MarshalJSON() ([]byte, error) {
+func (m Message) MarshalJSON() ([]byte, error) { return m.marshal("", nil) }
+
+// marshal writes m, then the field key: val when key is set and Extra does
+// not set it, then Extra's fields.
+func (m Message) marshal(key string, val json.RawMessage) ([]byte, error) {
 	type wire struct {
 		Role       string     `json:"role"`
 		Content    *string    `json:"content"`
@@ -38,12 +63,22 @@ func (m Message) MarshalJSON() ([]byte, error) {
 		w.Content = &m.Content
 	}
 	b, err := json.Marshal(w)
-	if err != nil || len(bytes.TrimSpace(m.Extra)) == 0 {
+	if err != nil || (key == "" && len(m.Extra) == 0) {
 		return b, err
 	}
 	var extra map[string]json.RawMessage
-	if err := json.Unmarshal(m.Extra, &extra); err != nil {
-		return nil, fmt.Errorf("message Extra is not a JSON object: %w", err)
+	if len(bytes.TrimSpace(m.Extra)) > 0 {
+		if err := json.Unmarshal(m.Extra, &extra); err != nil {
+			return nil, fmt.Errorf("message Extra is not a JSON object: %w", err)
+		}
+	}
+	if key != "" {
+		if _, ok := extra[key]; !ok {
+			b = append(b[:len(b)-1], ',', '"')
+			b = append(b, key...)
+			b = append(b, '"', ':')
+			b = append(append(b, val...), '}')
+		}
 	}
 	if len(extra) == 0 {
 		return b, nil
@@ -111,10 +146,24 @@ type Request struct {
 	// MaxTokens, when positive, bounds the answer (max_tokens).
 	MaxTokens int
 
+	// Meta says what the request is for, to the route planner (model.plan);
+	// it is not sent.
+	Meta RequestMeta
+
 	// OnDelta, when set and Stream is true, receives best-effort deltas as
 	// they arrive, on the goroutine that called Complete. It must return
 	// quickly. The Response, not the deltas, is the record.
 	OnDelta func(Delta)
+}
+
+// RequestMeta describes a request to the route planner.
+type RequestMeta struct {
+	Session string `json:"session"`
+	// Purpose is "turn" for an agent step (also when empty), "summary" for
+	// a summarizer, or "test" for klbr-core route test.
+	Purpose string `json:"purpose"`
+	// Directed is set when the step answers a DM, a mention or the operator.
+	Directed bool `json:"directed"`
 }
 
 // Delta is one streamed increment.
@@ -141,12 +190,22 @@ type Response struct {
 	Content   string
 	Reasoning string
 	// ReasoningField is the provider field reasoning came in
-	// ("reasoning_content" or "reasoning"), "" when there was none.
+	// ("reasoning_content", "reasoning", "reasoning_details" or
+	// "content.thinking"), "" when there was none.
 	ReasoningField string
-	ToolCalls      []ToolCall
-	Incomplete     []ToolCall
-	FinishReason   string
-	Usage          Usage
+	// ReasoningDetails is the reasoning_details array the provider sent
+	// (OpenRouter), streamed pieces joined by their index; nil when none.
+	ReasoningDetails json.RawMessage
+	// Route names the route that answered (set by Router).
+	Route      string
+	ToolCalls  []ToolCall
+	Incomplete []ToolCall
+	// MadeUpIDs maps the id of each call the client had to name (the model
+	// sent no id, or one an earlier call of the response had) to what the
+	// model sent ("" for none): an id is how a result answers its call.
+	MadeUpIDs    map[string]string
+	FinishReason string
+	Usage        Usage
 	// MessageExtra holds the other fields of the assistant message as the
 	// provider sent them (e.g. refusal, annotations, provider-specific
 	// blocks), as one JSON object; nil when there are none. Non-streaming

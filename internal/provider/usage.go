@@ -7,9 +7,11 @@ import (
 	"strconv"
 )
 
-// parseUsage reads a usage object. Fields that are absent, null or not a
+// parseUsage reads a usage object, and llama.cpp's timings beside it (its
+// cache_n is the prompt tokens it took from its cache, reported when usage
+// has no prompt_tokens_details). Fields that are absent, null or not a
 // non-negative integer stay nil.
-func parseUsage(raw json.RawMessage) Usage {
+func parseUsage(raw, timings json.RawMessage) Usage {
 	var u Usage
 	var top map[string]json.RawMessage
 	if json.Unmarshal(raw, &top) != nil || top == nil {
@@ -31,6 +33,12 @@ func parseUsage(raw json.RawMessage) Usage {
 		u.CacheWriteTokens = optInt(top["cache_write_tokens"])
 	}
 	u.CacheMissTokens = optInt(top["prompt_cache_miss_tokens"])
+	if u.CacheReadTokens == nil && len(timings) > 0 {
+		var t map[string]json.RawMessage
+		if json.Unmarshal(timings, &t) == nil {
+			u.CacheReadTokens = optInt(t["cache_n"])
+		}
+	}
 	return u
 }
 

@@ -155,6 +155,7 @@ type StepUsage struct {
 	Completion *int `json:"completion,omitempty"`
 	CacheRead  *int `json:"cache_read,omitempty"`
 	CacheWrite *int `json:"cache_write,omitempty"`
+	CacheMiss  *int `json:"cache_miss,omitempty"` // DeepSeek's prompt_cache_miss_tokens
 }
 
 // StepCall is one tool call of a response, as the model wrote it.
@@ -162,6 +163,11 @@ type StepCall struct {
 	ID        string `json:"id"`
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
+	// IDMadeUp is set when ID had to be made up (the model sent none, or
+	// one an earlier call of the response had); SentID is then what it
+	// sent. Results answer ID.
+	IDMadeUp bool   `json:"id_made_up,omitempty"`
+	SentID   string `json:"sent_id,omitempty"`
 }
 
 // StepResult is what a model step produced. A complete step's scratchpad and
@@ -178,9 +184,12 @@ type StepResult struct {
 	Text           string
 	Reasoning      string
 	ReasoningField string
-	Calls          []StepCall
-	FinishReason   string
-	Usage          StepUsage
+	// ReasoningDetails is the provider's reasoning_details array, kept to
+	// be sent back to the routes that want it.
+	ReasoningDetails json.RawMessage
+	Calls            []StepCall
+	FinishReason     string
+	Usage            StepUsage
 	// Estimated is the host's estimate of the request's prompt tokens (0:
 	// none), kept beside the reported usage to calibrate later estimates.
 	Estimated int
@@ -188,17 +197,19 @@ type StepResult struct {
 
 // scratchpad is the record of a step's model output.
 type scratchpad struct {
-	Attempt        int64      `json:"attempt"`
-	Step           int        `json:"step"`    // within the attempt: live deltas carry the same number
-	StepID         int64      `json:"step_id"` // the model step's id: its tool calls' cells name it
-	Route          string     `json:"route"`
-	Text           string     `json:"text"`
-	Reasoning      string     `json:"reasoning,omitempty"`
-	ReasoningField string     `json:"reasoning_field,omitempty"`
-	Calls          []StepCall `json:"tool_calls"`
-	Partial        bool       `json:"partial"`
-	FinishReason   string     `json:"finish_reason,omitempty"`
-	Usage          StepUsage  `json:"usage"`
+	Attempt        int64  `json:"attempt"`
+	Step           int    `json:"step"`    // within the attempt: live deltas carry the same number
+	StepID         int64  `json:"step_id"` // the model step's id: its tool calls' cells name it
+	Route          string `json:"route"`
+	Text           string `json:"text"`
+	Reasoning      string `json:"reasoning,omitempty"`
+	ReasoningField string `json:"reasoning_field,omitempty"`
+	// ReasoningDetails is kept raw (json.RawMessage) so it goes back as it came.
+	ReasoningDetails json.RawMessage `json:"reasoning_details,omitempty"`
+	Calls            []StepCall      `json:"tool_calls"`
+	Partial          bool            `json:"partial"`
+	FinishReason     string          `json:"finish_reason,omitempty"`
+	Usage            StepUsage       `json:"usage"`
 }
 
 // RecordStep records a model step and its response before anything in it
@@ -245,7 +256,7 @@ func (t *Tx) RecordStep(r StepResult) (int64, error) {
 			calls = []StepCall{}
 		}
 		b, err := json.Marshal(scratchpad{Attempt: r.Attempt, Step: r.Ordinal, StepID: stepID, Route: r.Route, Text: r.Text,
-			Reasoning: r.Reasoning, ReasoningField: r.ReasoningField, Calls: calls, Partial: !complete,
+			Reasoning: r.Reasoning, ReasoningField: r.ReasoningField, ReasoningDetails: validJSON(r.ReasoningDetails), Calls: calls, Partial: !complete,
 			FinishReason: r.FinishReason, Usage: r.Usage})
 		if err != nil {
 			return 0, err
@@ -678,4 +689,13 @@ func (s *Store) Glance(ctx context.Context, id string) (Glance, error) {
 	}
 	g.CreatedAt, g.UpdatedAt = time.UnixMilli(created), time.UnixMilli(updated)
 	return g, nil
+}
+
+// validJSON returns raw when it is valid JSON, else nil (a record must
+// marshal).
+func validJSON(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || !json.Valid(raw) {
+		return nil
+	}
+	return raw
 }

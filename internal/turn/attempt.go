@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/provider"
@@ -309,7 +311,8 @@ func (r *runner) request(ctx context.Context, a *attempt, msgs []provider.Messag
 	step := int64(a.steps)
 	cfg := &r.l.cfg
 	hub := cfg.Deltas
-	req := provider.Request{Messages: msgs, Tools: []provider.Tool{provider.PythonTool(toolDescription)}, Stream: true}
+	req := provider.Request{Messages: msgs, Tools: []provider.Tool{provider.PythonTool(toolDescription)}, Stream: true,
+		Meta: provider.RequestMeta{Session: r.session, Purpose: "turn", Directed: a.addressed}}
 	if hub != nil {
 		var index int64
 		req.OnDelta = func(d provider.Delta) {
@@ -347,16 +350,31 @@ func (r *runner) request(ctx context.Context, a *attempt, msgs []provider.Messag
 	if resp != nil {
 		usage = resp.Usage
 	}
-	cfg.Observe(cfg.Route, outcome, usage)
+	cfg.Observe(answeredBy(cfg.Route, resp, err), outcome, usage)
 	return resp, err
+}
+
+// answeredBy names the route that answered or failed last: the one a Router
+// recorded, else the configured one.
+func answeredBy(route string, resp *provider.Response, err error) string {
+	var pe *provider.Error
+	switch {
+	case resp != nil && resp.Route != "":
+		return resp.Route
+	case errors.As(err, &pe) && pe.Route != "":
+		return pe.Route
+	}
+	return route
 }
 
 // recordStep records a step's response, complete or partial, before
 // anything in it runs.
 func (r *runner) recordStep(ctx context.Context, a *attempt, started time.Time, resp *provider.Response, reqErr, cause error, raw int) (int64, error) {
-	res := store.StepResult{Session: r.session, Attempt: a.id, Ordinal: a.steps, Started: started, Route: r.l.cfg.Route, State: "completed",
-		Estimated: raw}
-	if resp != nil && resp.Usage.PromptTokens != nil && reqErr == nil {
+	res := store.StepResult{Session: r.session, Attempt: a.id, Ordinal: a.steps, Started: started,
+		Route: answeredBy(r.l.cfg.Route, resp, reqErr), State: "completed", Estimated: raw}
+	if resp != nil && resp.Usage.PromptTokens != nil && reqErr == nil && res.Route == r.l.cfg.Route {
+		// The estimate is calibrated against the agent's own route; a
+		// fallback's counts would skew it.
 		r.l.est.Observe(raw, *resp.Usage.PromptTokens)
 	}
 	switch {
@@ -367,11 +385,13 @@ func (r *runner) recordStep(ctx context.Context, a *attempt, started time.Time, 
 	}
 	if resp != nil {
 		res.Text, res.Reasoning, res.ReasoningField, res.FinishReason = resp.Content, resp.Reasoning, resp.ReasoningField, resp.FinishReason
+		res.ReasoningDetails = resp.ReasoningDetails
 		res.Usage = store.StepUsage{Prompt: resp.Usage.PromptTokens, Completion: resp.Usage.CompletionTokens,
-			CacheRead: resp.Usage.CacheReadTokens, CacheWrite: resp.Usage.CacheWriteTokens}
+			CacheRead: resp.Usage.CacheReadTokens, CacheWrite: resp.Usage.CacheWriteTokens, CacheMiss: resp.Usage.CacheMissTokens}
 		if reqErr == nil {
 			for _, c := range resp.ToolCalls {
-				res.Calls = append(res.Calls, store.StepCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+				sent, madeUp := resp.MadeUpIDs[c.ID]
+				res.Calls = append(res.Calls, store.StepCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments, IDMadeUp: madeUp, SentID: sent})
 			}
 		}
 		for _, n := range []*int{resp.Usage.PromptTokens, resp.Usage.CompletionTokens} {
@@ -503,7 +523,9 @@ func parseCall(c provider.ToolCall) (code, problem string) {
 	}
 	var args map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(c.Function.Arguments), &args); err != nil {
-		return "", "not run: the arguments are not a JSON object: " + err.Error()
+		// The route is sent {} in their place (provider.replay); this
+		// result is how the model learns what it wrote.
+		return "", fmt.Sprintf("not run: the arguments are not a JSON object (%v); you wrote: %s", err, quoteArgs(c.Function.Arguments))
 	}
 	raw, ok := args["code"]
 	if !ok || len(args) != 1 {
@@ -516,6 +538,19 @@ func parseCall(c provider.ToolCall) (code, problem string) {
 		return "", "not run: code is empty"
 	}
 	return code, ""
+}
+
+// quoteArgs quotes invalid arguments for their error result, bounded.
+func quoteArgs(s string) string {
+	const max = 2000
+	if len(s) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		return strconv.Quote(s[:cut]) + fmt.Sprintf(" … (%d bytes in all)", len(s))
+	}
+	return strconv.Quote(s)
 }
 
 // parseYield reads a yielded outcome's runtime.wait payload.

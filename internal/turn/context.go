@@ -121,13 +121,20 @@ func (t *transcript) add(e store.Entry) {
 		t.push(provider.Message{Role: "user", Content: renderNotice(it.Kind, it.Content)})
 	case "assistant":
 		var sp struct {
-			Text  string           `json:"text"`
-			Calls []store.StepCall `json:"tool_calls"`
+			Text             string           `json:"text"`
+			Reasoning        string           `json:"reasoning"`
+			ReasoningDetails json.RawMessage  `json:"reasoning_details"`
+			Calls            []store.StepCall `json:"tool_calls"`
 		}
 		if json.Unmarshal(it.Content, &sp) != nil {
 			return
 		}
+		// Reasoning rides along; the route's dialect decides whether it
+		// is sent back.
 		m := provider.Message{Role: "assistant", Content: sp.Text}
+		if sp.Reasoning != "" || len(sp.ReasoningDetails) > 0 {
+			m.Reasoning = &provider.Reasoning{Text: sp.Reasoning, Details: sp.ReasoningDetails}
+		}
 		for _, c := range sp.Calls {
 			m.ToolCalls = append(m.ToolCalls, provider.ToolCall{ID: c.ID, Type: "function",
 				Function: provider.FunctionCall{Name: c.Name, Arguments: c.Arguments}})

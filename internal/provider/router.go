@@ -1,0 +1,234 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Completer answers chat requests: a *Client, or a test's fake.
+type Completer interface {
+	Complete(ctx context.Context, req Request) (*Response, error)
+}
+
+// RouteInfo describes a route to the planner.
+type RouteInfo struct {
+	Name    string `json:"name"`
+	Model   string `json:"model"`
+	Dialect string `json:"dialect"`
+	// Down is set while the route is resting after a transient failure;
+	// DownSeconds says for how much longer.
+	Down        bool    `json:"down"`
+	DownSeconds float64 `json:"down_seconds,omitempty"`
+}
+
+// PlanInput is what the model.plan hook decides on.
+type PlanInput struct {
+	RequestMeta
+	Routes []RouteInfo `json:"routes"`
+	// Default is the host's plan: agent.route, then agent.fallback.
+	Default []string `json:"default"`
+}
+
+// Plan is the order in which a step tries routes.
+type Plan struct {
+	Routes   []string `json:"routes"`
+	Reason   string   `json:"reason"`
+	Fallback bool     `json:"fallback"` // set when the host's default replaced a failed hook's answer
+}
+
+// Planner picks a step's routes: hooks.Dispatcher's model.plan. It always
+// answers; on any failure of its own it returns the default plan.
+type Planner interface {
+	PlanModel(ctx context.Context, in PlanInput) Plan
+}
+
+// RouterOptions are a Router's routes and policy.
+type RouterOptions struct {
+	// Routes by name; Default lists the step order (agent.route, then
+	// agent.fallback) and each must be in Routes.
+	Routes  map[string]Completer
+	Info    map[string]RouteInfo // model and dialect per route, for the planner
+	Default []string
+	Planner Planner // nil: always the default plan
+	// Rest is how long a route that failed transiently is passed over
+	// (doubling per failure in a row up to MaxRest). Defaults 10 s, 5 min.
+	Rest, MaxRest time.Duration
+	Clock         func() time.Time
+	Log           *slog.Logger
+	// Observe is told of each request that failed and was followed by
+	// another route (the caller observes the final answer itself).
+	Observe func(route, outcome string, usage Usage)
+}
+
+// Router sends each request to the first route of its plan that answers.
+// A route that fails transiently (Error.Retryable) hands the request to the
+// next one and rests for a while, so that the next steps do not wait on it;
+// after its rest it is tried first again. A non-transient failure ends the
+// request at once: another route would not make a bad request good. It is
+// safe for concurrent use.
+type Router struct {
+	opts RouterOptions
+
+	mu   sync.Mutex // guards rest
+	rest map[string]resting
+}
+
+type resting struct {
+	until    time.Time
+	failures int
+}
+
+// NewRouter returns a Router.
+func NewRouter(opts RouterOptions) (*Router, error) {
+	if len(opts.Default) == 0 {
+		return nil, errors.New("provider: a router needs at least one route")
+	}
+	for _, n := range opts.Default {
+		if opts.Routes[n] == nil {
+			return nil, fmt.Errorf("provider: route %q has no client", n)
+		}
+	}
+	if opts.Rest <= 0 {
+		opts.Rest = 10 * time.Second
+	}
+	if opts.MaxRest <= 0 {
+		opts.MaxRest = 5 * time.Minute
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Observe == nil {
+		opts.Observe = func(string, string, Usage) {}
+	}
+	return &Router{opts: opts, rest: map[string]resting{}}, nil
+}
+
+// Plan returns the routes a request with meta would try, in order, and
+// why: the planner's answer, validated, or the default.
+func (r *Router) Plan(ctx context.Context, meta RequestMeta) Plan {
+	now := r.opts.Clock()
+	if r.opts.Planner == nil || len(r.opts.Routes) == 1 {
+		// With one route there is nothing to choose: the hook is not asked
+		// (it would cost a hook round trip per step for nothing).
+		return Plan{Routes: r.opts.Default, Reason: "default: agent.route, then agent.fallback"}
+	}
+	if meta.Purpose == "" {
+		meta.Purpose = "turn"
+	}
+	in := PlanInput{RequestMeta: meta, Default: slices.Clone(r.opts.Default)}
+	r.mu.Lock()
+	for _, name := range slices.Sorted(maps.Keys(r.opts.Routes)) {
+		info := r.opts.Info[name]
+		info.Name = name
+		if rs, ok := r.rest[name]; ok && now.Before(rs.until) {
+			info.Down, info.DownSeconds = true, rs.until.Sub(now).Seconds()
+		}
+		in.Routes = append(in.Routes, info)
+	}
+	r.mu.Unlock()
+	p := r.opts.Planner.PlanModel(ctx, in)
+	if err := r.CheckPlan(p); err != nil {
+		return Plan{Routes: r.opts.Default, Reason: "default (" + err.Error() + ")", Fallback: true}
+	}
+	return p
+}
+
+// CheckPlan validates a plan: one to 8 known routes, none twice.
+func (r *Router) CheckPlan(p Plan) error {
+	if len(p.Routes) == 0 || len(p.Routes) > 8 {
+		return fmt.Errorf("model.plan named %d routes; 1 to 8", len(p.Routes))
+	}
+	seen := map[string]bool{}
+	for _, n := range p.Routes {
+		if r.opts.Routes[n] == nil {
+			return fmt.Errorf("model.plan named route %q, which is not configured", n)
+		}
+		if seen[n] {
+			return fmt.Errorf("model.plan named route %q twice", n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// Complete sends req along its plan. The Response, and an *Error, carry the
+// name of the route that answered or failed last.
+func (r *Router) Complete(ctx context.Context, req Request) (*Response, error) {
+	plan := r.Plan(ctx, req.Meta)
+	order := r.order(plan.Routes)
+	var resp *Response
+	var err error
+	for i, name := range order {
+		resp, err = r.opts.Routes[name].Complete(ctx, req)
+		if resp != nil {
+			resp.Route = name
+		}
+		var pe *Error
+		if errors.As(err, &pe) {
+			pe.Route = name
+		}
+		if err == nil {
+			r.recovered(name)
+			return resp, nil
+		}
+		if ctx.Err() != nil || !IsRetryable(err) {
+			return resp, err
+		}
+		r.failed(name)
+		if i+1 < len(order) {
+			var usage Usage
+			if resp != nil {
+				usage = resp.Usage
+			}
+			outcome := "error"
+			if pe != nil {
+				outcome = "error_" + pe.Kind.String()
+			}
+			r.opts.Observe(name, outcome, usage)
+			r.opts.Log.Warn("model route failed; the step goes to the next route", "route", name, "next", order[i+1], "error", err.Error())
+		}
+	}
+	return resp, err
+}
+
+// order puts the resting routes of plan after the others (in plan order
+// both); a plan whose every route rests is tried as it is.
+func (r *Router) order(plan []string) []string {
+	now := r.opts.Clock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var up, down []string
+	for _, n := range plan {
+		if rs, ok := r.rest[n]; ok && now.Before(rs.until) {
+			down = append(down, n)
+		} else {
+			up = append(up, n)
+		}
+	}
+	return append(up, down...)
+}
+
+func (r *Router) failed(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rs := r.rest[name]
+	rs.failures++
+	d := r.opts.Rest << min(rs.failures-1, 20)
+	rs.until = r.opts.Clock().Add(min(d, r.opts.MaxRest))
+	r.rest[name] = rs
+}
+
+func (r *Router) recovered(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.rest, name)
+}
