@@ -8,6 +8,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/turn"
 )
 
 // Version is the operator API's path prefix.
@@ -59,6 +60,9 @@ type SessionStatus struct {
 	Draining bool  `json:"draining"`
 	// The current or last attempt, and the armed wait with its deadline.
 	store.TurnStatus
+	// Retry is set while the session retries a failed model request or
+	// backs off after a rejected one or a loop guard.
+	Retry *turn.Retry `json:"retry,omitempty"`
 }
 
 // ExecRequest runs a cell in a session's workbench.

@@ -83,10 +83,15 @@ func (v *validator) agent(f *File) {
 		{"agent.max_consecutive_errors", f.Agent.MaxConsecutiveErrors, 100},
 		{"agent.context_budget_tokens", f.Agent.ContextBudgetTokens, 1 << 30},
 		{"agent.retry_backoff_ms", f.Agent.RetryBackoffMillis, 3600 * 1000},
+		{"agent.max_retry_backoff_ms", f.Agent.MaxRetryBackoffMillis, 24 * 3600 * 1000},
 	} {
 		if b.val < 1 || b.val > b.max {
 			v.fail(b.key, fmt.Sprintf("%d is out of range 1..%d", b.val, b.max), "agent")
 		}
+	}
+	if a := f.Agent; a.MaxRetryBackoffMillis >= 1 && a.RetryBackoffMillis <= 3600*1000 && a.MaxRetryBackoffMillis < a.RetryBackoffMillis {
+		v.fail("agent.max_retry_backoff_ms", fmt.Sprintf("%d is less than agent.retry_backoff_ms (%d); the cap must be at least the first backoff",
+			a.MaxRetryBackoffMillis, a.RetryBackoffMillis), "agent")
 	}
 	const key = "agent.route"
 	name := f.Agent.Route

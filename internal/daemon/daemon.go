@@ -357,7 +357,11 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		if err != nil {
 			return api.Status{}, err
 		}
-		st.Sessions = append(st.Sessions, api.SessionStatus{Session: s, Pending: bySession[s.ID], Draining: d.sessions.Draining(s.ID), TurnStatus: turn})
+		ss := api.SessionStatus{Session: s, Pending: bySession[s.ID], Draining: d.sessions.Draining(s.ID), TurnStatus: turn}
+		if d.turns != nil {
+			ss.Retry = d.turns.Retry(s.ID)
+		}
+		st.Sessions = append(st.Sessions, ss)
 	}
 	return st, nil
 }

@@ -41,6 +41,7 @@ func (d *daemon) recoverTurns(ctx context.Context) (map[string]bool, error) {
 // configured and cells can run; otherwise it says why the agent does not
 // run (inputs are still admitted and kept).
 func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.Metrics, resume map[string]bool) error {
+	m.WatchAgent(func() bool { return d.turns != nil }, d.backoffs)
 	route, ok := cfg.File.AgentRoute()
 	switch {
 	case d.bench == nil || d.hooks == nil:
@@ -53,17 +54,24 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	}
 	client, err := provider.New(route, provider.Options{Logger: d.log.With("component", "provider", "route", cfg.File.Agent.Route)})
 	if err != nil {
-		return fmt.Errorf("route %s: %w", cfg.File.Agent.Route, err)
+		// The daemon serves without a model: inputs are admitted and kept,
+		// and status, the browser and the log say why nothing answers.
+		d.agent = fmt.Sprintf("not running: route %s cannot be built: %v; fix %s and restart klbr-core; inputs are admitted and kept",
+			cfg.File.Agent.Route, err, cfg.Paths.ConfigFile)
+		d.log.Error("the agent does not run: its model route cannot be built", "route", cfg.File.Agent.Route, "error", err)
+		return nil
 	}
 	a := cfg.File.Agent
 	m.PrepareRoute(a.Route)
 	m.WatchDeltas(d.deltas)
 	d.turns = turn.New(turn.Config{
 		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Model: client, Route: a.Route,
+		URL: route.URL, ModelName: route.Model,
 		Prompt: releasePrompt(d.releases.Tree), Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),
 		Budgets: turn.Budgets{MaxSteps: a.MaxSteps, MaxTokens: a.MaxTokens, MaxTurn: time.Duration(a.MaxTurnSeconds) * time.Second,
 			MaxEmpty: a.MaxEmptyCompletions, MaxErrors: a.MaxConsecutiveErrors, ContextTokens: a.ContextBudgetTokens,
-			ErrorBackoff: time.Duration(a.RetryBackoffMillis) * time.Millisecond},
+			ErrorBackoff: time.Duration(a.RetryBackoffMillis) * time.Millisecond,
+			MaxBackoff:   time.Duration(a.MaxRetryBackoffMillis) * time.Millisecond},
 		Observe:      m.ObserveModel,
 		QuietAmbient: !cfg.File.Discord.AmbientWake,
 	})
@@ -107,4 +115,16 @@ func releasePrompt(tree func(id string) string) turn.Prompt {
 		cache[release] = p
 		return p, nil
 	}
+}
+
+// backoffs lists the sessions' retries and backoffs, for /metrics.
+func (d *daemon) backoffs() []metrics.Backoff {
+	if d.turns == nil {
+		return nil
+	}
+	var out []metrics.Backoff
+	for id, r := range d.turns.Backoffs() {
+		out = append(out, metrics.Backoff{Session: id, State: r.State, NextAt: r.NextAt, InARow: r.InARow})
+	}
+	return out
 }

@@ -14,7 +14,6 @@ import (
 	"mime"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -194,9 +193,7 @@ func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		e := &Error{Kind: KindHTTP, Status: resp.StatusCode, Body: c.redact.excerpt(b)}
-		if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s > 0 {
-			e.RetryAfter = time.Duration(s) * time.Second
-		}
+		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 		c.log.Warn("provider: HTTP error", "url", c.endpoint, "model", c.route.Model, "status", resp.StatusCode,
 			"retryable", e.Retryable(), "elapsed", time.Since(start))
 		return nil, e

@@ -53,7 +53,7 @@ type Error struct {
 	Kind       Kind
 	Status     int           // KindHTTP: the HTTP status
 	Body       string        // KindHTTP: a bounded excerpt of the body, key redacted
-	RetryAfter time.Duration // KindHTTP: the Retry-After header in seconds, 0 if none
+	RetryAfter time.Duration // KindHTTP: the Retry-After header (seconds or an HTTP date), 0 if none
 	Msg        string        // what went wrong, key redacted
 	err        error         // for errors.Is (context errors); its text is not shown
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -130,11 +129,11 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 		}
 		switch {
 		case a.steps >= b.MaxSteps:
-			return r.pause(a, fmt.Sprintf("step budget: %d model requests in this attempt (agent.max_steps)", a.steps))
+			return r.guard(ctx, a, fmt.Sprintf("step budget: %d model requests in this attempt (agent.max_steps)", a.steps))
 		case a.tokens >= b.MaxTokens:
-			return r.pause(a, fmt.Sprintf("token budget: %d tokens in this attempt (agent.max_tokens)", a.tokens))
+			return r.guard(ctx, a, fmt.Sprintf("token budget: %d tokens in this attempt (agent.max_tokens)", a.tokens))
 		case cfg.Clock().Sub(a.started) >= b.MaxTurn:
-			return r.pause(a, fmt.Sprintf("time budget: the attempt ran %s (agent.max_turn_seconds)", b.MaxTurn))
+			return r.guard(ctx, a, fmt.Sprintf("time budget: the attempt ran %s (agent.max_turn_seconds)", b.MaxTurn))
 		}
 		s := g.Session
 		if s.State != store.StateRunning {
@@ -175,12 +174,15 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 			}
 			return r.modelFailed(ctx, a, stepID, reqErr)
 		}
-		r.errors = 0
+		if r.failures > 0 {
+			r.failures = 0
+			r.setStatus(nil)
+		}
 		if len(resp.ToolCalls) == 0 {
 			if strings.TrimSpace(resp.Content) == "" {
 				a.empties++
 				if a.empties >= b.MaxEmpty {
-					return r.pause(a, fmt.Sprintf("%d empty completions in a row (agent.max_empty_completions)", a.empties))
+					return r.guard(ctx, a, fmt.Sprintf("%d empty completions in a row (agent.max_empty_completions)", a.empties))
 				}
 				continue
 			}
@@ -199,17 +201,21 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 		if interrupted != nil {
 			if errors.Is(interrupted, errCellFailed) && ctx.Err() == nil {
 				// The workbench cannot run cells: retried after a backoff
-				// like a failed request, and paused after as many in a row.
+				// like a failed request; after as many in a row the attempt
+				// ends, and the next input starts a new one.
 				r.cellErrors++
 				if r.cellErrors >= b.MaxErrors {
-					return r.pause(a, fmt.Sprintf("%d cells in a row could not run (agent.max_consecutive_errors); last: %v", r.cellErrors, interrupted))
+					return r.guard(ctx, a, fmt.Sprintf("%d cells in a row could not run (agent.max_consecutive_errors); last: %v", r.cellErrors, interrupted))
 				}
-				r.retryAt = cfg.Clock().Add(min(time.Duration(float64(b.ErrorBackoff)*math.Pow(2, float64(r.cellErrors-1))), b.MaxBackoff))
+				r.retryAt = cfg.Clock().Add(b.backoff(r.cellErrors))
 			}
 			return r.finish(a, store.AttemptInterrupted, interruption(interrupted, ctx))
 		}
 		if w != nil {
 			waited, err := r.commitWait(ctx, a, w)
+			if waited && err == nil {
+				r.clearBackoff()
+			}
 			if waited || err != nil {
 				return err
 			}
@@ -289,6 +295,7 @@ func (r *runner) endOfTurn(ctx context.Context, a *attempt) (done bool, err erro
 			return err
 		})
 	}
+	r.clearBackoff()
 	reason := "idle: the model ended its turn without waiting"
 	if a.addressed {
 		reason = "idle: the model ended its turn after a reminder, with nothing sent"
@@ -392,40 +399,6 @@ func checkCallIDs(calls []provider.ToolCall) error {
 		seen[c.ID] = true
 	}
 	return nil
-}
-
-// modelFailed records a failed request: the attempt ends failed and is
-// retried as a new one after a backoff, or the session pauses after
-// MaxErrors failures in a row. The inputs stay where they are: consumed by
-// their frame, in the context the retry sends.
-func (r *runner) modelFailed(ctx context.Context, a *attempt, step int64, reqErr error) error {
-	b := r.l.cfg.Budgets
-	r.errors++
-	kind := "error"
-	var pe *provider.Error
-	if errors.As(reqErr, &pe) {
-		kind = pe.Kind.String()
-	}
-	if errors.Is(reqErr, errBadCalls) {
-		kind = "invalid response"
-	}
-	backoff := min(time.Duration(float64(b.ErrorBackoff)*math.Pow(2, float64(r.errors-1))), b.MaxBackoff)
-	notice := map[string]any{"attempt": a.id, "step": step, "kind": kind, "message": reqErr.Error(), "errors_in_a_row": r.errors}
-	pause := r.errors >= b.MaxErrors
-	if !pause {
-		notice["retry_in_ms"] = backoff.Milliseconds()
-	}
-	if err := r.l.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
-		_, err := tx.Notice(r.session, "model.error", notice, false)
-		return err
-	}); err != nil {
-		return err
-	}
-	if pause {
-		return r.pause(a, fmt.Sprintf("%d failed model requests in a row (agent.max_consecutive_errors); last: %s", r.errors, reqErr))
-	}
-	r.retryAt = r.l.cfg.Clock().Add(backoff)
-	return r.finish(a, store.AttemptFailed, "model request failed; retrying as a new attempt: "+reqErr.Error())
 }
 
 var (

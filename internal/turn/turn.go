@@ -50,8 +50,8 @@ type Budgets struct {
 	MaxEmpty      int
 	MaxErrors     int
 	ContextTokens int
-	ErrorBackoff  time.Duration // before retrying a failed request; doubles per error
-	MaxBackoff    time.Duration
+	ErrorBackoff  time.Duration // before retrying a failed request; doubles per error, with jitter
+	MaxBackoff    time.Duration // the backoff's cap (agent.max_retry_backoff_ms)
 }
 
 // reminder is the delivery reminder an addressed frame gets, once, when the
@@ -68,8 +68,10 @@ type Config struct {
 	Planner  Planner // nil: hooks.DefaultPlan
 	Model    Model
 	Route    string // the route's name, for records and metrics
-	Prompt   Prompt
-	Deltas   *live.Hub // nil: no deltas
+	// URL and ModelName are the route's, for notices and status.
+	URL, ModelName string
+	Prompt         Prompt
+	Deltas         *live.Hub // nil: no deltas
 	// QuietAmbient keeps ambient Discord input (neither DM nor mention)
 	// from starting an attempt or ending a wait on its own ([discord]
 	// ambient_wake = false): it is taken in with the next input that does.
@@ -114,8 +116,9 @@ func New(cfg Config) *Loop {
 		b.ErrorBackoff = 2 * time.Second
 	}
 	if b.MaxBackoff <= 0 {
-		b.MaxBackoff = time.Minute
+		b.MaxBackoff = 5 * time.Minute
 	}
+	b.MaxBackoff = max(b.MaxBackoff, b.ErrorBackoff)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Loop{cfg: cfg, runners: map[string]*runner{}, ctx: ctx, cancel: cancel}
 }
@@ -156,14 +159,20 @@ type runner struct {
 
 	// deferred holds the inputs attention.plan put off, until when.
 	deferred map[int64]time.Time
-	// retryAt, when set, is when a failed model request is retried.
+	// retryAt, when set, is the earliest time of the next attempt: a
+	// failed request's retry, or after a rejected or guarded attempt.
 	retryAt time.Time
 	// lastResume is when an attempt was last resumed without input.
 	lastResume time.Time
-	errors     int // consecutive failed model requests, across attempts
-	cellErrors int // consecutive cells that could not run, across attempts
-	selfWakes  int // attempts in a row woken by a deadline, without input
-	log        *slog.Logger
+	failures   int  // consecutive transient model failures, across attempts
+	strikes    int  // consecutive attempts ended by a rejected request or a loop guard
+	rejected   bool // the last attempt ended so: only input starts the next one
+	cellErrors int  // consecutive cells that could not run, across attempts
+	selfWakes  int  // attempts in a row woken by a deadline, without input
+
+	statusMu sync.Mutex // guards status
+	status   *Retry     // the backoff status shows; nil: none
+	log      *slog.Logger
 	// transcript is the current context epoch rendered so far.
 	transcript *transcript
 }
@@ -214,8 +223,14 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 	now := r.l.cfg.Clock()
 	switch s.State {
 	case store.StateStopped, store.StatePaused:
-		r.errors, r.cellErrors, r.selfWakes = 0, 0, 0
+		// They wait for the operator's start, which begins afresh.
+		r.cellErrors, r.selfWakes = 0, 0
+		r.clearBackoff()
 		return time.Time{}, nil
+	}
+	if now.Before(r.retryAt) {
+		// Backing off: no attempt starts before retryAt, whatever arrives.
+		return r.retryAt, nil
 	}
 	// Ready, waiting, or running (left so by a crash: only this runner
 	// runs attempts). An armed wait counts in any of them: a session
@@ -244,8 +259,9 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 			return earliest(next, *w.Deadline), nil
 		}
 		if r.selfWakes >= r.l.cfg.Budgets.MaxSteps {
-			return next, r.pauseWaiting(ctx, fmt.Sprintf("%d wakes by deadline in a row without input (agent.max_steps): "+
-				"the agent is polling; start the session to let it go on", r.selfWakes))
+			r.selfWakes = 0
+			return next, r.endWaiting(ctx, fmt.Sprintf("%d wakes by deadline in a row without input (agent.max_steps): "+
+				"the agent is polling itself; the next input starts a new attempt", r.l.cfg.Budgets.MaxSteps))
 		}
 		r.selfWakes++
 		return next, r.attempt(ctx, nil, "deadline", true)
@@ -261,8 +277,10 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 	default:
 		return next, nil
 	}
-	if now.Before(r.retryAt) {
-		return earliest(next, r.retryAt), nil
+	if r.rejected {
+		// The route rejected the last request, or a loop guard ended the
+		// attempt: the next input starts a new one, not a resume.
+		return next, nil
 	}
 	if again := r.lastResume.Add(r.l.cfg.Budgets.ErrorBackoff); now.Before(again) {
 		return earliest(next, again), nil // an attempt that keeps ending at once is not retried in a tight loop
@@ -381,9 +399,16 @@ func frameOf(s store.Session, inputs []store.PendingInput) store.Frame {
 	return store.Frame{Session: s.ID, InputIDs: ids, ContextEpoch: s.ContextEpoch, PolicyRevision: s.PolicyRevision, RoutingHandles: routing}
 }
 
-// pauseWaiting fires a waiting session's wakeup and pauses it instead of
-// starting an attempt.
-func (r *runner) pauseWaiting(ctx context.Context, reason string) error {
+// endWaiting fires a waiting session's wakeup and returns it to ready
+// instead of starting an attempt (a loop guard): a notice says why, and the
+// next input starts a new attempt after a backoff.
+func (r *runner) endWaiting(ctx context.Context, reason string) error {
+	now := r.l.cfg.Clock()
+	r.strikes++
+	r.rejected = true
+	r.retryAt = now.Add(r.l.cfg.Budgets.backoff(r.strikes))
+	r.setStatus(&Retry{State: RetryBackingOff, NextAt: r.retryAt, InARow: r.strikes, LastError: reason, LastErrorAt: now,
+		Fix: "the next input starts a new attempt"})
 	return r.l.cfg.Store.Write(ctx, func(tx *store.Tx) error {
 		s, err := tx.Session(r.session)
 		if err != nil {
@@ -392,9 +417,13 @@ func (r *runner) pauseWaiting(ctx context.Context, reason string) error {
 		if _, err := tx.FireWakeup(r.session, "deadline"); err != nil {
 			return err
 		}
-		if s.State == store.StatePaused || s.State == store.StateStopped {
+		if _, err := tx.Notice(r.session, "turn.ended", map[string]any{"reason": reason, "next_at": r.retryAt,
+			"message": "the wait was ended by a loop guard; the next input starts a new attempt"}, true); err != nil {
+			return err
+		}
+		if s.State != store.StateWaiting {
 			return nil
 		}
-		return tx.TransitionSession(r.session, s.State, store.StatePaused, reason)
+		return tx.TransitionSession(r.session, s.State, store.StateReady, reason)
 	})
 }
