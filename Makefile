@@ -29,8 +29,9 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
+# gotest prints what go test does, then every skipped test with its reason.
 gotest:
-	$(GO) test -race -count=1 ./...
+	$(GO) run ./internal/citest/gotest -race -count=1 ./...
 
 PYTHON ?= python3
 pytest:
@@ -45,6 +46,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzReadFrame -fuzztime=$(FUZZTIME) ./internal/worker/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeAdmit -fuzztime=$(FUZZTIME) ./internal/ingress/
 	$(GO) test -run='^$$' -fuzz=FuzzNormalize -fuzztime=$(FUZZTIME) ./internal/discord/
+	$(GO) test -run='^$$' -fuzz=FuzzParseRetryAfter -fuzztime=$(FUZZTIME) ./internal/provider/
 
 ## bench: the admission and turn-loop benchmarks of docs/performance.md
 bench:
