@@ -14,6 +14,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/placement"
+	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/setup"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
@@ -43,6 +44,11 @@ func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
 	cfg, err := config.Load(lookup)
 	if err != nil {
 		add(Check{Name: "config", Detail: err.Error(), Fix: "correct the file or variable named above"})
+		// The other checks still run, on the paths alone and the defaults.
+		if paths, perr := config.LoadPaths(lookup); perr == nil {
+			cfg = &config.Config{Paths: paths, File: config.Defaults()}
+			r.Paths = &cfg.Paths
+		}
 	} else {
 		r.Paths = &cfg.Paths
 		detail := "no config file (defaults apply): " + cfg.Paths.ConfigFile
@@ -51,6 +57,7 @@ func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
 		}
 		add(Check{Name: "config", OK: true, Detail: detail})
 		add(Check{Name: "bind", OK: true, Detail: cfg.BindAddr + " (loopback)"})
+		add(checkRoute(cfg, lookup))
 	}
 
 	info, err := store.ReadRuntimeInfo(ctx)
@@ -95,6 +102,22 @@ func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
 		r.OK = r.OK && c.OK
 	}
 	return r
+}
+
+// checkRoute builds the agent's model route as serve would: a route that
+// cannot be built (a missing key variable, an unreadable key file) leaves
+// the agent disabled.
+func checkRoute(cfg *config.Config, lookup func(string) (string, bool)) Check {
+	name := cfg.File.Agent.Route
+	route, ok := cfg.File.AgentRoute()
+	if !ok {
+		return Check{Name: "route", OK: true, Detail: fmt.Sprintf("no [routes.%s]: the agent does not run; inputs are admitted and kept", name)}
+	}
+	if _, err := provider.New(route, provider.Options{LookupEnv: lookup}); err != nil {
+		return Check{Name: "route", Detail: fmt.Sprintf("%s cannot be built: %v; serve runs with the agent disabled", name, err),
+			Fix: fmt.Sprintf("set the variable routes.%s.api_key_env names in klbr-core's environment, or make api_key_file readable", name)}
+	}
+	return Check{Name: "route", OK: true, Detail: fmt.Sprintf("%s: %s (%s)", name, route.URL, route.Model)}
 }
 
 func checkDataDir(ctx context.Context, dir string, add func(Check)) {
