@@ -454,3 +454,36 @@ func TestServeWithoutABuildableRoute(t *testing.T) {
 		t.Fatalf("metrics lack klbr_agent_running 0")
 	}
 }
+
+// open asks the running daemon: the URL has the address it bound (here a
+// port the kernel chose) and a token that opens the browser's status; with
+// no daemon it says so and exits 1.
+func TestOpenAsksTheDaemon(t *testing.T) {
+	in := newInstance(t)
+	in.must("init")
+	_, errOut, err := in.run(nil, "open")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errOut, "not reachable") {
+		t.Fatalf("open with no daemon: %v %q", err, errOut)
+	}
+	srv := in.serve()
+	// From another shell: no KLBR_BIND_ADDR, the daemon bound 127.0.0.1:0.
+	out, errOut, err := in.run([]string{"KLBR_BIND_ADDR="}, "open")
+	if err != nil {
+		t.Fatalf("open: %v %s", err, errOut)
+	}
+	u := strings.TrimSpace(out)
+	if !strings.HasPrefix(u, srv.url+"?token=") {
+		t.Fatalf("open printed %q; the daemon serves %s", u, srv.url)
+	}
+	req, _ := http.NewRequest(http.MethodGet, srv.url+"v2/status", nil)
+	req.Header.Set("Authorization", "Bearer "+strings.TrimPrefix(u, srv.url+"?token="))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the printed token does not open the browser's status: %d", resp.StatusCode)
+	}
+}

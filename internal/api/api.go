@@ -53,6 +53,12 @@ type Status struct {
 	Sessions []SessionStatus `json:"sessions"`
 }
 
+// Browser is where the running daemon's browser UI is, with the operator
+// token (GET /v1/browser): secret, for the operator only.
+type Browser struct {
+	URL string `json:"url"`
+}
+
 // SessionStatus is one session's state and backlog.
 type SessionStatus struct {
 	store.Session

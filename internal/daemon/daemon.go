@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -187,6 +188,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err != nil {
 		return fmt.Errorf("serve: operator token (run klbr-core init): %w", err)
 	}
+	ctl.WithBrowser(func() string { return "http://" + ls.http[0].Addr().String() + "/?token=" + url.QueryEscape(token) })
 	wb := web.Browser{Store: st, Admit: d.admit, Sessions: d.sessions, Daemon: d, Token: token, Deltas: d.deltas}
 	if d.bench != nil {
 		wb.Workbench = d.bench

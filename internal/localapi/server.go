@@ -54,8 +54,24 @@ type Server struct {
 	activation *activation.Service // nil when releases are unavailable
 	releases   *behavior.Releases
 	daemon     Daemon
+	browser    func() string // the browser URL with the token; nil until set
 	log        *slog.Logger
 	uid        uint32
+}
+
+// WithBrowser sets where the browser UI is, for `klbr-core open`; call it
+// before serving.
+func (s *Server) WithBrowser(url func() string) *Server {
+	s.browser = url
+	return s
+}
+
+func (s *Server) handleBrowser(w http.ResponseWriter, _ *http.Request) {
+	if s.browser == nil {
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the browser UI is not serving yet")
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Browser{URL: s.browser()})
 }
 
 // New returns a Server.
@@ -85,6 +101,7 @@ func (s *Server) HTTPServer() *http.Server {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", s.handleStatus)
+	mux.HandleFunc("GET /v1/browser", s.handleBrowser)
 	mux.HandleFunc("GET /v1/sessions/{session}", s.handleSession)
 	mux.HandleFunc("POST /v1/sessions/{session}/inputs", s.handleSend)
 	mux.HandleFunc("GET /v1/sessions/{session}/records", s.handleRecords)
