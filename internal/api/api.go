@@ -32,6 +32,9 @@ type SendResponse struct {
 	ID        int64  `json:"id"`
 	EventID   int64  `json:"event_id"`
 	Duplicate bool   `json:"duplicate"`
+	// Unanswered says why the input will not be answered yet (a stopped or
+	// paused session waits for start); empty otherwise.
+	Unanswered string `json:"unanswered,omitempty"`
 }
 
 // Status is the daemon's state.

@@ -791,3 +791,29 @@ func TestSelfWakesEnd(t *testing.T) {
 	a.send("again")
 	a.eventually("a new attempt", func() bool { return model.Count() == 6 })
 }
+
+// A stopped session admits input and says it will not be answered until
+// start; nothing is asked of the model until then, and start answers it.
+func TestStoppedSessionKeepsInputUntilStart(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Calls: []modeltest.Call{{Code: "await local.send('now')\nawait runtime.wait(None)"}}}
+	})
+	a := startAgent(t, model, "")
+	if _, err := a.c.StopSession(t.Context(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.c.Send(t.Context(), "default", api.SendRequest{Text: "while stopped", SourceKey: "stopped-1"})
+	if err != nil || !strings.Contains(res.Unanswered, "klbr-core start default") {
+		t.Fatalf("send to a stopped session: %+v %v", res, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := model.Count(); n != 0 {
+		t.Fatalf("%d requests while stopped", n)
+	}
+	if _, err := a.c.StartSession(t.Context(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	a.eventually("answered after start", func() bool { return len(a.kinds(store.LaneSpeech, "local.sent")) == 1 })
+}

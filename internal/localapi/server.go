@@ -187,7 +187,11 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 	if got.Duplicate {
 		status = http.StatusOK
 	}
-	writeJSON(w, status, api.SendResponse{Session: in.Session, ID: got.InputID, EventID: got.EventID, Duplicate: got.Duplicate})
+	res := api.SendResponse{Session: in.Session, ID: got.InputID, EventID: got.EventID, Duplicate: got.Duplicate}
+	if sess, err := s.store.Session(r.Context(), in.Session); err == nil {
+		res.Unanswered = session.Unanswered(sess)
+	}
+	writeJSON(w, status, res)
 }
 
 func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {

@@ -701,7 +701,8 @@ function connect() {
       }
       case "receipt":
         if (pending && pending.key === m.key) { lastSent = pending.text; pending = null; $("#composer").value = ""; }
-        status(m.duplicate ? "already sent (duplicate key)" : `sent · input ${m.id}`);
+        if (m.unanswered) status(`sent · input ${m.id} — ${m.unanswered}`, true);
+        else status(m.duplicate ? "already sent (duplicate key)" : `sent · input ${m.id}`);
         break;
       case "error":
         if (m.action) { ctlStatus(`${m.action}: ${m.code}: ${m.message}`, true); break; }
