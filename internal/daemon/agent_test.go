@@ -817,3 +817,64 @@ func TestStoppedSessionKeepsInputUntilStart(t *testing.T) {
 	}
 	a.eventually("answered after start", func() bool { return len(a.kinds(store.LaneSpeech, "local.sent")) == 1 })
 }
+
+// An activation during a running attempt applies from the next attempt: the
+// attempt's remaining steps send the old release's prompt, the next attempt
+// the new one, and each attempt's record names its release.
+func TestActivationDuringAnAttempt(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{Code: "import time\ntime.sleep(1.5)"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{Code: "await local.send('one')\nawait runtime.wait(None)"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{Code: "await local.send('two')\nawait runtime.wait(None)"}}},
+	)
+	a := startAgent(t, model, "")
+	a.send("first")
+	a.eventually("the long cell runs", func() bool { return len(a.kinds(store.LaneCell, "cell.started")) == 1 })
+	rels, err := a.c.Releases(t.Context())
+	if err != nil || len(rels.Sessions) == 0 {
+		t.Fatalf("releases: %+v %v", rels, err)
+	}
+	var old api.Release
+	for _, r := range rels.Releases {
+		if r.ID == rels.Sessions[0].Release {
+			old = r
+		}
+	}
+	src := old.Path
+	if _, err := os.Stat(filepath.Join(src, "tree", "soul.md")); err == nil {
+		src = filepath.Join(src, "tree")
+	}
+	tree := filepath.Join(t.TempDir(), "tree")
+	if err := os.CopyFS(tree, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	const marker = "You are the NEW soul of this test."
+	if err := os.WriteFile(filepath.Join(tree, "soul.md"), []byte(marker+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nr, err := a.c.Publish(t.Context(), tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.c.Activate(t.Context(), "default", api.ActivateRequest{ExpectedEpoch: rels.Sessions[0].Epoch, Release: nr.ID}); err != nil {
+		t.Fatal(err)
+	}
+	a.eventually("the first attempt waits", func() bool { return model.Count() == 2 && a.session().State == store.StateWaiting })
+	if s := a.session(); s.Attempt == nil || s.Attempt.Release != old.ID {
+		t.Fatalf("the first attempt's record names %+v, want release %s", s.Attempt, old.ID)
+	}
+	system := func(i int) string { return content(model.Requests()[i].Messages[0]) }
+	if strings.Contains(system(0), marker) || strings.Contains(system(1), marker) {
+		t.Fatal("the running attempt's steps took the prompt activated during it")
+	}
+	a.send("second")
+	a.eventually("the second attempt waits", func() bool { return model.Count() == 3 && a.session().State == store.StateWaiting })
+	if !strings.Contains(system(2), marker) {
+		t.Fatalf("the next attempt's prompt is not the new release's: %q", system(2))
+	}
+	if s := a.session(); s.Attempt == nil || s.Attempt.Release != nr.ID {
+		t.Fatalf("the second attempt's record names %+v, want release %s", s.Attempt, nr.ID)
+	}
+}

@@ -21,9 +21,12 @@ var (
 	errStopped   = errors.New("the operator stopped the session")
 )
 
-// attempt is one run of model steps.
+// attempt is one run of model steps, under the behavior release that was
+// active when it began (its prompt and attention policy): an activation
+// during the attempt applies from the next one.
 type attempt struct {
 	id, frame     int64
+	pin           store.Pin
 	started       time.Time
 	steps, tokens int
 	empties       int
@@ -81,6 +84,7 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 				return err
 			}
 		}
+		a.pin = store.Pin{Epoch: s.BehaviorEpoch, Release: s.PolicyRevision}
 		a.id, _, err = tx.StartAttempt(store.NewAttempt{Session: r.session, Frame: a.frame, WakeReason: wake})
 		return err
 	})
@@ -139,6 +143,7 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 		if s.State != store.StateRunning {
 			return r.finish(a, store.AttemptInterrupted, "the session left running: "+string(s.State))
 		}
+		s.PolicyRevision = a.pin.Release                      // the attempt's prompt, whatever was activated since
 		msgs, size, err := r.assemble(ctx, s, s.ContextEpoch) // a reset mid-attempt applies from the next request
 		if err != nil {
 			return r.pause(a, "context assembly failed: "+err.Error())
@@ -238,7 +243,7 @@ func (r *runner) takeIn(ctx context.Context, a *attempt) error {
 	if err != nil || len(pending) == 0 {
 		return err
 	}
-	ready, _ := r.plan(ctx, pending, r.l.cfg.Clock())
+	ready, _ := r.plan(ctx, &a.pin, pending, r.l.cfg.Clock())
 	if len(ready) == 0 {
 		return nil
 	}
@@ -255,6 +260,7 @@ func (r *runner) takeIn(ctx context.Context, a *attempt) error {
 		if err := tx.ClaimInputs(r.session, ids); err != nil {
 			return err
 		}
+		s.PolicyRevision = a.pin.Release // the frame is taken under the attempt's policy
 		frame, err = tx.TakeFrame(frameOf(s, ready), a.id)
 		return err
 	})
@@ -507,7 +513,7 @@ func (r *runner) commitWait(ctx context.Context, a *attempt, w *wait) (waited bo
 	if err != nil {
 		return false, err
 	}
-	r.plan(ctx, pending, now)
+	r.plan(ctx, &a.pin, pending, now)
 	var deadline *time.Time
 	if w.seconds != nil {
 		d := now.Add(time.Duration(*w.seconds * float64(time.Second)))

@@ -34,9 +34,10 @@ type Bench interface {
 	Execute(ctx context.Context, session, code string, h worker.Handler) (workbench.Result, error)
 }
 
-// Planner orders pending input: hooks.Dispatcher's attention.plan.
+// Planner orders pending input: hooks.Dispatcher's attention.plan, under
+// the behavior pinned at pin (a running attempt's), or the active one (nil).
 type Planner interface {
-	Plan(ctx context.Context, session string, in hooks.PlanInput) hooks.Plan
+	PlanAt(ctx context.Context, session string, pin *store.Pin, in hooks.PlanInput) hooks.Plan
 }
 
 // Prompt returns the system prompt of a release: its soul and instructions.
@@ -243,7 +244,7 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	ready, next := r.plan(ctx, pending, now)
+	ready, next := r.plan(ctx, nil, pending, now)
 	if len(ready) > 0 && r.wakes(ready) {
 		wake := "input"
 		if r.resume {
@@ -294,8 +295,9 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 }
 
 // plan runs attention.plan over the pending inputs and returns the ones to
-// take in now, in its order, and when a deferred one falls due.
-func (r *runner) plan(ctx context.Context, pending []store.PendingInput, now time.Time) ([]store.PendingInput, time.Time) {
+// take in now, in its order, and when a deferred one falls due. pin is the
+// running attempt's behavior (nil: the active one, for a new attempt).
+func (r *runner) plan(ctx context.Context, pin *store.Pin, pending []store.PendingInput, now time.Time) ([]store.PendingInput, time.Time) {
 	if len(pending) == 0 {
 		clear(r.deferred)
 		return nil, time.Time{}
@@ -309,7 +311,7 @@ func (r *runner) plan(ctx context.Context, pending []store.PendingInput, now tim
 	}
 	var p hooks.Plan
 	if r.l.cfg.Planner != nil {
-		p = r.l.cfg.Planner.Plan(ctx, r.session, in)
+		p = r.l.cfg.Planner.PlanAt(ctx, r.session, pin, in)
 	} else {
 		p = hooks.DefaultPlan(in)
 	}
