@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,12 +31,10 @@ type attempt struct {
 	started       time.Time
 	steps, tokens int
 	empties       int
-	// addressed is set while a directed frame taken in this attempt has not
-	// been answered; answersAt is the attempt's count of answers when it
-	// was taken, reminded whether its one reminder was given.
-	addressed bool
-	answersAt int64
-	reminded  bool
+	// addressed holds the addressed inputs (operator input, DMs, mentions)
+	// taken in by this attempt that no answer has answered yet.
+	addressed []*addressedInput
+	lastStep  int64 // the id of the attempt's last recorded step
 }
 
 // wait is a terminal wait a cell asked for.
@@ -95,11 +94,7 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 	if len(inputs) > 0 {
 		r.selfWakes = 0
 	}
-	for _, in := range inputs {
-		if in.Directed {
-			a.addressed = true
-		}
-	}
+	a.address(inputs, r.l.cfg.Clock())
 	err = r.steps(ctx, a)
 	if err != nil {
 		// A write the attempt's end needed failed (the operator moved the
@@ -173,6 +168,7 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 		if err != nil {
 			return err
 		}
+		a.lastStep = stepID
 		if reqErr != nil {
 			if cause != nil {
 				return r.finish(a, store.AttemptInterrupted, interruption(cause, ctx))
@@ -268,43 +264,84 @@ func (r *runner) takeIn(ctx context.Context, a *attempt) error {
 		return fmt.Errorf("take in input: %w", err)
 	}
 	a.frame = frame
-	for _, in := range ready {
-		if in.Directed {
-			if !a.addressed {
-				a.answersAt, _ = st.AttemptAnswers(ctx, a.id)
-			}
-			a.addressed, a.reminded = true, false
-		}
-	}
+	a.address(ready, r.l.cfg.Clock())
 	return nil
 }
 
+// addressedInput is an addressed input an attempt took in, until answered.
+type addressedInput struct {
+	id           int64
+	operator     bool
+	conversation string
+	afterStep    int64     // answers by cells of later steps count
+	takenAt      time.Time // decisions from then on count
+	reminded     bool
+}
+
+// address notes the addressed inputs of a frame the attempt took in.
+func (a *attempt) address(inputs []store.PendingInput, now time.Time) {
+	for _, in := range inputs {
+		if in.Directed || in.SourceKind == "operator" {
+			a.addressed = append(a.addressed, &addressedInput{id: in.ID, operator: in.SourceKind == "operator",
+				conversation: in.Conversation, afterStep: a.lastStep, takenAt: now})
+		}
+	}
+}
+
+// answers reports whether a answers in: a send to its conversation by a
+// cell that ran after it was taken in, or a decision on its item. A send
+// to another conversation does not answer it.
+func (in *addressedInput) answeredBy(a store.Answer) bool {
+	if a.Input != 0 {
+		return a.Input == in.id && !a.At.Before(in.takenAt.Truncate(time.Millisecond))
+	}
+	if a.Step <= in.afterStep {
+		return false
+	}
+	return a.Conversation == in.conversation || in.operator && a.Conversation == "operator"
+}
+
 // endOfTurn handles a response with text and no tool call: the model ended
-// its turn without waiting. An addressed frame no send answered gets one
-// reminder; after that, or when nothing was addressed, the session idles.
+// its turn without waiting. Each addressed input no answer answered gets
+// one reminder that names it; after that, or when everything addressed was
+// answered, the session idles.
 func (r *runner) endOfTurn(ctx context.Context, a *attempt) (done bool, err error) {
 	st := r.l.cfg.Store
-	if a.addressed {
-		answers, err := st.AttemptAnswers(ctx, a.id)
+	if len(a.addressed) > 0 {
+		answers, err := st.AttemptAnswerList(ctx, a.id)
 		if err != nil {
 			return true, err
 		}
-		if answers > a.answersAt {
-			a.addressed = false
+		open := a.addressed[:0]
+		for _, in := range a.addressed {
+			if !slices.ContainsFunc(answers, in.answeredBy) {
+				open = append(open, in)
+			}
+		}
+		a.addressed = open
+	}
+	var remind []int64
+	for _, in := range a.addressed {
+		if !in.reminded {
+			in.reminded = true
+			remind = append(remind, in.id)
 		}
 	}
-	if a.addressed && !a.reminded {
-		a.reminded = true
+	if len(remind) > 0 {
+		handles, err := st.InputHandles(ctx, remind)
+		if err != nil {
+			return true, err
+		}
 		return false, st.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 			_, err := tx.Notice(r.session, "delivery.reminder", map[string]any{"attempt": a.id, "frame": a.frame,
-				"text": reminder}, true)
+				"inputs": remind, "text": reminderText(handles)}, true)
 			return err
 		})
 	}
 	r.clearBackoff()
 	reason := "idle: the model ended its turn without waiting"
-	if a.addressed {
-		reason = "idle: the model ended its turn after a reminder, with nothing sent"
+	if n := len(a.addressed); n > 0 {
+		reason = fmt.Sprintf("idle: the model ended its turn after a reminder, with %d addressed input(s) unanswered", n)
 	}
 	return true, st.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 		if err := tx.FinishAttempt(a.id, store.AttemptIdle, reason); err != nil {
@@ -312,6 +349,33 @@ func (r *runner) endOfTurn(ctx context.Context, a *attempt) (done bool, err erro
 		}
 		return tx.TransitionSession(r.session, store.StateRunning, store.StateReady, reason)
 	})
+}
+
+// reminderText names each unanswered input and how to answer it.
+func reminderText(hs []store.InputHandle) string {
+	var b strings.Builder
+	b.WriteString("Reminder: nothing has been delivered for ")
+	if len(hs) == 1 {
+		b.WriteString("this input yet:")
+	} else {
+		fmt.Fprintf(&b, "these %d inputs yet:", len(hs))
+	}
+	for _, h := range hs {
+		switch {
+		case h.SourceKind == "operator":
+			fmt.Fprintf(&b, "\n- the operator's input %d: answer with `await local.send(...)`", h.ID)
+		case h.Alias != "":
+			where := h.Alias
+			if h.Kind == "dm" {
+				where += " (DM)"
+			}
+			fmt.Fprintf(&b, "\n- the Discord message %s from %s in %s: answer with a send to %s", h.MessageID, h.Author, where, h.Alias)
+		default:
+			fmt.Fprintf(&b, "\n- input %d from %s in %s", h.ID, h.Author, h.Conversation)
+		}
+	}
+	b.WriteString("\n" + reminderTail)
+	return b.String()
 }
 
 // request sends one model request; deltas go to the live hub.

@@ -55,11 +55,11 @@ type Budgets struct {
 	MaxBackoff    time.Duration // the backoff's cap (agent.max_retry_backoff_ms)
 }
 
-// reminder is the delivery reminder an addressed frame gets, once, when the
-// model ends its turn without answering it.
-const reminder = "Reminder: nothing has been delivered for this input yet. Your text is scratchpad; " +
-	"no one has read it. Send with `await local.send(...)`, or decide on purpose not to and say why " +
-	"in your scratchpad, then wait."
+// reminderTail ends the delivery reminder each addressed input gets, once,
+// when the model ends its turn without answering it (reminderText names
+// the inputs). A send to another conversation does not answer an input.
+const reminderTail = "Your text is scratchpad; no one has read it. Send to each, or decide on purpose not to " +
+	"and say why in your scratchpad, then wait."
 
 // Config is what a Loop is made of.
 type Config struct {
