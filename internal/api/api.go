@@ -52,7 +52,10 @@ type Status struct {
 	Workbench      string   `json:"workbench"`
 	// Agent says whether the turn loop runs: "route <name> (<model>)", or
 	// why not (no route configured, cells cannot run).
-	Agent    string          `json:"agent"`
+	Agent string `json:"agent"`
+	// Storage is set while writes fail (a full disk, an I/O error, a
+	// read-only file system): new work waits until they succeed again.
+	Storage  *store.Fault    `json:"storage,omitempty"`
 	Sessions []SessionStatus `json:"sessions"`
 }
 

@@ -47,6 +47,10 @@ func newStatus(g *globals) *cobra.Command {
 			fmt.Fprintf(g.env.Stdout, "klbr-core %s: %s, pid %d, up %s\n", st.Version, state, st.PID, time.Since(st.StartedAt).Round(time.Second))
 			fmt.Fprintf(g.env.Stdout, "data %s · sqlite %s · placement %s · workbench %s\n", st.DataDir, st.SQLite, st.Placement, st.Workbench)
 			fmt.Fprintf(g.env.Stdout, "agent: %s\n", st.Agent)
+			if f := st.Storage; f != nil {
+				fmt.Fprintf(g.env.Stdout, "storage: FAILING since %s: %s; new work waits, and klbr-core goes on by itself once writes succeed\n",
+					f.Since.Local().Format(time.DateTime), f.Reason)
+			}
 			for _, n := range st.PlacementNotes {
 				fmt.Fprintf(g.env.Stdout, "  (placement skipped %s)\n", n)
 			}

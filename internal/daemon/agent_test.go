@@ -42,10 +42,16 @@ func startAgentWith(t *testing.T, model *modeltest.Server, toml, kernel string) 
 		t.Skip("in the child")
 	}
 	requirePython(t)
+	data, env := instance(t)
+	return startAgentAt(t, model, toml, kernel, data, env)
+}
+
+// startAgentAt is startAgentWith on an initialized data directory.
+func startAgentAt(t *testing.T, model *modeltest.Server, toml, kernel, data string, env []string) *agent {
+	t.Helper()
 	if kernel == "" {
 		kernel = kernelDir(t)
 	}
-	data, env := instance(t)
 	conf := filepath.Join(data, "klbr.toml")
 	body := fmt.Sprintf("[agent]\nroute = \"main\"\nretry_backoff_ms = 50\n%s\n[routes.main]\nurl = %q\nmodel = \"fake\"\ntimeout_seconds = 30\n", toml, model.URL())
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {

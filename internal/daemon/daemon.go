@@ -151,6 +151,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	}); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	stopStorage := d.watchStorage(ctx)
+	defer stopStorage()
 	resume, err := d.recoverTurns(ctx)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -354,6 +356,7 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 	if d.benchErr != nil {
 		st.Workbench = "unavailable: " + d.benchErr.Error()
 	}
+	st.Storage = d.store.Fault()
 	for _, s := range sessions {
 		turn, err := d.store.Turn(ctx, s.ID)
 		if err != nil {

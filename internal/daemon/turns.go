@@ -42,6 +42,7 @@ func (d *daemon) recoverTurns(ctx context.Context) (map[string]bool, error) {
 // run (inputs are still admitted and kept).
 func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.Metrics, resume map[string]bool) error {
 	m.WatchAgent(func() bool { return d.turns != nil }, d.backoffs)
+	m.WatchStorage(func() bool { return d.store.Fault() != nil })
 	route, ok := cfg.File.AgentRoute()
 	switch {
 	case d.bench == nil || d.hooks == nil:

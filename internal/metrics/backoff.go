@@ -53,3 +53,23 @@ func (c *backoffCollector) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) WatchAgent(running func() bool, list func() []Backoff) {
 	m.reg.MustRegister(&backoffCollector{running: running, list: list})
 }
+
+var storageDesc = prometheus.NewDesc("klbr_storage_fault",
+	"1 while writes fail (a full disk, an I/O error, a read-only file system): new work waits and klbr-core probes until writes succeed again.", nil, nil)
+
+type storageCollector struct{ fault func() bool }
+
+func (c storageCollector) Describe(ch chan<- *prometheus.Desc) { ch <- storageDesc }
+
+func (c storageCollector) Collect(ch chan<- prometheus.Metric) {
+	v := 0.0
+	if c.fault() {
+		v = 1
+	}
+	ch <- prometheus.MustNewConstMetric(storageDesc, prometheus.GaugeValue, v)
+}
+
+// WatchStorage exposes whether a storage fault is in force.
+func (m *Metrics) WatchStorage(fault func() bool) {
+	m.reg.MustRegister(storageCollector{fault: fault})
+}

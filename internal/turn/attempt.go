@@ -102,6 +102,7 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 		// and the next look at the session decides what follows.
 		if ferr := r.finish(a, store.AttemptInterrupted, "ended by an error: "+err.Error()); ferr != nil && !errors.Is(ferr, store.ErrNoAttempt) {
 			r.log.Error("could not end the attempt", "attempt", a.id, "error", ferr)
+			r.unfinished, r.unfinishedWhy = a.id, err.Error()
 		}
 	}
 	return err

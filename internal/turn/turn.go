@@ -171,6 +171,11 @@ type runner struct {
 	cellErrors int  // consecutive cells that could not run, across attempts
 	selfWakes  int  // attempts in a row woken by a deadline, without input
 
+	// unfinished is an attempt whose end could not be recorded (a write
+	// failed); the next tick ends it before anything else.
+	unfinished    int64
+	unfinishedWhy string
+
 	statusMu sync.Mutex // guards status
 	status   *Retry     // the backoff status shows; nil: none
 	log      *slog.Logger
@@ -228,6 +233,19 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 		r.cellErrors, r.selfWakes = 0, 0
 		r.clearBackoff()
 		return time.Time{}, nil
+	}
+	if f := st.Fault(); f != nil {
+		// Writes fail: no new work until they succeed again (the daemon
+		// probes; a success wakes the session with its storage notice).
+		return now.Add(time.Second), nil
+	}
+	if r.unfinished != 0 {
+		// An attempt whose end could not be written: end it now.
+		if err := r.finish(&attempt{id: r.unfinished}, store.AttemptInterrupted, "ended by a failed write: "+r.unfinishedWhy); err != nil &&
+			!errors.Is(err, store.ErrNoAttempt) {
+			return now.Add(time.Second), err
+		}
+		r.unfinished, r.unfinishedWhy = 0, ""
 	}
 	if now.Before(r.retryAt) {
 		// Backing off: no attempt starts before retryAt, whatever arrives.

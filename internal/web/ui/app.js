@@ -328,6 +328,7 @@ function noticeText(r, c) {
     case "model.error": return [`model error${c.kind ? " (" + c.kind + ")" : ""}${c.step != null ? " at step " + c.step : ""}${c.url ? " from " + c.url : ""}${why(c.message)}` +
       (c.transient === false ? ` — not retried: ${c.fix || "the next input starts a new attempt"}`
         : c.retry_in_ms != null ? ` — retrying in ${duration(c.retry_in_ms)}` : ""), "warn"];
+    case "storage": return [`storage recovered after ${duration(c.lasted_ms || 0)}${why(c.reason)} — ${c.message || ""}`, "warn"];
     case "turn.ended": return [`attempt ended${why(c.reason)} — the next input starts a new attempt`, "warn"];
     case "delivery.reminder": return [`delivery reminder${c.frame != null ? " (frame " + c.frame + ")" : ""}${why(c.text)}`];
     case "turn.idle": return [`idle${why(c.reason)}`];
@@ -613,6 +614,13 @@ async function refreshStatus() {
       $("#h-agent").textContent = st.agent.startsWith("not running") ? "not running" : st.agent;
       $("#h-agent").title = st.agent;
       $("#h-agent").classList.toggle("warn", st.agent.startsWith("not running"));
+    }
+    if (st.storage) {
+      // Writes fail: new work waits; klbr-core goes on by itself once they succeed.
+      $("#f-agent").hidden = false;
+      $("#h-agent").textContent = "storage failing";
+      $("#h-agent").title = `since ${st.storage.since}: ${st.storage.reason}; new work waits and goes on by itself once writes succeed`;
+      $("#h-agent").classList.add("warn");
     }
     const s = (st.sessions || []).find((x) => x.id === SESSION);
     if (!s) return;
