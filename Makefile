@@ -6,7 +6,7 @@ LDFLAGS := -X github.com/klbr-dev/klbr/internal/version.Version=$(VERSION)
 
 export CGO_ENABLED := 1
 
-.PHONY: all build run test lint gotest pytest fuzz bench clean
+.PHONY: all build run test lint gotest pytest soak fuzz bench clean
 
 all: build
 
@@ -21,8 +21,8 @@ run: build
 	$(BIN)/klbr-core init
 	$(BIN)/klbr-core serve
 
-## test: every check and test: formatting, vet, Go tests with the race detector (fuzz seeds included), Python tests
-test: lint gotest pytest
+## test: every check and test: formatting, vet, Go tests with the race detector (fuzz seeds included), Python tests, a 3-minute soak
+test: lint gotest pytest soak
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -37,6 +37,11 @@ PYTHON ?= python3
 pytest:
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s python/klbr-runtime/tests -t python/klbr-runtime
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s behavior/tests -t behavior
+
+## soak: klbr-core under a synthetic mix of inputs, outages, 4xx answers and kills for SOAK (default 3m), then the checker
+SOAK ?= 3m
+soak:
+	KLBR_SOAK=$(SOAK) $(GO) test -race -count=1 -v -run '^TestSoak$$' -timeout 0 ./internal/daemon/
 
 ## fuzz: run each fuzz target for FUZZTIME (default 30s)
 FUZZTIME ?= 30s
