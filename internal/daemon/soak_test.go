@@ -174,6 +174,15 @@ func TestSoak(t *testing.T) {
 	defer model.Close()
 	model.Otherwise(sm.reply)
 	a := startAgent(t, model, "max_retry_backoff_ms = 2000\nmax_steps = 12\n")
+	t.Cleanup(func() {
+		// A failed soak keeps its store for a look (before the directory goes).
+		if t.Failed() {
+			keep := filepath.Join(os.TempDir(), fmt.Sprintf("klbr-soak-%d", seed))
+			if err := os.CopyFS(keep, os.DirFS(a.data)); err == nil {
+				t.Logf("the failed soak's data directory is kept in %s", keep)
+			}
+		}
+	})
 	workspace := ""
 	for _, e := range a.env {
 		if v, ok := strings.CutPrefix(e, "KLBR_WORKSPACE="); ok {

@@ -34,10 +34,13 @@ func (t *Tx) AnswerToolCall(session string, step int64, callID string, state Too
 		return fmt.Errorf("answer tool call %s: %w", callID, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("answer tool call %s of step %d: not pending", callID, step)
+		return fmt.Errorf("%w: tool call %s of step %d is not pending", ErrCallAnswered, callID, step)
 	}
 	return t.addContext(session, "tool", eventID, callID)
 }
+
+// ErrCallAnswered reports an answer to a tool call that already has one.
+var ErrCallAnswered = errors.New("tool call already answered")
 
 // addContext appends an event to the session's current context epoch.
 func (t *Tx) addContext(session, role string, eventID int64, callID string) error {

@@ -191,6 +191,7 @@ func (r *runner) run(ctx context.Context) {
 	timer.Stop()
 	for {
 		r.l.ticks.Add(1)
+		gen := r.l.cfg.Store.ControlGen(r.session)
 		next, err := r.tick(ctx)
 		if ctx.Err() != nil {
 			return
@@ -201,14 +202,24 @@ func (r *runner) run(ctx context.Context) {
 				next = r.l.cfg.Clock().Add(time.Second)
 			}
 		}
+		if now := r.l.cfg.Clock(); now.Before(r.retryAt) {
+			next = earliest(next, r.retryAt) // the backoff the tick's attempt began ends in a retry
+		}
 		timer.Stop()
 		if !next.IsZero() {
 			timer.Reset(max(time.Until(next), 0))
 		}
+	sleep:
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
+			// While backing off, only a control change (an input, a state
+			// move) is worth a look; the echo of the failed attempt's own
+			// records is not: a retrying session wakes for its timer only.
+			if r.l.cfg.Clock().Before(r.retryAt) && r.l.cfg.Store.ControlGen(r.session) == gen {
+				goto sleep
+			}
 		case <-timer.C:
 		}
 	}
