@@ -9,7 +9,7 @@ export CGO_ENABLED := 1
 # tag; every build and test, here, in CI and in the Nix package, carries it.
 export GOFLAGS := -tags=sqlite_fts5
 
-.PHONY: all build run test lint gotest pytest fuzz bench clean
+.PHONY: all build run test lint gotest pytest soak fuzz bench clean
 
 all: build
 
@@ -24,21 +24,27 @@ run: build
 	$(BIN)/klbr-core init
 	$(BIN)/klbr-core serve
 
-## test: every check and test: formatting, vet, Go tests with the race detector (fuzz seeds included), Python tests
-test: lint gotest pytest
+## test: every check and test: formatting, vet, Go tests with the race detector (fuzz seeds included), Python tests, a 3-minute soak
+test: lint gotest pytest soak
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
+# gotest prints what go test does, then every skipped test with its reason.
 gotest:
-	$(GO) test -race -count=1 ./...
+	$(GO) run ./internal/citest/gotest -race -count=1 ./...
 
 PYTHON ?= python3
 pytest:
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s python/klbr-runtime/tests -t python/klbr-runtime
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s behavior/tests -t behavior
+
+## soak: klbr-core under a synthetic mix of inputs, outages, 4xx answers and kills for SOAK (default 3m), then the checker
+SOAK ?= 3m
+soak:
+	KLBR_SOAK=$(SOAK) $(GO) test -race -count=1 -v -run '^TestSoak$$' -timeout 0 ./internal/daemon/
 
 ## fuzz: run each fuzz target for FUZZTIME (default 30s)
 FUZZTIME ?= 30s
@@ -48,6 +54,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzReadFrame -fuzztime=$(FUZZTIME) ./internal/worker/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeAdmit -fuzztime=$(FUZZTIME) ./internal/ingress/
 	$(GO) test -run='^$$' -fuzz=FuzzNormalize -fuzztime=$(FUZZTIME) ./internal/discord/
+	$(GO) test -run='^$$' -fuzz=FuzzParseRetryAfter -fuzztime=$(FUZZTIME) ./internal/provider/
 
 ## bench: the admission and turn-loop benchmarks of docs/performance.md
 bench:

@@ -388,7 +388,7 @@ func TestBrokenConfigIsNamedByLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _, err := in.run(nil, "doctor")
-	if err == nil || !strings.Contains(out, "klbr.toml:5:") || !strings.Contains(out, "routes.main.url") {
+	if err == nil || !strings.Contains(out, "klbr.toml:5:") || !strings.Contains(out, "routes.main.url") || !strings.Contains(out, "ok   data") {
 		t.Fatalf("doctor with a broken config: %v\n%s", err, out)
 	}
 	if out := in.must("status"); !strings.Contains(out, "default") {
@@ -419,4 +419,71 @@ func inputLines(t *testing.T, out string) []string {
 		}
 	}
 	return keep
+}
+
+// A route that cannot be built (api_key_env names an unset variable) does
+// not keep serve from starting: inputs are admitted, the agent is disabled
+// with the reason in status, /metrics and the log, and doctor reports it as
+// a FAIL line while still running its other checks.
+func TestServeWithoutABuildableRoute(t *testing.T) {
+	in := newInstance(t)
+	in.must("init")
+	conf := filepath.Join(in.dir, "klbr.toml")
+	if err := os.WriteFile(conf, []byte("[agent]\nroute = \"main\"\n\n[routes.main]\nurl = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\napi_key_env = \"KLBR_TEST_UNSET_KEY\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := in.run(nil, "doctor")
+	if err == nil || !strings.Contains(out, "FAIL route") || !strings.Contains(out, "KLBR_TEST_UNSET_KEY is not set") {
+		t.Fatalf("doctor with an unbuildable route: %v\n%s", err, out)
+	}
+	for _, want := range []string{"ok   config", "ok   data", "ok   lock", "python"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor stopped before %q:\n%s", want, out)
+		}
+	}
+	srv := in.serve()
+	in.must("send", "default", "kept for later")
+	st := in.must("status")
+	if !strings.Contains(st, "agent: not running: route main cannot be built") || !strings.Contains(st, "KLBR_TEST_UNSET_KEY") {
+		t.Fatalf("status: %s", st)
+	}
+	if !strings.Contains(srv.log(), "the agent does not run: its model route cannot be built") {
+		t.Fatalf("log:\n%s", srv.log())
+	}
+	if _, m := get(t, srv.url+"metrics"); !strings.Contains(m, "klbr_agent_running 0") {
+		t.Fatalf("metrics lack klbr_agent_running 0")
+	}
+}
+
+// open asks the running daemon: the URL has the address it bound (here a
+// port the kernel chose) and a token that opens the browser's status; with
+// no daemon it says so and exits 1.
+func TestOpenAsksTheDaemon(t *testing.T) {
+	in := newInstance(t)
+	in.must("init")
+	_, errOut, err := in.run(nil, "open")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errOut, "not reachable") {
+		t.Fatalf("open with no daemon: %v %q", err, errOut)
+	}
+	srv := in.serve()
+	// From another shell: no KLBR_BIND_ADDR, the daemon bound 127.0.0.1:0.
+	out, errOut, err := in.run([]string{"KLBR_BIND_ADDR="}, "open")
+	if err != nil {
+		t.Fatalf("open: %v %s", err, errOut)
+	}
+	u := strings.TrimSpace(out)
+	if !strings.HasPrefix(u, srv.url+"?token=") {
+		t.Fatalf("open printed %q; the daemon serves %s", u, srv.url)
+	}
+	req, _ := http.NewRequest(http.MethodGet, srv.url+"v2/status", nil)
+	req.Header.Set("Authorization", "Bearer "+strings.TrimPrefix(u, srv.url+"?token="))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the printed token does not open the browser's status: %d", resp.StatusCode)
+	}
 }

@@ -34,6 +34,9 @@ type SendResponse struct {
 	ID        int64  `json:"id"`
 	EventID   int64  `json:"event_id"`
 	Duplicate bool   `json:"duplicate"`
+	// Unanswered says why the input will not be answered yet (a stopped or
+	// paused session waits for start); empty otherwise.
+	Unanswered string `json:"unanswered,omitempty"`
 }
 
 // Status is the daemon's state.
@@ -51,8 +54,17 @@ type Status struct {
 	Workbench      string   `json:"workbench"`
 	// Agent says whether the turn loop runs: "route <name> (<model>)", or
 	// why not (no route configured, cells cannot run).
-	Agent    string          `json:"agent"`
+	Agent string `json:"agent"`
+	// Storage is set while writes fail (a full disk, an I/O error, a
+	// read-only file system): new work waits until they succeed again.
+	Storage  *store.Fault    `json:"storage,omitempty"`
 	Sessions []SessionStatus `json:"sessions"`
+}
+
+// Browser is where the running daemon's browser UI is, with the operator
+// token (GET /v1/browser): secret, for the operator only.
+type Browser struct {
+	URL string `json:"url"`
 }
 
 // SessionStatus is one session's state and backlog.
@@ -62,6 +74,9 @@ type SessionStatus struct {
 	Draining bool  `json:"draining"`
 	// The current or last attempt, and the armed wait with its deadline.
 	store.TurnStatus
+	// Retry is set while the session retries a failed model request or
+	// backs off after a rejected one or a loop guard.
+	Retry *turn.Retry `json:"retry,omitempty"`
 	// Context is the session's active context and its accounting.
 	Context *ContextStatus `json:"context,omitempty"`
 }

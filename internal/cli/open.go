@@ -2,28 +2,28 @@ package cli
 
 import (
 	"fmt"
-	"net/url"
 
 	"github.com/spf13/cobra"
-
-	"github.com/klbr-dev/klbr/internal/setup"
 )
 
 func newOpen(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "open",
-		Short: "Print the browser URL with the operator token (as Jupyter does); open it on this machine",
-		Args:  cobra.NoArgs,
+		Short: "Print the running daemon's browser URL with the operator token (as Jupyter does), from any shell",
+		Long: "open asks the running daemon over its control socket where its browser UI listens and for the operator token, " +
+			"so the URL is right whatever address it bound. With no daemon answering it says so and exits 1.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := g.config()
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			token, err := setup.ReadToken(setup.TokenFile(cfg.Paths.DataDir))
+			defer c.Close()
+			b, err := c.Browser(cmd.Context())
 			if err != nil {
-				return fmt.Errorf("operator token: %w (run klbr-core init)", err)
+				return fmt.Errorf("open: %w", err)
 			}
-			fmt.Fprintf(g.env.Stdout, "http://%s/?token=%s\n", cfg.BindAddr, url.QueryEscape(token))
+			fmt.Fprintln(g.env.Stdout, b.URL)
 			return nil
 		},
 	}

@@ -48,6 +48,9 @@ func newSend(g *globals) *cobra.Command {
 			if res.Duplicate {
 				fmt.Fprintf(g.env.Stderr, "input %d was already admitted under key %s; nothing new was stored\n", res.ID, key)
 			}
+			if res.Unanswered != "" {
+				fmt.Fprintln(g.env.Stderr, res.Unanswered)
+			}
 			return nil
 		},
 	}

@@ -47,6 +47,10 @@ func newStatus(g *globals) *cobra.Command {
 			fmt.Fprintf(g.env.Stdout, "klbr-core %s: %s, pid %d, up %s\n", st.Version, state, st.PID, time.Since(st.StartedAt).Round(time.Second))
 			fmt.Fprintf(g.env.Stdout, "data %s · sqlite %s · placement %s · workbench %s\n", st.DataDir, st.SQLite, st.Placement, st.Workbench)
 			fmt.Fprintf(g.env.Stdout, "agent: %s\n", st.Agent)
+			if f := st.Storage; f != nil {
+				fmt.Fprintf(g.env.Stdout, "storage: FAILING since %s: %s; new work waits, and klbr-core goes on by itself once writes succeed\n",
+					f.Since.Local().Format(time.DateTime), f.Reason)
+			}
 			for _, n := range st.PlacementNotes {
 				fmt.Fprintf(g.env.Stdout, "  (placement skipped %s)\n", n)
 			}
@@ -78,7 +82,7 @@ func printSessions(g *globals, ss []api.SessionStatus) {
 	tw.Flush()
 	for _, s := range ss {
 		if s.StateReason != "" && (s.State == "paused" || s.State == "stopped") {
-			fmt.Fprintf(g.env.Stdout, "%s %s: %s\n", s.ID, s.State, s.StateReason)
+			fmt.Fprintf(g.env.Stdout, "%s %s: %s; it waits for `klbr-core start %s`\n", s.ID, s.State, s.StateReason, s.ID)
 		}
 		if a := s.Attempt; a != nil {
 			fmt.Fprintf(g.env.Stdout, "%s attempt %d: %s after %d steps, %d tokens (woke by: %s)", s.ID, a.ID, a.State, a.Steps, a.Tokens, a.WakeReason)
@@ -97,6 +101,25 @@ func printSessions(g *globals, ss []api.SessionStatus) {
 				}
 			}
 			fmt.Fprintln(g.env.Stdout)
+		}
+		if r := s.Retry; r != nil {
+			next := "now"
+			if d := time.Until(r.NextAt); d > 0 {
+				next = "in " + d.Round(100*time.Millisecond).String()
+			}
+			switch r.State {
+			case "retrying":
+				fmt.Fprintf(g.env.Stdout, "%s retrying by itself %s (%d failed in a row); last error at %s", s.ID, next, r.InARow, r.LastErrorAt.Local().Format(time.DateTime))
+			default:
+				fmt.Fprintf(g.env.Stdout, "%s backing off: the next input starts an attempt %s (%d in a row); last at %s", s.ID, next, r.InARow, r.LastErrorAt.Local().Format(time.DateTime))
+			}
+			if r.URL != "" {
+				fmt.Fprintf(g.env.Stdout, " (route %s, %s)", r.Route, r.URL)
+			}
+			fmt.Fprintf(g.env.Stdout, ": %s\n", r.LastError)
+			if r.Fix != "" {
+				fmt.Fprintf(g.env.Stdout, "%s   fix: %s\n", s.ID, r.Fix)
+			}
 		}
 		if w := s.Wait; w != nil {
 			until := "until input"

@@ -366,6 +366,8 @@ func TestParseErrors(t *testing.T) {
 		{"max_steps zero", "[agent]\nmax_steps = 0\n", 2, 1, "agent.max_steps", "0 is out of range 1..10000"},
 		{"context budget negative", "[agent]\nroute = \"main\"\ncontext_budget_tokens = -5\n", 3, 1, "agent.context_budget_tokens", "out of range"},
 		{"retry backoff too long", "[agent]\nretry_backoff_ms = 7200000\n", 2, 1, "agent.retry_backoff_ms", "out of range"},
+		{"retry backoff cap zero", "[agent]\nmax_retry_backoff_ms = 0\n", 2, 1, "agent.max_retry_backoff_ms", "0 is out of range"},
+		{"retry backoff cap below the first backoff", "[agent]\nretry_backoff_ms = 5000\nmax_retry_backoff_ms = 1000\n", 3, 1, "agent.max_retry_backoff_ms", "less than agent.retry_backoff_ms (5000)"},
 		{"cache_retention on the key profile", base + "cache_profile = \"openai_prompt_cache_key\"\ncache_retention = \"24h\"\n", 5, 1, "routes.main.cache_retention", `"24h" is not accepted by cache_profile "openai_prompt_cache_key" (it accepts none)`},
 		{"30m on the retention profile", base + "cache_profile = \"openai_prompt_cache_retention\"\ncache_retention = \"30m\"\n", 5, 1, "routes.main.cache_retention", "(it accepts in_memory, 24h)"},
 		{"unknown retention on the options profile", base + "cache_profile = \"openai_prompt_cache_options\"\ncache_retention = \"1h\"\n", 5, 1, "routes.main.cache_retention", "(it accepts in_memory, 24h, 30m)"},
@@ -595,8 +597,8 @@ cpu_quota = "50%"
 	want := File{
 		Agent: Agent{Route: "work", MaxSteps: 12, MaxTokens: DefaultMaxTokens, MaxTurnSeconds: DefaultMaxTurnSeconds,
 			MaxEmptyCompletions: DefaultMaxEmpty, MaxConsecutiveErrors: DefaultMaxErrors, ContextBudgetTokens: 5000,
-			RetryBackoffMillis: DefaultRetryBackoffMillis, ReserveOutputTokens: DefaultReserveOutput, CompactAt: DefaultCompactAt,
-			SummaryTimeoutSeconds: DefaultSummaryTimeout},
+			RetryBackoffMillis: DefaultRetryBackoffMillis, MaxRetryBackoffMillis: DefaultMaxRetryBackoff,
+			ReserveOutputTokens: DefaultReserveOutput, CompactAt: DefaultCompactAt, SummaryTimeoutSeconds: DefaultSummaryTimeout},
 		Routes: map[string]Route{
 			"main": {URL: "http://localhost:8001/v1", Model: "local", TimeoutSeconds: 120},
 			"work": {

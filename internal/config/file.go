@@ -29,18 +29,22 @@ type Agent struct {
 	Fallback []string `toml:"fallback"`
 
 	// Budgets of one attempt (a run of model steps started by input or a
-	// wake). Exhausting one pauses the session with a visible notice.
+	// wake). Exhausting one ends the attempt with a visible notice; the
+	// next input starts a new one.
 	MaxSteps       int `toml:"max_steps"`        // model requests per attempt
 	MaxTokens      int `toml:"max_tokens"`       // prompt+completion tokens per attempt, as reported
 	MaxTurnSeconds int `toml:"max_turn_seconds"` // wall time per attempt
 	// MaxEmptyCompletions responses with neither text nor a tool call in a
-	// row, or MaxConsecutiveErrors failed model requests in a row, pause the
-	// session.
+	// row, or MaxConsecutiveErrors cells in a row that could not run, end
+	// the attempt.
 	MaxEmptyCompletions  int `toml:"max_empty_completions"`
 	MaxConsecutiveErrors int `toml:"max_consecutive_errors"`
 	// RetryBackoffMillis is the wait before a failed model request is
-	// retried as a new attempt; it doubles with each failure in a row.
-	RetryBackoffMillis int `toml:"retry_backoff_ms"`
+	// retried as a new attempt; it doubles with each failure in a row, with
+	// jitter, up to MaxRetryBackoffMillis. A route that is down is retried
+	// for as long as it takes: availability is not a loop guard.
+	RetryBackoffMillis    int `toml:"retry_backoff_ms"`
+	MaxRetryBackoffMillis int `toml:"max_retry_backoff_ms"`
 	// ContextBudgetTokens bounds one request's estimated size (bytes / 4).
 	// A history that does not fit pauses the session with a notice; it is
 	// never silently truncated.
@@ -169,6 +173,7 @@ const (
 	DefaultReserveOutput       = 4096
 	DefaultCompactAt           = 0.75
 	DefaultSummaryTimeout      = 120
+	DefaultMaxRetryBackoff     = 5 * 60 * 1000
 	DefaultContextBudget       = 100000
 	DefaultRouteTimeoutSeconds = 120
 	DefaultDiscordAPIBase      = "https://discord.com/api/v9"
@@ -185,8 +190,8 @@ func Defaults() File {
 		Agent: Agent{Route: DefaultAgentRoute, MaxSteps: DefaultMaxSteps, MaxTokens: DefaultMaxTokens,
 			MaxTurnSeconds: DefaultMaxTurnSeconds, MaxEmptyCompletions: DefaultMaxEmpty,
 			MaxConsecutiveErrors: DefaultMaxErrors, ContextBudgetTokens: DefaultContextBudget,
-			RetryBackoffMillis: DefaultRetryBackoffMillis, ReserveOutputTokens: DefaultReserveOutput, CompactAt: DefaultCompactAt,
-			SummaryTimeoutSeconds: DefaultSummaryTimeout},
+			RetryBackoffMillis: DefaultRetryBackoffMillis, MaxRetryBackoffMillis: DefaultMaxRetryBackoff,
+			ReserveOutputTokens: DefaultReserveOutput, CompactAt: DefaultCompactAt, SummaryTimeoutSeconds: DefaultSummaryTimeout},
 		Discord: Discord{
 			APIBase:             DefaultDiscordAPIBase,
 			Ingest:              IngestAll,

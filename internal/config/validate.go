@@ -85,6 +85,7 @@ func (v *validator) agent(f *File) {
 		{"agent.retry_backoff_ms", f.Agent.RetryBackoffMillis, 3600 * 1000},
 		{"agent.reserve_output_tokens", f.Agent.ReserveOutputTokens, 1 << 24},
 		{"agent.summary_timeout_seconds", f.Agent.SummaryTimeoutSeconds, 3600},
+		{"agent.max_retry_backoff_ms", f.Agent.MaxRetryBackoffMillis, 24 * 3600 * 1000},
 	} {
 		if b.val < 1 || b.val > b.max {
 			v.fail(b.key, fmt.Sprintf("%d is out of range 1..%d", b.val, b.max), "agent")
@@ -101,6 +102,10 @@ func (v *validator) agent(f *File) {
 		if _, ok := f.Routes[r]; !ok {
 			v.fail("agent.summary_route", fmt.Sprintf("no [routes.%s] is defined", r), "agent")
 		}
+	}
+	if a := f.Agent; a.MaxRetryBackoffMillis >= 1 && a.RetryBackoffMillis <= 3600*1000 && a.MaxRetryBackoffMillis < a.RetryBackoffMillis {
+		v.fail("agent.max_retry_backoff_ms", fmt.Sprintf("%d is less than agent.retry_backoff_ms (%d); the cap must be at least the first backoff",
+			a.MaxRetryBackoffMillis, a.RetryBackoffMillis), "agent")
 	}
 	const key = "agent.route"
 	name := f.Agent.Route

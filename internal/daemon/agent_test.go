@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,10 +42,16 @@ func startAgentWith(t *testing.T, model *modeltest.Server, toml, kernel string) 
 		t.Skip("in the child")
 	}
 	requirePython(t)
+	data, env := instance(t)
+	return startAgentAt(t, model, toml, kernel, data, env)
+}
+
+// startAgentAt is startAgentWith on an initialized data directory.
+func startAgentAt(t *testing.T, model *modeltest.Server, toml, kernel, data string, env []string) *agent {
+	t.Helper()
 	if kernel == "" {
 		kernel = kernelDir(t)
 	}
-	data, env := instance(t)
 	conf := filepath.Join(data, "klbr.toml")
 	body := fmt.Sprintf("[agent]\nroute = \"main\"\nretry_backoff_ms = 50\n%s\n[routes.main]\nurl = %q\nmodel = \"fake\"\ntimeout_seconds = 30\n", toml, model.URL())
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
@@ -379,46 +386,54 @@ func TestOperatorPreemptsLongCell(t *testing.T) {
 	}
 }
 
-// A model endpoint that fails or answers garbage: the input stays, each
-// failure is a notice, the session retries as new attempts and pauses
-// after three in a row; operator control keeps working, and start resumes.
+// A model endpoint that fails transiently or answers garbage: the input
+// stays, each failure is a notice, transient failures are retried as new
+// attempts for as long as it takes (more than max_consecutive_errors in a
+// row never pauses), and an invalid tool call is answered and the loop goes on.
 func TestModelFailures(t *testing.T) {
 	model := modeltest.New()
 	defer model.Close()
 	model.Then(
 		modeltest.Reply{Status: 500, Body: `{"error":{"message":"overloaded"}}`},
-		modeltest.Reply{Body: "data: {\"choices\": [{\"delta\": {\"content\": \"half\"\n\ndata: [DONE]\n\n"},
+		modeltest.Reply{Drop: true},
 		modeltest.Reply{Text: "calling", Calls: []modeltest.Call{{ID: "t1", Code: "print(1)"}}, Truncate: true},
-		// After the pause, start: a tool call with invalid arguments is
-		// answered as invalid and the loop goes on.
+		modeltest.Reply{Status: 503, Body: `{"error":{"message":"restarting"}}`},
+		// A tool call with invalid arguments is answered as invalid and the loop goes on.
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "bad", RawArguments: `{"code": 12`}, {ID: "nope", Name: "shell", RawArguments: `{}`}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "ok", Code: "await local.send('recovered')\nawait runtime.wait(None)"}}},
 	)
 	a := startAgent(t, model, "max_consecutive_errors = 3\n")
 	a.send("hello?")
-	a.eventually("paused", a.state(store.StatePaused))
-	if n := len(a.kinds(store.LaneNotice, "model.error")); n != 3 {
-		t.Fatalf("%d model.error notices, want 3", n)
+	a.eventually("recovered and waiting", a.state(store.StateWaiting))
+	for _, n := range a.kinds(store.LaneNotice, "") {
+		if n.Kind == "session.paused" {
+			t.Fatalf("a transient failure paused the session: %s", n.Content)
+		}
 	}
-	s := a.session()
-	if !strings.Contains(s.StateReason, "3 failed model requests in a row") {
-		t.Fatalf("pause reason: %q", s.StateReason)
+	errs := a.kinds(store.LaneNotice, "model.error")
+	if len(errs) != 4 {
+		t.Fatalf("%d model.error notices, want 4", len(errs))
+	}
+	for _, e := range errs {
+		var n map[string]any
+		if err := json.Unmarshal(e.Content, &n); err != nil {
+			t.Fatal(err)
+		}
+		if n["transient"] != true || n["url"] != model.URL() || n["retry_in_ms"] == nil {
+			t.Fatalf("a model.error notice names the URL, that it is transient and when it retries: %s", e.Content)
+		}
 	}
 	for _, p := range a.kinds(store.LaneScratchpad, "scratchpad") {
-		if !strings.Contains(string(p.Content), `"partial":true`) || strings.Contains(string(p.Content), `"id":"t1"`) {
+		if strings.Contains(string(p.Content), `"partial":true`) && strings.Contains(string(p.Content), `"id":"t1"`) {
 			t.Fatalf("a cut-off response is recorded as partial, without its incomplete call: %s", p.Content)
 		}
 	}
 	if in := a.kinds(store.LaneInput, ""); len(in) != 1 {
 		t.Fatalf("the input: %+v", in)
 	}
-	if st, err := a.c.Status(t.Context()); err != nil || st.Agent == "" {
-		t.Fatalf("status while paused: %+v %v", st, err)
+	if s := a.session(); s.Retry != nil {
+		t.Fatalf("a session that recovered still shows a retry: %+v", s.Retry)
 	}
-	if _, err := a.c.StartSession(t.Context(), "default"); err != nil {
-		t.Fatal(err)
-	}
-	a.eventually("recovered and waiting", a.state(store.StateWaiting))
 	unrun := a.kinds(store.LaneCell, "tool.unrun")
 	if len(unrun) != 2 || !strings.Contains(string(unrun[0].Content), `"state":"invalid"`) || !strings.Contains(string(unrun[1].Content), "there is no tool") {
 		t.Fatalf("invalid calls: %+v", unrun)
@@ -427,8 +442,123 @@ func TestModelFailures(t *testing.T) {
 		t.Fatalf("speech: %+v", sp)
 	}
 	// The request after the invalid calls answered both under their ids.
-	if got := roles(model.Requests()[4]); !strings.HasSuffix(got, "assistant(bad,nope) tool<bad> tool<nope>") {
+	if got := roles(model.Requests()[5]); !strings.HasSuffix(got, "assistant(bad,nope) tool<bad> tool<nope>") {
 		t.Fatalf("after invalid calls: %s", got)
+	}
+}
+
+// A route that is down (its connections dropped, then 503 and 429 with
+// Retry-After) is retried with capped backoff for as long as it takes;
+// status shows the retry, when it is next and the last error with its URL;
+// when the route comes back the pending input is answered without anyone
+// touching klbr.
+func TestRouteOutageIsRetried(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	var mu sync.Mutex
+	down := true
+	var retryAfterAt, afterRetryAt time.Time
+	model.Otherwise(func(n int) modeltest.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case !retryAfterAt.IsZero() && afterRetryAt.IsZero():
+			afterRetryAt = time.Now()
+		case !down:
+			return modeltest.Reply{Calls: []modeltest.Call{{Code: "await local.send('back')\nawait runtime.wait(None)"}}}
+		case n == 6:
+			retryAfterAt = time.Now()
+			return modeltest.Reply{Status: 429, Header: map[string]string{"Retry-After": "1"}, Body: `{"error":{"message":"slow down"}}`}
+		case n%2 == 0:
+			return modeltest.Reply{Status: 503, Body: `{"error":{"message":"loading model"}}`}
+		}
+		if !afterRetryAt.IsZero() {
+			return modeltest.Reply{Status: 502}
+		}
+		return modeltest.Reply{Drop: true}
+	})
+	a := startAgent(t, model, "max_consecutive_errors = 2\nmax_retry_backoff_ms = 1000\n")
+	a.send("are you there?")
+	a.eventually("the retries outlast max_consecutive_errors", func() bool { return model.Count() >= 8 })
+	s := a.session()
+	if s.State == store.StatePaused || s.Retry == nil || s.Retry.State != "retrying" || s.Retry.URL != model.URL() ||
+		s.Retry.NextAt.IsZero() || s.Retry.InARow < 2 || s.Retry.LastError == "" {
+		t.Fatalf("while the route is down: state %s, retry %+v", s.State, s.Retry)
+	}
+	mu.Lock()
+	gap := afterRetryAt.Sub(retryAfterAt)
+	down = false
+	mu.Unlock()
+	if gap < 900*time.Millisecond {
+		t.Fatalf("the retry after a 429 with Retry-After: 1 came after %s", gap)
+	}
+	a.eventually("answered once the route is back", func() bool { return len(a.kinds(store.LaneSpeech, "local.sent")) == 1 })
+	a.eventually("waiting", a.state(store.StateWaiting))
+	if s := a.session(); s.Retry != nil {
+		t.Fatalf("retry after recovery: %+v", s.Retry)
+	}
+	for _, n := range a.kinds(store.LaneNotice, "") {
+		if n.Kind == "session.paused" {
+			t.Fatalf("an outage paused the session: %s", n.Content)
+		}
+	}
+	if !strings.Contains(a.scrape(), `klbr_agent_running 1`) {
+		t.Fatal("klbr_agent_running is not 1")
+	}
+}
+
+// A route that rejects the request (400): a visible notice naming the
+// error and the likely fix, the session back to ready, no loop; a new
+// operator input makes exactly one new attempt; fixing the route and
+// restarting answers the waiting input with no new input.
+func TestRejectedRequest(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	var mu sync.Mutex
+	fixed := false
+	model.Otherwise(func(int) modeltest.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		if fixed {
+			return modeltest.Reply{Calls: []modeltest.Call{{Code: "await local.send('finally')\nawait runtime.wait(None)"}}}
+		}
+		return modeltest.Reply{Status: 400, Body: `{"error":{"message":"model 'fake' does not exist"}}`}
+	})
+	a := startAgent(t, model, "")
+	a.send("hello")
+	a.eventually("the attempt ended with a notice", func() bool { return len(a.kinds(store.LaneNotice, "model.error")) == 1 })
+	a.eventually("ready", a.state(store.StateReady))
+	e := a.kinds(store.LaneNotice, "model.error")[0]
+	if !strings.Contains(string(e.Content), `"transient":false`) || !strings.Contains(string(e.Content), "HTTP 400") ||
+		!strings.Contains(string(e.Content), "routes.main.model") {
+		t.Fatalf("the notice names the error and the fix: %s", e.Content)
+	}
+	s := a.session()
+	if s.Retry == nil || s.Retry.State != "backing_off" || !strings.Contains(s.Retry.Fix, "routes.main") {
+		t.Fatalf("status after a rejection: %+v", s.Retry)
+	}
+	time.Sleep(300 * time.Millisecond) // many backoffs of 50 ms: a loop would show
+	if n := model.Count(); n != 1 {
+		t.Fatalf("%d requests after one rejection", n)
+	}
+	a.send("and now?")
+	a.eventually("one new attempt", func() bool { return model.Count() == 2 })
+	a.eventually("ready again", a.state(store.StateReady))
+	time.Sleep(300 * time.Millisecond)
+	if n := model.Count(); n != 2 {
+		t.Fatalf("%d requests after the second input, want 2", n)
+	}
+	mu.Lock()
+	fixed = true
+	mu.Unlock()
+	a.d.cmd.Process.Signal(syscall.SIGTERM)
+	if err := a.d.wait(t); err != nil {
+		t.Fatalf("exit: %v\n%s", err, a.d)
+	}
+	a.start()
+	a.eventually("answered after the restart", func() bool { return len(a.kinds(store.LaneSpeech, "local.sent")) == 1 })
+	if got := model.Requests()[2].Messages; !strings.Contains(fmt.Sprint(got), "hello") || !strings.Contains(fmt.Sprint(got), "and now?") {
+		t.Fatalf("the retry carries the waiting inputs: %v", got)
 	}
 }
 
@@ -501,32 +631,56 @@ func TestWaitDeadlineSurvivesRestart(t *testing.T) {
 	}
 }
 
-// Budgets pause visibly: the step budget, and empty completions in a row.
-func TestBudgetsPause(t *testing.T) {
-	t.Run("steps", func(t *testing.T) {
-		model := modeltest.New()
-		defer model.Close()
-		model.Otherwise(func(n int) modeltest.Reply {
+// Loop guards end the attempt visibly and the session returns to ready;
+// the next input starts a new attempt that is answered: the step budget,
+// and empty completions in a row.
+func TestLoopGuardsEndTheAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		name, toml, reason string
+		reply              func(n int) modeltest.Reply
+		requests           int
+	}{
+		{"steps", "max_steps = 3\n", "step budget", func(n int) modeltest.Reply {
 			return modeltest.Reply{Calls: []modeltest.Call{{Code: fmt.Sprintf("n = %d", n)}}}
+		}, 3},
+		{"empty", "max_empty_completions = 2\n", "2 empty completions", func(int) modeltest.Reply { return modeltest.Reply{} }, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			model := modeltest.New()
+			defer model.Close()
+			var mu sync.Mutex
+			answer := false
+			model.Otherwise(func(n int) modeltest.Reply {
+				mu.Lock()
+				defer mu.Unlock()
+				if answer {
+					return modeltest.Reply{Calls: []modeltest.Call{{Code: "await local.send('done')\nawait runtime.wait(None)"}}}
+				}
+				return tc.reply(n)
+			})
+			a := startAgent(t, model, tc.toml)
+			a.send("loop forever")
+			a.eventually("the attempt ended", func() bool { return len(a.kinds(store.LaneNotice, "turn.ended")) == 1 })
+			a.eventually("ready", a.state(store.StateReady))
+			s := a.session()
+			if !strings.Contains(s.StateReason, tc.reason) || model.Count() != tc.requests || s.Attempt == nil || s.Attempt.State != store.AttemptIdle {
+				t.Fatalf("reason %q after %d requests, attempt %+v", s.StateReason, model.Count(), s.Attempt)
+			}
+			time.Sleep(300 * time.Millisecond)
+			if model.Count() != tc.requests {
+				t.Fatalf("%d requests after the guard ended the attempt", model.Count())
+			}
+			mu.Lock()
+			answer = true
+			mu.Unlock()
+			a.send("a new input")
+			a.eventually("answered", func() bool { return len(a.kinds(store.LaneSpeech, "local.sent")) == 1 })
+			// The new attempt's request says why the last one ended.
+			if last := model.Requests()[tc.requests].Messages; !strings.Contains(fmt.Sprint(last), tc.reason) {
+				t.Fatalf("the next request does not say why the last attempt ended: %v", last)
+			}
 		})
-		a := startAgent(t, model, "max_steps = 3\n")
-		a.send("loop forever")
-		a.eventually("paused", a.state(store.StatePaused))
-		if s := a.session(); !strings.Contains(s.StateReason, "step budget") || model.Count() != 3 {
-			t.Fatalf("reason %q after %d requests", s.StateReason, model.Count())
-		}
-	})
-	t.Run("empty", func(t *testing.T) {
-		model := modeltest.New()
-		defer model.Close()
-		model.Otherwise(func(int) modeltest.Reply { return modeltest.Reply{} })
-		a := startAgent(t, model, "max_empty_completions = 2\n")
-		a.send("say something")
-		a.eventually("paused", a.state(store.StatePaused))
-		if s := a.session(); !strings.Contains(s.StateReason, "2 empty completions") || model.Count() != 2 {
-			t.Fatalf("reason %q after %d requests", s.StateReason, model.Count())
-		}
-	})
+	}
 	t.Run("context", func(t *testing.T) {
 		model := modeltest.New()
 		defer model.Close()
@@ -583,9 +737,10 @@ func TestOperatorStopsSession(t *testing.T) {
 }
 
 // A workbench that cannot run cells (its kernel binary is gone) is not a
-// hidden loop of model requests: each attempt backs off, and the session
-// pauses after max_consecutive_errors cells in a row could not run.
-func TestCellsThatCannotRunPause(t *testing.T) {
+// hidden loop of model requests: each attempt backs off, and after
+// max_consecutive_errors cells in a row could not run the attempt ends and
+// the session is ready for the next input.
+func TestCellsThatCannotRun(t *testing.T) {
 	dir := t.TempDir()
 	src, err := os.ReadFile(filepath.Join(kernelDir(t), "klbr-kernel"))
 	if err != nil {
@@ -603,9 +758,10 @@ func TestCellsThatCannotRunPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.send("run something")
-	a.eventually("paused", a.state(store.StatePaused))
+	a.eventually("the attempt ended", func() bool { return len(a.kinds(store.LaneNotice, "turn.ended")) == 1 })
+	a.eventually("ready", a.state(store.StateReady))
 	if s := a.session(); !strings.Contains(s.StateReason, "3 cells in a row could not run") {
-		t.Fatalf("pause reason: %q", s.StateReason)
+		t.Fatalf("reason: %q", s.StateReason)
 	}
 	time.Sleep(300 * time.Millisecond)
 	if n := model.Count(); n != 3 {
@@ -619,9 +775,9 @@ func TestCellsThatCannotRunPause(t *testing.T) {
 }
 
 // A model that keeps waking itself with short deadlines is not a hidden
-// loop either: after max_steps wakes in a row without input the session
-// pauses, and input resets the count.
-func TestSelfWakesPause(t *testing.T) {
+// loop either: after max_steps wakes in a row without input the wait ends
+// and the session is ready; the next input starts a new attempt.
+func TestSelfWakesEnd(t *testing.T) {
 	model := modeltest.New()
 	defer model.Close()
 	model.Otherwise(func(int) modeltest.Reply {
@@ -629,11 +785,102 @@ func TestSelfWakesPause(t *testing.T) {
 	})
 	a := startAgent(t, model, "max_steps = 4\n")
 	a.send("poll something")
-	a.eventually("paused", a.state(store.StatePaused))
-	if s := a.session(); !strings.Contains(s.StateReason, "4 wakes by deadline in a row") {
-		t.Fatalf("pause reason: %q", s.StateReason)
+	a.eventually("the wait ended", func() bool { return len(a.kinds(store.LaneNotice, "turn.ended")) == 1 })
+	a.eventually("ready", a.state(store.StateReady))
+	if s := a.session(); !strings.Contains(s.StateReason, "4 wakes by deadline in a row") || s.Wait != nil {
+		t.Fatalf("reason %q, wait %+v", s.StateReason, s.Wait)
 	}
+	time.Sleep(300 * time.Millisecond)
 	if n := model.Count(); n != 5 { // the input's step, then four woken by deadline
 		t.Fatalf("%d requests, want 5", n)
+	}
+	a.send("again")
+	a.eventually("a new attempt", func() bool { return model.Count() == 6 })
+}
+
+// A stopped session admits input and says it will not be answered until
+// start; nothing is asked of the model until then, and start answers it.
+func TestStoppedSessionKeepsInputUntilStart(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Calls: []modeltest.Call{{Code: "await local.send('now')\nawait runtime.wait(None)"}}}
+	})
+	a := startAgent(t, model, "")
+	if _, err := a.c.StopSession(t.Context(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.c.Send(t.Context(), "default", api.SendRequest{Text: "while stopped", SourceKey: "stopped-1"})
+	if err != nil || !strings.Contains(res.Unanswered, "klbr-core start default") {
+		t.Fatalf("send to a stopped session: %+v %v", res, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := model.Count(); n != 0 {
+		t.Fatalf("%d requests while stopped", n)
+	}
+	if _, err := a.c.StartSession(t.Context(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	a.eventually("answered after start", func() bool { return len(a.kinds(store.LaneSpeech, "local.sent")) == 1 })
+}
+
+// An activation during a running attempt applies from the next attempt: the
+// attempt's remaining steps send the old release's prompt, the next attempt
+// the new one, and each attempt's record names its release.
+func TestActivationDuringAnAttempt(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{Code: "import time\ntime.sleep(1.5)"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{Code: "await local.send('one')\nawait runtime.wait(None)"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{Code: "await local.send('two')\nawait runtime.wait(None)"}}},
+	)
+	a := startAgent(t, model, "")
+	a.send("first")
+	a.eventually("the long cell runs", func() bool { return len(a.kinds(store.LaneCell, "cell.started")) == 1 })
+	rels, err := a.c.Releases(t.Context())
+	if err != nil || len(rels.Sessions) == 0 {
+		t.Fatalf("releases: %+v %v", rels, err)
+	}
+	var old api.Release
+	for _, r := range rels.Releases {
+		if r.ID == rels.Sessions[0].Release {
+			old = r
+		}
+	}
+	src := old.Path
+	if _, err := os.Stat(filepath.Join(src, "tree", "soul.md")); err == nil {
+		src = filepath.Join(src, "tree")
+	}
+	tree := filepath.Join(t.TempDir(), "tree")
+	if err := os.CopyFS(tree, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	const marker = "You are the NEW soul of this test."
+	if err := os.WriteFile(filepath.Join(tree, "soul.md"), []byte(marker+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nr, err := a.c.Publish(t.Context(), tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.c.Activate(t.Context(), "default", api.ActivateRequest{ExpectedEpoch: rels.Sessions[0].Epoch, Release: nr.ID}); err != nil {
+		t.Fatal(err)
+	}
+	a.eventually("the first attempt waits", func() bool { return model.Count() == 2 && a.session().State == store.StateWaiting })
+	if s := a.session(); s.Attempt == nil || s.Attempt.Release != old.ID {
+		t.Fatalf("the first attempt's record names %+v, want release %s", s.Attempt, old.ID)
+	}
+	system := func(i int) string { return content(model.Requests()[i].Messages[0]) }
+	if strings.Contains(system(0), marker) || strings.Contains(system(1), marker) {
+		t.Fatal("the running attempt's steps took the prompt activated during it")
+	}
+	a.send("second")
+	a.eventually("the second attempt waits", func() bool { return model.Count() == 3 && a.session().State == store.StateWaiting })
+	if !strings.Contains(system(2), marker) {
+		t.Fatalf("the next attempt's prompt is not the new release's: %q", system(2))
+	}
+	if s := a.session(); s.Attempt == nil || s.Attempt.Release != nr.ID {
+		t.Fatalf("the second attempt's record names %+v, want release %s", s.Attempt, nr.ID)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -151,6 +152,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	}); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	stopStorage := d.watchStorage(ctx)
+	defer stopStorage()
 	resume, err := d.recoverTurns(ctx)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -191,6 +194,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err != nil {
 		return fmt.Errorf("serve: operator token (run klbr-core init): %w", err)
 	}
+	ctl.WithBrowser(func() string { return "http://" + ls.http[0].Addr().String() + "/?token=" + url.QueryEscape(token) })
 	wb := web.Browser{Store: st, Admit: d.admit, Sessions: d.sessions, Daemon: d, Token: token, Deltas: d.deltas,
 		Compact: func(ctx context.Context, session string) (api.Compacted, error) {
 			res, err := d.compact(ctx, session)
@@ -360,6 +364,7 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 	if d.benchErr != nil {
 		st.Workbench = "unavailable: " + d.benchErr.Error()
 	}
+	st.Storage = d.store.Fault()
 	for _, s := range sessions {
 		turn, err := d.store.Turn(ctx, s.ID)
 		if err != nil {
@@ -369,14 +374,15 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		if err != nil {
 			return api.Status{}, err
 		}
-		c := &api.ContextStatus{ContextStats: cs}
+		ss := api.SessionStatus{Session: s, Pending: bySession[s.ID], Draining: d.sessions.Draining(s.ID), TurnStatus: turn,
+			Context: &api.ContextStatus{ContextStats: cs}}
 		if d.turns != nil {
+			ss.Retry = d.turns.Retry(s.ID)
 			if st, ok := d.turns.ContextState(s.ID); ok {
-				c.ContextState = &st
+				ss.Context.ContextState = &st
 			}
 		}
-		st.Sessions = append(st.Sessions, api.SessionStatus{Session: s, Pending: bySession[s.ID], Draining: d.sessions.Draining(s.ID),
-			TurnStatus: turn, Context: c})
+		st.Sessions = append(st.Sessions, ss)
 	}
 	return st, nil
 }

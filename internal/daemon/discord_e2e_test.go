@@ -542,3 +542,48 @@ func TestNotSaidVersusSaidAfterCompactions(t *testing.T) {
 		t.Fatalf("read %s: %+v %v", receipt, rec, err)
 	}
 }
+
+// Two addressed inputs in one frame (DMs in two conversations) and a send
+// that answers only one: one reminder, naming the other; then idle.
+func TestReminderPerAddressedInput(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{Code: "await discord.conversation('d1').send('answering the first')"}}},
+		modeltest.Reply{Text: "Answered."},
+		modeltest.Reply{Text: "Still nothing to add."},
+	)
+	a := startAgent(t, model, "")
+	fake := discordtest.New("99")
+	defer fake.Close()
+	startTransport(t, fake, a.data)
+	a.eventually("the gateway session", fake.Connected)
+	if _, err := a.c.StopSession(t.Context(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("8001", "80", "", "5", "first question"))
+	a.eventually("the first DM", func() bool { return len(a.kinds(store.LaneInput, "")) == 1 })
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("8002", "81", "", "6", "second question"))
+	a.eventually("both DMs", func() bool { return len(a.kinds(store.LaneInput, "")) == 2 })
+	if _, err := a.c.StartSession(t.Context(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	a.eventually("idle after the reminder", func() bool { return model.Count() == 3 && a.session().State == store.StateReady })
+	if first := model.Requests()[0].Messages; !strings.Contains(fmt.Sprint(first), "first question") || !strings.Contains(fmt.Sprint(first), "second question") {
+		t.Fatalf("the two DMs are not in one frame: %v", first)
+	}
+	rs := a.kinds(store.LaneNotice, "delivery.reminder")
+	if len(rs) != 1 {
+		t.Fatalf("%d reminders, want 1", len(rs))
+	}
+	if c := string(rs[0].Content); !strings.Contains(c, "8002") || strings.Contains(c, "8001") || !strings.Contains(c, "d2") {
+		t.Fatalf("the reminder names the unanswered DM only: %s", c)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if model.Count() != 3 {
+		t.Fatalf("%d requests after idling", model.Count())
+	}
+	if s := a.session(); !strings.Contains(s.StateReason, "1 addressed input(s) unanswered") {
+		t.Fatalf("reason: %q", s.StateReason)
+	}
+}

@@ -45,6 +45,8 @@ func (d *daemon) recoverTurns(ctx context.Context) (map[string]bool, error) {
 // configured and cells can run; otherwise it says why the agent does not
 // run (inputs are still admitted and kept).
 func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.Metrics, resume map[string]bool) error {
+	m.WatchAgent(func() bool { return d.turns != nil }, d.backoffs)
+	m.WatchStorage(func() bool { return d.store.Fault() != nil })
 	route, ok := cfg.File.AgentRoute()
 	switch {
 	case d.bench == nil || d.hooks == nil:
@@ -58,7 +60,11 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	a := cfg.File.Agent
 	model, err := d.router(cfg, m)
 	if err != nil {
-		return err
+		// The daemon serves without a model: inputs are admitted and kept,
+		// and status, the browser and the log say why nothing answers.
+		d.agent = fmt.Sprintf("not running: %v; fix %s and restart klbr-core; inputs are admitted and kept", err, cfg.Paths.ConfigFile)
+		d.log.Error("the agent does not run: a model route cannot be built", "error", err)
+		return nil
 	}
 	m.WatchDeltas(d.deltas)
 	compactor, est, err := d.newCompactor(ctx, cfg, model, m)
@@ -67,12 +73,14 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	}
 	d.turns = turn.New(turn.Config{
 		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Model: model, Route: a.Route,
+		URL: route.URL, ModelName: route.Model,
 		Prompt: releasePrompt(d.releases.Tree), Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),
 		Compactor: compactor, Estimator: est, Compaction: d.hooks,
 		Budgets: turn.Budgets{MaxSteps: a.MaxSteps, MaxTokens: a.MaxTokens, MaxTurn: time.Duration(a.MaxTurnSeconds) * time.Second,
 			MaxEmpty: a.MaxEmptyCompletions, MaxErrors: a.MaxConsecutiveErrors, ContextTokens: a.ContextBudgetTokens,
 			ReserveOutput: a.Reserve(), CompactAt: a.CompactAt,
-			ErrorBackoff: time.Duration(a.RetryBackoffMillis) * time.Millisecond},
+			ErrorBackoff: time.Duration(a.RetryBackoffMillis) * time.Millisecond,
+			MaxBackoff:   time.Duration(a.MaxRetryBackoffMillis) * time.Millisecond},
 		Observe:      m.ObserveModel,
 		QuietAmbient: !cfg.File.Discord.AmbientWake,
 	})
@@ -243,4 +251,16 @@ func releasePrompt(tree func(id string) string) turn.Prompt {
 		cache[release] = p
 		return p, nil
 	}
+}
+
+// backoffs lists the sessions' retries and backoffs, for /metrics.
+func (d *daemon) backoffs() []metrics.Backoff {
+	if d.turns == nil {
+		return nil
+	}
+	var out []metrics.Backoff
+	for id, r := range d.turns.Backoffs() {
+		out = append(out, metrics.Backoff{Session: id, State: r.State, NextAt: r.NextAt, InARow: r.InARow})
+	}
+	return out
 }

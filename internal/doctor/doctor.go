@@ -44,6 +44,11 @@ func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
 	cfg, err := config.Load(lookup)
 	if err != nil {
 		add(Check{Name: "config", Detail: err.Error(), Fix: "correct the file or variable named above"})
+		// The other checks still run, on the paths alone and the defaults.
+		if paths, perr := config.LoadPaths(lookup); perr == nil {
+			cfg = &config.Config{Paths: paths, File: config.Defaults()}
+			r.Paths = &cfg.Paths
+		}
 	} else {
 		r.Paths = &cfg.Paths
 		detail := "no config file (defaults apply): " + cfg.Paths.ConfigFile

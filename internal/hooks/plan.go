@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+
+	"github.com/klbr-dev/klbr/internal/store"
 )
 
 // PlanItem is one input waiting for attention.
@@ -115,7 +117,13 @@ func takingTurns(items []PlanItem) []PlanItem {
 // put after a non-operator one. On any failure it returns DefaultPlan with
 // Fallback set.
 func (d *Dispatcher) Plan(ctx context.Context, session string, in PlanInput) Plan {
-	c := d.invoke(ctx, session, SlotPlan, in, d.cfg.PlanDeadline)
+	return d.PlanAt(ctx, session, nil, in)
+}
+
+// PlanAt plans under the behavior pinned at pin (a running attempt's), or
+// the active one when pin is nil.
+func (d *Dispatcher) PlanAt(ctx context.Context, session string, pin *store.Pin, in PlanInput) Plan {
+	c := d.invokeAt(ctx, session, pin, SlotPlan, in, d.cfg.PlanDeadline)
 	var p Plan
 	var problem string
 	if c.rec.Outcome != "ok" {

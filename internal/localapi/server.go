@@ -57,8 +57,24 @@ type Server struct {
 	daemon     Daemon
 	history    *history.Reader // nil: no history endpoints
 	compact    Compacter       // nil: no manual compaction
+	browser    func() string   // the browser URL with the token; nil until set
 	log        *slog.Logger
 	uid        uint32
+}
+
+// WithBrowser sets where the browser UI is, for `klbr-core open`; call it
+// before serving.
+func (s *Server) WithBrowser(url func() string) *Server {
+	s.browser = url
+	return s
+}
+
+func (s *Server) handleBrowser(w http.ResponseWriter, _ *http.Request) {
+	if s.browser == nil {
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the browser UI is not serving yet")
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Browser{URL: s.browser()})
 }
 
 // New returns a Server.
@@ -88,6 +104,7 @@ func (s *Server) HTTPServer() *http.Server {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", s.handleStatus)
+	mux.HandleFunc("GET /v1/browser", s.handleBrowser)
 	mux.HandleFunc("GET /v1/sessions/{session}", s.handleSession)
 	mux.HandleFunc("POST /v1/sessions/{session}/inputs", s.handleSend)
 	mux.HandleFunc("GET /v1/sessions/{session}/records", s.handleRecords)
@@ -170,7 +187,11 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 	if got.Duplicate {
 		status = http.StatusOK
 	}
-	writeJSON(w, status, api.SendResponse{Session: in.Session, ID: got.InputID, EventID: got.EventID, Duplicate: got.Duplicate})
+	res := api.SendResponse{Session: in.Session, ID: got.InputID, EventID: got.EventID, Duplicate: got.Duplicate}
+	if sess, err := s.store.Session(r.Context(), in.Session); err == nil {
+		res.Unanswered = session.Unanswered(sess)
+	}
+	writeJSON(w, status, res)
 }
 
 func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {

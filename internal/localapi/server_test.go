@@ -355,8 +355,10 @@ func TestSessionDrainRefusesNewInputsWhileAcceptedWorkFinishes(t *testing.T) {
 	if s.State != store.StateStopped || s.Pending != 0 && s.Pending != 1 {
 		t.Fatalf("after drain: %+v", s)
 	}
-	if _, err := h.client.Send(ctx, "default", api.SendRequest{Text: "after", SourceKey: "a"}); !errors.As(err, &e) || e.Status != 409 {
-		t.Fatalf("send to a stopped session: %v", err)
+	// A stopped session admits; the receipt says it waits for start.
+	if res, err := h.client.Send(ctx, "default", api.SendRequest{Text: "after", SourceKey: "a"}); err != nil ||
+		!strings.Contains(res.Unanswered, "will not be answered until `klbr-core start default`") {
+		t.Fatalf("send to a stopped session: %+v %v", res, err)
 	}
 	if _, err := h.client.StopSession(ctx, "default"); !errors.As(err, &e) || e.Status != 409 {
 		t.Fatalf("stop a stopped session: %v", err)
@@ -372,7 +374,7 @@ func TestSessionDrainRefusesNewInputsWhileAcceptedWorkFinishes(t *testing.T) {
 	for _, r := range recs.Records {
 		kinds = append(kinds, r.Kind)
 	}
-	want := "operator.input session.stopped session.ready operator.input"
+	want := "operator.input session.stopped operator.input session.ready operator.input"
 	if strings.Join(kinds, " ") != want {
 		t.Fatalf("records %v, want %s", kinds, want)
 	}

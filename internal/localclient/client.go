@@ -63,6 +63,13 @@ func (c *Client) Status(ctx context.Context) (api.Status, error) {
 	return st, err
 }
 
+// Browser asks the running daemon where its browser UI is, with the token.
+func (c *Client) Browser(ctx context.Context) (api.Browser, error) {
+	var b api.Browser
+	err := c.do(ctx, http.MethodGet, "/v1/browser", nil, &b)
+	return b, err
+}
+
 // Session reads one session's status.
 func (c *Client) Session(ctx context.Context, id string) (api.SessionStatus, error) {
 	var st api.SessionStatus

@@ -32,9 +32,11 @@ type Reply struct {
 	Usage     map[string]any // the usage object as sent; nil sends none
 
 	// Failure modes, instead of a response.
-	Status    int    // an HTTP error status with Body
-	Body      string // raw body: sent as is (malformed JSON, broken SSE)
-	Truncate  bool   // stream the reply, then cut the connection before [DONE]
+	Status    int               // an HTTP error status with Body
+	Header    map[string]string // headers of the error (e.g. Retry-After)
+	Body      string            // raw body: sent as is (malformed JSON, broken SSE)
+	Drop      bool              // close the connection without a response (a route going down)
+	Truncate  bool              // stream the reply, then cut the connection before [DONE]
 	Hold      <-chan struct{}
 	HoldAfter int // with Hold: stream this many content chunks, then hold until Hold closes or the client leaves
 }
@@ -248,7 +250,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func play(w http.ResponseWriter, r *http.Request, reply Reply, stream bool, n int, dialect string) {
+	if reply.Drop {
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				conn.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler)
+	}
 	if reply.Status != 0 {
+		for k, v := range reply.Header {
+			w.Header().Set(k, v)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(reply.Status)
 		io.WriteString(w, reply.Body)

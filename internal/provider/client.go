@@ -15,7 +15,6 @@ import (
 	"mime"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -222,9 +221,7 @@ func (c *Client) complete(ctx context.Context, req Request) (*Response, error) {
 		if msg, code, _ := parseErrorBody(b); msg != "" || code != "" {
 			e.Message, e.Code = c.redact.excerpt([]byte(msg)), c.redact.excerpt([]byte(code))
 		}
-		if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s > 0 {
-			e.RetryAfter = time.Duration(s) * time.Second
-		}
+		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 		c.log.Warn("provider: HTTP error", "url", c.endpoint, "model", c.route.Model, "status", resp.StatusCode,
 			"retryable", e.Retryable(), "elapsed", time.Since(start))
 		return nil, e

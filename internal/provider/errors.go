@@ -60,7 +60,7 @@ type Error struct {
 	Kind       Kind
 	Status     int           // KindHTTP: the HTTP status; KindProvider: the error's numeric code, if any
 	Body       string        // KindHTTP: a bounded excerpt of the body, key redacted
-	RetryAfter time.Duration // KindHTTP: the Retry-After header in seconds, 0 if none
+	RetryAfter time.Duration // KindHTTP: the Retry-After header (seconds or an HTTP date), 0 if none
 	Msg        string        // what went wrong, key redacted
 	// Message and Code are the provider's own error message and code (or
 	// type), read from an error body or chunk; "" when it sent none.

@@ -26,6 +26,17 @@ var (
 	ErrStopped = store.ErrSessionStopped
 )
 
+// Unanswered says, for a session an input was just admitted to, why that
+// input will not be answered yet: a stopped or paused session waits for the
+// operator's start. "" when nothing keeps it from being answered.
+func Unanswered(s store.Session) string {
+	switch s.State {
+	case store.StateStopped, store.StatePaused:
+		return fmt.Sprintf("%s is %s: the input is kept, but it will not be answered until `klbr-core start %s`", s.ID, s.State, s.ID)
+	}
+	return ""
+}
+
 // Manager is the runtime side of sessions: the admission gate of each
 // session and the count of accepted work in flight, which drain waits for.
 type Manager struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,8 +145,11 @@ func TestDrainWaitsForAcceptedWorkThenStops(t *testing.T) {
 		_, err := tx.AdmitInput(store.NewInput{Session: "a", SourceKind: "operator", SourceKey: "k", Conversation: "c", Author: "a", Body: "b", OccurredAt: time.Now(), ReceivedAt: time.Now()})
 		return err
 	})
-	if !errors.Is(err, ErrStopped) {
-		t.Fatalf("admission when stopped: %v", err)
+	if err != nil {
+		t.Fatalf("a stopped session still admits (the input waits for start): %v", err)
+	}
+	if s, _ := st.Session(ctx, "a"); !strings.Contains(Unanswered(s), "klbr-core start a") {
+		t.Fatalf("unanswered note of a stopped session: %q", Unanswered(s))
 	}
 	if _, err := m.Transition(ctx, "a", store.StateReady, "start"); err != nil {
 		t.Fatal(err)

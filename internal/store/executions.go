@@ -147,7 +147,13 @@ func (t *Tx) FinishExecution(session string, id int64, state string, reset bool,
 		if state == "lost" || state == "cancelled" {
 			ts = ToolInterrupted // its result says so, under the call's id
 		}
-		return t.AnswerToolCall(session, step.Int64, callID.String, ts, eventID)
+		err := t.AnswerToolCall(session, step.Int64, callID.String, ts, eventID)
+		if state == "lost" && errors.Is(err, ErrCallAnswered) {
+			// The loop already answered the call (as interrupted) when the
+			// cell's outcome could not be recorded: the cell still ends.
+			return nil
+		}
+		return err
 	}
 	return nil
 }

@@ -170,6 +170,15 @@ func (s *Store) syncIndex(ctx context.Context) error {
 }
 
 func (s *Store) syncIndexLocked(ctx context.Context) error {
+	// Nothing new (a kick from an append that rolled back), or writes are
+	// failing: no write. An empty write would prove nothing about storage.
+	var newest sql.NullInt64
+	if err := s.rdb.QueryRowContext(ctx, `SELECT max(id) FROM events`).Scan(&newest); err != nil {
+		return fmt.Errorf("history index: %w", err)
+	}
+	if newest.Int64 <= s.indexed.Load() || s.Fault() != nil {
+		return nil
+	}
 	for {
 		from := s.indexed.Load()
 		var through int64

@@ -121,23 +121,26 @@ func (s *Store) sendsOf(ctx context.Context, execution int64) ([]SendReceipt, er
 	return out, rows.Err()
 }
 
-// FrameItems lists the context items of a frame's inputs.
-func (s *Store) FrameItems(ctx context.Context, frame int64) ([]int64, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT c.id FROM inbox b JOIN inputs i ON i.id = b.input_id
-		JOIN context_items c ON c.event_id = i.event_id AND c.role = 'input' WHERE b.frame_id = ? ORDER BY c.id`, frame)
-	if err != nil {
-		return nil, fmt.Errorf("frame items: %w", err)
-	}
-	defer rows.Close()
+// InputItems lists the context items of inputs (by input id).
+func (s *Store) InputItems(ctx context.Context, inputs []int64) ([]int64, error) {
 	var out []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
+	for _, in := range inputs {
+		rows, err := s.rdb.QueryContext(ctx, `SELECT c.id FROM inputs i JOIN context_items c ON c.event_id = i.event_id AND c.role = 'input'
+			WHERE i.id = ?`, in)
+		if err != nil {
+			return nil, fmt.Errorf("input items: %w", err)
 		}
-		out = append(out, id)
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, id)
+		}
+		rows.Close()
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Calibration returns route's recent requests' raw estimates beside the

@@ -58,12 +58,10 @@ func (t *Tx) AdmitInput(in NewInput) (Admitted, error) {
 	if !errors.Is(err, sql.ErrNoRows) {
 		return a, fmt.Errorf("admit: look up source key: %w", err)
 	}
-	state, err := t.sessionState(in.Session)
-	if err != nil {
+	// A stopped or paused session still admits: the input is kept until
+	// the operator starts it (nothing is refused that could be answered later).
+	if _, err := t.sessionState(in.Session); err != nil {
 		return a, err
-	}
-	if state == StateStopped {
-		return a, fmt.Errorf("%w: %s refuses new inputs; start it with `klbr-core start %s`", ErrSessionStopped, in.Session, in.Session)
 	}
 	content, err := json.Marshal(inputContent{
 		Text: in.Body, SourceKind: in.SourceKind, SourceKey: in.SourceKey,

@@ -63,6 +63,8 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	faults faults // storage health: a fault in force, until a commit succeeds
+
 	watchMu  sync.Mutex                       // guards watchers
 	watchers map[string]map[*watcher]struct{} // by session id
 	control  map[string]int64                 // ControlGen by session id
@@ -98,7 +100,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		dir: dir, clock: opts.Clock, log: opts.Logger, lock: lock,
-		reqs: make(chan *writeReq), closing: make(chan struct{}), done: make(chan struct{}),
+		reqs: make(chan *writeReq), closing: make(chan struct{}), done: make(chan struct{}), faults: faults{began: make(chan struct{}, 1)},
 		indexKick: make(chan struct{}, 1), indexerDone: make(chan struct{}),
 		maxBatch: opts.MaxBatch, watchers: map[string]map[*watcher]struct{}{}, control: map[string]int64{},
 	}

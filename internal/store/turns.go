@@ -34,10 +34,13 @@ func (t *Tx) AnswerToolCall(session string, step int64, callID string, state Too
 		return fmt.Errorf("answer tool call %s: %w", callID, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("answer tool call %s of step %d: not pending", callID, step)
+		return fmt.Errorf("%w: tool call %s of step %d is not pending", ErrCallAnswered, callID, step)
 	}
 	return t.addContext(session, "tool", eventID, callID)
 }
+
+// ErrCallAnswered reports an answer to a tool call that already has one.
+var ErrCallAnswered = errors.New("tool call already answered")
 
 // addContext appends an event to the session's current context epoch, as
 // an item and as an entry of the active context. An input's scope is where
@@ -82,9 +85,10 @@ type NewAttempt struct {
 	WakeReason string
 }
 
-// StartAttempt records a new running attempt and moves the session to
-// running from the state it is in (ready or waiting). It returns the attempt
-// id and the context epoch it runs in.
+// StartAttempt records a new running attempt, pinned to the session's
+// active release, and moves the session to running from the state it is in
+// (ready or waiting). It returns the attempt id and the context epoch it
+// runs in.
 func (t *Tx) StartAttempt(a NewAttempt) (id, epoch int64, err error) {
 	s, err := t.Session(a.Session)
 	if err != nil {
@@ -99,8 +103,9 @@ func (t *Tx) StartAttempt(a NewAttempt) (id, epoch int64, err error) {
 	if a.Frame != 0 {
 		frame = a.Frame
 	}
-	res, err := t.exec(`INSERT INTO attempts (session_id, frame_id, wake_reason, context_epoch, started_at) VALUES (?, ?, ?, ?, ?)`,
-		a.Session, frame, a.WakeReason, s.ContextEpoch, t.now.UnixMilli())
+	res, err := t.exec(`INSERT INTO attempts (session_id, frame_id, wake_reason, context_epoch, release, behavior_epoch, started_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		a.Session, frame, a.WakeReason, s.ContextEpoch, s.PolicyRevision, s.BehaviorEpoch, t.now.UnixMilli())
 	if err != nil {
 		return 0, 0, fmt.Errorf("start attempt: %w", err)
 	}
@@ -627,6 +632,9 @@ type AttemptInfo struct {
 	Steps      int64     `json:"steps"`
 	Tokens     int64     `json:"tokens"`
 	StartedAt  time.Time `json:"started_at"`
+	// The behavior release the attempt runs under, and its epoch.
+	Release       string `json:"release"`
+	BehaviorEpoch int64  `json:"behavior_epoch"`
 }
 
 // Turn returns session's latest attempt and armed wait.
@@ -634,8 +642,9 @@ func (s *Store) Turn(ctx context.Context, session string) (TurnStatus, error) {
 	var ts TurnStatus
 	var a AttemptInfo
 	var started int64
-	err := s.rdb.QueryRowContext(ctx, `SELECT id, state, wake_reason, outcome, steps, tokens, started_at FROM attempts
-		WHERE session_id = ? ORDER BY id DESC LIMIT 1`, session).Scan(&a.ID, &a.State, &a.WakeReason, &a.Outcome, &a.Steps, &a.Tokens, &started)
+	err := s.rdb.QueryRowContext(ctx, `SELECT id, state, wake_reason, outcome, steps, tokens, started_at, release, behavior_epoch FROM attempts
+		WHERE session_id = ? ORDER BY id DESC LIMIT 1`, session).Scan(&a.ID, &a.State, &a.WakeReason, &a.Outcome, &a.Steps, &a.Tokens, &started,
+		&a.Release, &a.BehaviorEpoch)
 	switch {
 	case err == nil:
 		a.StartedAt = time.UnixMilli(started)

@@ -63,3 +63,47 @@ func TestWaitCommitAndWakeupFireOnce(t *testing.T) {
 		t.Fatalf("a finished attempt finished again: %v", err)
 	}
 }
+
+// A cell journaled for a call that the loop then answered itself (its
+// Execute gave up) is still closed at the next start: recovery never
+// refuses to start over an answered call.
+func TestRecoverExecutionOfAnAnsweredCall(t *testing.T) {
+	s := newStore(t)
+	ids := admitN(t, s, "default", "k1")
+	var step int64
+	mustWrite(t, s, func(tx *Tx) error {
+		if err := tx.ClaimInputs("default", ids); err != nil {
+			return err
+		}
+		frame, err := tx.TakeFrame(Frame{Session: "default", InputIDs: ids}, 0)
+		if err != nil {
+			return err
+		}
+		attempt, _, err := tx.StartAttempt(NewAttempt{Session: "default", Frame: frame, WakeReason: "input"})
+		if err != nil {
+			return err
+		}
+		step, err = tx.RecordStep(StepResult{Session: "default", Attempt: attempt, Ordinal: 1, Started: time.Now(), Route: "r",
+			State: "completed", Calls: []StepCall{{ID: "c1", Name: "python", Arguments: `{"code":"1"}`}}})
+		if err != nil {
+			return err
+		}
+		gen, err := tx.NextKernelGeneration("default", map[string]any{"pid": 1})
+		if err != nil {
+			return err
+		}
+		if _, _, err := tx.StartExecution("default", gen, "1", &ToolCall{Step: step, ID: "c1"}); err != nil {
+			return err
+		}
+		return tx.CloseToolCall("default", step, "c1", ToolInterrupted, "not run: gave up")
+	})
+	var n int64
+	mustWrite(t, s, func(tx *Tx) (err error) { n, err = tx.RecoverExecutions(); return err })
+	if n != 1 {
+		t.Fatalf("%d executions recovered, want 1", n)
+	}
+	err := s.Write(t.Context(), func(tx *Tx) error { return tx.AnswerToolCall("default", step, "c1", ToolDone, 1) })
+	if !errors.Is(err, ErrCallAnswered) {
+		t.Fatalf("answering an answered call: %v", err)
+	}
+}

@@ -106,14 +106,21 @@ func (s *Store) runBatch(batch []*writeReq) {
 		res, _ = s.tryBatch(batch, now, true)
 	}
 	if res.fatal != nil {
+		fatal := s.classify(res.fatal)
 		for i, r := range batch {
 			if res.results[i] == nil {
-				res.results[i] = res.fatal
+				res.results[i] = fatal
 			}
-			r.done <- res.results[i]
+			r.done <- s.classify(res.results[i])
 		}
 		s.stats.failed.Add(uint64(len(batch)))
 		return
+	}
+	for i := range res.results {
+		res.results[i] = s.classify(res.results[i]) // a write's own statement may have hit the fault
+	}
+	if res.applied > 0 {
+		s.recovered()
 	}
 	s.stats.writes.Add(uint64(res.applied))
 	s.stats.failed.Add(uint64(len(batch) - res.applied))

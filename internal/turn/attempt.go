@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,18 +24,19 @@ var (
 	errStopped   = errors.New("the operator stopped the session")
 )
 
-// attempt is one run of model steps.
+// attempt is one run of model steps, under the behavior release that was
+// active when it began (its prompt and attention policy): an activation
+// during the attempt applies from the next one.
 type attempt struct {
 	id, frame     int64
+	pin           store.Pin
 	started       time.Time
 	steps, tokens int
 	empties       int
-	// addressed is set while a directed frame taken in this attempt has not
-	// been answered; answersAt is the attempt's count of answers when it
-	// was taken, reminded whether its one reminder was given.
-	addressed bool
-	answersAt int64
-	reminded  bool
+	// addressed holds the addressed inputs (operator input, DMs, mentions)
+	// taken in by this attempt that no answer has answered yet.
+	addressed []*addressedInput
+	lastStep  int64 // the id of the attempt's last recorded step
 }
 
 // wait is a terminal wait a cell asked for.
@@ -84,6 +85,7 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 				return err
 			}
 		}
+		a.pin = store.Pin{Epoch: s.BehaviorEpoch, Release: s.PolicyRevision}
 		a.id, _, err = tx.StartAttempt(store.NewAttempt{Session: r.session, Frame: a.frame, WakeReason: wake})
 		return err
 	})
@@ -94,11 +96,7 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 	if len(inputs) > 0 {
 		r.selfWakes = 0
 	}
-	for _, in := range inputs {
-		if in.Directed {
-			a.addressed = true
-		}
-	}
+	a.address(inputs, r.l.cfg.Clock())
 	err = r.steps(ctx, a)
 	if err != nil {
 		// A write the attempt's end needed failed (the operator moved the
@@ -106,6 +104,7 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 		// and the next look at the session decides what follows.
 		if ferr := r.finish(a, store.AttemptInterrupted, "ended by an error: "+err.Error()); ferr != nil && !errors.Is(ferr, store.ErrNoAttempt) {
 			r.log.Error("could not end the attempt", "attempt", a.id, "error", ferr)
+			r.unfinished, r.unfinishedWhy = a.id, err.Error()
 		}
 	}
 	return err
@@ -132,16 +131,17 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 		}
 		switch {
 		case a.steps >= b.MaxSteps:
-			return r.pause(a, fmt.Sprintf("step budget: %d model requests in this attempt (agent.max_steps)", a.steps))
+			return r.guard(ctx, a, fmt.Sprintf("step budget: %d model requests in this attempt (agent.max_steps)", a.steps))
 		case a.tokens >= b.MaxTokens:
-			return r.pause(a, fmt.Sprintf("token budget: %d tokens in this attempt (agent.max_tokens)", a.tokens))
+			return r.guard(ctx, a, fmt.Sprintf("token budget: %d tokens in this attempt (agent.max_tokens)", a.tokens))
 		case cfg.Clock().Sub(a.started) >= b.MaxTurn:
-			return r.pause(a, fmt.Sprintf("time budget: the attempt ran %s (agent.max_turn_seconds)", b.MaxTurn))
+			return r.guard(ctx, a, fmt.Sprintf("time budget: the attempt ran %s (agent.max_turn_seconds)", b.MaxTurn))
 		}
 		s := g.Session
 		if s.State != store.StateRunning {
 			return r.finish(a, store.AttemptInterrupted, "the session left running: "+string(s.State))
 		}
+		s.PolicyRevision = a.pin.Release     // the attempt's prompt, whatever was activated since
 		msgs, bytes, err := r.fit(ctx, a, s) // a reset mid-attempt applies from the next request
 		var over *errBudget
 		switch {
@@ -174,18 +174,22 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 		if err != nil {
 			return err
 		}
+		a.lastStep = stepID
 		if reqErr != nil {
 			if cause != nil {
 				return r.finish(a, store.AttemptInterrupted, interruption(cause, ctx))
 			}
 			return r.modelFailed(ctx, a, stepID, reqErr)
 		}
-		r.errors = 0
+		if r.failures > 0 {
+			r.failures = 0
+			r.setStatus(nil)
+		}
 		if len(resp.ToolCalls) == 0 {
 			if strings.TrimSpace(resp.Content) == "" {
 				a.empties++
 				if a.empties >= b.MaxEmpty {
-					return r.pause(a, fmt.Sprintf("%d empty completions in a row (agent.max_empty_completions)", a.empties))
+					return r.guard(ctx, a, fmt.Sprintf("%d empty completions in a row (agent.max_empty_completions)", a.empties))
 				}
 				continue
 			}
@@ -204,17 +208,21 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 		if interrupted != nil {
 			if errors.Is(interrupted, errCellFailed) && ctx.Err() == nil {
 				// The workbench cannot run cells: retried after a backoff
-				// like a failed request, and paused after as many in a row.
+				// like a failed request; after as many in a row the attempt
+				// ends, and the next input starts a new one.
 				r.cellErrors++
 				if r.cellErrors >= b.MaxErrors {
-					return r.pause(a, fmt.Sprintf("%d cells in a row could not run (agent.max_consecutive_errors); last: %v", r.cellErrors, interrupted))
+					return r.guard(ctx, a, fmt.Sprintf("%d cells in a row could not run (agent.max_consecutive_errors); last: %v", r.cellErrors, interrupted))
 				}
-				r.retryAt = cfg.Clock().Add(min(time.Duration(float64(b.ErrorBackoff)*math.Pow(2, float64(r.cellErrors-1))), b.MaxBackoff))
+				r.retryAt = cfg.Clock().Add(b.backoff(r.cellErrors))
 			}
 			return r.finish(a, store.AttemptInterrupted, interruption(interrupted, ctx))
 		}
 		if w != nil {
 			waited, err := r.commitWait(ctx, a, w)
+			if waited && err == nil {
+				r.clearBackoff()
+			}
 			if waited || err != nil {
 				return err
 			}
@@ -237,7 +245,7 @@ func (r *runner) takeIn(ctx context.Context, a *attempt) error {
 	if err != nil || len(pending) == 0 {
 		return err
 	}
-	ready, _ := r.plan(ctx, pending, r.l.cfg.Clock())
+	ready, _ := r.plan(ctx, &a.pin, pending, r.l.cfg.Clock())
 	if len(ready) == 0 {
 		return nil
 	}
@@ -254,6 +262,7 @@ func (r *runner) takeIn(ctx context.Context, a *attempt) error {
 		if err := tx.ClaimInputs(r.session, ids); err != nil {
 			return err
 		}
+		s.PolicyRevision = a.pin.Release // the frame is taken under the attempt's policy
 		frame, err = tx.TakeFrame(frameOf(s, ready), a.id)
 		return err
 	})
@@ -261,42 +270,84 @@ func (r *runner) takeIn(ctx context.Context, a *attempt) error {
 		return fmt.Errorf("take in input: %w", err)
 	}
 	a.frame = frame
-	for _, in := range ready {
-		if in.Directed {
-			if !a.addressed {
-				a.answersAt, _ = st.AttemptAnswers(ctx, a.id)
-			}
-			a.addressed, a.reminded = true, false
-		}
-	}
+	a.address(ready, r.l.cfg.Clock())
 	return nil
 }
 
+// addressedInput is an addressed input an attempt took in, until answered.
+type addressedInput struct {
+	id           int64
+	operator     bool
+	conversation string
+	afterStep    int64     // answers by cells of later steps count
+	takenAt      time.Time // decisions from then on count
+	reminded     bool
+}
+
+// address notes the addressed inputs of a frame the attempt took in.
+func (a *attempt) address(inputs []store.PendingInput, now time.Time) {
+	for _, in := range inputs {
+		if in.Directed || in.SourceKind == "operator" {
+			a.addressed = append(a.addressed, &addressedInput{id: in.ID, operator: in.SourceKind == "operator",
+				conversation: in.Conversation, afterStep: a.lastStep, takenAt: now})
+		}
+	}
+}
+
+// answers reports whether a answers in: a send to its conversation by a
+// cell that ran after it was taken in, or a decision on its item. A send
+// to another conversation does not answer it.
+func (in *addressedInput) answeredBy(a store.Answer) bool {
+	if a.Input != 0 {
+		return a.Input == in.id && !a.At.Before(in.takenAt.Truncate(time.Millisecond))
+	}
+	if a.Step <= in.afterStep {
+		return false
+	}
+	return a.Conversation == in.conversation || in.operator && a.Conversation == "operator"
+}
+
 // endOfTurn handles a response with text and no tool call: the model ended
-// its turn without waiting. An addressed frame no send answered gets one
-// reminder; after that, or when nothing was addressed, the session idles.
+// its turn without waiting. Each addressed input no answer answered gets
+// one reminder that names it; after that, or when everything addressed was
+// answered, the session idles.
 func (r *runner) endOfTurn(ctx context.Context, a *attempt) (done bool, err error) {
 	st := r.l.cfg.Store
-	if a.addressed {
-		answers, err := st.AttemptAnswers(ctx, a.id)
+	if len(a.addressed) > 0 {
+		answers, err := st.AttemptAnswerList(ctx, a.id)
 		if err != nil {
 			return true, err
 		}
-		if answers > a.answersAt {
-			a.addressed = false
+		open := a.addressed[:0]
+		for _, in := range a.addressed {
+			if !slices.ContainsFunc(answers, in.answeredBy) {
+				open = append(open, in)
+			}
+		}
+		a.addressed = open
+	}
+	var remind []int64
+	for _, in := range a.addressed {
+		if !in.reminded {
+			in.reminded = true
+			remind = append(remind, in.id)
 		}
 	}
-	if a.addressed && !a.reminded {
-		a.reminded = true
+	if len(remind) > 0 {
+		handles, err := st.InputHandles(ctx, remind)
+		if err != nil {
+			return true, err
+		}
 		return false, st.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 			_, err := tx.Notice(r.session, "delivery.reminder", map[string]any{"attempt": a.id, "frame": a.frame,
-				"text": reminder}, true)
+				"inputs": remind, "text": reminderText(handles)}, true)
 			return err
 		})
 	}
+	r.clearBackoff()
 	reason := "idle: the model ended its turn without waiting"
-	if a.addressed {
-		reason = "idle: the model ended its turn after a reminder, with nothing sent"
+	if n := len(a.addressed); n > 0 {
+		reason = fmt.Sprintf("idle: the model ended its turn after a reminder, with %d addressed input(s) unanswered", n)
 	}
 	return true, st.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 		if err := tx.FinishAttempt(a.id, store.AttemptIdle, reason); err != nil {
@@ -306,13 +357,40 @@ func (r *runner) endOfTurn(ctx context.Context, a *attempt) (done bool, err erro
 	})
 }
 
+// reminderText names each unanswered input and how to answer it.
+func reminderText(hs []store.InputHandle) string {
+	var b strings.Builder
+	b.WriteString("Reminder: nothing has been delivered for ")
+	if len(hs) == 1 {
+		b.WriteString("this input yet:")
+	} else {
+		fmt.Fprintf(&b, "these %d inputs yet:", len(hs))
+	}
+	for _, h := range hs {
+		switch {
+		case h.SourceKind == "operator":
+			fmt.Fprintf(&b, "\n- the operator's input %d: answer with `await local.send(...)`", h.ID)
+		case h.Alias != "":
+			where := h.Alias
+			if h.Kind == "dm" {
+				where += " (DM)"
+			}
+			fmt.Fprintf(&b, "\n- the Discord message %s from %s in %s: answer with a send to %s", h.MessageID, h.Author, where, h.Alias)
+		default:
+			fmt.Fprintf(&b, "\n- input %d from %s in %s", h.ID, h.Author, h.Conversation)
+		}
+	}
+	b.WriteString("\n" + reminderTail)
+	return b.String()
+}
+
 // request sends one model request; deltas go to the live hub.
 func (r *runner) request(ctx context.Context, a *attempt, msgs []provider.Message) (*provider.Response, error) {
 	step := int64(a.steps)
 	cfg := &r.l.cfg
 	hub := cfg.Deltas
 	req := provider.Request{Messages: msgs, Tools: []provider.Tool{provider.PythonTool(toolDescription)}, Stream: true,
-		Meta: provider.RequestMeta{Session: r.session, Purpose: "turn", Directed: a.addressed}}
+		Meta: provider.RequestMeta{Session: r.session, Purpose: "turn", Directed: len(a.addressed) > 0}}
 	if hub != nil {
 		var index int64
 		req.OnDelta = func(d provider.Delta) {
@@ -419,40 +497,6 @@ func checkCallIDs(calls []provider.ToolCall) error {
 		seen[c.ID] = true
 	}
 	return nil
-}
-
-// modelFailed records a failed request: the attempt ends failed and is
-// retried as a new one after a backoff, or the session pauses after
-// MaxErrors failures in a row. The inputs stay where they are: consumed by
-// their frame, in the context the retry sends.
-func (r *runner) modelFailed(ctx context.Context, a *attempt, step int64, reqErr error) error {
-	b := r.l.cfg.Budgets
-	r.errors++
-	kind := "error"
-	var pe *provider.Error
-	if errors.As(reqErr, &pe) {
-		kind = pe.Kind.String()
-	}
-	if errors.Is(reqErr, errBadCalls) {
-		kind = "invalid response"
-	}
-	backoff := min(time.Duration(float64(b.ErrorBackoff)*math.Pow(2, float64(r.errors-1))), b.MaxBackoff)
-	notice := map[string]any{"attempt": a.id, "step": step, "kind": kind, "message": reqErr.Error(), "errors_in_a_row": r.errors}
-	pause := r.errors >= b.MaxErrors
-	if !pause {
-		notice["retry_in_ms"] = backoff.Milliseconds()
-	}
-	if err := r.l.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
-		_, err := tx.Notice(r.session, "model.error", notice, false)
-		return err
-	}); err != nil {
-		return err
-	}
-	if pause {
-		return r.pause(a, fmt.Sprintf("%d failed model requests in a row (agent.max_consecutive_errors); last: %s", r.errors, reqErr))
-	}
-	r.retryAt = r.l.cfg.Clock().Add(backoff)
-	return r.finish(a, store.AttemptFailed, "model request failed; retrying as a new attempt: "+reqErr.Error())
 }
 
 var (
@@ -576,7 +620,7 @@ func (r *runner) commitWait(ctx context.Context, a *attempt, w *wait) (waited bo
 	if err != nil {
 		return false, err
 	}
-	r.plan(ctx, pending, now)
+	r.plan(ctx, &a.pin, pending, now)
 	var deadline *time.Time
 	if w.seconds != nil {
 		d := now.Add(time.Duration(*w.seconds * float64(time.Second)))

@@ -248,18 +248,23 @@ func (r *runner) fit(ctx context.Context, a *attempt, s store.Session) ([]provid
 	}
 }
 
-// protected lists the context items of the attempt's current frame while
-// it is unanswered: they are never summarized away.
+// protected lists the context items of the inputs this attempt was
+// addressed with (operator input, DMs, mentions): they are never
+// summarized away while it runs.
 func (r *runner) protected(ctx context.Context, a *attempt) (map[int64]bool, error) {
-	if a == nil || a.frame == 0 || !a.addressed {
+	if a == nil || len(a.addressed) == 0 {
 		return nil, nil
 	}
-	ids, err := r.l.cfg.Store.FrameItems(ctx, a.frame)
+	ids := make([]int64, len(a.addressed))
+	for i, in := range a.addressed {
+		ids[i] = in.id
+	}
+	items, err := r.l.cfg.Store.InputItems(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
 	out := map[int64]bool{}
-	for _, id := range ids {
+	for _, id := range items {
 		out[id] = true
 	}
 	return out, nil

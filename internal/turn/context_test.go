@@ -100,7 +100,7 @@ func TestPlanBoundsAFrame(t *testing.T) {
 	}
 	pending = append(pending, store.PendingInput{ID: 500, SourceKind: "operator", Directed: true, Conversation: "operator", ReceivedAt: now})
 	r := &runner{l: New(Config{}), deferred: map[int64]time.Time{}}
-	ready, _ := r.plan(t.Context(), pending, now)
+	ready, _ := r.plan(t.Context(), nil, pending, now)
 	if len(ready) != MaxFrameInputs {
 		t.Fatalf("%d inputs in a frame, want %d", len(ready), MaxFrameInputs)
 	}

@@ -35,9 +35,10 @@ type Bench interface {
 	Execute(ctx context.Context, session, code string, h worker.Handler) (workbench.Result, error)
 }
 
-// Planner orders pending input: hooks.Dispatcher's attention.plan.
+// Planner orders pending input: hooks.Dispatcher's attention.plan, under
+// the behavior pinned at pin (a running attempt's), or the active one (nil).
 type Planner interface {
-	Plan(ctx context.Context, session string, in hooks.PlanInput) hooks.Plan
+	PlanAt(ctx context.Context, session string, pin *store.Pin, in hooks.PlanInput) hooks.Plan
 }
 
 // CompactionPolicy is compaction.plan: hooks.Dispatcher.
@@ -60,15 +61,15 @@ type Budgets struct {
 	// CompactAt (a fraction) of the budget, the context is compacted.
 	ReserveOutput int
 	CompactAt     float64
-	ErrorBackoff  time.Duration // before retrying a failed request; doubles per error
-	MaxBackoff    time.Duration
+	ErrorBackoff  time.Duration // before retrying a failed request; doubles per error, with jitter
+	MaxBackoff    time.Duration // the backoff's cap (agent.max_retry_backoff_ms)
 }
 
-// reminder is the delivery reminder an addressed frame gets, once, when the
-// model ends its turn without answering it.
-const reminder = "Reminder: nothing has been delivered for this input yet. Your text is scratchpad; " +
-	"no one has read it. Send with `await local.send(...)`, or decide on purpose not to and say why " +
-	"in your scratchpad, then wait."
+// reminderTail ends the delivery reminder each addressed input gets, once,
+// when the model ends its turn without answering it (reminderText names
+// the inputs). A send to another conversation does not answer an input.
+const reminderTail = "Your text is scratchpad; no one has read it. Send to each, or decide on purpose not to " +
+	"and say why in your scratchpad, then wait."
 
 // Config is what a Loop is made of.
 type Config struct {
@@ -78,8 +79,10 @@ type Config struct {
 	Planner  Planner // nil: hooks.DefaultPlan
 	Model    Model
 	Route    string // the route's name, for records and metrics
-	Prompt   Prompt
-	Deltas   *live.Hub // nil: no deltas
+	// URL and ModelName are the route's, for notices and status.
+	URL, ModelName string
+	Prompt         Prompt
+	Deltas         *live.Hub // nil: no deltas
 	// Compactor compacts the context when it passes the threshold (nil:
 	// never; a request over the budget pauses).
 	Compactor *history.Compactor
@@ -140,8 +143,9 @@ func New(cfg Config) *Loop {
 		b.ErrorBackoff = 2 * time.Second
 	}
 	if b.MaxBackoff <= 0 {
-		b.MaxBackoff = time.Minute
+		b.MaxBackoff = 5 * time.Minute
 	}
+	b.MaxBackoff = max(b.MaxBackoff, b.ErrorBackoff)
 	if cfg.Estimator == nil {
 		cfg.Estimator = &Estimator{}
 	}
@@ -189,14 +193,25 @@ type runner struct {
 
 	// deferred holds the inputs attention.plan put off, until when.
 	deferred map[int64]time.Time
-	// retryAt, when set, is when a failed model request is retried.
+	// retryAt, when set, is the earliest time of the next attempt: a
+	// failed request's retry, or after a rejected or guarded attempt.
 	retryAt time.Time
 	// lastResume is when an attempt was last resumed without input.
 	lastResume time.Time
-	errors     int // consecutive failed model requests, across attempts
-	cellErrors int // consecutive cells that could not run, across attempts
-	selfWakes  int // attempts in a row woken by a deadline, without input
-	log        *slog.Logger
+	failures   int  // consecutive transient model failures, across attempts
+	strikes    int  // consecutive attempts ended by a rejected request or a loop guard
+	rejected   bool // the last attempt ended so: only input starts the next one
+	cellErrors int  // consecutive cells that could not run, across attempts
+	selfWakes  int  // attempts in a row woken by a deadline, without input
+
+	// unfinished is an attempt whose end could not be recorded (a write
+	// failed); the next tick ends it before anything else.
+	unfinished    int64
+	unfinishedWhy string
+
+	statusMu sync.Mutex // guards status
+	status   *Retry     // the backoff status shows; nil: none
+	log      *slog.Logger
 	// transcript is the current context epoch rendered so far.
 	transcript *transcript
 }
@@ -209,6 +224,7 @@ func (r *runner) run(ctx context.Context) {
 	timer.Stop()
 	for {
 		r.l.ticks.Add(1)
+		gen := r.l.cfg.Store.ControlGen(r.session)
 		next, err := r.tick(ctx)
 		if ctx.Err() != nil {
 			return
@@ -219,14 +235,24 @@ func (r *runner) run(ctx context.Context) {
 				next = r.l.cfg.Clock().Add(time.Second)
 			}
 		}
+		if now := r.l.cfg.Clock(); now.Before(r.retryAt) {
+			next = earliest(next, r.retryAt) // the backoff the tick's attempt began ends in a retry
+		}
 		timer.Stop()
 		if !next.IsZero() {
 			timer.Reset(max(time.Until(next), 0))
 		}
+	sleep:
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
+			// While backing off, only a control change (an input, a state
+			// move) is worth a look; the echo of the failed attempt's own
+			// records is not: a retrying session wakes for its timer only.
+			if r.l.cfg.Clock().Before(r.retryAt) && r.l.cfg.Store.ControlGen(r.session) == gen {
+				goto sleep
+			}
 		case <-timer.C:
 		}
 	}
@@ -247,8 +273,27 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 	now := r.l.cfg.Clock()
 	switch s.State {
 	case store.StateStopped, store.StatePaused:
-		r.errors, r.cellErrors, r.selfWakes = 0, 0, 0
+		// They wait for the operator's start, which begins afresh.
+		r.cellErrors, r.selfWakes = 0, 0
+		r.clearBackoff()
 		return time.Time{}, nil
+	}
+	if f := st.Fault(); f != nil {
+		// Writes fail: no new work until they succeed again (the daemon
+		// probes; a success wakes the session with its storage notice).
+		return now.Add(time.Second), nil
+	}
+	if r.unfinished != 0 {
+		// An attempt whose end could not be written: end it now.
+		if err := r.finish(&attempt{id: r.unfinished}, store.AttemptInterrupted, "ended by a failed write: "+r.unfinishedWhy); err != nil &&
+			!errors.Is(err, store.ErrNoAttempt) {
+			return now.Add(time.Second), err
+		}
+		r.unfinished, r.unfinishedWhy = 0, ""
+	}
+	if now.Before(r.retryAt) {
+		// Backing off: no attempt starts before retryAt, whatever arrives.
+		return r.retryAt, nil
 	}
 	// Ready, waiting, or running (left so by a crash: only this runner
 	// runs attempts). An armed wait counts in any of them: a session
@@ -261,7 +306,7 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	ready, next := r.plan(ctx, pending, now)
+	ready, next := r.plan(ctx, nil, pending, now)
 	if len(ready) > 0 && r.wakes(ready) {
 		wake := "input"
 		if r.resume {
@@ -277,8 +322,9 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 			return earliest(next, *w.Deadline), nil
 		}
 		if r.selfWakes >= r.l.cfg.Budgets.MaxSteps {
-			return next, r.pauseWaiting(ctx, fmt.Sprintf("%d wakes by deadline in a row without input (agent.max_steps): "+
-				"the agent is polling; start the session to let it go on", r.selfWakes))
+			r.selfWakes = 0
+			return next, r.endWaiting(ctx, fmt.Sprintf("%d wakes by deadline in a row without input (agent.max_steps): "+
+				"the agent is polling itself; the next input starts a new attempt", r.l.cfg.Budgets.MaxSteps))
 		}
 		r.selfWakes++
 		return next, r.attempt(ctx, nil, "deadline", true)
@@ -294,8 +340,10 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 	default:
 		return next, nil
 	}
-	if now.Before(r.retryAt) {
-		return earliest(next, r.retryAt), nil
+	if r.rejected {
+		// The route rejected the last request, or a loop guard ended the
+		// attempt: the next input starts a new one, not a resume.
+		return next, nil
 	}
 	if again := r.lastResume.Add(r.l.cfg.Budgets.ErrorBackoff); now.Before(again) {
 		return earliest(next, again), nil // an attempt that keeps ending at once is not retried in a tight loop
@@ -309,8 +357,9 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 }
 
 // plan runs attention.plan over the pending inputs and returns the ones to
-// take in now, in its order, and when a deferred one falls due.
-func (r *runner) plan(ctx context.Context, pending []store.PendingInput, now time.Time) ([]store.PendingInput, time.Time) {
+// take in now, in its order, and when a deferred one falls due. pin is the
+// running attempt's behavior (nil: the active one, for a new attempt).
+func (r *runner) plan(ctx context.Context, pin *store.Pin, pending []store.PendingInput, now time.Time) ([]store.PendingInput, time.Time) {
 	if len(pending) == 0 {
 		clear(r.deferred)
 		return nil, time.Time{}
@@ -324,7 +373,7 @@ func (r *runner) plan(ctx context.Context, pending []store.PendingInput, now tim
 	}
 	var p hooks.Plan
 	if r.l.cfg.Planner != nil {
-		p = r.l.cfg.Planner.Plan(ctx, r.session, in)
+		p = r.l.cfg.Planner.PlanAt(ctx, r.session, pin, in)
 	} else {
 		p = hooks.DefaultPlan(in)
 	}
@@ -414,9 +463,16 @@ func frameOf(s store.Session, inputs []store.PendingInput) store.Frame {
 	return store.Frame{Session: s.ID, InputIDs: ids, ContextEpoch: s.ContextEpoch, PolicyRevision: s.PolicyRevision, RoutingHandles: routing}
 }
 
-// pauseWaiting fires a waiting session's wakeup and pauses it instead of
-// starting an attempt.
-func (r *runner) pauseWaiting(ctx context.Context, reason string) error {
+// endWaiting fires a waiting session's wakeup and returns it to ready
+// instead of starting an attempt (a loop guard): a notice says why, and the
+// next input starts a new attempt after a backoff.
+func (r *runner) endWaiting(ctx context.Context, reason string) error {
+	now := r.l.cfg.Clock()
+	r.strikes++
+	r.rejected = true
+	r.retryAt = now.Add(r.l.cfg.Budgets.backoff(r.strikes))
+	r.setStatus(&Retry{State: RetryBackingOff, NextAt: r.retryAt, InARow: r.strikes, LastError: reason, LastErrorAt: now,
+		Fix: "the next input starts a new attempt"})
 	return r.l.cfg.Store.Write(ctx, func(tx *store.Tx) error {
 		s, err := tx.Session(r.session)
 		if err != nil {
@@ -425,9 +481,13 @@ func (r *runner) pauseWaiting(ctx context.Context, reason string) error {
 		if _, err := tx.FireWakeup(r.session, "deadline"); err != nil {
 			return err
 		}
-		if s.State == store.StatePaused || s.State == store.StateStopped {
+		if _, err := tx.Notice(r.session, "turn.ended", map[string]any{"reason": reason, "next_at": r.retryAt,
+			"message": "the wait was ended by a loop guard; the next input starts a new attempt"}, true); err != nil {
+			return err
+		}
+		if s.State != store.StateWaiting {
 			return nil
 		}
-		return tx.TransitionSession(r.session, s.State, store.StatePaused, reason)
+		return tx.TransitionSession(r.session, s.State, store.StateReady, reason)
 	})
 }

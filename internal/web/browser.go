@@ -506,7 +506,11 @@ func (c *client) handle(ctx context.Context, id string, m ClientMessage) bool {
 		if err != nil {
 			return c.send(errorMsg{Type: MsgError, Code: errorCode(err), Message: err.Error(), Key: m.Key})
 		}
-		return c.send(receiptMsg{Type: MsgReceipt, Key: m.Key, Session: id, ID: got.InputID, EventID: got.EventID, Duplicate: got.Duplicate})
+		rec := receiptMsg{Type: MsgReceipt, Key: m.Key, Session: id, ID: got.InputID, EventID: got.EventID, Duplicate: got.Duplicate}
+		if s, err := c.b.Store.Session(ctx, id); err == nil {
+			rec.Unanswered = session.Unanswered(s)
+		}
+		return c.send(rec)
 	case MsgDrain, MsgStop:
 		stop := m.Type == MsgStop
 		msg := "draining: admission is closed; klbr-core exits once accepted work has finished"

@@ -178,17 +178,18 @@ func writeJSON(t testing.TB, c *websocket.Conn, v any) {
 
 // serverMsg is any server message.
 type serverMsg struct {
-	Type      string         `json:"type"`
-	Records   []store.Record `json:"records"`
-	More      bool           `json:"more"`
-	Key       string         `json:"key"`
-	ID        int64          `json:"id"`
-	EventID   int64          `json:"event_id"`
-	Duplicate bool           `json:"duplicate"`
-	Code      string         `json:"code"`
-	Message   string         `json:"message"`
-	Action    string         `json:"action"`
-	Deltas    []deltaItem    `json:"deltas"`
+	Type       string         `json:"type"`
+	Records    []store.Record `json:"records"`
+	More       bool           `json:"more"`
+	Key        string         `json:"key"`
+	ID         int64          `json:"id"`
+	EventID    int64          `json:"event_id"`
+	Duplicate  bool           `json:"duplicate"`
+	Unanswered string         `json:"unanswered"`
+	Code       string         `json:"code"`
+	Message    string         `json:"message"`
+	Action     string         `json:"action"`
+	Deltas     []deltaItem    `json:"deltas"`
 }
 
 func readMsg(t *testing.T, c *websocket.Conn, d time.Duration) serverMsg {

@@ -41,7 +41,7 @@ const (
 const (
 	MsgRecords   = "records"   // {"type":"records","records":[...],"more":bool}
 	MsgWindow    = "window"    // {"type":"window","earlier":K,"from":C}: a tail snapshot leaves K earlier records out
-	MsgReceipt   = "receipt"   // {"type":"receipt","key":K,"id":N,"event_id":N,"duplicate":bool}
+	MsgReceipt   = "receipt"   // {"type":"receipt","key":K,"id":N,"event_id":N,"duplicate":bool,"unanswered"?:S}
 	MsgAccepted  = "accepted"  // {"type":"accepted","action":"drain"|"stop","message":M}
 	MsgError     = "error"     // {"type":"error","code":C,"message":M,"key":K}
 	MsgDelta     = "delta"     // {"type":"delta","deltas":[{attempt,step,kind,text?,call?}]}: best-effort, no cursor
@@ -197,6 +197,8 @@ type receiptMsg struct {
 	ID        int64  `json:"id"`
 	EventID   int64  `json:"event_id"`
 	Duplicate bool   `json:"duplicate"`
+	// Unanswered: why the input will not be answered yet (stopped, paused).
+	Unanswered string `json:"unanswered,omitempty"`
 }
 
 type acceptedMsg struct {

@@ -189,7 +189,10 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 	}
 	var execID int64
 	var pin store.Pin
-	if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
+	// Not cancelled with ctx: a write whose caller gave up may still
+	// commit, and a journaled cell must then get its outcome (a cancelled
+	// ctx interrupts it at once below), never stay running unanswered.
+	if err := m.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) (err error) {
 		execID, pin, err = tx.StartExecution(sessionID, w.Generation(), code, cellCall(ctx))
 		return err
 	}); err != nil {

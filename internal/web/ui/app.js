@@ -325,8 +325,11 @@ function noticeText(r, c) {
       const by = { input: "input", deadline: "its deadline", restart: "a restart", operator: "the operator" }[c.by] || c.by || "?";
       return [`woken by ${by}${c.waited_ms != null ? " after " + duration(c.waited_ms) : ""}${why(c.reason)}`];
     }
-    case "model.error": return [`model error${c.kind ? " (" + c.kind + ")" : ""}${c.step != null ? " at step " + c.step : ""}${why(c.message)}` +
-      (c.retry_in_ms != null ? ` — retrying in ${duration(c.retry_in_ms)}` : ""), "warn"];
+    case "model.error": return [`model error${c.kind ? " (" + c.kind + ")" : ""}${c.step != null ? " at step " + c.step : ""}${c.url ? " from " + c.url : ""}${why(c.message)}` +
+      (c.transient === false ? ` — not retried: ${c.fix || "the next input starts a new attempt"}`
+        : c.retry_in_ms != null ? ` — retrying in ${duration(c.retry_in_ms)}` : ""), "warn"];
+    case "storage": return [`storage recovered after ${duration(c.lasted_ms || 0)}${why(c.reason)} — ${c.message || ""}`, "warn"];
+    case "turn.ended": return [`attempt ended${why(c.reason)} — the next input starts a new attempt`, "warn"];
     case "delivery.reminder": return [`delivery reminder${c.frame != null ? " (frame " + c.frame + ")" : ""}${why(c.text)}`];
     case "turn.idle": return [`idle${why(c.reason)}`];
     case "turn.paused": return [`paused${why(c.reason)}`, "pause"];
@@ -553,7 +556,7 @@ function applyDelta(d) {
 
 // --- header ---------------------------------------------------------------
 
-const head = { state: null, reason: "", attempt: null, wait: null }; // wait: {deadline(ms)|null, reason}
+const head = { state: null, reason: "", attempt: null, wait: null, retry: null }; // wait: {deadline(ms)|null, reason}; retry: the status's retry
 
 function noteAttempt(a) {
   if (typeof a === "number" && (head.attempt === null || a >= head.attempt)) { head.attempt = a; drawHeader(); }
@@ -569,6 +572,7 @@ function headerFromNotice(r, c) {
   if (r.kind === "wait.started") { head.wait = { deadline: c.deadline ?? null, reason: c.reason || "" }; drawHeader(); }
   if (r.kind === "wait.woken") { head.wait = null; drawHeader(); }
   if (r.kind === "turn.paused" && c.reason) { head.reason = c.reason; drawHeader(); }
+  if (r.kind === "model.error" || r.kind === "turn.ended") refreshSoon(); // the retry or backoff it started
   if (r.kind === "kernel.started" || r.kind === "kernel.reset") $("#h-kernel").textContent = `gen ${c.generation}`;
   if (r.kind === "revision.activated") {
     $("#h-revision").textContent = `epoch ${c.epoch} · ${String(c.release || "").slice(0, 12)}`;
@@ -583,6 +587,15 @@ function drawHeader() {
   const why = $("#h-reason");
   why.textContent = head.reason && head.state !== "ready" && head.state !== "running" ? head.reason : "";
   why.title = head.reason;
+  const r = head.retry;
+  if (r) {
+    // A retry or backoff: when next, and the last error with its URL.
+    const left = deadlineMs(r.next_at) - Date.now();
+    const when = left > 0 ? "in " + duration(left) : "now";
+    why.textContent = r.state === "retrying" ? `retrying by itself ${when} (${r.in_a_row} failed): ${r.last_error}`
+      : `backing off: the next input starts an attempt ${when}: ${r.last_error}`;
+    why.title = [r.last_error, r.url ? `${r.route} ${r.url}` : "", r.fix || ""].filter(Boolean).join("\n");
+  }
   $("#h-attempt").textContent = head.attempt === null ? "—" : `#${head.attempt}`;
   const w = $("#f-wait");
   w.hidden = !head.wait;
@@ -619,6 +632,13 @@ async function refreshStatus() {
       $("#h-agent").title = st.agent;
       $("#h-agent").classList.toggle("warn", st.agent.startsWith("not running"));
     }
+    if (st.storage) {
+      // Writes fail: new work waits; klbr-core goes on by itself once they succeed.
+      $("#f-agent").hidden = false;
+      $("#h-agent").textContent = "storage failing";
+      $("#h-agent").title = `since ${st.storage.since}: ${st.storage.reason}; new work waits and goes on by itself once writes succeed`;
+      $("#h-agent").classList.add("warn");
+    }
     const s = (st.sessions || []).find((x) => x.id === SESSION);
     if (!s) return;
     head.state = s.state + (s.draining ? " (draining)" : "");
@@ -630,6 +650,7 @@ async function refreshStatus() {
     if (s.attempt != null) head.attempt = typeof s.attempt === "object" ? s.attempt.id : s.attempt;
     if (s.attempt && typeof s.attempt === "object" && s.attempt.state) $("#h-attempt").title = `${s.attempt.state}${s.attempt.outcome ? ": " + s.attempt.outcome : ""}`;
     if (turnAware) head.wait = s.wait ? { deadline: deadlineMs(s.wait.deadline), reason: s.wait.reason || "" } : null;
+    head.retry = s.retry || null;
     drawHeader();
     $("#h-revision").textContent = `epoch ${s.behavior_epoch} · ${String(s.policy_revision || "—").slice(0, 12)}`;
     epoch = s.behavior_epoch;
@@ -718,7 +739,8 @@ function connect() {
       }
       case "receipt":
         if (pending && pending.key === m.key) { lastSent = pending.text; pending = null; $("#composer").value = ""; }
-        status(m.duplicate ? "already sent (duplicate key)" : `sent · input ${m.id}`);
+        if (m.unanswered) status(`sent · input ${m.id} — ${m.unanswered}`, true);
+        else status(m.duplicate ? "already sent (duplicate key)" : `sent · input ${m.id}`);
         break;
       case "error":
         if (m.action) { ctlStatus(`${m.action}: ${m.code}: ${m.message}`, true); break; }
