@@ -24,8 +24,9 @@ run: build
 	$(BIN)/klbr-core init
 	$(BIN)/klbr-core serve
 
-## test: every check and test: formatting, vet, Go tests with the race detector (fuzz seeds included), Python tests, a 3-minute soak
-test: lint gotest pytest soak
+## test: every check and test: formatting, vet, Python tests, a 3-minute soak, Go tests with the race detector (fuzz seeds
+## included), ending with the list of every skipped Go test and its reason
+test: lint pytest soak gotest
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -86,6 +86,9 @@ func printSessions(g *globals, ss []api.SessionStatus) {
 		}
 		if a := s.Attempt; a != nil {
 			fmt.Fprintf(g.env.Stdout, "%s attempt %d: %s after %d steps, %d tokens (woke by: %s)", s.ID, a.ID, a.State, a.Steps, a.Tokens, a.WakeReason)
+			if rel := a.Release; rel != "" {
+				fmt.Fprintf(g.env.Stdout, " under release %.12s", rel)
+			}
 			if a.Outcome != "" {
 				fmt.Fprintf(g.env.Stdout, "; %s", a.Outcome)
 			}

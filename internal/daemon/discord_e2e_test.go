@@ -587,3 +587,31 @@ func TestReminderPerAddressedInput(t *testing.T) {
 		t.Fatalf("reason: %q", s.StateReason)
 	}
 }
+
+// After the route rejected a request, ambient chatter does not start a new
+// attempt (it would be rejected again); a DM does, and takes the chatter along.
+func TestAfterARejectionOnlyDirectedInputRetries(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Status: 400, Body: `{"error":{"message":"bad request"}}`}
+	})
+	a := startAgent(t, model, "")
+	fake := discordtest.New("99")
+	defer fake.Close()
+	startTransport(t, fake, a.data)
+	a.eventually("the gateway session", fake.Connected)
+	a.send("hello")
+	a.eventually("rejected", func() bool { return model.Count() == 1 && a.session().State == store.StateReady })
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("9001", "90", "7", "5", "just chatting"))
+	a.eventually("the chatter is admitted", func() bool { return len(a.kinds(store.LaneInput, "discord.input")) == 1 })
+	time.Sleep(9 * time.Second) // past the 8 s ambient batch and many backoffs of 50 ms
+	if n := model.Count(); n != 1 {
+		t.Fatalf("ambient chatter after a rejection made %d requests, want none", n-1)
+	}
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("9002", "91", "", "6", "a DM"))
+	a.eventually("the DM starts one attempt", func() bool { return model.Count() == 2 })
+	if got := fmt.Sprint(model.Requests()[1].Messages); !strings.Contains(got, "a DM") || !strings.Contains(got, "just chatting") {
+		t.Fatalf("the DM's attempt does not carry the chatter along: %s", got)
+	}
+}

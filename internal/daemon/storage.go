@@ -24,6 +24,8 @@ func (d *daemon) watchStorage(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
+		wait := probeFirst / 2
+		var recoveredAt time.Time
 		for {
 			select {
 			case <-ctx.Done():
@@ -34,7 +36,13 @@ func (d *daemon) watchStorage(ctx context.Context) (stop func()) {
 			if f == nil {
 				continue
 			}
-			wait := probeFirst
+			// A fault soon after a recovery (a disk that fills again at
+			// once) goes on with the backoff it had, so a flapping disk is
+			// probed less and less often; a recovery that held resets it.
+			if time.Since(recoveredAt) > probeMax {
+				wait = probeFirst / 2
+			}
+			wait = min(2*wait, probeMax)
 			t := time.NewTimer(wait)
 			for d.store.Fault() != nil {
 				select {
@@ -50,6 +58,7 @@ func (d *daemon) watchStorage(ctx context.Context) (stop func()) {
 				}
 			}
 			t.Stop()
+			recoveredAt = time.Now()
 			d.storageRecovered(ctx, f)
 		}
 	})

@@ -101,11 +101,16 @@ func (s *Store) Fault() *Fault {
 	return &f
 }
 
-// Probe makes one small durable write (the owner row), to learn whether
-// writes succeed again; a success clears the fault.
+// Probe writes and deletes 64 KB in one durable transaction, to learn
+// whether writes of a real size succeed again (a one-row update could still
+// fit in the write-ahead log's free space on a full disk); a success clears
+// the fault.
 func (s *Store) Probe(ctx context.Context) error {
 	return s.Write(ctx, func(tx *Tx) error {
-		_, err := tx.exec(`UPDATE owner SET started_at = started_at WHERE id = 1`)
+		if _, err := tx.exec(`INSERT INTO storage_probe (data) VALUES (zeroblob(65536))`); err != nil {
+			return err
+		}
+		_, err := tx.exec(`DELETE FROM storage_probe`)
 		return err
 	})
 }

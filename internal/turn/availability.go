@@ -106,7 +106,7 @@ func (b Budgets) backoff(n int) time.Duration {
 
 // clearBackoff forgets the backoff: an attempt ended well (idle or waiting).
 func (r *runner) clearBackoff() {
-	r.failures, r.strikes, r.rejected = 0, 0, false
+	r.failures, r.strikes, r.noResume, r.directedOnly = 0, 0, false, false
 	r.retryAt = time.Time{}
 	r.setStatus(nil)
 }
@@ -163,7 +163,7 @@ func (r *runner) modelFailed(ctx context.Context, a *attempt, step int64, reqErr
 		st.State, st.InARow = RetryRetrying, r.failures
 	} else {
 		r.strikes++
-		r.rejected = true
+		r.noResume, r.directedOnly = true, true
 		wait = cfg.Budgets.backoff(r.strikes)
 		st.State, st.InARow, st.Fix = RetryBackingOff, r.strikes, r.fixFor(reqErr)
 		notice["fix"] = st.Fix
@@ -193,7 +193,7 @@ func (r *runner) modelFailed(ctx context.Context, a *attempt, step int64, reqErr
 func (r *runner) guard(ctx context.Context, a *attempt, reason string) error {
 	now := r.l.cfg.Clock()
 	r.strikes++
-	r.rejected = true
+	r.noResume = true
 	wait := r.l.cfg.Budgets.backoff(r.strikes)
 	r.retryAt = now.Add(wait)
 	r.setStatus(&Retry{State: RetryBackingOff, NextAt: r.retryAt, InARow: r.strikes, LastError: reason, LastErrorAt: now,

@@ -214,6 +214,8 @@ func renderNotice(kind string, content json.RawMessage) string {
 		return msg
 	case "delivery.reminder":
 		return "[klbr] " + str("text")
+	case "turn.ended":
+		return "[klbr] Your last attempt was ended by a loop guard: " + str("reason") + ". This is a new attempt."
 	case "turn.resumed":
 		return "[klbr] " + str("reason") + ". Check what state your work is in before you go on."
 	}

@@ -200,9 +200,12 @@ type runner struct {
 	lastResume time.Time
 	failures   int  // consecutive transient model failures, across attempts
 	strikes    int  // consecutive attempts ended by a rejected request or a loop guard
-	rejected   bool // the last attempt ended so: only input starts the next one
-	cellErrors int  // consecutive cells that could not run, across attempts
-	selfWakes  int  // attempts in a row woken by a deadline, without input
+	noResume   bool // the last attempt ended so: only input starts the next one
+	// directedOnly: the route rejected the last request; only operator
+	// input, a DM or a mention starts the next attempt.
+	directedOnly bool
+	cellErrors   int // consecutive cells that could not run, across attempts
+	selfWakes    int // attempts in a row woken by a deadline, without input
 
 	// unfinished is an attempt whose end could not be recorded (a write
 	// failed); the next tick ends it before anything else.
@@ -307,7 +310,7 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	ready, next := r.plan(ctx, nil, pending, now)
-	if len(ready) > 0 && r.wakes(ready) {
+	if len(ready) > 0 && r.wakes(ready) && (!r.directedOnly || directed(ready)) {
 		wake := "input"
 		if r.resume {
 			wake = "input, after klbr-core restarted during an attempt"
@@ -340,7 +343,7 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 	default:
 		return next, nil
 	}
-	if r.rejected {
+	if r.noResume {
 		// The route rejected the last request, or a loop guard ended the
 		// attempt: the next input starts a new one, not a resume.
 		return next, nil
@@ -407,6 +410,13 @@ func (r *runner) wakes(inputs []store.PendingInput) bool {
 	if !r.l.cfg.QuietAmbient {
 		return len(inputs) > 0
 	}
+	return directed(inputs)
+}
+
+// directed reports whether inputs hold operator input, a DM or a mention:
+// after a rejected request only they start the next attempt (ambient
+// chatter rides along with them).
+func directed(inputs []store.PendingInput) bool {
 	for _, in := range inputs {
 		if in.SourceKind == "operator" || in.Directed {
 			return true
@@ -469,7 +479,7 @@ func frameOf(s store.Session, inputs []store.PendingInput) store.Frame {
 func (r *runner) endWaiting(ctx context.Context, reason string) error {
 	now := r.l.cfg.Clock()
 	r.strikes++
-	r.rejected = true
+	r.noResume = true
 	r.retryAt = now.Add(r.l.cfg.Budgets.backoff(r.strikes))
 	r.setStatus(&Retry{State: RetryBackingOff, NextAt: r.retryAt, InARow: r.strikes, LastError: reason, LastErrorAt: now,
 		Fix: "the next input starts a new attempt"})

@@ -210,9 +210,9 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 	}
 	record, _ := json.Marshal(out)
 	// The outcome is recorded even when the caller has gone: it happened.
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer wcancel()
-	err = m.cfg.Store.Write(wctx, func(tx *store.Tx) error {
+	// While writes fail (a full disk) it is kept and retried, holding the
+	// session's turn, so no later cell runs while this one is open.
+	err = m.recordOutcome(ctx, func(tx *store.Tx) error {
 		if err := tx.FinishExecution(sessionID, execID, out.Status, out.Reset, record); err != nil {
 			return err
 		}
@@ -225,6 +225,29 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 		m.retire(b, w)
 	}
 	return Result{Execution: execID, Outcome: out}, err
+}
+
+// recordOutcome writes a finished cell's outcome, retrying with backoff
+// while the storage fails, until it is written or the manager stops.
+func (m *Manager) recordOutcome(ctx context.Context, fn func(*store.Tx) error) error {
+	wait := 100 * time.Millisecond
+	for {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err := m.cfg.Store.Write(wctx, fn)
+		cancel()
+		if !errors.Is(err, store.ErrStorage) {
+			return err
+		}
+		m.cfg.Log.Warn("a cell's outcome cannot be written yet; it is kept and retried", "retry_in", wait, "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-m.stopCtx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
 }
 
 // ensureWorker returns the session's live worker, starting a new generation
