@@ -63,7 +63,7 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		// The daemon serves without a model: inputs are admitted and kept,
 		// and status, the browser and the log say why nothing answers.
 		d.agent = fmt.Sprintf("not running: %v; fix %s and restart klbr-core; inputs are admitted and kept", err, cfg.Paths.ConfigFile)
-		d.log.Error("the agent does not run: a model route cannot be built", "error", err)
+		d.log.Error("the agent does not run: its model route cannot be built", "error", err)
 		return nil
 	}
 	m.WatchDeltas(d.deltas)
@@ -206,7 +206,7 @@ func (d *daemon) router(cfg *config.Config, m *metrics.Metrics) (*provider.Route
 		client, err := provider.New(r, provider.Options{Logger: d.log.With("component", "provider", "route", name)})
 		if err != nil {
 			if name == a.Route || slices.Contains(a.Fallback, name) {
-				return nil, fmt.Errorf("route %s: %w", name, err)
+				return nil, fmt.Errorf("route %s cannot be built: %w", name, err)
 			}
 			d.log.Warn("route left out: it cannot be used", "route", name, "error", err)
 			continue
