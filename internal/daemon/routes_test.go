@@ -102,7 +102,9 @@ func TestDialectRoutesEndToEnd(t *testing.T) {
 		a.send("what is 41 + 1?")
 		// A rejected request ends the attempt with its error; nothing retries it
 		// by itself (the next input starts a new attempt).
-		a.eventually("the rejection", func() bool { return len(a.kinds(store.LaneNotice, "model.error")) == 1 && a.session().State == store.StateReady })
+		a.eventually("the rejection", func() bool {
+			return len(a.kinds(store.LaneNotice, "model.error")) == 1 && a.session().State == store.StateReady
+		})
 		n := a.kinds(store.LaneNotice, "model.error")
 		if len(n) != 1 || !strings.Contains(string(n[0].Content), "must be passed back to the API") ||
 			!strings.Contains(string(n[0].Content), model.URL()+"/chat/completions") {
