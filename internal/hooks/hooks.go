@@ -51,15 +51,15 @@ type Config struct {
 type Dispatcher struct {
 	cfg Config
 
-	mu       sync.Mutex // guards pinned, retiring, gen, closed, noModelPlan
-	pinned   map[string]*pinned
+	mu     sync.Mutex // guards pinned, retiring, gen, closed, noModelPlan
+	pinned map[string]*pinned
 	// noModelPlan holds the releases whose SLOTS have no model.plan: the
 	// host's default applies without asking (model.plan is optional).
 	noModelPlan map[string]bool
-	retiring map[*worker.Worker]struct{} // replaced, finishing their invocations
-	gen      int64
-	closed   bool
-	startMu  sync.Map // session → *sync.Mutex: one start at a time per session
+	retiring    map[*worker.Worker]struct{} // replaced, finishing their invocations
+	gen         int64
+	closed      bool
+	startMu     sync.Map // session → *sync.Mutex: one start at a time per session
 }
 
 // pinned is a live hook worker and the release it runs.
