@@ -106,6 +106,12 @@ func TestDialectRoutesEndToEnd(t *testing.T) {
 			!strings.Contains(string(n[0].Content), model.URL()+"/chat/completions") {
 			t.Fatalf("model.error: %+v", n)
 		}
+		var notice map[string]any
+		json.Unmarshal(n[0].Content, &notice)
+		if notice["route"] != "main" || notice["url"] != model.URL()+"/chat/completions" || notice["status"] != 400.0 ||
+			notice["provider_code"] != "invalid_request_error" || !strings.Contains(fmt.Sprint(notice["provider_message"]), "reasoning_content") {
+			t.Errorf("notice fields: %v", notice)
+		}
 	})
 }
 

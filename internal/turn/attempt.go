@@ -430,6 +430,7 @@ func (r *runner) modelFailed(ctx context.Context, a *attempt, step int64, reqErr
 	}
 	backoff := min(time.Duration(float64(b.ErrorBackoff)*math.Pow(2, float64(r.errors-1))), b.MaxBackoff)
 	notice := map[string]any{"attempt": a.id, "step": step, "kind": kind, "message": reqErr.Error(), "errors_in_a_row": r.errors}
+	addProviderDetail(notice, reqErr)
 	pause := r.errors >= b.MaxErrors
 	if !pause {
 		notice["retry_in_ms"] = backoff.Milliseconds()
@@ -530,6 +531,24 @@ func parseCall(c provider.ToolCall) (code, problem string) {
 		return "", "not run: code is empty"
 	}
 	return code, ""
+}
+
+// addProviderDetail adds what a provider error says to a model.error
+// notice: the route, the request URL (never a key), the HTTP status and the
+// provider's own message and code, each when known.
+func addProviderDetail(notice map[string]any, err error) {
+	var pe *provider.Error
+	if !errors.As(err, &pe) {
+		return
+	}
+	for k, v := range map[string]string{"route": pe.Route, "url": pe.URL, "provider_message": pe.Message, "provider_code": pe.Code} {
+		if v != "" {
+			notice[k] = v
+		}
+	}
+	if pe.Kind == provider.KindHTTP {
+		notice["status"] = pe.Status
+	}
 }
 
 // quoteArgs quotes invalid arguments for their error result, bounded.
