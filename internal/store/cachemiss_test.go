@@ -30,8 +30,8 @@ func TestRecordStepCacheMissAndReasoningDetails(t *testing.T) {
 	mustWrite(t, s, func(tx *Tx) (err error) {
 		withMiss, err = tx.RecordStep(StepResult{Session: "default", Attempt: attempt, Ordinal: 1, Started: time.Now(), Route: "main",
 			State: "completed", Text: "t", ReasoningDetails: json.RawMessage(`[{"type":"reasoning.encrypted","data":"x"}]`),
-			Calls:    []StepCall{{ID: "Ab3dE6gH9", Name: "python", Arguments: "{}", IDMadeUp: true}},
-			Usage:    StepUsage{CacheRead: &read, CacheMiss: &miss}})
+			Calls: []StepCall{{ID: "Ab3dE6gH9", Name: "python", Arguments: "{}", IDMadeUp: true}},
+			Usage: StepUsage{CacheRead: &read, CacheMiss: &miss}})
 		if err != nil {
 			return err
 		}
