@@ -92,6 +92,27 @@ func TestDialectRoutesEndToEnd(t *testing.T) {
 			if so != (tc.server != modeltest.Mistral) {
 				t.Errorf("stream_options sent: %v", so)
 			}
+			// What goes back on the assistant message of step 1.
+			var back map[string]any
+			for _, m := range reqs[1].Messages {
+				if m["role"] == "assistant" {
+					back = m
+				}
+			}
+			switch tc.server {
+			case modeltest.DeepSeek:
+				if back["reasoning_content"] != "I should run a cell." {
+					t.Errorf("deepseek: %v", back)
+				}
+			case modeltest.OpenRouter:
+				if d, _ := json.Marshal(back["reasoning_details"]); !strings.Contains(string(d), "I should run a cell.") {
+					t.Errorf("openrouter: %v", back)
+				}
+			default:
+				if _, ok := back["reasoning_content"]; ok {
+					t.Errorf("reasoning sent back to %s: %v", tc.server, back)
+				}
+			}
 		})
 	}
 	t.Run("deepseek without its dialect", func(t *testing.T) {
