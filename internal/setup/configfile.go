@@ -17,7 +17,7 @@ const ConfigTemplate = `# klbr.toml — read by klbr-core and klbr-discord. Ever
 # max_steps = 40                  # model requests per attempt
 # max_turn_seconds = 3600
 # context_budget_tokens = 100000  # history is never silently truncated
-# fallback = ["local"]            # routes a step goes to when the one before fails transiently
+# (fallback, a list of route names, says where a step goes when its route fails transiently)
 
 # Any OpenAI-compatible /chat/completions server. Check it: klbr-core doctor,
 # klbr-core route test main.
