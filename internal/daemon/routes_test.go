@@ -207,7 +207,8 @@ func TestFallbackRoute(t *testing.T) {
 		t.Fatalf("routes: %v, %v", pads[0]["route"], pads[1]["route"])
 	}
 	if m := a.scrape(); !strings.Contains(m, `klbr_model_requests_total{outcome="error_http",route="main"} 1`) ||
-		!strings.Contains(m, `klbr_model_requests_total{outcome="ok",route="local"} 1`) {
+		!strings.Contains(m, `klbr_model_requests_total{outcome="ok",route="local"} 1`) ||
+		!strings.Contains(m, `klbr_model_route_resting_seconds{route="local"} 0`) {
 		t.Errorf("metrics:\n%s", grepLines(m, "klbr_model_requests_total"))
 	}
 }

@@ -57,6 +57,7 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	if err != nil {
 		return err
 	}
+	m.WatchRouter(model)
 	m.WatchDeltas(d.deltas)
 	d.turns = turn.New(turn.Config{
 		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Model: model, Route: a.Route,
