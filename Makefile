@@ -56,11 +56,17 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeAdmit -fuzztime=$(FUZZTIME) ./internal/ingress/
 	$(GO) test -run='^$$' -fuzz=FuzzNormalize -fuzztime=$(FUZZTIME) ./internal/discord/
 	$(GO) test -run='^$$' -fuzz=FuzzParseRetryAfter -fuzztime=$(FUZZTIME) ./internal/provider/
+	$(GO) test -run='^$$' -fuzz=FuzzSSE -fuzztime=$(FUZZTIME) ./internal/provider/
+	$(GO) test -run='^$$' -fuzz=FuzzJSONResponse -fuzztime=$(FUZZTIME) ./internal/provider/
+	$(GO) test -run='^$$' -fuzz=FuzzReplay -fuzztime=$(FUZZTIME) ./internal/provider/
+	$(GO) test -run='^$$' -fuzz=FuzzParseRef -fuzztime=$(FUZZTIME) ./internal/store/
+	$(GO) test -run='^$$' -fuzz=FuzzFTSQuery -fuzztime=$(FUZZTIME) ./internal/store/
 
 ## bench: the admission and turn-loop benchmarks of docs/performance.md
 bench:
 	$(GO) test -run='^$$' -bench=BenchmarkAdmission -benchtime=3s -count=1 ./internal/localapi/
 	$(GO) test -run='^$$' -bench=BenchmarkTurnLoop -benchtime=1x -count=1 ./internal/daemon/
+	$(GO) test -run='^$$' -bench='BenchmarkSSE|BenchmarkRequestBody' -benchmem -count=1 ./internal/provider/
 
 clean:
 	rm -rf $(BIN)

@@ -75,3 +75,31 @@ func TestModelPlan(t *testing.T) {
 		t.Errorf("recorded: %v", outcomes)
 	}
 }
+
+// TestModelPlanAbsent: a release without model.plan is asked once, then
+// gets the default plan without a round trip.
+func TestModelPlanAbsent(t *testing.T) {
+	f := newFixture(t, 2*time.Second)
+	ctx := context.Background()
+	if _, err := f.svc.Boot(ctx, "s", f.publish(t, allowHooks, "# soul\n")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if p := f.hk.PlanModel(ctx, planInput("turn", false)); !p.Fallback || p.Routes[0] != "main" {
+			t.Fatalf("%+v", p)
+		}
+	}
+	invs, _ := f.st.HookInvocations(ctx, "s")
+	n := 0
+	for _, inv := range invs {
+		if inv.Slot == "model.plan" {
+			n++
+			if !strings.Contains(inv.Error, "UnknownSlot") {
+				t.Errorf("record %+v", inv)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d model.plan invocations recorded, want 1", n)
+	}
+}

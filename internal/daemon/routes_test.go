@@ -92,6 +92,27 @@ func TestDialectRoutesEndToEnd(t *testing.T) {
 			if so != (tc.server != modeltest.Mistral) {
 				t.Errorf("stream_options sent: %v", so)
 			}
+			// What goes back on the assistant message of step 1.
+			var back map[string]any
+			for _, m := range reqs[1].Messages {
+				if m["role"] == "assistant" {
+					back = m
+				}
+			}
+			switch tc.server {
+			case modeltest.DeepSeek:
+				if back["reasoning_content"] != "I should run a cell." {
+					t.Errorf("deepseek: %v", back)
+				}
+			case modeltest.OpenRouter:
+				if d, _ := json.Marshal(back["reasoning_details"]); !strings.Contains(string(d), "I should run a cell.") {
+					t.Errorf("openrouter: %v", back)
+				}
+			default:
+				if _, ok := back["reasoning_content"]; ok {
+					t.Errorf("reasoning sent back to %s: %v", tc.server, back)
+				}
+			}
 		})
 	}
 	t.Run("deepseek without its dialect", func(t *testing.T) {
@@ -109,6 +130,12 @@ func TestDialectRoutesEndToEnd(t *testing.T) {
 		if len(n) != 1 || !strings.Contains(string(n[0].Content), "must be passed back to the API") ||
 			!strings.Contains(string(n[0].Content), model.URL()+"/chat/completions") {
 			t.Fatalf("model.error: %+v", n)
+		}
+		var notice map[string]any
+		json.Unmarshal(n[0].Content, &notice)
+		if notice["route"] != "main" || notice["url"] != model.URL() || notice["request_url"] != model.URL()+"/chat/completions" || notice["status"] != 400.0 ||
+			notice["provider_code"] != "invalid_request_error" || !strings.Contains(fmt.Sprint(notice["provider_message"]), "reasoning_content") {
+			t.Errorf("notice fields: %v", notice)
 		}
 	})
 }
@@ -184,7 +211,8 @@ func TestFallbackRoute(t *testing.T) {
 		t.Fatalf("routes: %v, %v", pads[0]["route"], pads[1]["route"])
 	}
 	if m := a.scrape(); !strings.Contains(m, `klbr_model_requests_total{outcome="error_http",route="main"} 1`) ||
-		!strings.Contains(m, `klbr_model_requests_total{outcome="ok",route="local"} 1`) {
+		!strings.Contains(m, `klbr_model_requests_total{outcome="ok",route="local"} 1`) ||
+		!strings.Contains(m, `klbr_model_route_resting_seconds{route="local"} 0`) {
 		t.Errorf("metrics:\n%s", grepLines(m, "klbr_model_requests_total"))
 	}
 }

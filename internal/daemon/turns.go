@@ -66,6 +66,7 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		d.log.Error("the agent does not run: its model route cannot be built", "error", err)
 		return nil
 	}
+	m.WatchRouter(model)
 	m.WatchDeltas(d.deltas)
 	compactor, est, err := d.newCompactor(ctx, cfg, model, m)
 	if err != nil {

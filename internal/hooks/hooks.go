@@ -51,12 +51,15 @@ type Config struct {
 type Dispatcher struct {
 	cfg Config
 
-	mu       sync.Mutex // guards pinned, retiring, gen, closed
-	pinned   map[string]*pinned
-	retiring map[*worker.Worker]struct{} // replaced, finishing their invocations
-	gen      int64
-	closed   bool
-	startMu  sync.Map // session → *sync.Mutex: one start at a time per session
+	mu     sync.Mutex // guards pinned, retiring, gen, closed, noModelPlan
+	pinned map[string]*pinned
+	// noModelPlan holds the releases whose SLOTS have no model.plan: the
+	// host's default applies without asking (model.plan is optional).
+	noModelPlan map[string]bool
+	retiring    map[*worker.Worker]struct{} // replaced, finishing their invocations
+	gen         int64
+	closed      bool
+	startMu     sync.Map // session → *sync.Mutex: one start at a time per session
 }
 
 // pinned is a live hook worker and the release it runs.
@@ -80,7 +83,7 @@ func New(cfg Config) *Dispatcher {
 	if cfg.Observe == nil {
 		cfg.Observe = func(string, string, time.Duration) {}
 	}
-	return &Dispatcher{cfg: cfg, pinned: map[string]*pinned{}, retiring: map[*worker.Worker]struct{}{}}
+	return &Dispatcher{cfg: cfg, pinned: map[string]*pinned{}, retiring: map[*worker.Worker]struct{}{}, noModelPlan: map[string]bool{}}
 }
 
 // Config returns what the dispatcher was made with.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/klbr-dev/klbr/internal/provider"
 )
@@ -15,8 +16,23 @@ const SlotModelPlan = "model.plan"
 // validates the answer (one to 8 configured routes, none twice) and falls
 // back to in.Default, with Fallback set, when the hook fails, times out or
 // answers something else.
+//
+// model.plan is optional: a release whose SLOTS has none is asked once (the
+// record says so), then gets the default without a round trip.
 func (d *Dispatcher) PlanModel(ctx context.Context, in provider.PlanInput) provider.Plan {
+	d.mu.Lock()
+	pin, ok := d.pinned[in.Session]
+	absent := ok && d.noModelPlan[pin.release]
+	d.mu.Unlock()
+	if absent {
+		return provider.Plan{Routes: in.Default, Reason: "host default (the active release has no model.plan)", Fallback: true}
+	}
 	c := d.invoke(ctx, in.Session, SlotModelPlan, in, d.cfg.PlanDeadline)
+	if c.rec.Outcome == "error" && c.rec.Release != "" && strings.Contains(c.rec.Error, ": UnknownSlot: ") {
+		d.mu.Lock()
+		d.noModelPlan[c.rec.Release] = true
+		d.mu.Unlock()
+	}
 	var p provider.Plan
 	var problem string
 	if c.rec.Outcome != "ok" {

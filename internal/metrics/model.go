@@ -86,3 +86,23 @@ func (m *Metrics) WatchDeltas(h *live.Hub) {
 		Help: "Token deltas dropped because a live subscriber (a browser socket) was behind; the durable records are unaffected.",
 	}, func() float64 { return float64(h.Dropped()) }))
 }
+
+// routeRestDesc describes klbr_model_route_resting_seconds.
+var routeRestDesc = prometheus.NewDesc("klbr_model_route_resting_seconds",
+	"Seconds a model route still rests after a transient failure (its steps go to the next route of the plan meanwhile); 0 when it is in use.",
+	[]string{"route"}, nil)
+
+// routeRest reports the Router's resting routes at scrape time.
+type routeRest struct{ r *provider.Router }
+
+func (c routeRest) Describe(ch chan<- *prometheus.Desc) { ch <- routeRestDesc }
+func (c routeRest) Collect(ch chan<- prometheus.Metric) {
+	for route, s := range c.r.Resting() {
+		ch <- prometheus.MustNewConstMetric(routeRestDesc, prometheus.GaugeValue, s, route)
+	}
+}
+
+// WatchRouter exposes which routes rest, for every route the Router has.
+func (m *Metrics) WatchRouter(r *provider.Router) {
+	m.reg.MustRegister(routeRest{r})
+}

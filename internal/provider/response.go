@@ -390,8 +390,9 @@ func (a *toolAssembler) list() []ToolCall {
 
 // finishCalls validates the calls of a response that ended normally: each
 // needs a function name, or none is returned as complete. A call without an
-// id, or with the id of an earlier call of the response, gets one made up
-// (SentID keeps what the model sent): a result answers its call by id.
+// id, with the id of an earlier call of the response, or with one over 256
+// bytes gets one made up (MadeUpIDs keeps what the model sent): a result
+// answers its call by id.
 func finishCalls(out *Response, calls []ToolCall) *Error {
 	used := map[string]bool{}
 	for _, tc := range calls {

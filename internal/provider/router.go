@@ -217,6 +217,21 @@ func (r *Router) order(plan []string) []string {
 	return append(up, down...)
 }
 
+// Resting returns, for every route, the seconds it still rests (0: up).
+func (r *Router) Resting() map[string]float64 {
+	now := r.opts.Clock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]float64, len(r.opts.Routes))
+	for name := range r.opts.Routes {
+		out[name] = 0
+		if rs, ok := r.rest[name]; ok && now.Before(rs.until) {
+			out[name] = rs.until.Sub(now).Seconds()
+		}
+	}
+	return out
+}
+
 func (r *Router) failed(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

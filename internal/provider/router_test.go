@@ -77,6 +77,9 @@ func TestRouterFallback(t *testing.T) {
 	if main.Count() != before {
 		t.Errorf("main asked %d times while resting", main.Count()-before)
 	}
+	if rest := r.Resting(); rest["main"] != 10 || rest["local"] != 0 {
+		t.Errorf("resting %v", rest)
+	}
 	// After the rest, main answers again and steps return to it.
 	clock.Add(11 * time.Second)
 	if resp, err := step(); err != nil || resp.Route != "main" {

@@ -17,11 +17,14 @@ const ConfigTemplate = `# klbr.toml — read by klbr-core and klbr-discord. Ever
 # max_steps = 40                  # model requests per attempt
 # max_turn_seconds = 3600
 # context_budget_tokens = 100000  # history is never silently truncated
+# (fallback, a list of route names, says where a step goes when its route fails transiently)
 
-# Any OpenAI-compatible /chat/completions endpoint.
+# Any OpenAI-compatible /chat/completions server. Check it: klbr-core doctor,
+# klbr-core route test main.
 # [routes.main]
-# url = "http://localhost:8001/v1"
+# url = "http://localhost:8001/v1"  # the API's base URL, not …/chat/completions
 # model = "local"
+# dialect = "openai"              # or deepseek, mistral, llama.cpp, vllm, ollama, openrouter
 # api_key_env = "OPENAI_API_KEY"  # or api_key_file = "/run/credentials/…"; never the key itself
 
 # [limits]

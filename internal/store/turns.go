@@ -248,9 +248,10 @@ func (t *Tx) RecordStep(r StepResult) (int64, error) {
 		estimated = r.Estimated
 	}
 	res, err = t.exec(`INSERT INTO model_steps (attempt_id, session_id, route, state, error, prompt_tokens, completion_tokens,
-		cache_read_tokens, cache_write_tokens, started_at, finished_at, estimated_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		cache_read_tokens, cache_write_tokens, cache_miss_tokens, started_at, finished_at, estimated_tokens)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.Attempt, r.Session, r.Route, r.State, r.Error, r.Usage.Prompt, r.Usage.Completion, r.Usage.CacheRead, r.Usage.CacheWrite,
-		r.Started.UnixMilli(), t.now.UnixMilli(), estimated)
+		r.Usage.CacheMiss, r.Started.UnixMilli(), t.now.UnixMilli(), estimated)
 	if err != nil {
 		return 0, fmt.Errorf("record step: %w", err)
 	}

@@ -584,6 +584,24 @@ func parseCall(c provider.ToolCall) (code, problem string) {
 	return code, ""
 }
 
+// addProviderDetail adds what a provider error says to a model.error
+// notice: the route, the request URL (never a key), the HTTP status and the
+// provider's own message and code, each when known.
+func addProviderDetail(notice map[string]any, err error) {
+	var pe *provider.Error
+	if !errors.As(err, &pe) {
+		return
+	}
+	for k, v := range map[string]string{"route": pe.Route, "request_url": pe.URL, "provider_message": pe.Message, "provider_code": pe.Code} {
+		if v != "" {
+			notice[k] = v
+		}
+	}
+	if pe.Kind == provider.KindHTTP {
+		notice["status"] = pe.Status
+	}
+}
+
 // quoteArgs quotes invalid arguments for their error result, bounded.
 func quoteArgs(s string) string {
 	const max = 2000

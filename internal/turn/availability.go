@@ -153,6 +153,12 @@ func (r *runner) modelFailed(ctx context.Context, a *attempt, step int64, reqErr
 	st := &Retry{LastError: reqErr.Error(), LastErrorAt: now, Route: cfg.Route, URL: cfg.URL}
 	notice := map[string]any{"attempt": a.id, "step": step, "kind": kind, "message": reqErr.Error(),
 		"route": cfg.Route, "url": cfg.URL, "model": cfg.ModelName, "transient": transient}
+	addProviderDetail(notice, reqErr) // the route that failed, its URL and its own message, when the error knows them
+	if pe != nil && pe.Route != "" && pe.Route != cfg.Route {
+		// A fallback route failed: name it, with the URL it was sent to.
+		st.Route, st.URL = pe.Route, pe.URL
+		notice["url"] = pe.URL
+	}
 	var wait time.Duration
 	if transient {
 		r.failures++
