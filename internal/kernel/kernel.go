@@ -185,7 +185,7 @@ func (k *kernel) waitGoAhead(fd int, sigs <-chan os.Signal) (code int, ok bool) 
 // start starts the child in its own process group.
 func (k *kernel) start(cfg Config) (cmd *exec.Cmd, code int, ok bool) {
 	cmd = exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
-	if cmd.Err == nil && (cfg.RlimitAS > 0 || cfg.RlimitNproc > 0) {
+	if cmd.Err == nil && cfg.needsHelper() {
 		cmd = limitedCommand(cfg, cmd.Path)
 	}
 	cmd.Env = FilterEnv(os.Environ(), cfg.KeepEnv)

@@ -1,0 +1,155 @@
+package kernel
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/klbr-dev/klbr/internal/citest"
+)
+
+// sandboxProbe is a cell's view of its sandbox: each probe prints "name ok" or
+// "name ERRNAME".
+const sandboxProbe = `
+import errno, json, os, signal, sys
+data, ws = sys.argv[1], sys.argv[2]
+res = {}
+def probe(name, f):
+    try:
+        f()
+        res[name] = "ok"
+    except OSError as e:
+        res[name] = errno.errorcode.get(e.errno, str(e.errno))
+probe("read_token", lambda: open(os.path.join(data, "operator-token")).read())
+probe("open_db_rw", lambda: open(os.path.join(data, "runtime.sqlite"), "r+b").close())
+probe("list_data", lambda: os.listdir(data))
+probe("read_runtime", lambda: open(os.path.join(data, "runtime", "mod.py")).read())
+probe("write_runtime", lambda: open(os.path.join(data, "runtime", "mod.py"), "a").close())
+probe("write_workspace", lambda: open(os.path.join(ws, "out.txt"), "w").write("x"))
+probe("read_etc", lambda: open("/etc/hostname").read())
+probe("write_etc", lambda: open("/etc/klbr-sandbox-probe", "w").close())
+probe("cgroup_procs", lambda: open("/sys/fs/cgroup/cgroup.procs", "w").write(str(os.getpid())))
+probe("kill_kernel", lambda: os.kill(os.getppid(), 0))
+probe("link_token", lambda: os.link(os.path.join(data, "operator-token"), os.path.join(ws, "t")))
+res["uid"] = os.getuid()
+print(json.dumps(res))
+`
+
+func TestSandbox(t *testing.T) {
+	abi, err := LandlockABI()
+	if err != nil {
+		citest.SkipOrFail(t, "landlock: "+err.Error())
+	}
+	py := python(t)
+	root := t.TempDir()
+	data, ws := filepath.Join(root, "data"), filepath.Join(root, "ws")
+	for _, d := range []string{filepath.Join(data, "runtime"), ws} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, body := range map[string]string{"operator-token": "s3cret", "runtime.sqlite": "db", "runtime/mod.py": "x = 1"} {
+		if err := os.WriteFile(filepath.Join(data, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(t *testing.T, sb Sandbox) map[string]any {
+		t.Helper()
+		os.Remove(filepath.Join(ws, "t"))
+		os.Remove(filepath.Join(ws, "out.txt"))
+		args := append(sb.Args(), "--", py, "-S", "-c", sandboxProbe, data, ws)
+		cmd := exec.Command(kernelBin, args...)
+		stderr := newLogFile(t)
+		cmd.Stderr = stderr.f
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("kernel: %v\n%s", err, stderr)
+		}
+		var res map[string]any
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("probe output %q: %v", out, err)
+		}
+		return res
+	}
+
+	t.Run("without", func(t *testing.T) {
+		res := run(t, NoSandbox)
+		// The finding: a same-user cell reaches everything.
+		for _, k := range []string{"read_token", "open_db_rw", "read_runtime", "write_workspace", "kill_kernel"} {
+			if res[k] != "ok" {
+				t.Errorf("%s = %v without a sandbox, want ok (the baseline the sandbox changes)", k, res[k])
+			}
+		}
+	})
+	t.Run("landlock", func(t *testing.T) {
+		res := run(t, Sandbox{Deny: []string{data}, ReadOnly: []string{filepath.Join(data, "runtime")}, ReadWrite: []string{ws}, UID: -1, GID: -1})
+		want := map[string]string{
+			"read_token": "EACCES", "open_db_rw": "EACCES", "list_data": "EACCES",
+			"read_runtime": "ok", "write_runtime": "EACCES", "write_workspace": "ok",
+			"read_etc": "ok", "write_etc": "EACCES",
+		}
+		if abi >= 6 {
+			want["kill_kernel"] = "EPERM"
+		}
+		refused(t, res, "cgroup_procs")
+		refused(t, res, "link_token")
+		for k, v := range want {
+			got, _ := res[k].(string)
+			if got != v {
+				t.Errorf("%s = %q, want %q (all: %v)", k, got, v, res)
+			}
+		}
+	})
+	t.Run("uid", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("dropping to another uid needs root")
+		}
+		if err := os.Chown(ws, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		for d := root; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+			os.Chmod(d, 0o755)
+		}
+		res := run(t, Sandbox{UID: 65534, GID: 65534})
+		if res["uid"] != float64(65534) {
+			t.Errorf("uid = %v, want 65534", res["uid"])
+		}
+		// Root's own files and processes are out of reach by plain permissions.
+		refused(t, res, "cgroup_procs")
+		for k, v := range map[string]string{"kill_kernel": "EPERM", "write_etc": "EACCES", "write_workspace": "ok"} {
+			if res[k] != v {
+				t.Errorf("%s = %v, want %s (all: %v)", k, res[k], v, res)
+			}
+		}
+	})
+}
+
+// refused checks that probe k failed with a permission error: EACCES or EPERM, or EROFS
+// where the file system is mounted read-only anyway (cgroupfs in a container).
+func refused(t *testing.T, res map[string]any, k string) {
+	t.Helper()
+	switch res[k] {
+	case "EACCES", "EPERM", "EROFS", "EXDEV": // EXDEV: Landlock's refusal of a cross-directory link
+	default:
+		t.Errorf("%s = %v, want a refusal", k, res[k])
+	}
+}
+
+func TestSandboxArgs(t *testing.T) {
+	sb := Sandbox{Deny: []string{"/d"}, ReadOnly: []string{"/d/r"}, ReadWrite: []string{"/w"}, UID: 7, GID: 8}
+	cfg, err := ParseArgs(append(sb.Args(), "--", "true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(cfg.Sandbox.Args(), " "), strings.Join(sb.Args(), " "); got != want {
+		t.Errorf("round trip: %q, want %q", got, want)
+	}
+	for _, bad := range [][]string{{"--deny", "rel"}, {"--uid", "3"}, {"--rw", ""}} {
+		if _, err := ParseArgs(append(bad, "--", "true")); err == nil {
+			t.Errorf("ParseArgs(%q) accepted", bad)
+		}
+	}
+}
