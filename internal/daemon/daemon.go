@@ -23,6 +23,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/httpguard"
 	"github.com/klbr-dev/klbr/internal/ingress"
 	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/localapi"
@@ -33,6 +34,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/systemd"
 	"github.com/klbr-dev/klbr/internal/turn"
+	"github.com/klbr-dev/klbr/internal/unixsock"
 	"github.com/klbr-dev/klbr/internal/version"
 	"github.com/klbr-dev/klbr/internal/web"
 	"github.com/klbr-dev/klbr/internal/workbench"
@@ -213,6 +215,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		ls  []net.Listener
 	}{{ctlSrv, ls.control}, {webSrv, ls.http}, {ingSrv, ls.ingress}} {
 		for _, l := range s.ls {
+			// Each listener holds its own bound of open connections: an idle flood on the
+			// TCP port cannot take the descriptors status, stop and drain need.
+			l := unixsock.LimitListener(l, httpguard.Limits{}.Conns())
 			wg.Go(func() { d.serve(s.srv, l, serveErr) })
 		}
 	}
@@ -351,6 +356,8 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 	}
 	if d.benchErr != nil {
 		st.Workbench = "unavailable: " + d.benchErr.Error()
+	} else if d.bench != nil {
+		st.Sandbox = d.bench.Config().SandboxSummary
 	}
 	for _, s := range sessions {
 		turn, err := d.store.Turn(ctx, s.ID)

@@ -63,12 +63,26 @@ func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sess
 	if err != nil {
 		return nil, placer, err
 	}
+	sandbox, note := workerSandbox(cfg, py, src)
+	if sandbox.DropUser {
+		if err := openForWorkers(cfg.Paths.DataDir); err != nil {
+			return nil, placer, err
+		}
+	}
+	if err := prepareTempDir(sandbox); err != nil {
+		return nil, placer, err
+	}
+	if note != "" {
+		log.Warn("worker sandbox is weaker than it could be", "why", note)
+	}
+	summary := describeSandbox(sandbox, note)
+	log.Info("worker sandbox", "enforced", summary)
 	l := cfg.File.Limits
 	mem, _ := l.MemoryMaxBytes() // validated when the file was parsed
 	cpu, _ := l.CPUQuotaPercent()
 	return workbench.New(workbench.Config{
 		Store: st, Sessions: sessions, Kernel: kernel, Python: py, RuntimeSrc: src, RuntimeHash: hash,
-		Workspace: cfg.Paths.Workspace, Placer: placer, Artifacts: arts,
+		Workspace: cfg.Paths.Workspace, Placer: placer, Sandbox: sandbox, SandboxSummary: summary, Artifacts: arts,
 		Limits:  placement.Limits{MemoryMaxBytes: int64(mem), TasksMax: l.TasksMax, CPUQuotaPercent: cpu},
 		Log:     log.With("component", "workbench"),
 		Observe: observe,

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -189,6 +191,10 @@ func (k *kernel) start(cfg Config) (cmd *exec.Cmd, code int, ok bool) {
 		cmd = limitedCommand(cfg, cmd.Path)
 	}
 	cmd.Env = FilterEnv(os.Environ(), cfg.KeepEnv)
+	if cfg.Sandbox.TempDir != "" {
+		cmd.Env = append(slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "TMPDIR=") }),
+			"TMPDIR="+cfg.Sandbox.TempDir)
+	}
 	cmd.Stdin = nil // the null device
 	cmd.Stdout = os.Stdout
 	cmd.Stderr = os.Stderr

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -21,7 +22,8 @@ import (
 //   - ReadOnly: exceptions beneath a denied path that the child reads (the Python runtime,
 //     a behavior release, the skills file).
 //   - ReadWrite: where the child may write (the workspace, the temporary directory); any
-//     denied path beneath them stays denied.
+//     denied path beneath them stays denied. A ReadWrite path beneath a denied one is an
+//     exception, like ReadOnly (the drafts the agent edits).
 //
 // Outside Deny the whole file system is readable and executable, /dev is writable, and
 // nothing else is writable: in particular /sys (so no cgroup.procs, no moving out of the
@@ -30,7 +32,7 @@ import (
 // connecting to abstract Unix sockets outside it; ptrace of processes outside the sandbox
 // is refused by Landlock itself (every ABI).
 //
-// UID and GID (>= 0) drop the child to that user and group, with no supplementary groups,
+// DropUser with UID and GID drops the child to that user and group, with no supplementary groups,
 // and so with no capabilities; only root can drop, and the core asks for it only when it
 // runs as root. The child always runs with no_new_privs when any of this is asked for, so
 // no setuid program gives anything back.
@@ -38,16 +40,26 @@ type Sandbox struct {
 	Deny      []string `json:"deny,omitempty"`
 	ReadOnly  []string `json:"ro,omitempty"`
 	ReadWrite []string `json:"rw,omitempty"`
-	UID       int      `json:"uid"` // -1: keep
-	GID       int      `json:"gid"` // -1: keep
+	// TempDir, when set, is writable and is the child's TMPDIR: with the data directory
+	// under /tmp, /tmp itself is granted entry by entry and no new entry can be made there.
+	TempDir string `json:"tmp,omitempty"`
+	// DropUser runs the child as UID:GID.
+	DropUser bool `json:"drop_user,omitempty"`
+	// DropCaps runs the child without any capability, even as uid 0: empty bounding,
+	// effective, permitted, inheritable and ambient sets, and securebits that keep exec
+	// from giving root its capabilities back. The core asks for it when it runs as root but
+	// no other uid can run the workers (the interpreter is in root's home).
+	DropCaps bool `json:"drop_caps,omitempty"`
+	UID      int  `json:"uid,omitempty"`
+	GID      int  `json:"gid,omitempty"`
 }
 
 // NoSandbox keeps everything.
-var NoSandbox = Sandbox{UID: -1, GID: -1}
+var NoSandbox = Sandbox{}
 
 // Active reports whether the sandbox takes anything away.
 func (s Sandbox) Active() bool {
-	return len(s.Deny) > 0 || len(s.ReadWrite) > 0 || s.UID >= 0 || s.GID >= 0
+	return len(s.Deny) > 0 || len(s.ReadWrite) > 0 || s.DropUser || s.DropCaps
 }
 
 // Args are the klbr-kernel flags that ask for s.
@@ -62,11 +74,14 @@ func (s Sandbox) Args() []string {
 	for _, p := range s.ReadWrite {
 		args = append(args, "--rw", p)
 	}
-	if s.UID >= 0 {
-		args = append(args, "--uid", strconv.Itoa(s.UID))
+	if s.DropUser {
+		args = append(args, "--uid", strconv.Itoa(s.UID), "--gid", strconv.Itoa(s.GID))
 	}
-	if s.GID >= 0 {
-		args = append(args, "--gid", strconv.Itoa(s.GID))
+	if s.DropCaps {
+		args = append(args, "--drop-caps")
+	}
+	if s.TempDir != "" {
+		args = append(args, "--tmp", s.TempDir)
 	}
 	return args
 }
@@ -196,14 +211,27 @@ func landlockRules(s Sandbox, all uint64) ([]rule, error) {
 	if err := grant("/", llRead); err != nil {
 		return nil, err
 	}
-	rw := append([]string{"/dev", os.TempDir()}, s.ReadWrite...)
-	for _, p := range rw {
-		if _, err := os.Stat(p); err != nil {
-			continue
-		}
+	for _, p := range []string{"/dev", os.TempDir()} {
 		if err := grant(p, all); err != nil {
 			return nil, err
 		}
+	}
+	rwPaths := s.ReadWrite
+	if s.TempDir != "" {
+		rwPaths = append(slices.Clone(rwPaths), s.TempDir)
+	}
+	for _, p := range rwPaths {
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		if !denied(filepath.Clean(p)) {
+			if err := grant(p, all); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		// An exception beneath a denied path (the drafts the agent edits).
+		out = append(out, rule{filepath.Clean(p), all})
 	}
 	for _, p := range s.ReadOnly {
 		if !filepath.IsAbs(p) {
@@ -237,15 +265,18 @@ func applySandbox(s Sandbox) (note string, err error) {
 			return "", err
 		}
 	}
-	if s.GID >= 0 {
+	if s.DropCaps && !s.DropUser {
+		if err := dropCaps(); err != nil {
+			return "", err
+		}
+	}
+	if s.DropUser {
 		if err := unix.Setgroups(nil); err != nil {
 			return "", fmt.Errorf("sandbox: setgroups: %w", err)
 		}
 		if err := unix.Setresgid(s.GID, s.GID, s.GID); err != nil {
 			return "", fmt.Errorf("sandbox: setresgid %d: %w", s.GID, err)
 		}
-	}
-	if s.UID >= 0 {
 		// setresuid from root to another uid clears the permitted, effective and ambient
 		// capability sets (capabilities(7)); no_new_privs keeps exec from restoring any.
 		if err := unix.Setresuid(s.UID, s.UID, s.UID); err != nil {
@@ -258,6 +289,41 @@ func applySandbox(s Sandbox) (note string, err error) {
 		}
 	}
 	return note, nil
+}
+
+// Securebits (uapi/linux/securebits.h): exec gives uid 0 no capabilities, setuid changes
+// do not adjust them, and neither can be undone.
+const (
+	secbitNoroot             = 1 << 0
+	secbitNorootLocked       = 1 << 1
+	secbitNoSetuidFixup      = 1 << 2
+	secbitNoSetuidFixupLock  = 1 << 3
+	secbitKeepCapsLocked     = 1 << 5
+	secbitNoCapAmbientRaise  = 1 << 6
+	secbitNoCapAmbientLocked = 1 << 7
+)
+
+// dropCaps leaves the calling thread, and what it execs, without capabilities.
+func dropCaps() error {
+	bits := secbitNoroot | secbitNorootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLock |
+		secbitKeepCapsLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientLocked
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0); err != nil {
+		return fmt.Errorf("sandbox: securebits: %w", err)
+	}
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("sandbox: drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && err != unix.EINVAL {
+		return fmt.Errorf("sandbox: clear ambient capabilities: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("sandbox: capset: %w", err)
+	}
+	return nil
 }
 
 // landlock builds and enforces the ruleset for abi.

@@ -85,7 +85,7 @@ func TestSandbox(t *testing.T) {
 		}
 	})
 	t.Run("landlock", func(t *testing.T) {
-		res := run(t, Sandbox{Deny: []string{data}, ReadOnly: []string{filepath.Join(data, "runtime")}, ReadWrite: []string{ws}, UID: -1, GID: -1})
+		res := run(t, Sandbox{Deny: []string{data}, ReadOnly: []string{filepath.Join(data, "runtime")}, ReadWrite: []string{ws}})
 		want := map[string]string{
 			"read_token": "EACCES", "open_db_rw": "EACCES", "list_data": "EACCES",
 			"read_runtime": "ok", "write_runtime": "EACCES", "write_workspace": "ok",
@@ -113,7 +113,7 @@ func TestSandbox(t *testing.T) {
 		for d := root; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
 			os.Chmod(d, 0o755)
 		}
-		res := run(t, Sandbox{UID: 65534, GID: 65534})
+		res := run(t, Sandbox{DropUser: true, UID: 65534, GID: 65534})
 		if res["uid"] != float64(65534) {
 			t.Errorf("uid = %v, want 65534", res["uid"])
 		}
@@ -138,8 +138,42 @@ func refused(t *testing.T, res map[string]any, k string) {
 	}
 }
 
+// TestSandboxRootWithoutCapabilities: as root with no other uid usable, the child keeps uid
+// 0 but no capability, so root's powers beyond file ownership (mount, modules, raw I/O,
+// other users' files) are gone; Landlock does the rest.
+func TestSandboxRootWithoutCapabilities(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	py := python(t)
+	dir := t.TempDir()
+	other := filepath.Join(dir, "other")
+	if err := os.WriteFile(other, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(other, 12345, 12345)
+	args := append(Sandbox{DropCaps: true}.Args(), "--", py, "-S", "-c", `
+import os, sys
+st = [l for l in open("/proc/self/status") if l.startswith(("CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"))]
+print("".join(st).replace("\t", " "), end="")
+try:
+    open(sys.argv[1]).read(); print("read_other ok")
+except PermissionError:
+    print("read_other EACCES")
+`, other)
+	out, err := exec.Command(kernelBin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"CapInh: 0000000000000000", "CapPrm: 0000000000000000", "CapEff: 0000000000000000", "CapBnd: 0000000000000000", "CapAmb: 0000000000000000", "read_other EACCES"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("child output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func TestSandboxArgs(t *testing.T) {
-	sb := Sandbox{Deny: []string{"/d"}, ReadOnly: []string{"/d/r"}, ReadWrite: []string{"/w"}, UID: 7, GID: 8}
+	sb := Sandbox{Deny: []string{"/d"}, ReadOnly: []string{"/d/r"}, ReadWrite: []string{"/w"}, DropUser: true, UID: 7, GID: 8}
 	cfg, err := ParseArgs(append(sb.Args(), "--", "true"))
 	if err != nil {
 		t.Fatal(err)

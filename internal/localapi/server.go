@@ -18,6 +18,8 @@ import (
 	"github.com/klbr-dev/klbr/internal/admission"
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/httpguard"
+	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/unixsock"
@@ -56,11 +58,16 @@ type Server struct {
 	daemon     Daemon
 	log        *slog.Logger
 	uid        uint32
+	classify   func(pid int) string // placement.WorkerOf: a worker is not the operator
+
+	// Limits are the control socket's timeouts and connection bound. It is a listener of
+	// its own: a flood on the TCP port does not reach it.
+	Limits httpguard.Limits
 }
 
 // New returns a Server.
 func New(st *store.Store, admit *admission.Admitter, sessions *session.Manager, daemon Daemon, log *slog.Logger) *Server {
-	return &Server{store: st, admit: admit, sessions: sessions, daemon: daemon, log: log, uid: uint32(os.Getuid()),
+	return &Server{store: st, admit: admit, sessions: sessions, daemon: daemon, log: log, uid: uint32(os.Getuid()), classify: placement.WorkerOf,
 		benchErr: errors.New("no workbench is configured")}
 }
 
@@ -73,12 +80,11 @@ func (s *Server) WithWorkbench(b Workbench, err error) *Server {
 // HTTPServer returns an http.Server for the control socket, recording each
 // connection's peer credentials.
 func (s *Server) HTTPServer() *http.Server {
-	return &http.Server{
-		Handler:           s.Handler(),
-		ConnContext:       unixsock.ConnContext,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
+	return httpguard.Apply(&http.Server{
+		Handler:     s.Handler(),
+		ConnContext: unixsock.ConnContextClassified(s.classify),
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}, s.Limits)
 }
 
 // Handler routes the API, behind the peer check.
@@ -111,13 +117,19 @@ func (s *Server) Handler() http.Handler {
 	return s.checkPeer(mux)
 }
 
-// checkPeer admits only the daemon's own uid and root.
+// checkPeer admits only the daemon's own uid and root, and neither when the peer is a
+// klbr worker or a descendant of one: a cell is not the operator.
 func (s *Server) checkPeer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cred, ok := unixsock.FromContext(r.Context())
 		if !ok || (cred.UID != s.uid && cred.UID != 0) {
 			s.log.Warn("operator API: refused peer", "peer_uid", cred.UID, "peer_pid", cred.PID, "known", ok, "path", r.URL.Path)
 			writeError(w, http.StatusForbidden, api.CodeForbidden, "the operator API serves only the daemon's user and root")
+			return
+		}
+		if cred.Worker != "" {
+			s.log.Warn("operator API: refused a worker", "peer_pid", cred.PID, "why", cred.Worker, "path", r.URL.Path)
+			writeError(w, http.StatusForbidden, api.CodeForbidden, "the operator API does not serve klbr workers or their descendants (the peer is "+cred.Worker+"): a cell has no operator authority")
 			return
 		}
 		next.ServeHTTP(w, r)
