@@ -37,11 +37,11 @@ type Config struct {
 	Limits      placement.Limits
 	// Sandbox is what every worker and command of the workbench runs without (see
 	// kernel.Sandbox): the daemon hides its data directory and, as root, drops the uid.
-	Sandbox   kernel.Sandbox
+	Sandbox kernel.Sandbox
 	// SandboxSummary says what Sandbox enforces here (status, doctor).
 	SandboxSummary string
 	Artifacts      *artifacts.Store
-	Log         *slog.Logger
+	Log            *slog.Logger
 	// Observe, if set, is told of worker starts and resets (for metrics).
 	Observe func(event string)
 }
