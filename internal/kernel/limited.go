@@ -60,24 +60,32 @@ func execLimited(args []string) int {
 		return fail(ExitKernel, fmt.Errorf("__exec-limited: spec: %w", err))
 	}
 	path, argv := args[1], args[2:]
+	// The sandbox first: it allocates (the Landlock rules) and a Go process cannot live
+	// under a small RLIMIT_AS.
+	note, serr := applySandbox(spec.Sandbox)
+	if serr != nil {
+		return fail(ExitKernel, serr)
+	}
+	if note != "" {
+		fmt.Fprintf(os.Stderr, "klbr-kernel: %s\n", note)
+	}
 	if as := uint64(spec.AS); as > 0 {
 		if err := unix.Setrlimit(unix.RLIMIT_AS, &unix.Rlimit{Cur: as, Max: as}); err != nil {
 			return fail(ExitKernel, fmt.Errorf("setrlimit RLIMIT_AS %d: %w", as, err))
 		}
+	}
+	if spec.Nproc > 0 && spec.Sandbox.DropCaps && !spec.Sandbox.DropUser && os.Getuid() == 0 {
+		// Without CAP_SYS_RESOURCE the limit would count every process of uid 0 on the
+		// machine, not the tree's: the child could not fork at all. Root's tree was never
+		// bounded by it (rlimit mode says so); it is not now.
+		spec.Nproc = 0
 	}
 	if nproc := uint64(spec.Nproc); nproc > 0 {
 		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: nproc, Max: nproc}); err != nil {
 			return fail(ExitKernel, fmt.Errorf("setrlimit RLIMIT_NPROC %d: %w", nproc, err))
 		}
 	}
-	note, err := applySandbox(spec.Sandbox)
-	if err != nil {
-		return fail(ExitKernel, err)
-	}
-	if note != "" {
-		fmt.Fprintf(os.Stderr, "klbr-kernel: %s\n", note)
-	}
-	err = unix.Exec(path, argv, os.Environ())
+	err := unix.Exec(path, argv, os.Environ())
 	if errors.Is(err, unix.ENOENT) {
 		return fail(ExitNotFound, fmt.Errorf("exec %q: %w", path, err))
 	}

@@ -1,0 +1,52 @@
+package placement
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+func TestIsPlacementName(t *testing.T) {
+	for name, want := range map[string]bool{
+		Spec{Role: "workbench", Session: "default", Generation: 3}.Name() + ".scope":   true,
+		Spec{Role: "hooks", Session: "a-b", Generation: 1}.Name() + "-0123456789abcdef": true,
+		Spec{Role: "command", Session: "x", Generation: 9}.Name():                      true,
+		"klbr-core.service":    false,
+		"klbr-discord.service": false,
+		"klbr.slice":           false,
+		"user@0.service":       false,
+		"klbr-probe-123":       false,
+	} {
+		if got := isPlacementName(name); got != want {
+			t.Errorf("isPlacementName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// TestWorkerOfAncestry: a process below a klbr-kernel is a worker whatever its cgroup; the
+// test process itself is not.
+func TestWorkerOfAncestry(t *testing.T) {
+	if w := WorkerOf(os.Getpid()); w != "" {
+		t.Fatalf("the test process is taken for a worker: %s", w)
+	}
+	cmd := exec.Command(klbrKernel(t), "--", "sh", "-c", "sleep 30 & echo $!; wait")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var b [32]byte
+	n, _ := out.Read(b[:])
+	pid := strings.TrimSpace(string(b[:n]))
+	var p int
+	for _, c := range pid {
+		p = p*10 + int(c-'0')
+	}
+	if w := WorkerOf(p); !strings.Contains(w, "klbr-kernel") {
+		t.Fatalf("WorkerOf(grandchild %d) = %q, want a descendant of klbr-kernel", p, w)
+	}
+}
