@@ -9,9 +9,9 @@ import (
 
 func TestIsPlacementName(t *testing.T) {
 	for name, want := range map[string]bool{
-		Spec{Role: "workbench", Session: "default", Generation: 3}.Name() + ".scope":   true,
+		Spec{Role: "workbench", Session: "default", Generation: 3}.Name() + ".scope":    true,
 		Spec{Role: "hooks", Session: "a-b", Generation: 1}.Name() + "-0123456789abcdef": true,
-		Spec{Role: "command", Session: "x", Generation: 9}.Name():                      true,
+		Spec{Role: "command", Session: "x", Generation: 9}.Name():                       true,
 		"klbr-core.service":    false,
 		"klbr-discord.service": false,
 		"klbr.slice":           false,
