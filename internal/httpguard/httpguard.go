@@ -81,7 +81,9 @@ type deadlineBody struct {
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil && !b.cleared {
+	// Only a complete body clears the deadline: after a failed read the server still
+	// drains what is left before it answers, and that drain must not wait forever.
+	if err == io.EOF && !b.cleared {
 		b.cleared = true
 		b.clear()
 	}

@@ -180,7 +180,10 @@ func (s *Server) handleAdmit(w http.ResponseWriter, r *http.Request) {
 	}
 	discord := make([]store.DiscordAdmitted, len(ins))
 	var directed, ambient int
-	got, errs, err := s.cfg.Admit.AdmitBatch(r.Context(), admission.DoorIngress, ins, func(tx *store.Tx, j int, a store.Admitted) (err error) {
+	// The commit does not depend on the client's socket (see localapi's handleSend).
+	actx, acancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+	defer acancel()
+	got, errs, err := s.cfg.Admit.AdmitBatch(actx, admission.DoorIngress, ins, func(tx *store.Tx, j int, a store.Admitted) (err error) {
 		m := req.Messages[idx[j]]
 		if m.Mode == ingressapi.ModeGap {
 			return nil
@@ -507,7 +510,9 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusConflict, ingressapi.CodeConflict, err.Error())
 	case errors.Is(err, store.ErrUnknownSession), errors.Is(err, store.ErrSessionStopped):
 		writeError(w, http.StatusServiceUnavailable, ingressapi.CodeUnavailable, err.Error())
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// Never an implicit 200 for work that did not happen.
+		writeError(w, http.StatusServiceUnavailable, ingressapi.CodeUnavailable, "not done: the request ended before it completed ("+err.Error()+"); retry")
 	default:
 		s.cfg.Log.Error("ingress: internal error", "error", err)
 		writeError(w, http.StatusInternalServerError, ingressapi.CodeInternal, err.Error())

@@ -45,6 +45,9 @@ type Workbench interface {
 	Reset(ctx context.Context, session, reason string) error
 }
 
+// commitTimeout bounds a commit once the request has been read.
+const commitTimeout = 30 * time.Second
+
 // Server serves the operator API.
 type Server struct {
 	store    *store.Store
@@ -173,7 +176,12 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 	if req.OccurredAt != nil {
 		in.OccurredAt = *req.OccurredAt
 	}
-	got, err := s.admit.Admit(r.Context(), admission.DoorOperatorAPI, in)
+	// The commit does not depend on the client's socket: a client that half-closes after
+	// a complete request (Go's server then cancels r.Context) still gets its input stored
+	// and an answer with its id, never an empty 200.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), commitTimeout)
+	defer cancel()
+	got, err := s.admit.Admit(ctx, admission.DoorOperatorAPI, in)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -378,8 +386,10 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	case errors.Is(err, session.ErrDraining), errors.Is(err, session.ErrStopped),
 		errors.Is(err, store.ErrIllegalTransition), errors.Is(err, store.ErrStaleState):
 		writeError(w, http.StatusConflict, api.CodeConflict, err.Error())
-	case errors.Is(err, context.Canceled):
-		// The client left; nobody reads an answer.
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// Never an implicit 200: a request whose work did not happen says so, whatever the
+		// client did with its socket.
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "not done: the request ended before it completed ("+err.Error()+"); nothing was committed by it, retry with the same source key")
 	default:
 		s.log.Error("operator API: internal error", "error", err)
 		writeError(w, http.StatusInternalServerError, api.CodeInternal, err.Error())
