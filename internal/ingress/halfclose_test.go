@@ -1,8 +1,8 @@
 package ingress
 
 import (
-	"context"
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
