@@ -66,6 +66,9 @@ type Server struct {
 	// Limits are the control socket's timeouts and connection bound. It is a listener of
 	// its own: a flood on the TCP port does not reach it.
 	Limits httpguard.Limits
+	// FollowLag is how long a tail --follow may leave a page unread before it is cut;
+	// 0 means DefaultFollowLag.
+	FollowLag time.Duration
 }
 
 // New returns a Server.
@@ -222,11 +225,24 @@ func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
 	s.follow(w, r, id, since)
 }
 
+// Bounds of a follower: a page holds at most followPage records, and a client must take
+// each page within FollowLag (Server.FollowLag), or it is cut: a tail --follow that stops
+// reading holds one page, for a bounded time.
+const (
+	followPage       = 64
+	DefaultFollowLag = 30 * time.Second
+)
+
 // follow streams records as JSON lines, from since on, until the client
-// leaves or the daemon shuts down.
+// leaves, falls FollowLag behind, or the daemon shuts down.
 func (s *Server) follow(w http.ResponseWriter, r *http.Request, id string, since int64) {
 	wake, cancel := s.store.Watch(id) // before the first read, so no commit is missed
 	defer cancel()
+	lag := s.FollowLag
+	if lag <= 0 {
+		lag = DefaultFollowLag
+	}
+	rc := http.NewResponseController(w)
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
@@ -236,21 +252,25 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, id string, since
 	enc := json.NewEncoder(w)
 	for {
 		for {
-			recs, err := s.store.Records(r.Context(), id, since, store.MaxRecordsPage)
+			recs, err := s.store.Records(r.Context(), id, since, followPage)
 			if err != nil {
 				s.log.Warn("operator API: follow", "session", id, "error", err)
 				return
 			}
+			rc.SetWriteDeadline(time.Now().Add(lag))
 			for _, rec := range recs {
 				if err := enc.Encode(rec); err != nil {
+					s.log.Warn("operator API: follow cut: the client does not read", "session", id, "lag", lag, "error", err)
 					return
 				}
 				since = rec.Seq
 			}
-			if flusher != nil {
-				flusher.Flush()
+			if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+				s.log.Warn("operator API: follow cut: the client does not read", "session", id, "lag", lag, "error", err)
+				return
 			}
-			if len(recs) < store.MaxRecordsPage {
+			rc.SetWriteDeadline(time.Time{})
+			if len(recs) < followPage {
 				break
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -106,3 +107,49 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 		t.Logf("answer: %q", b)
 	}
 }
+
+// TestFollowerThatDoesNotReadIsCut: a tail --follow that stops reading is cut once a page
+// has waited FollowLag, instead of holding its connection and its records forever.
+func TestFollowerThatDoesNotReadIsCut(t *testing.T) {
+	h := startWith(t, httpguard.Limits{})
+	// Not start's server: this one with a short lag. Replace the harness's handler by a
+	// second server on its own socket.
+	ctl := New(h.st, h.admit, h.sessions, h.daemon, slogDiscard())
+	ctl.FollowLag = 300 * time.Millisecond
+	sock := h.sock + ".follow"
+	srv := ctl.HTTPServer()
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	big := strings.Repeat("x", 60<<10)
+	for i := range 200 {
+		if _, err := h.client.Send(t.Context(), "default", sendBig(big, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.(*net.UnixConn).SetReadBuffer(4096)
+	fmt.Fprintf(conn, "GET /v1/sessions/default/records?follow=1 HTTP/1.1\r\nHost: klbr\r\n\r\n")
+	time.Sleep(2 * time.Second) // not reading, far past the lag
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := io.Copy(io.Discard, conn)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the follower that did not read was not cut (read %d bytes, then the stream went on)", n)
+	}
+	if n >= int64(200*len(big)) {
+		t.Fatalf("the cut follower still got every record (%d bytes)", n)
+	}
+}
+
+func sendBig(text string, i int) api.SendRequest {
+	return api.SendRequest{Text: text, SourceKey: fmt.Sprintf("big-%d", i)}
+}
+
+func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
