@@ -277,6 +277,21 @@ func (c *client) readFailed(err error) {
 func (c *client) stream(ctx context.Context, id string, cursor int64, tail int) {
 	wake, cancel := c.b.Store.Watch(id) // before the first read: no commit is missed
 	defer cancel()
+	if cursor > 0 {
+		// A cursor past the last record (a restored or another data directory) would
+		// otherwise see nothing until new records pass it: say so and send a fresh snapshot.
+		last, _, err := c.b.Store.TailCursor(ctx, id, 0)
+		if err == nil && cursor > last {
+			msg := fmt.Sprintf("cursor %d is past the last record (%d) of session %s: here is a fresh snapshot", cursor, last, id)
+			if !c.send(errorMsg{Type: MsgError, Code: CodeCursorPastEnd, Message: msg}) {
+				return
+			}
+			cursor = 0
+			if tail == 0 {
+				tail = SnapshotTail
+			}
+		}
+	}
 	if cursor == 0 && tail > 0 {
 		// A bounded snapshot: the last tail records, and how many precede them.
 		from, earlier, err := c.b.Store.TailCursor(ctx, id, tail)
