@@ -1,4 +1,4 @@
-package daemon
+package sandbox
 
 import (
 	"os"
@@ -8,22 +8,6 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/config"
 )
-
-// TestLocalhostBindsTheLoopbackLiteral: "localhost" is never handed to the resolver,
-// which a hosts file can point anywhere.
-func TestLocalhostBindsTheLoopbackLiteral(t *testing.T) {
-	for in, want := range map[string]string{
-		"localhost:8765":   "127.0.0.1:8765",
-		"LOCALHOST.:0":     "127.0.0.1:0",
-		"127.0.0.2:8765":   "127.0.0.2:8765",
-		"[::1]:8765":       "[::1]:8765",
-		"localhost.evil:1": "localhost.evil:1",
-	} {
-		if got := loopbackLiteral(in); got != want {
-			t.Errorf("loopbackLiteral(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
 
 // TestWorkerSandboxHidesSecrets: the data directory, the config file and every secret file
 // it names are denied; the runtime, releases and skills are the read-only exceptions; the
@@ -37,7 +21,7 @@ func TestWorkerSandboxHidesSecrets(t *testing.T) {
 			Discord: config.Discord{TokenFile: "/run/credentials/klbr/discord-token"},
 		},
 	}
-	sb, _ := workerSandbox(cfg, "/usr/bin/python3", filepath.Join(data, "runtime", "abc", "src"))
+	sb, _ := ForWorkers(cfg, "/usr/bin/python3", filepath.Join(data, "runtime", "abc", "src"))
 	for _, p := range []string{data, "/etc/klbr/klbr.toml", "/run/credentials/klbr/openai", "/run/credentials/klbr/discord-token"} {
 		if !slices.Contains(sb.Deny, p) {
 			t.Errorf("Deny %v lacks %s", sb.Deny, p)

@@ -1,4 +1,8 @@
-package daemon
+// Package sandbox is the daemon's policy for what its workers run without (the
+// kernel.Sandbox every worker and tracked command gets): which paths are hidden, which are
+// the exceptions, which uid they drop to, and the one line that says what holds here, for
+// status and doctor.
+package sandbox
 
 import (
 	"crypto/sha256"
@@ -17,13 +21,13 @@ import (
 // belongs to root as well.
 const nobody = 65534
 
-// workerSandbox is what every worker and tracked command runs without: the data directory
+// ForWorkers is what every worker and tracked command runs without: the data directory
 // (operator token, runtime.sqlite, the sockets, artifacts), the config file and every
 // secret file it names, with read-only exceptions for what Python needs (the runtime, the
 // releases, the managed skills) and read-write ones for the workspace and the drafts the
 // agent edits. As root it also drops the workers to an unprivileged uid (the workspace's
 // owner, or nobody) with no capabilities.
-func workerSandbox(cfg *config.Config, python, runtimeSrc string) (sb kernel.Sandbox, note string) {
+func ForWorkers(cfg *config.Config, python, runtimeSrc string) (sb kernel.Sandbox, note string) {
 	data := cfg.Paths.DataDir
 	sb = kernel.Sandbox{
 		Deny:      []string{data},
@@ -33,7 +37,7 @@ func workerSandbox(cfg *config.Config, python, runtimeSrc string) (sb kernel.San
 	if runtimeSrc != "" && !within(runtimeSrc, data) {
 		sb.ReadOnly = append(sb.ReadOnly, runtimeSrc)
 	}
-	sb.TempDir = workerTempDir(data)
+	sb.TempDir = TempDir(data)
 	secret := func(p string) {
 		if p != "" && filepath.IsAbs(p) && !within(p, data) {
 			sb.Deny = append(sb.Deny, p)
@@ -54,7 +58,7 @@ func workerSandbox(cfg *config.Config, python, runtimeSrc string) (sb kernel.San
 			uid, gid = int(st.Uid), int(st.Gid)
 		}
 	}
-	// The data directory's own parts are opened to the worker uid (openForWorkers); what
+	// The data directory's own parts are opened to the worker uid (OpenDataDir); what
 	// lies outside it must already be reachable.
 	var errs []string
 	for _, c := range []struct {
@@ -131,17 +135,17 @@ func fileMode(p string) string {
 	return fi.Mode().String()
 }
 
-// workerTempDir is the workers' TMPDIR: a directory of this data directory's own under the
-// system's temporary directory (made by prepareTempDir).
-func workerTempDir(data string) string {
+// TempDir is the workers' TMPDIR: a directory of this data directory's own under the
+// system's temporary directory (made by PrepareTempDir).
+func TempDir(data string) string {
 	sum := sha256.Sum256([]byte(data))
 	return filepath.Join(os.TempDir(), "klbr-tmp-"+hex.EncodeToString(sum[:6]))
 }
 
-// prepareTempDir makes the workers' TMPDIR, owned by the uid they run as, mode 0700; a
+// PrepareTempDir makes the workers' TMPDIR, owned by the uid they run as, mode 0700; a
 // path there that is not a directory of that owner is refused (another user may have put
 // it there first).
-func prepareTempDir(sb kernel.Sandbox) error {
+func PrepareTempDir(sb kernel.Sandbox) error {
 	if sb.TempDir == "" {
 		return nil
 	}
@@ -174,11 +178,11 @@ func within(p, dir string) bool {
 	return p == dir || strings.HasPrefix(p, dir+string(filepath.Separator))
 }
 
-// openForWorkers lets a worker of another uid reach the read-only parts of the data
+// OpenDataDir lets a worker of another uid reach the read-only parts of the data
 // directory by plain permissions: the directories on the way are made traversable (0711:
 // entering, not listing), the runtime, releases and skills readable. runtime.sqlite, the
 // operator token, klbr.toml, drafts and artifacts keep their 0600/0700.
-func openForWorkers(data string) error {
+func OpenDataDir(data string) error {
 	for _, d := range []string{data, filepath.Join(data, "runtime"), filepath.Join(data, "runtime", "skills"), filepath.Join(data, "releases")} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return fmt.Errorf("open the runtime to workers: %w", err)
@@ -194,9 +198,9 @@ func openForWorkers(data string) error {
 	return nil
 }
 
-// describeSandbox says in one line what the sandbox enforces here, for doctor and status;
+// Describe says in one line what the sandbox enforces here, for doctor and status;
 // note, when set, says what is weaker than it should be and how to fix it.
-func describeSandbox(sb kernel.Sandbox, note string) string {
+func Describe(sb kernel.Sandbox, note string) string {
 	var parts []string
 	if abi, err := kernel.LandlockABI(); err != nil {
 		parts = append(parts, "data directory NOT hidden from workers ("+err.Error()+")")
