@@ -1,8 +1,10 @@
 package httpguard
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -32,4 +34,28 @@ func TestRequireLoopbackHost(t *testing.T) {
 			t.Errorf("Host %s: %d, want %d", host, w.Code, want)
 		}
 	}
+}
+
+// FuzzLoopbackHost: whatever the Host header holds, an accepted one names loopback.
+// Seeds in testdata/fuzz/FuzzLoopbackHost.
+func FuzzLoopbackHost(f *testing.F) {
+	for _, s := range []string{"127.0.0.1:8765", "[::1]:1", "localhost", "evil.example", "[::ffff:127.0.0.1]:80", "127.0.0.1%eth0:1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		if !LoopbackHost(host) {
+			return
+		}
+		h := host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			h = hh
+		}
+		h = strings.Trim(h, "[]")
+		if strings.EqualFold(strings.TrimSuffix(h, "."), "localhost") {
+			return
+		}
+		if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
+			t.Fatalf("accepted %q", host)
+		}
+	})
 }

@@ -27,17 +27,8 @@ func WorkerOf(pid int) string {
 		return ""
 	}
 	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup"); err == nil {
-		for _, line := range bytes.Split(b, []byte("\n")) {
-			_, path, ok := bytes.Cut(line, []byte(":"))
-			if !ok {
-				continue
-			}
-			_, path, _ = bytes.Cut(path, []byte(":"))
-			for _, c := range strings.Split(string(path), "/") {
-				if isPlacementName(c) {
-					return "in the worker cgroup " + c
-				}
-			}
+		if c := placementInCgroups(b); c != "" {
+			return "in the worker cgroup " + c
 		}
 	}
 	p := pid
@@ -57,6 +48,24 @@ func WorkerOf(pid int) string {
 	return ""
 }
 
+// placementInCgroups returns the first component of a /proc/<pid>/cgroup file's paths that
+// is named like a placement, or "".
+func placementInCgroups(b []byte) string {
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		_, path, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		_, path, _ = bytes.Cut(path, []byte(":"))
+		for _, c := range strings.Split(string(path), "/") {
+			if isPlacementName(c) {
+				return c
+			}
+		}
+	}
+	return ""
+}
+
 // isPlacementName reports whether a cgroup directory or unit name is one a placer made.
 func isPlacementName(c string) bool {
 	if !strings.HasPrefix(c, "klbr-") || strings.HasSuffix(c, ".service") || strings.HasSuffix(c, ".slice") {
@@ -71,6 +80,13 @@ func statOf(pid int) (ppid int, comm string, ok bool) {
 	if err != nil {
 		return 0, "", false
 	}
+	return parseStatLine(b)
+}
+
+// parseStatLine reads the parent pid and command name from a /proc/<pid>/stat line. The
+// command name is the process's own choice (prctl PR_SET_NAME) and may hold spaces and
+// parentheses: it is what lies between the first '(' and the last ')'.
+func parseStatLine(b []byte) (ppid int, comm string, ok bool) {
 	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
 	if open < 0 || end < open {
 		return 0, "", false
@@ -79,6 +95,6 @@ func statOf(pid int) (ppid int, comm string, ok bool) {
 	if len(f) < 2 {
 		return 0, "", false
 	}
-	ppid, err = strconv.Atoi(f[1])
+	ppid, err := strconv.Atoi(f[1])
 	return ppid, string(b[open+1 : end]), err == nil
 }
