@@ -60,12 +60,15 @@ var (
 // maxKindPrefix is the most StoredKey adds ("operator:").
 const maxKindPrefix = 16
 
-// StoredKey is the dedupe key an input is stored under: its key in its source kind's own
-// name space, "<kind>:<key>", so that no operator key can shadow a Discord message (an
-// operator key "discord:123" is stored as "operator:discord:123", the Discord message 123
-// as "discord:123"). A key that already carries its kind's prefix (the ingress names
-// Discord messages "discord:<id>") is kept as it is.
+// StoredKey is the dedupe key an input is stored under. Operator keys get their own name
+// space, "operator:<key>", so that no operator key can shadow a Discord message (an
+// operator key "discord:123" is stored as "operator:discord:123"; the ingress names Discord
+// messages "discord:<id>" and gaps "discord-gap:<id>", which never start with
+// "operator:"). A key that already carries the prefix is kept as it is.
 func StoredKey(kind SourceKind, key string) string {
+	if kind != SourceOperator {
+		return key // the ingress namespaces its own keys
+	}
 	prefix := string(kind) + ":"
 	if strings.HasPrefix(key, prefix) {
 		return key

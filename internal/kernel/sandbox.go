@@ -307,13 +307,21 @@ const (
 func dropCaps() error {
 	bits := secbitNoroot | secbitNorootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLock |
 		secbitKeepCapsLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientLocked
-	if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0); err != nil {
-		return fmt.Errorf("sandbox: securebits: %w", err)
-	}
+	// Without CAP_SETPCAP (a unit with an empty CapabilityBoundingSet=) neither the
+	// securebits nor the bounding set can change: then the bounding set must already be
+	// empty, so that no exec can give a capability back.
+	secErr := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0)
 	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+		if err != nil || in == 0 {
+			continue // unknown to this kernel, or not in the set
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
 			return fmt.Errorf("sandbox: drop capability %d from the bounding set: %w", c, err)
 		}
+	}
+	if secErr != nil && secErr != unix.EPERM {
+		return fmt.Errorf("sandbox: securebits: %w", secErr)
 	}
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && err != unix.EINVAL {
 		return fmt.Errorf("sandbox: clear ambient capabilities: %w", err)

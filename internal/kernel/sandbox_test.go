@@ -172,6 +172,28 @@ except PermissionError:
 	}
 }
 
+// TestSandboxRootWithEmptyBoundingSet: under a unit with an empty CapabilityBoundingSet=
+// (root without CAP_SETPCAP), --drop-caps still starts the child, with no capability.
+func TestSandboxRootWithEmptyBoundingSet(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("setpriv is not installed")
+	}
+	py := python(t)
+	args := append([]string{"--bounding-set", "-all", "--inh-caps", "-all", "--", kernelBin}, Sandbox{DropCaps: true, Deny: []string{t.TempDir()}}.Args()...)
+	args = append(args, "--", py, "-S", "-c", `print([l.split()[1] for l in open("/proc/self/status") if l.startswith(("CapEff", "CapBnd"))])`)
+	out, err := exec.Command(setpriv, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "['0000000000000000', '0000000000000000']") {
+		t.Fatalf("child: %s", out)
+	}
+}
+
 func TestSandboxArgs(t *testing.T) {
 	sb := Sandbox{Deny: []string{"/d"}, ReadOnly: []string{"/d/r"}, ReadWrite: []string{"/w"}, DropUser: true, UID: 7, GID: 8}
 	cfg, err := ParseArgs(append(sb.Args(), "--", "true"))

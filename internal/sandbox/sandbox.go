@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/kernel"
 )
@@ -52,6 +54,14 @@ func ForWorkers(cfg *config.Config, python, runtimeSrc string) (sb kernel.Sandbo
 	if os.Geteuid() != 0 {
 		return sb, ""
 	}
+	eff, bnd := capabilities()
+	if eff&(1<<unix.CAP_SETUID) == 0 || eff&(1<<unix.CAP_SETGID) == 0 {
+		// Root without the capabilities to change uid (a unit with an empty
+		// CapabilityBoundingSet=): workers stay uid 0 with what the daemon has.
+		sb.DropCaps = bnd != 0
+		return sb, fmt.Sprintf("workers stay uid 0: klbr-core holds no CAP_SETUID/CAP_SETGID (capability bounding set %#x), so they run with %s",
+			bnd, map[bool]string{true: "no capability (the bounding set is dropped for them)", false: "no capability, as klbr-core"}[bnd != 0])
+	}
 	uid, gid := nobody, nobody
 	if fi, err := os.Stat(cfg.Paths.Workspace); err == nil {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 {
@@ -86,6 +96,21 @@ func ForWorkers(cfg *config.Config, python, runtimeSrc string) (sb kernel.Sandbo
 	}
 	sb.DropUser, sb.UID, sb.GID = true, uid, gid
 	return sb, ""
+}
+
+// capabilities returns this process's effective capability set and its bounding set.
+func capabilities() (effective, bounding uint64) {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if unix.Capget(&hdr, &data[0]) == nil {
+		effective = uint64(data[0].Effective) | uint64(data[1].Effective)<<32
+	}
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && in == 1 {
+			bounding |= 1 << c
+		}
+	}
+	return effective, bounding
 }
 
 // reachable checks by permission bits whether uid:gid can walk to path and use it with
