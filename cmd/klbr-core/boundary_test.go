@@ -236,3 +236,65 @@ func requireDead(t *testing.T, pid int, when string) {
 }
 
 func syscallKill(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) }
+
+// TestCellRunsAsAnotherUser: as root, with an interpreter and a workspace another uid can
+// reach, workers run as the workspace's owner: the cell's uid is not 0, it cannot read the
+// token, write the data directory or post to control.sock (0600, root's), and it still has
+// its workspace, its runtime and its drafts.
+func TestCellRunsAsAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("dropping workers to another uid needs root")
+	}
+	const py = "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		t.Skip("needs " + py + " (an interpreter outside root's home)")
+	}
+	in := newInstance(t)
+	root := filepath.Dir(in.dir)
+	ws := filepath.Join(root, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(ws, 65534, 65534)
+	os.Chmod(root, 0o755)
+	in.env = append(in.env, "KLBR_WORKSPACE="+ws, "KLBR_PYTHON="+py)
+	in.must("init")
+	srv := in.serve()
+	status := in.must("status")
+	if !strings.Contains(status, "workers run as uid 65534") {
+		t.Fatalf("status does not say workers dropped to 65534:\n%s\n%s", status, srv.log())
+	}
+	out := in.must("exec", "default", fmt.Sprintf(`
+import json, os, socket
+data = %q
+res = {"uid": os.getuid(), "gid": os.getgid()}
+def attempt(name, f):
+    try:
+        f(); res[name] = "ok"
+    except Exception as e:
+        res[name] = type(e).__name__
+attempt("token", lambda: open(os.path.join(data, "operator-token")).read())
+attempt("write_data", lambda: open(os.path.join(data, "x"), "w").close())
+attempt("connect_control", lambda: socket.socket(socket.AF_UNIX).connect(os.path.join(data, "control.sock")))
+attempt("write_workspace", lambda: open("note.txt", "w").write("mine"))
+d = await behavior.draft()
+attempt("write_draft", lambda: open(os.path.join(str(d.path), "NOTE.md"), "w").write("x"))
+print(json.dumps(res))
+`, in.dir))
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("cell printed %q: %v", out, err)
+	}
+	if got["uid"] != float64(65534) {
+		t.Errorf("the cell runs as uid %v, want 65534", got["uid"])
+	}
+	for k, want := range map[string]string{"token": "PermissionError", "write_data": "PermissionError", "connect_control": "PermissionError", "write_workspace": "ok", "write_draft": "ok"} {
+		if got[k] != want {
+			t.Errorf("%s: %v, want %s (all: %v)", k, got[k], want, got)
+		}
+	}
+	in.must("drain")
+	if err := srv.wait(t); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -51,6 +51,9 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 	})
 	d.behavior = activation.New(d.store, rel, d.hooks, d.bench, d.log.With("component", "activation"))
 	ops := activation.NewOps(d.behavior, filepath.Join(cfg.Paths.DataDir, "drafts"))
+	if sb := wb.Sandbox; sb.DropUser {
+		ops.WithOwner(sb.UID, sb.GID)
+	}
 	d.bench.SetOps("behavior.", ops)
 	d.bench.SetOps("hooks.", ops)
 	d.bench.SetOps("local.", delivery.NewLocal(d.store, d.hooks))

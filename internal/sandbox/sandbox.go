@@ -40,6 +40,9 @@ func ForWorkers(cfg *config.Config, python, runtimeSrc string) (sb kernel.Sandbo
 		sb.ReadOnly = append(sb.ReadOnly, runtimeSrc)
 	}
 	sb.TempDir = TempDir(data)
+	if within(data, cfg.Paths.Workspace) && data != cfg.Paths.Workspace {
+		note = "the data directory lies inside the workspace: cells cannot make new entries in the directories on the way to it (Landlock grants a directory only with all beneath it); set KLBR_DATA_DIR outside " + cfg.Paths.Workspace
+	}
 	secret := func(p string) {
 		if p != "" && filepath.IsAbs(p) && !within(p, data) {
 			sb.Deny = append(sb.Deny, p)
@@ -52,15 +55,15 @@ func ForWorkers(cfg *config.Config, python, runtimeSrc string) (sb kernel.Sandbo
 	secret(cfg.File.Discord.TokenFile)
 	secret(os.Getenv("CREDENTIALS_DIRECTORY"))
 	if os.Geteuid() != 0 {
-		return sb, ""
+		return sb, note
 	}
 	eff, bnd := capabilities()
 	if eff&(1<<unix.CAP_SETUID) == 0 || eff&(1<<unix.CAP_SETGID) == 0 {
 		// Root without the capabilities to change uid (a unit with an empty
 		// CapabilityBoundingSet=): workers stay uid 0 with what the daemon has.
 		sb.DropCaps = bnd != 0
-		return sb, fmt.Sprintf("workers stay uid 0: klbr-core holds no CAP_SETUID/CAP_SETGID (capability bounding set %#x), so they run with %s",
-			bnd, map[bool]string{true: "no capability (the bounding set is dropped for them)", false: "no capability, as klbr-core"}[bnd != 0])
+		return sb, join(note, fmt.Sprintf("workers stay uid 0: klbr-core holds no CAP_SETUID/CAP_SETGID (capability bounding set %#x), so they run with %s",
+			bnd, map[bool]string{true: "no capability (the bounding set is dropped for them)", false: "no capability, as klbr-core"}[bnd != 0]))
 	}
 	uid, gid := nobody, nobody
 	if fi, err := os.Stat(cfg.Paths.Workspace); err == nil {
@@ -91,11 +94,18 @@ func ForWorkers(cfg *config.Config, python, runtimeSrc string) (sb kernel.Sandbo
 		// Root without capabilities, Landlock around it: weaker than another uid (root
 		// still owns root's files), but not root's powers.
 		sb.DropCaps = true
-		return sb, fmt.Sprintf("workers stay uid 0 (without capabilities): uid %d cannot reach %s; install the interpreter and workspace where uid %d can, or chown the workspace to an unprivileged user (workers run as its owner)",
-			uid, strings.Join(errs, "; "), uid)
+		return sb, join(note, fmt.Sprintf("workers stay uid 0 (without capabilities): uid %d cannot reach %s; install the interpreter and workspace where uid %d can, or chown the workspace to an unprivileged user (workers run as its owner)",
+			uid, strings.Join(errs, "; "), uid))
 	}
 	sb.DropUser, sb.UID, sb.GID = true, uid, gid
-	return sb, ""
+	return sb, note
+}
+
+func join(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 // capabilities returns this process's effective capability set and its bounding set.
@@ -208,7 +218,17 @@ func within(p, dir string) bool {
 // entering, not listing), the runtime, releases and skills readable. runtime.sqlite, the
 // operator token, klbr.toml, drafts and artifacts keep their 0600/0700.
 func OpenDataDir(data string) error {
-	for _, d := range []string{data, filepath.Join(data, "runtime"), filepath.Join(data, "runtime", "skills"), filepath.Join(data, "releases")} {
+	dirs := []string{data, filepath.Join(data, "runtime"), filepath.Join(data, "runtime", "skills"), filepath.Join(data, "releases"), filepath.Join(data, "drafts")}
+	// The materialized runtimes, <data>/runtime/<hash>, are made private (a temporary
+	// directory renamed into place).
+	if ents, err := os.ReadDir(filepath.Join(data, "runtime")); err == nil {
+		for _, e := range ents {
+			if e.IsDir() && e.Name() != "skills" && !strings.HasPrefix(e.Name(), ".") {
+				dirs = append(dirs, filepath.Join(data, "runtime", e.Name()))
+			}
+		}
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return fmt.Errorf("open the runtime to workers: %w", err)
 		}
