@@ -211,12 +211,17 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	serveErr := make(chan error, len(ls.all()))
 	var wg sync.WaitGroup
 	for _, s := range []struct {
-		srv *http.Server
-		ls  []net.Listener
-	}{{ctlSrv, ls.control}, {webSrv, ls.http}, {ingSrv, ls.ingress}} {
+		srv  *http.Server
+		ls   []net.Listener
+		unix bool
+	}{{ctlSrv, ls.control, true}, {webSrv, ls.http, false}, {ingSrv, ls.ingress, true}} {
 		for _, l := range s.ls {
-			// Each listener holds its own bound of open connections: an idle flood on the
-			// TCP port cannot take the descriptors status, stop and drain need.
+			// Workers are turned away before they take a slot of the Unix sockets; each
+			// listener holds its own bound of open connections: an idle flood on the TCP
+			// port (or from a cell) cannot take the descriptors status, stop and drain need.
+			if s.unix {
+				l = unixsock.FilterWorkers(l, placement.WorkerOf)
+			}
 			l := unixsock.LimitListener(l, httpguard.Limits{}.Conns())
 			wg.Go(func() { d.serve(s.srv, l, serveErr) })
 		}
