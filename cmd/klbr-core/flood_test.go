@@ -3,10 +3,15 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -14,30 +19,73 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// floodConns is the outside test's flood: 20,000 idle connections to the HTTP port.
+// floodConns is the outside test's flood: 20,000 connections to the HTTP port.
 const floodConns = 20000
 
-// TestHTTPFloodLeavesStatusAnswering: with 20,000 idle connections held open against the
-// HTTP port (some having sent one request and kept the connection alive, most nothing at
-// all), the operator's status over control.sock still answers, each time under 100 ms.
+// Two flooder processes hold the connections (each under its own descriptor limit), so the
+// flood can reach its full size whatever this test process may hold.
+const (
+	flooderAddrEnv = "KLBR_TEST_FLOOD_ADDR"
+	flooderNEnv    = "KLBR_TEST_FLOOD_N"
+	flooders       = 2
+)
+
+// TestFlooder is a flooder's body when the test binary runs as one (see floodFrom): it
+// opens its connections, says how many it holds, and holds them until stdin closes.
+func TestFlooder(t *testing.T) {
+	addr := os.Getenv(flooderAddrEnv)
+	if addr == "" {
+		t.Skip("runs as a flooder process of TestHTTPFloodLeavesStatusAnswering")
+	}
+	n, _ := strconv.Atoi(os.Getenv(flooderNEnv))
+	conns, keptAlive := flood(addr, n)
+	fmt.Printf("holding %d %d\n", len(conns), keptAlive)
+	io.Copy(io.Discard, os.Stdin)
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// flood opens n connections to addr from many dialers; every tenth sends one request and
+// keeps its connection alive, the rest send nothing.
+func flood(addr string, n int) (conns []net.Conn, keptAlive int) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 2048)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err != nil {
+				return
+			}
+			alive := false
+			if i%10 == 0 {
+				c.SetDeadline(time.Now().Add(2 * time.Second))
+				c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
+				if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+					resp.Body.Close()
+					alive = true
+				}
+				c.SetDeadline(time.Time{})
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			if alive {
+				keptAlive++
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return conns, keptAlive
+}
+
+// TestHTTPFloodLeavesStatusAnswering: with 20,000 connections flooding the HTTP port (held
+// by two flooder processes; some sent one request and keep the connection alive, most sent
+// nothing), the operator's status over control.sock still answers, each time under 100 ms.
 func TestHTTPFloodLeavesStatusAnswering(t *testing.T) {
-	want := uint64(floodConns + 2000)
-	var lim unix.Rlimit
-	unix.Getrlimit(unix.RLIMIT_NOFILE, &lim)
-	if lim.Cur < want {
-		raised := unix.Rlimit{Cur: max(want, lim.Max), Max: max(want, lim.Max)}
-		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &raised); err != nil {
-			raised = unix.Rlimit{Cur: lim.Max, Max: lim.Max}
-			unix.Setrlimit(unix.RLIMIT_NOFILE, &raised)
-		}
-		t.Cleanup(func() { unix.Setrlimit(unix.RLIMIT_NOFILE, &lim) })
-	}
-	unix.Getrlimit(unix.RLIMIT_NOFILE, &lim)
-	n := floodConns
-	if lim.Cur < want {
-		n = int(lim.Cur) - 2000
-		t.Logf("RLIMIT_NOFILE is %d here and cannot be raised: flooding with %d connections", lim.Cur, n)
-	}
 	in := newInstance(t)
 	in.must("init")
 	srv := in.serve()
@@ -49,7 +97,6 @@ func TestHTTPFloodLeavesStatusAnswering(t *testing.T) {
 		t.Fatalf("prlimit the daemon: %v", err)
 	}
 	u, _ := url.Parse(srv.url)
-	addr := u.Host
 
 	statusOnce := func() time.Duration {
 		start := time.Now()
@@ -69,44 +116,23 @@ func TestHTTPFloodLeavesStatusAnswering(t *testing.T) {
 	}
 	base := statusOnce()
 
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		for _, c := range conns {
-			c.Close()
+	held, keptAlive := 0, 0
+	for range flooders {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestFlooder$", "-test.v=false")
+		cmd.Env = append(os.Environ(), flooderAddrEnv+"="+u.Host, flooderNEnv+"="+strconv.Itoa(floodConns/flooders))
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-	})
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 4096)
-	var connected, keptAlive int
-	for i := range n {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			c, err := net.DialTimeout("tcp", addr, time.Second)
-			if err != nil {
-				return
-			}
-			if i%10 == 0 {
-				// A keep-alive client: one request, then idle.
-				c.SetDeadline(time.Now().Add(2 * time.Second))
-				c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
-				if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
-					resp.Body.Close()
-					mu.Lock()
-					keptAlive++
-					mu.Unlock()
-				}
-				c.SetDeadline(time.Time{})
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			connected++
-			mu.Unlock()
-		})
+		t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+		var h, k int
+		if _, err := fmt.Fscanf(bufio.NewReader(stdout), "holding %d %d\n", &h, &k); err != nil {
+			t.Fatalf("flooder: %v", err)
+		}
+		held, keptAlive = held+h, keptAlive+k
 	}
-	wg.Wait()
-	t.Logf("flood: %d of %d connections established (%d kept alive after a request); status before: %s", connected, n, keptAlive, base)
+	t.Logf("flood: %d connections dialled, %d established and held (%d kept alive after a request); status before: %s", floodConns, held, keptAlive, base)
 	var lat []time.Duration
 	for range 20 {
 		lat = append(lat, statusOnce())
