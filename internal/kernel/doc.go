@@ -50,7 +50,7 @@
 //     kernel binary itself in a one-shot helper mode that sets the limits and execs ARGV, so
 //     they are in force from the child's first instruction; pid, process group, fds and
 //     environment are the same.
-//  7a. With any of --deny, --ro, --rw, --tmp, --uid/--gid or --drop-caps ([Sandbox]) the
+//     With any of --deny, --ro, --rw, --tmp, --uid/--gid or --drop-caps ([Sandbox]) the
 //     same helper, before it execs ARGV, sets no_new_privs, restricts itself with Landlock
 //     (nothing beneath a --deny path but the --ro/--rw exceptions; read everywhere else;
 //     write only beneath --rw paths, /dev and --tmp, which also becomes TMPDIR; no signals
