@@ -48,6 +48,28 @@ def post(sock, path, body):
     return out.split(b"\r\n", 1)[0].decode()
 attempt("token", read_token)
 attempt("db", open_db)
+kernel = os.getppid()
+core = int(open("/proc/%%d/stat" %% kernel).read().rsplit(")", 1)[1].split()[1])
+attempt("core_environ", lambda: "%%d bytes" %% len(open("/proc/%%d/environ" %% core, "rb").read()))
+def open_core_fds():
+    # Listing the numbers is allowed; following one (readlink, open) is a ptrace check.
+    opened = 0
+    for fd in os.listdir("/proc/%%d/fd" %% core):
+        try:
+            os.close(os.open("/proc/%%d/fd/%%s" %% (core, fd), os.O_RDONLY))
+            opened += 1
+        except OSError:
+            pass
+        try:
+            os.readlink("/proc/%%d/fd/%%s" %% (core, fd))
+            opened += 1
+        except OSError:
+            pass
+    if opened:
+        return "%%d of the core's fds followed" %% opened
+    raise PermissionError("none of the core's fds could be followed")
+attempt("core_fds", open_core_fds)
+attempt("core_mem", lambda: open("/proc/%%d/mem" %% core, "rb").close())
 attempt("control_input", lambda: post(os.path.join(data, "control.sock"), "/v1/sessions/default/inputs", {"text": "from a cell", "source_key": "cell-1"}))
 attempt("control_exec", lambda: post(os.path.join(data, "control.sock"), "/v1/sessions/default/exec", {"code": "1"}))
 attempt("control_stop", lambda: post(os.path.join(data, "control.sock"), "/v1/stop", {}))
@@ -93,7 +115,7 @@ func TestCellIsNotTheOperator(t *testing.T) {
 		t.Fatalf("probe result %q: %v", out, err)
 	}
 	t.Logf("the cell got: %s", out)
-	for _, k := range []string{"token", "db"} {
+	for _, k := range []string{"token", "db", "core_environ", "core_fds", "core_mem"} {
 		if s, _ := got[k].(string); strings.HasPrefix(s, "ok") {
 			t.Errorf("the cell could %s: %s", k, s)
 		}
