@@ -267,7 +267,7 @@ func (s *Service) runTests(ctx context.Context, session, release string) error {
 	}
 	cfg := s.hooks.Config()
 	res, err := worker.RunCommand(ctx, worker.CommandSpec{
-		Kernel: cfg.Kernel, Placer: cfg.Placer, Limits: cfg.Limits, Session: session, Seq: testRuns.Add(1),
+		Kernel: cfg.Kernel, Placer: cfg.Placer, Limits: cfg.Limits, Sandbox: cfg.Sandbox, Session: session, Seq: testRuns.Add(1),
 		Argv: []string{cfg.Python, "-S", "-m", "unittest", "discover", "-s", "tests", "-t", "."}, // as the hooks run: standard library only
 		Dir:  tree, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": cfg.RuntimeSrc},
 		Timeout: TestTimeout, MaxOutput: 64 << 10,

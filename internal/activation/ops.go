@@ -23,8 +23,9 @@ import (
 // Ops answers the behavior.* and hooks.* host requests of cells: the agent
 // editing its own behavior through drafts, releases and activations.
 type Ops struct {
-	svc    *Service
-	drafts string // <data>/drafts
+	svc      *Service
+	drafts   string // <data>/drafts
+	uid, gid int    // owner of new drafts' trees; -1: the daemon's
 
 	mu      sync.Mutex       // guards parents
 	parents map[string]int64 // release → parent epoch of the draft it was published from
@@ -32,7 +33,14 @@ type Ops struct {
 
 // NewOps returns the handler; drafts is <data>/drafts.
 func NewOps(svc *Service, drafts string) *Ops {
-	return &Ops{svc: svc, drafts: drafts, parents: map[string]int64{}}
+	return &Ops{svc: svc, drafts: drafts, parents: map[string]int64{}, uid: -1, gid: -1}
+}
+
+// WithOwner makes every new draft's tree belong to uid:gid: the workers' uid, when the
+// daemon runs as root and drops them to another (the agent edits its drafts in place).
+func (o *Ops) WithOwner(uid, gid int) *Ops {
+	o.uid, o.gid = uid, gid
+	return o
 }
 
 func invalid(format string, a ...any) error {
@@ -128,6 +136,16 @@ func (o *Ops) draft(ctx context.Context, session string) (any, error) {
 		ParentEpoch: sess.BehaviorEpoch, ParentRelease: sess.PolicyRevision, CreatedAt: time.Now()}
 	if err := copyTree(o.svc.releases.Tree(sess.PolicyRevision), rec.Path); err != nil {
 		return nil, fmt.Errorf("draft: %w", err)
+	}
+	if o.uid >= 0 {
+		if err := filepath.WalkDir(rec.Path, func(p string, _ fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, o.uid, o.gid)
+		}); err != nil {
+			return nil, fmt.Errorf("draft: give it to the workers' uid: %w", err)
+		}
 	}
 	j, _ := json.MarshalIndent(rec, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, "draft.json"), j, 0o600); err != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -55,6 +56,25 @@ var (
 	ErrForbidden = errors.New("source kind not allowed through this door")
 	ErrDraining  = errors.New("klbr-core is draining")
 )
+
+// maxKindPrefix is the most StoredKey adds ("operator:").
+const maxKindPrefix = 16
+
+// StoredKey is the dedupe key an input is stored under. Operator keys get their own name
+// space, "operator:<key>", so that no operator key can shadow a Discord message (an
+// operator key "discord:123" is stored as "operator:discord:123"; the ingress names Discord
+// messages "discord:<id>" and gaps "discord-gap:<id>", which never start with
+// "operator:"). A key that already carries the prefix is kept as it is.
+func StoredKey(kind SourceKind, key string) string {
+	if kind != SourceOperator {
+		return key // the ingress namespaces its own keys
+	}
+	prefix := string(kind) + ":"
+	if strings.HasPrefix(key, prefix) {
+		return key
+	}
+	return prefix + key
+}
 
 // Input is an input as a door hands it over.
 type Input struct {
@@ -135,7 +155,7 @@ func (a *Admitter) Admit(ctx context.Context, door Door, in Input) (store.Admitt
 	var got store.Admitted
 	err := a.store.Write(ctx, func(tx *store.Tx) (err error) {
 		got, err = tx.AdmitInput(store.NewInput{
-			Session: in.Session, SourceKind: string(in.SourceKind), SourceKey: in.SourceKey,
+			Session: in.Session, SourceKind: string(in.SourceKind), SourceKey: StoredKey(in.SourceKind, in.SourceKey),
 			Conversation: in.Conversation, Author: in.Author,
 			Directed:   in.Directed || in.SourceKind == SourceOperator,
 			OccurredAt: occurred, ReceivedAt: now, Body: in.Body,
@@ -202,7 +222,7 @@ func (a *Admitter) AdmitBatch(ctx context.Context, door Door, ins []Input, then 
 				occurred = now
 			}
 			g, err := tx.AdmitInput(store.NewInput{
-				Session: in.Session, SourceKind: string(in.SourceKind), SourceKey: in.SourceKey,
+				Session: in.Session, SourceKind: string(in.SourceKind), SourceKey: StoredKey(in.SourceKind, in.SourceKey),
 				Conversation: in.Conversation, Author: in.Author,
 				Directed:   in.Directed || in.SourceKind == SourceOperator,
 				OccurredAt: occurred, ReceivedAt: now, Body: in.Body,
@@ -298,7 +318,7 @@ func Validate(door Door, in Input) error {
 		max   int
 	}{
 		{"body", in.Body, 1, MaxBodyBytes},
-		{"source_key", in.SourceKey, 1, MaxKeyBytes},
+		{"source_key", in.SourceKey, 1, MaxKeyBytes - maxKindPrefix},
 		{"conversation", in.Conversation, 1, MaxLabelBytes},
 		{"author", in.Author, 1, MaxLabelBytes},
 	} {

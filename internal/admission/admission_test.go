@@ -37,7 +37,7 @@ func TestValidate(t *testing.T) {
 		{"invalid UTF-8 body", DoorOperatorAPI, func(in *Input) { in.Body = "a\xffb" }, ErrInvalid},
 		{"NUL in body", DoorOperatorAPI, func(in *Input) { in.Body = "a\x00b" }, ErrInvalid},
 		{"empty key", DoorOperatorAPI, func(in *Input) { in.SourceKey = "" }, ErrInvalid},
-		{"long key", DoorOperatorAPI, func(in *Input) { in.SourceKey = strings.Repeat("k", MaxKeyBytes+1) }, ErrInvalid},
+		{"long key", DoorOperatorAPI, func(in *Input) { in.SourceKey = strings.Repeat("k", MaxKeyBytes-maxKindPrefix+1) }, ErrInvalid},
 		{"invalid UTF-8 author", DoorOperatorAPI, func(in *Input) { in.Author = "\xc3" }, ErrInvalid},
 		{"bad session id", DoorOperatorAPI, func(in *Input) { in.Session = "../etc" }, ErrInvalid},
 		{"empty session id", DoorOperatorAPI, func(in *Input) { in.Session = "" }, ErrInvalid},
@@ -161,5 +161,34 @@ func TestCloseLetsAcceptedFinishAndRefusesTheRest(t *testing.T) {
 	}
 	if !a.Draining() {
 		t.Fatal("Draining() is false after Close")
+	}
+}
+
+// TestOperatorKeyCannotShadowDiscord: an operator key spelled like a Discord message's
+// ("discord:<id>") is its own input, and the real Discord message with that id is admitted
+// as new, not as a duplicate of it.
+func TestOperatorKeyCannotShadowDiscord(t *testing.T) {
+	_, a, _ := setup(t)
+	ctx := context.Background()
+	op := valid()
+	op.SourceKey = "discord:555"
+	first, err := a.Admit(ctx, DoorOperatorAPI, op)
+	if err != nil || first.Duplicate {
+		t.Fatalf("operator: %+v %v", first, err)
+	}
+	dm := Input{Session: "default", SourceKind: SourceDiscord, SourceKey: "discord:555", Conversation: "dm:1", Author: "ana", Directed: true, Body: "the real message"}
+	got, err := a.Admit(ctx, DoorIngress, dm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Duplicate || got.InputID == first.InputID {
+		t.Fatalf("the Discord message was taken for the operator's input %d: %+v", first.InputID, got)
+	}
+	// Each kind still dedupes its own retries.
+	if again, _ := a.Admit(ctx, DoorOperatorAPI, op); !again.Duplicate || again.InputID != first.InputID {
+		t.Fatalf("operator retry: %+v", again)
+	}
+	if again, _ := a.Admit(ctx, DoorIngress, dm); !again.Duplicate || again.InputID != got.InputID {
+		t.Fatalf("discord retry: %+v", again)
 	}
 }

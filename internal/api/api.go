@@ -51,7 +51,10 @@ type Status struct {
 	// PlacementNotes says why earlier placement modes were skipped, and
 	// Workbench whether cells can run at all (and if not, why).
 	PlacementNotes []string `json:"placement_notes,omitempty"`
-	Workbench      string   `json:"workbench"`
+	// Sandbox says what the workers run without here (Landlock ABI, uid, capabilities)
+	// and what is not enforced; empty when no workbench runs.
+	Sandbox   string `json:"sandbox,omitempty"`
+	Workbench string `json:"workbench"`
 	// Agent says whether the turn loop runs: "route <name> (<model>)", or
 	// why not (no route configured, cells cannot run).
 	Agent string `json:"agent"`

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 
 	"github.com/spf13/cobra"
 
 	"github.com/klbr-dev/klbr/internal/admission"
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/localclient"
 )
 
 func newSend(g *globals) *cobra.Command {
@@ -39,7 +41,7 @@ func newSend(g *globals) *cobra.Command {
 			defer c.Close()
 			res, err := c.Send(cmd.Context(), args[0], api.SendRequest{Text: text, SourceKey: key})
 			if err != nil {
-				return err
+				return sendError(err, key, args[0])
 			}
 			if asJSON {
 				return printJSON(g.env.Stdout, res)
@@ -57,6 +59,25 @@ func newSend(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the receipt as JSON")
 	cmd.Flags().StringVar(&key, "key", "", "idempotency key: resending with the same key returns the original input (default: a new random key)")
 	return cmd
+}
+
+// sendError says what a failed send means for the input: not stored (nothing reached
+// the daemon, or it answered a refusal), or not known (the request went out and no answer
+// came back: the daemon may have committed it and died). Whenever a retry could be wanted,
+// it names the key, with which a retry is a duplicate, not a second input.
+func sendError(err error, key, session string) error {
+	retry := fmt.Sprintf("retry with the same key, which stores it at most once: klbr-core send --key %s %s TEXT", key, session)
+	var ae *localclient.Error
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &ae) && ae.Status >= 500:
+		return fmt.Errorf("send: %w; %s", err, retry)
+	case errors.As(err, &ae):
+		return err // a refusal: the daemon says why, and nothing was stored
+	case errors.As(err, &oe) && oe.Op == "dial":
+		return fmt.Errorf("send: not stored: %w", err)
+	}
+	return fmt.Errorf("send: cannot tell whether the input was stored (%w); %s", err, retry)
 }
 
 func newSourceKey() string {

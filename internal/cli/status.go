@@ -54,6 +54,9 @@ func newStatus(g *globals) *cobra.Command {
 			for _, n := range st.PlacementNotes {
 				fmt.Fprintf(g.env.Stdout, "  (placement skipped %s)\n", n)
 			}
+			if st.Sandbox != "" {
+				fmt.Fprintf(g.env.Stdout, "sandbox: %s\n", st.Sandbox)
+			}
 			fmt.Fprintln(g.env.Stdout)
 			printSessions(g, st.Sessions)
 			return nil

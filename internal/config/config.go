@@ -14,6 +14,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"syscall"
 )
 
 // maxFileSize bounds what Load reads as klbr.toml.
@@ -67,6 +68,25 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 	return cfg, nil
 }
 
+// OpenRegular opens path for reading if it is a regular file, without blocking on a FIFO
+// or a device: the open is non-blocking and the file's type is checked before any read.
+func OpenRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file (%s); point it at a file", path, fi.Mode().Type())
+	}
+	return f, nil
+}
+
 // LoadPaths resolves only the paths, without reading the TOML file. The
 // operator's client commands use it, so that a broken klbr.toml cannot keep
 // an operator from reaching (and stopping) a running daemon.
@@ -78,9 +98,10 @@ func LoadPaths(lookup func(string) (string, bool)) (Paths, error) {
 	return p, err
 }
 
-// readFile reads the config file at path, refusing one over maxFileSize.
+// readFile reads the config file at path, refusing one over maxFileSize and anything
+// that is not a regular file (a FIFO would block the open, and serve and doctor with it).
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}

@@ -46,11 +46,14 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 	d.releases = rel
 	d.hooks = hooks.New(hooks.Config{
 		Store: d.store, Releases: rel, Kernel: wb.Kernel, Python: wb.Python, RuntimeSrc: wb.RuntimeSrc,
-		Workspace: wb.Workspace, Placer: wb.Placer, Limits: wb.Limits, Log: d.log.With("component", "hooks"),
+		Workspace: wb.Workspace, Placer: wb.Placer, Limits: wb.Limits, Sandbox: wb.Sandbox, Log: d.log.With("component", "hooks"),
 		Observe: func(slot, outcome string, latency time.Duration) { m.HookInvocation(slot, outcome, latency) },
 	})
 	d.behavior = activation.New(d.store, rel, d.hooks, d.bench, d.log.With("component", "activation"))
 	ops := activation.NewOps(d.behavior, filepath.Join(cfg.Paths.DataDir, "drafts"))
+	if sb := wb.Sandbox; sb.DropUser {
+		ops.WithOwner(sb.UID, sb.GID)
+	}
 	d.bench.SetOps("behavior.", ops)
 	d.bench.SetOps("hooks.", ops)
 	d.bench.SetOps("local.", delivery.NewLocal(d.store, d.hooks))
@@ -95,7 +98,7 @@ func (d *daemon) skillsFor(dataDir string, rel *behavior.Releases) workbench.Ski
 			return set, "", err
 		}
 		dir := filepath.Join(dataDir, "runtime", "skills")
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
 			return set, "", err
 		}
 		file := filepath.Join(dir, set.Revision+".json")
@@ -104,7 +107,7 @@ func (d *daemon) skillsFor(dataDir string, rel *behavior.Releases) workbench.Ski
 		}
 		b, _ := json.Marshal(set)
 		tmp := file + ".tmp"
-		if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		if err := os.WriteFile(tmp, b, 0o644); err != nil { // read by workers, maybe of another uid
 			return set, "", err
 		}
 		return set, file, os.Rename(tmp, file)

@@ -25,6 +25,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/httpguard"
 	"github.com/klbr-dev/klbr/internal/ingress"
 	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/localapi"
@@ -35,6 +36,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/systemd"
 	"github.com/klbr-dev/klbr/internal/turn"
+	"github.com/klbr-dev/klbr/internal/unixsock"
 	"github.com/klbr-dev/klbr/internal/version"
 	"github.com/klbr-dev/klbr/internal/web"
 	"github.com/klbr-dev/klbr/internal/workbench"
@@ -221,10 +223,18 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	serveErr := make(chan error, len(ls.all()))
 	var wg sync.WaitGroup
 	for _, s := range []struct {
-		srv *http.Server
-		ls  []net.Listener
-	}{{ctlSrv, ls.control}, {webSrv, ls.http}, {ingSrv, ls.ingress}} {
+		srv  *http.Server
+		ls   []net.Listener
+		unix bool
+	}{{ctlSrv, ls.control, true}, {webSrv, ls.http, false}, {ingSrv, ls.ingress, true}} {
 		for _, l := range s.ls {
+			// Workers are turned away before they take a slot of the Unix sockets; each
+			// listener holds its own bound of open connections: an idle flood on the TCP
+			// port (or from a cell) cannot take the descriptors status, stop and drain need.
+			if s.unix {
+				l = unixsock.FilterWorkers(l, placement.WorkerOf)
+			}
+			l := unixsock.LimitListener(l, httpguard.Limits{}.Conns())
 			wg.Go(func() { d.serve(s.srv, l, serveErr) })
 		}
 	}
@@ -363,6 +373,8 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 	}
 	if d.benchErr != nil {
 		st.Workbench = "unavailable: " + d.benchErr.Error()
+	} else if d.bench != nil {
+		st.Sandbox = d.bench.Config().SandboxSummary
 	}
 	st.Storage = d.store.Fault()
 	for _, s := range sessions {

@@ -127,13 +127,28 @@ func (ls *listeners) bindMissing(cfg *config.Config, log *slog.Logger) error {
 			"socket", got, "KLBR_CONTROL_SOCKET", cfg.Paths.ControlSocket)
 	}
 	if len(ls.http) == 0 {
-		l, err := net.Listen("tcp", cfg.BindAddr)
+		l, err := net.Listen("tcp", loopbackLiteral(cfg.BindAddr))
 		if err != nil {
 			return fmt.Errorf("%w (is another klbr-core or program using it? set KLBR_BIND_ADDR)", err)
+		}
+		// Whatever the address said, the socket bound must be on loopback.
+		if err := checkLoopback(l.Addr()); err != nil {
+			l.Close()
+			return fmt.Errorf("KLBR_BIND_ADDR %s: %w", cfg.BindAddr, err)
 		}
 		ls.http = []net.Listener{l}
 	}
 	return nil
+}
+
+// loopbackLiteral replaces the host "localhost" by 127.0.0.1: the resolver (a hosts file,
+// NSS) may say localhost is any address, and klbr binds loopback only.
+func loopbackLiteral(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || !strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
 }
 
 // activated reports whether any listener came from systemd.

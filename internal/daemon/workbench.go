@@ -10,6 +10,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/placement"
+	"github.com/klbr-dev/klbr/internal/sandbox"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
@@ -63,12 +64,26 @@ func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sess
 	if err != nil {
 		return nil, placer, err
 	}
+	sb, note := sandbox.ForWorkers(cfg, py, src)
+	if sb.DropUser {
+		if err := sandbox.OpenDataDir(cfg.Paths.DataDir); err != nil {
+			return nil, placer, err
+		}
+	}
+	if err := sandbox.PrepareTempDir(sb); err != nil {
+		return nil, placer, err
+	}
+	if note != "" {
+		log.Warn("worker sandbox is weaker than it could be", "why", note)
+	}
+	summary := sandbox.Describe(sb, note)
+	log.Info("worker sandbox", "enforced", summary)
 	l := cfg.File.Limits
 	mem, _ := l.MemoryMaxBytes() // validated when the file was parsed
 	cpu, _ := l.CPUQuotaPercent()
 	return workbench.New(workbench.Config{
 		Store: st, Sessions: sessions, Kernel: kernel, Python: py, RuntimeSrc: src, RuntimeHash: hash,
-		Workspace: cfg.Paths.Workspace, Placer: placer, Artifacts: arts,
+		Workspace: cfg.Paths.Workspace, Placer: placer, Sandbox: sb, SandboxSummary: summary, Artifacts: arts,
 		Limits:  placement.Limits{MemoryMaxBytes: int64(mem), TasksMax: l.TasksMax, CPUQuotaPercent: cpu},
 		Log:     log.With("component", "workbench"),
 		Observe: observe,

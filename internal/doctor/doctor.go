@@ -14,6 +14,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/placement"
+	"github.com/klbr-dev/klbr/internal/sandbox"
 	"github.com/klbr-dev/klbr/internal/setup"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
@@ -95,6 +96,10 @@ func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
 			add(Check{Name: "python", Detail: err.Error(), Fix: "install Python 3.11 or newer, or point KLBR_PYTHON at one"})
 		} else {
 			add(Check{Name: "python", OK: true, Detail: fmt.Sprintf("%s (%s)", bin, ver)})
+			// What a cell runs without here. A weaker sandbox is reported, not a failure:
+			// klbr runs, and the line says what does not hold.
+			sb, note := sandbox.ForWorkers(cfg, bin, "")
+			add(Check{Name: "sandbox", OK: true, Detail: sandbox.Describe(sb, note)})
 		}
 	}
 	r.OK = true

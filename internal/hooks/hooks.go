@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -39,6 +40,7 @@ type Config struct {
 	Workspace  string
 	Placer     placement.Placer
 	Limits     placement.Limits
+	Sandbox    kernel.Sandbox // as workbench.Config.Sandbox
 	Log        *slog.Logger
 	// Deadlines per invocation; zero means 1 s for review, 500 ms for plan.
 	ReviewDeadline time.Duration
@@ -105,7 +107,7 @@ func (d *Dispatcher) StartWorker(ctx context.Context, session, release string) (
 	return worker.Start(ctx, worker.Spec{
 		Role: worker.RoleHooks, Session: session, Generation: gen,
 		Kernel: d.cfg.Kernel, Python: d.cfg.Python, RuntimeSrc: d.cfg.RuntimeSrc, Workspace: d.cfg.Workspace,
-		Behavior: d.cfg.Releases.Tree(release), Placer: d.cfg.Placer, Limits: d.cfg.Limits,
+		Behavior: d.cfg.Releases.Tree(release), Placer: d.cfg.Placer, Limits: d.cfg.Limits, Sandbox: d.cfg.Sandbox,
 		Handshake: 5 * time.Second, Log: d.cfg.Log,
 		NoSite: true, // policy hooks use the standard library only
 	})

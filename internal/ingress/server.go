@@ -20,7 +20,9 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/admission"
+	"github.com/klbr-dev/klbr/internal/httpguard"
 	"github.com/klbr-dev/klbr/internal/ingress/ingressapi"
+	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/unixsock"
@@ -44,6 +46,8 @@ type Config struct {
 	// Admitted, if set, is told of each committed batch (the attention
 	// scheduler wakes on directed messages through it).
 	Admitted func(session string, directed, ambient int)
+	// Limits are the ingress socket's timeouts and connection bound.
+	Limits httpguard.Limits
 }
 
 // Server serves the ingress API.
@@ -89,12 +93,11 @@ func New(cfg Config) *Server {
 // HTTPServer returns an http.Server for the ingress socket, recording each
 // connection's peer credentials.
 func (s *Server) HTTPServer() *http.Server {
-	return &http.Server{
-		Handler:           s.Handler(),
-		ConnContext:       unixsock.ConnContext,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.cfg.Log.Handler(), slog.LevelWarn),
-	}
+	return httpguard.Apply(&http.Server{
+		Handler:     s.Handler(),
+		ConnContext: unixsock.ConnContextClassified(placement.WorkerOf),
+		ErrorLog:    slog.NewLogLogger(s.cfg.Log.Handler(), slog.LevelWarn),
+	}, s.cfg.Limits)
 }
 
 // Close ends waiting claims (a daemon drain) and stops aging. Calling it
@@ -126,8 +129,14 @@ func (s *Server) Handler() http.Handler {
 // has source authority only.
 func (s *Server) checkPeer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := unixsock.FromContext(r.Context()); !ok {
+		cred, ok := unixsock.FromContext(r.Context())
+		if !ok {
 			writeError(w, http.StatusForbidden, ingressapi.CodeForbidden, "the ingress API serves Unix socket peers only")
+			return
+		}
+		if cred.Worker != "" {
+			s.cfg.Log.Warn("ingress API: refused a worker", "peer_pid", cred.PID, "why", cred.Worker, "path", r.URL.Path)
+			writeError(w, http.StatusForbidden, ingressapi.CodeForbidden, "the ingress API serves the transport, not klbr workers or their descendants (the peer is "+cred.Worker+")")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -171,7 +180,10 @@ func (s *Server) handleAdmit(w http.ResponseWriter, r *http.Request) {
 	}
 	discord := make([]store.DiscordAdmitted, len(ins))
 	var directed, ambient int
-	got, errs, err := s.cfg.Admit.AdmitBatch(r.Context(), admission.DoorIngress, ins, func(tx *store.Tx, j int, a store.Admitted) (err error) {
+	// The commit does not depend on the client's socket (see localapi's handleSend).
+	actx, acancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+	defer acancel()
+	got, errs, err := s.cfg.Admit.AdmitBatch(actx, admission.DoorIngress, ins, func(tx *store.Tx, j int, a store.Admitted) (err error) {
 		m := req.Messages[idx[j]]
 		if m.Mode == ingressapi.ModeGap {
 			return nil
@@ -498,7 +510,9 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusConflict, ingressapi.CodeConflict, err.Error())
 	case errors.Is(err, store.ErrUnknownSession), errors.Is(err, store.ErrSessionStopped):
 		writeError(w, http.StatusServiceUnavailable, ingressapi.CodeUnavailable, err.Error())
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// Never an implicit 200 for work that did not happen.
+		writeError(w, http.StatusServiceUnavailable, ingressapi.CodeUnavailable, "not done: the request ended before it completed ("+err.Error()+"); retry")
 	default:
 		s.cfg.Log.Error("ingress: internal error", "error", err)
 		writeError(w, http.StatusInternalServerError, ingressapi.CodeInternal, err.Error())

@@ -29,11 +29,14 @@ type Config struct {
 	// kernel: placement's rlimit mode passes them (placement.Placer.KernelArgs).
 	RlimitAS    int64
 	RlimitNproc int64
+	// Sandbox is taken away from the child before exec (--deny, --ro, --rw, --uid, --gid).
+	Sandbox Sandbox
 }
 
 // ParseArgs parses the kernel's arguments (without the program name).
 func ParseArgs(args []string) (Config, error) {
 	cfg := Config{ProtocolFD: -1, GoAheadFD: -1}
+	uid, gid := -1, -1
 	fs := flag.NewFlagSet("klbr-kernel", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.IntVar(&cfg.ProtocolFD, "protocol-fd", -1, "inherited fd of the protocol socket; the child gets it as fd 3")
@@ -41,6 +44,28 @@ func ParseArgs(args []string) (Config, error) {
 	fs.DurationVar(&cfg.Deadline, "deadline", 0, "kill the tree this long after the child started (0: never)")
 	fs.Int64Var(&cfg.RlimitAS, "rlimit-as", 0, "RLIMIT_AS (bytes) for the child (0: none)")
 	fs.Int64Var(&cfg.RlimitNproc, "rlimit-nproc", 0, "RLIMIT_NPROC for the child (0: none)")
+	path := func(dst *[]string) func(string) error {
+		return func(s string) error {
+			if !strings.HasPrefix(s, "/") {
+				return fmt.Errorf("%q is not an absolute path", s)
+			}
+			*dst = append(*dst, s)
+			return nil
+		}
+	}
+	fs.Func("deny", "the child may not reach anything beneath this path (repeatable; Landlock)", path(&cfg.Sandbox.Deny))
+	fs.Func("ro", "the child may read beneath this path although it is beneath a denied one (repeatable)", path(&cfg.Sandbox.ReadOnly))
+	fs.Func("rw", "the child may write beneath this path (repeatable)", path(&cfg.Sandbox.ReadWrite))
+	fs.IntVar(&uid, "uid", -1, "run the child as this uid, without capabilities (root only)")
+	fs.IntVar(&gid, "gid", -1, "run the child with this gid and no supplementary groups (root only)")
+	fs.Func("tmp", "the child's TMPDIR, writable", func(s string) error {
+		if !strings.HasPrefix(s, "/") {
+			return fmt.Errorf("%q is not an absolute path", s)
+		}
+		cfg.Sandbox.TempDir = s
+		return nil
+	})
+	fs.BoolVar(&cfg.Sandbox.DropCaps, "drop-caps", false, "run the child without any capability, even as root")
 	fs.Func("keep-env", "pass this environment variable through as well (repeatable)", func(s string) error {
 		if s == "" || strings.ContainsAny(s, "=\x00") {
 			return fmt.Errorf("invalid variable name %q", s)
@@ -72,6 +97,12 @@ func ParseArgs(args []string) (Config, error) {
 	}
 	if cfg.RlimitAS < 0 || cfg.RlimitNproc < 0 {
 		return Config{}, errors.New("usage: negative --rlimit-as or --rlimit-nproc")
+	}
+	if (uid < 0) != (gid < 0) {
+		return Config{}, errors.New("usage: --uid and --gid go together")
+	}
+	if uid >= 0 {
+		cfg.Sandbox.DropUser, cfg.Sandbox.UID, cfg.Sandbox.GID = true, uid, gid
 	}
 	if cfg.Deadline < 0 {
 		return Config{}, fmt.Errorf("usage: --deadline %s: negative", cfg.Deadline)

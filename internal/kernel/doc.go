@@ -4,7 +4,9 @@
 // # Contract
 //
 //	klbr-kernel [--protocol-fd N] [--go-ahead-fd M] [--deadline DURATION] [--keep-env NAME]...
-//	            [--rlimit-as BYTES] [--rlimit-nproc N] -- ARGV...
+//	            [--rlimit-as BYTES] [--rlimit-nproc N]
+//	            [--deny PATH]... [--ro PATH]... [--rw PATH]... [--tmp DIR]
+//	            [--uid UID --gid GID] [--drop-caps] -- ARGV...
 //
 // What it does, in order:
 //
@@ -48,6 +50,13 @@
 //     kernel binary itself in a one-shot helper mode that sets the limits and execs ARGV, so
 //     they are in force from the child's first instruction; pid, process group, fds and
 //     environment are the same.
+//     With any of --deny, --ro, --rw, --tmp, --uid/--gid or --drop-caps ([Sandbox]) the
+//     same helper, before it execs ARGV, sets no_new_privs, restricts itself with Landlock
+//     (nothing beneath a --deny path but the --ro/--rw exceptions; read everywhere else;
+//     write only beneath --rw paths, /dev and --tmp, which also becomes TMPDIR; no signals
+//     or abstract sockets outside the sandbox), then drops the capabilities or the uid. The
+//     kernel itself keeps all of it: it must still kill its tree. Where the running kernel
+//     has no Landlock, the helper says so on stderr and goes on with the rest.
 //  8. Exit status: the child's exit code; 128+N if the child was killed by signal N; 124 if
 //     the deadline fired; 125 if the kernel itself failed (bad usage, not placed); 126 if
 //     ARGV could not be executed; 127 if it was not found.

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -185,10 +187,14 @@ func (k *kernel) waitGoAhead(fd int, sigs <-chan os.Signal) (code int, ok bool) 
 // start starts the child in its own process group.
 func (k *kernel) start(cfg Config) (cmd *exec.Cmd, code int, ok bool) {
 	cmd = exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
-	if cmd.Err == nil && (cfg.RlimitAS > 0 || cfg.RlimitNproc > 0) {
+	if cmd.Err == nil && cfg.needsHelper() {
 		cmd = limitedCommand(cfg, cmd.Path)
 	}
 	cmd.Env = FilterEnv(os.Environ(), cfg.KeepEnv)
+	if cfg.Sandbox.TempDir != "" {
+		cmd.Env = append(slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "TMPDIR=") }),
+			"TMPDIR="+cfg.Sandbox.TempDir)
+	}
 	cmd.Stdin = nil // the null device
 	cmd.Stdout = os.Stdout
 	cmd.Stderr = os.Stderr

@@ -19,6 +19,8 @@ import (
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/history"
+	"github.com/klbr-dev/klbr/internal/httpguard"
+	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/unixsock"
@@ -44,6 +46,9 @@ type Workbench interface {
 	Reset(ctx context.Context, session, reason string) error
 }
 
+// commitTimeout bounds a commit once the request has been read.
+const commitTimeout = 30 * time.Second
+
 // Server serves the operator API.
 type Server struct {
 	store    *store.Store
@@ -60,6 +65,14 @@ type Server struct {
 	browser    func() string   // the browser URL with the token; nil until set
 	log        *slog.Logger
 	uid        uint32
+	classify   func(pid int) string // placement.WorkerOf: a worker is not the operator
+
+	// Limits are the control socket's timeouts and connection bound. It is a listener of
+	// its own: a flood on the TCP port does not reach it.
+	Limits httpguard.Limits
+	// FollowLag is how long a tail --follow may leave a page unread before it is cut;
+	// 0 means DefaultFollowLag.
+	FollowLag time.Duration
 }
 
 // WithBrowser sets where the browser UI is, for `klbr-core open`; call it
@@ -79,7 +92,7 @@ func (s *Server) handleBrowser(w http.ResponseWriter, _ *http.Request) {
 
 // New returns a Server.
 func New(st *store.Store, admit *admission.Admitter, sessions *session.Manager, daemon Daemon, log *slog.Logger) *Server {
-	return &Server{store: st, admit: admit, sessions: sessions, daemon: daemon, log: log, uid: uint32(os.Getuid()),
+	return &Server{store: st, admit: admit, sessions: sessions, daemon: daemon, log: log, uid: uint32(os.Getuid()), classify: placement.WorkerOf,
 		benchErr: errors.New("no workbench is configured")}
 }
 
@@ -92,12 +105,11 @@ func (s *Server) WithWorkbench(b Workbench, err error) *Server {
 // HTTPServer returns an http.Server for the control socket, recording each
 // connection's peer credentials.
 func (s *Server) HTTPServer() *http.Server {
-	return &http.Server{
-		Handler:           s.Handler(),
-		ConnContext:       unixsock.ConnContext,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
+	return httpguard.Apply(&http.Server{
+		Handler:     s.Handler(),
+		ConnContext: unixsock.ConnContextClassified(s.classify),
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}, s.Limits)
 }
 
 // Handler routes the API, behind the peer check.
@@ -128,13 +140,19 @@ func (s *Server) Handler() http.Handler {
 	return s.checkPeer(mux)
 }
 
-// checkPeer admits only the daemon's own uid and root.
+// checkPeer admits only the daemon's own uid and root, and neither when the peer is a
+// klbr worker or a descendant of one: a cell is not the operator.
 func (s *Server) checkPeer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cred, ok := unixsock.FromContext(r.Context())
 		if !ok || (cred.UID != s.uid && cred.UID != 0) {
 			s.log.Warn("operator API: refused peer", "peer_uid", cred.UID, "peer_pid", cred.PID, "known", ok, "path", r.URL.Path)
 			writeError(w, http.StatusForbidden, api.CodeForbidden, "the operator API serves only the daemon's user and root")
+			return
+		}
+		if cred.Worker != "" {
+			s.log.Warn("operator API: refused a worker", "peer_pid", cred.PID, "why", cred.Worker, "path", r.URL.Path)
+			writeError(w, http.StatusForbidden, api.CodeForbidden, "the operator API does not serve klbr workers or their descendants (the peer is "+cred.Worker+"): a cell has no operator authority")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -178,7 +196,12 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 	if req.OccurredAt != nil {
 		in.OccurredAt = *req.OccurredAt
 	}
-	got, err := s.admit.Admit(r.Context(), admission.DoorOperatorAPI, in)
+	// The commit does not depend on the client's socket: a client that half-closes after
+	// a complete request (Go's server then cancels r.Context) still gets its input stored
+	// and an answer with its id, never an empty 200.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), commitTimeout)
+	defer cancel()
+	got, err := s.admit.Admit(ctx, admission.DoorOperatorAPI, in)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -223,11 +246,24 @@ func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
 	s.follow(w, r, id, since)
 }
 
+// Bounds of a follower: a page holds at most followPage records, and a client must take
+// each page within FollowLag (Server.FollowLag), or it is cut: a tail --follow that stops
+// reading holds one page, for a bounded time.
+const (
+	followPage       = 64
+	DefaultFollowLag = 30 * time.Second
+)
+
 // follow streams records as JSON lines, from since on, until the client
-// leaves or the daemon shuts down.
+// leaves, falls FollowLag behind, or the daemon shuts down.
 func (s *Server) follow(w http.ResponseWriter, r *http.Request, id string, since int64) {
 	wake, cancel := s.store.Watch(id) // before the first read, so no commit is missed
 	defer cancel()
+	lag := s.FollowLag
+	if lag <= 0 {
+		lag = DefaultFollowLag
+	}
+	rc := http.NewResponseController(w)
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
@@ -237,21 +273,25 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, id string, since
 	enc := json.NewEncoder(w)
 	for {
 		for {
-			recs, err := s.store.Records(r.Context(), id, since, store.MaxRecordsPage)
+			recs, err := s.store.Records(r.Context(), id, since, followPage)
 			if err != nil {
 				s.log.Warn("operator API: follow", "session", id, "error", err)
 				return
 			}
+			rc.SetWriteDeadline(time.Now().Add(lag))
 			for _, rec := range recs {
 				if err := enc.Encode(rec); err != nil {
+					s.log.Warn("operator API: follow cut: the client does not read", "session", id, "lag", lag, "error", err)
 					return
 				}
 				since = rec.Seq
 			}
-			if flusher != nil {
-				flusher.Flush()
+			if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+				s.log.Warn("operator API: follow cut: the client does not read", "session", id, "lag", lag, "error", err)
+				return
 			}
-			if len(recs) < store.MaxRecordsPage {
+			rc.SetWriteDeadline(time.Time{})
+			if len(recs) < followPage {
 				break
 			}
 		}
@@ -387,8 +427,10 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	case errors.Is(err, session.ErrDraining), errors.Is(err, session.ErrStopped),
 		errors.Is(err, store.ErrIllegalTransition), errors.Is(err, store.ErrStaleState):
 		writeError(w, http.StatusConflict, api.CodeConflict, err.Error())
-	case errors.Is(err, context.Canceled):
-		// The client left; nobody reads an answer.
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// Never an implicit 200: a request whose work did not happen says so, whatever the
+		// client did with its socket.
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "not done: the request ended before it completed ("+err.Error()+"); nothing was committed by it, retry with the same source key")
 	default:
 		s.log.Error("operator API: internal error", "error", err)
 		writeError(w, http.StatusInternalServerError, api.CodeInternal, err.Error())

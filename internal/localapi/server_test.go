@@ -23,6 +23,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/admission"
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/citest"
+	"github.com/klbr-dev/klbr/internal/httpguard"
 	"github.com/klbr-dev/klbr/internal/localclient"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -93,7 +94,9 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-func start(t *testing.T) *harness {
+func start(t *testing.T) *harness { t.Helper(); return startWith(t, httpguard.Limits{}) }
+
+func startWith(t *testing.T, limits httpguard.Limits) *harness {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "klbr-api-") // short: socket paths are limited to 108 bytes
 	if err != nil {
@@ -112,7 +115,9 @@ func start(t *testing.T) *harness {
 	h.admit = admission.New(h.st, h.sessions, nil, nil)
 	h.daemon = &fakeDaemon{st: h.st, closing: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(h.logs, nil))
-	srv := New(h.st, h.admit, h.sessions, h.daemon, log).HTTPServer()
+	api := New(h.st, h.admit, h.sessions, h.daemon, log)
+	api.Limits = limits
+	srv := api.HTTPServer()
 	l, err := unixsock.Listen(h.sock, 0o600)
 	if err != nil {
 		t.Fatal(err)

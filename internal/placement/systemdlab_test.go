@@ -165,6 +165,10 @@ time.sleep(1000)
 		}
 	})
 
+	t.Run("a worker that leaves its cgroup and kills its kernel is still contained (20 tries)", func(t *testing.T) {
+		escapeTrials(t, p, os.Getenv(labKernelEnv), 20)
+	})
+
 	t.Run("klbr-kernel placed before the go-ahead; its tree dies with it", func(t *testing.T) {
 		kernel := os.Getenv(labKernelEnv)
 		goR, goW, err := os.Pipe()

@@ -256,6 +256,28 @@ func TestUnitsInLab(t *testing.T) {
 		}
 		t.Logf("%s: %v", m[1], p)
 
+		// Under the shipped unit (its seccomp filter, an empty bounding set) the cell still
+		// runs under Landlock: the data directory is out of its reach, and so is the
+		// operator API.
+		probe := l.cli("exec", "default", `
+import os, socket
+for name, f in [("token", lambda: open("`+dataDir+`/operator-token").read()),
+                ("db", lambda: open("`+dataDir+`/runtime.sqlite", "rb").read(16))]:
+    try:
+        f(); print(name, "ok")
+    except OSError as e:
+        print(name, type(e).__name__)
+s = socket.socket(socket.AF_UNIX)
+s.connect("/run/klbr/control.sock")
+s.sendall(b"GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+print("control", s.recv(64).split(b"\r\n")[0].decode())
+`)
+		for _, want := range []string{"token PermissionError", "db PermissionError", "control HTTP/1.1 403 Forbidden"} {
+			if !strings.Contains(probe, want) {
+				t.Errorf("a cell under the shipped unit: %q lacks %q", probe, want)
+			}
+		}
+
 		mainPID := l.show("klbr-core.service", "MainPID")["MainPID"]
 		// A fork bomb is bounded by TasksMax.
 		n := l.cli("exec", "default", forkBomb)

@@ -42,6 +42,9 @@ type Cred struct {
 	PID int32
 	UID uint32
 	GID uint32
+	// Worker, when set, says why the peer is a klbr worker or a descendant of one (see
+	// ConnContextClassified); such a peer holds no operator or ingress authority.
+	Worker string
 }
 
 type credKey struct{}
@@ -49,7 +52,7 @@ type credKey struct{}
 // ConnContext is an http.Server ConnContext that records the peer's
 // credentials of Unix connections in the request context.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
-	uc, ok := c.(*net.UnixConn)
+	uc, ok := unwrap(c).(*net.UnixConn)
 	if !ok {
 		return ctx
 	}
@@ -58,6 +61,59 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 		return ctx
 	}
 	return context.WithValue(ctx, credKey{}, cred)
+}
+
+// ConnContextClassified is ConnContext that also asks classify (placement.WorkerOf)
+// whether the peer is a worker. The peer is named by a pidfd (SO_PEERPIDFD, Linux 6.5),
+// checked alive after classify has looked at /proc/<pid>: a peer that exited in between,
+// whose pid might now be someone else's, counts as a worker (refused), not as whoever
+// holds the pid now.
+func ConnContextClassified(classify func(pid int) string) func(context.Context, net.Conn) context.Context {
+	return func(ctx context.Context, c net.Conn) context.Context {
+		uc, ok := unwrap(c).(*net.UnixConn)
+		if !ok {
+			return ctx
+		}
+		cred, err := PeerCred(uc)
+		if err != nil {
+			return ctx
+		}
+		pidfd := peerPidfd(uc)
+		cred.Worker = classify(int(cred.PID))
+		if pidfd >= 0 {
+			if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err == unix.ESRCH && cred.Worker == "" {
+				cred.Worker = "exited before it could be told apart from a worker"
+			}
+			unix.Close(pidfd)
+		}
+		return context.WithValue(ctx, credKey{}, cred)
+	}
+}
+
+// peerPidfd returns a pidfd of the peer, or -1 where the kernel has no SO_PEERPIDFD.
+func peerPidfd(c *net.UnixConn) int {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	raw.Control(func(s uintptr) {
+		if v, err := unix.GetsockoptInt(int(s), unix.SOL_SOCKET, unix.SO_PEERPIDFD); err == nil {
+			fd = v
+		}
+	})
+	return fd
+}
+
+// unwrap returns the connection beneath wrappers such as LimitListener's.
+func unwrap(c net.Conn) net.Conn {
+	for {
+		u, ok := c.(interface{ Unwrap() net.Conn })
+		if !ok {
+			return c
+		}
+		c = u.Unwrap()
+	}
 }
 
 // FromContext returns the peer recorded by ConnContext.

@@ -280,6 +280,21 @@ func (c *client) readFailed(err error) {
 func (c *client) stream(ctx context.Context, id string, cursor int64, tail int) {
 	wake, cancel := c.b.Store.Watch(id) // before the first read: no commit is missed
 	defer cancel()
+	if cursor > 0 {
+		// A cursor past the last record (a restored or another data directory) would
+		// otherwise see nothing until new records pass it: say so and send a fresh snapshot.
+		last, _, err := c.b.Store.TailCursor(ctx, id, 0)
+		if err == nil && cursor > last {
+			msg := fmt.Sprintf("cursor %d is past the last record (%d) of session %s: here is a fresh snapshot", cursor, last, id)
+			if !c.send(errorMsg{Type: MsgError, Code: CodeCursorPastEnd, Message: msg}) {
+				return
+			}
+			cursor = 0
+			if tail == 0 {
+				tail = SnapshotTail
+			}
+		}
+	}
 	if cursor == 0 && tail > 0 {
 		// A bounded snapshot: the last tail records, and how many precede them.
 		from, earlier, err := c.b.Store.TailCursor(ctx, id, tail)
@@ -296,14 +311,16 @@ func (c *client) stream(ctx context.Context, id string, cursor int64, tail int) 
 	// open: the client has not yet had a records message with more=false
 	// since it connected or since a message that said more would follow.
 	open := true
+	page := replayFirstPage
 	for {
 		for {
-			// Flow control: at most a few pages in flight, so a replay
-			// holds little memory; a client that stops reading is dropped.
-			if !c.waitRoom(ctx, 4) {
+			// Flow control: at most one message in flight during a replay, and pages
+			// sized by bytes, so a replay holds about replayBytes however large the
+			// records; a client that stops reading is dropped.
+			if !c.waitRoom(ctx, replayInFlight) {
 				return
 			}
-			recs, err := c.b.Store.Records(ctx, id, cursor, ReplayPage)
+			recs, err := c.b.Store.Records(ctx, id, cursor, page)
 			if err != nil {
 				if ctx.Err() == nil {
 					c.b.log.Warn("browser: read records", "session", id, "error", err)
@@ -311,7 +328,8 @@ func (c *client) stream(ctx context.Context, id string, cursor int64, tail int) 
 				}
 				return
 			}
-			more := len(recs) == ReplayPage
+			more := len(recs) == page
+			page = nextPage(recs)
 			if len(recs) == 0 && open {
 				// The replay is over: an empty page says so (also after a
 				// page that was full to the last record).
@@ -321,7 +339,7 @@ func (c *client) stream(ctx context.Context, id string, cursor int64, tail int) 
 			}
 			for chunk := range chunks(recs) {
 				last := &chunk[len(chunk)-1] == &recs[len(recs)-1]
-				if !c.waitRoom(ctx, 4) || !c.send(recordsMsg{Type: MsgRecords, Records: chunk, More: more || !last}) {
+				if !c.waitRoom(ctx, replayInFlight) || !c.send(recordsMsg{Type: MsgRecords, Records: chunk, More: more || !last}) {
 					return
 				}
 				cursor = chunk[len(chunk)-1].Seq
@@ -342,6 +360,29 @@ func (c *client) stream(ctx context.Context, id string, cursor int64, tail int) 
 			return
 		}
 	}
+}
+
+// Replay memory: a page is read from the store at a time, sized so that it holds about
+// replayBytes of content (the first page is small: the records' size is not known yet),
+// and at most replayInFlight messages wait for the client beyond the one being written.
+// 50 parallel replays of 64 KiB records then stay within a few MB each
+// (BenchmarkReplayMemory, docs/performance.md).
+const (
+	replayBytes     = 1 << 20
+	replayFirstPage = 16
+	replayInFlight  = 1
+)
+
+// nextPage sizes the next replay page from the last one's records.
+func nextPage(recs []store.Record) int {
+	size := 0
+	for _, r := range recs {
+		size += len(r.Content) + 256
+	}
+	if len(recs) == 0 || size == 0 {
+		return ReplayPage
+	}
+	return max(1, min(ReplayPage, len(recs)*replayBytes/size))
 }
 
 // MaxMessageBytes bounds the records content in one records message (one

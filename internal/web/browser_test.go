@@ -235,8 +235,10 @@ func TestReplayFromCursor(t *testing.T) {
 
 	c := h.hello(t, cursor)
 	got, msgs := collect(t, c)
-	if msgs != 3 {
-		t.Errorf("%d records messages, want 3 (500, 500, 134)", msgs)
+	if msgs != 4 {
+		// The first page is small (the records' size is not known yet), then pages of
+		// ReplayPage small records.
+		t.Errorf("%d records messages, want 4 (%d, 500, 500, %d)", msgs, replayFirstPage, 1134-replayFirstPage-1000)
 	}
 	if len(got) != len(want) {
 		t.Fatalf("replayed %d records, want %d", len(got), len(want))
@@ -635,4 +637,46 @@ func TestTailSnapshot(t *testing.T) {
 	if got, _ := collect(t, c3); len(got) != len(all)-100 {
 		t.Fatalf("a reconnect: %d records, want %d", len(got), len(all)-100)
 	}
+}
+
+// TestCursorPastTheEnd: a hello whose cursor is past the last record gets an error that
+// says so and a fresh snapshot, not silence.
+func TestCursorPastTheEnd(t *testing.T) {
+	h := start(t)
+	h.admitN(t, 5, "p", 0)
+	c := h.hello(t, 1_000_000)
+	m, err := tryRead(c, 5*time.Second)
+	if err != nil {
+		t.Fatalf("a cursor past the end got nothing: %v", err)
+	}
+	if m.Type != MsgError || !strings.Contains(m.Message, "past the last record") {
+		t.Fatalf("first message %+v, want an error about the cursor", m)
+	}
+	got, _ := collect(t, c)
+	if len(got) != 5 {
+		t.Fatalf("snapshot after the error: %d records, want 5", len(got))
+	}
+}
+
+// TestForeignHostIsRefused: every endpoint of the HTTP listener, /metrics and /healthz
+// included, refuses a Host that is not a loopback name (DNS rebinding).
+func TestForeignHostIsRefused(t *testing.T) {
+	h := start(t)
+	for _, path := range []string{"/metrics", "/healthz", "/", "/v2/ws"} {
+		req, _ := http.NewRequest("GET", h.http.URL+path, nil)
+		req.Host = "rebound.example:8765"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMisdirectedRequest {
+			t.Errorf("%s with a foreign Host: %d, want 421", path, resp.StatusCode)
+		}
+	}
+	resp, err := http.Get(h.http.URL + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/healthz on 127.0.0.1: %v %v", resp, err)
+	}
+	resp.Body.Close()
 }

@@ -37,6 +37,10 @@ const (
 	MsgEditSoul     = "edit_soul"     // {"type":"edit_soul","text":T,"expected_epoch":E}: a prompt-only activation
 )
 
+// CodeCursorPastEnd is the error code of a hello whose cursor is past the session's last
+// record; a fresh snapshot follows it.
+const CodeCursorPastEnd = "cursor_past_end"
+
 // Server → client message types.
 const (
 	MsgRecords   = "records"   // {"type":"records","records":[...],"more":bool}
@@ -56,6 +60,9 @@ const (
 	MaxClientFrame = 2*admission.MaxBodyBytes + 1024
 	// ReplayPage bounds the records in one records message.
 	ReplayPage = 500
+	// SnapshotTail is the snapshot a hello whose cursor is past the end gets when it
+	// asked for no tail (the page asks for the same on a fresh load).
+	SnapshotTail = 2000
 	// MaxTail bounds a hello's tail.
 	MaxTail = 1 << 20
 	// SendQueue bounds the messages queued for one client; a client that

@@ -7,7 +7,8 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"time"
+
+	"github.com/klbr-dev/klbr/internal/httpguard"
 )
 
 // Health reports whether the daemon is serving or draining.
@@ -21,6 +22,9 @@ type Server struct {
 	metrics http.Handler
 	log     *slog.Logger
 	browser *browser // nil until WithBrowser: / then serves a placeholder
+	// Limits are the listener's timeouts and connection bound (the daemon wraps the
+	// listener with Limits.Conns()).
+	Limits httpguard.Limits
 }
 
 // New returns the HTTP server's handler set. Without WithBrowser it serves
@@ -31,16 +35,19 @@ func New(health Health, metrics http.Handler, log *slog.Logger) *Server {
 
 // HTTPServer returns the http.Server for the loopback listener.
 func (s *Server) HTTPServer() *http.Server {
-	return &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
+	return httpguard.Apply(&http.Server{
+		Handler:  s.Handler(),
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}, s.Limits)
 }
 
 // Handler routes the listener. /healthz and /metrics are open; everything
 // else needs the operator token (see WithBrowser).
 func (s *Server) Handler() http.Handler {
+	return httpguard.RequireLoopbackHost(s.routes())
+}
+
+func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.handleHealth)
 	mux.Handle("GET /metrics", s.metrics)

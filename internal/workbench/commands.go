@@ -119,7 +119,7 @@ func (c *commands) run(ctx context.Context, raw json.RawMessage) (json.RawMessag
 	}
 	c.b.commands++
 	res, err := worker.RunCommand(ctx, worker.CommandSpec{
-		Kernel: c.m.cfg.Kernel, Placer: c.m.cfg.Placer, Limits: c.m.cfg.Limits,
+		Kernel: c.m.cfg.Kernel, Placer: c.m.cfg.Placer, Limits: c.m.cfg.Limits, Sandbox: c.m.cfg.Sandbox,
 		Session: c.session, Seq: c.b.commands, Argv: a.Argv, Dir: dir, Env: a.Env,
 		Timeout: timeout, MaxOutput: MaxRunOutput,
 	})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -34,8 +35,13 @@ type Config struct {
 	Workspace   string
 	Placer      placement.Placer
 	Limits      placement.Limits
-	Artifacts   *artifacts.Store
-	Log         *slog.Logger
+	// Sandbox is what every worker and command of the workbench runs without (see
+	// kernel.Sandbox): the daemon hides its data directory and, as root, drops the uid.
+	Sandbox kernel.Sandbox
+	// SandboxSummary says what Sandbox enforces here (status, doctor).
+	SandboxSummary string
+	Artifacts      *artifacts.Store
+	Log            *slog.Logger
 	// Observe, if set, is told of worker starts and resets (for metrics).
 	Observe func(event string)
 }
@@ -307,7 +313,7 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 	w, err := worker.Start(ctx, worker.Spec{
 		Role: worker.RoleWorkbench, Session: sessionID, Generation: gen,
 		Kernel: m.cfg.Kernel, Python: m.cfg.Python, RuntimeSrc: m.cfg.RuntimeSrc, Workspace: m.cfg.Workspace,
-		Placer: m.cfg.Placer, Limits: m.cfg.Limits, Artifacts: m.cfg.Artifacts,
+		Placer: m.cfg.Placer, Limits: m.cfg.Limits, Sandbox: m.cfg.Sandbox, Artifacts: m.cfg.Artifacts,
 		Skills: skillsRev, Env: env, Log: m.cfg.Log,
 	})
 	if err != nil {

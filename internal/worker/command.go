@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/placement"
 )
 
@@ -20,6 +21,7 @@ type CommandSpec struct {
 	Kernel    string
 	Placer    placement.Placer
 	Limits    placement.Limits
+	Sandbox   kernel.Sandbox // as Spec.Sandbox
 	Session   string
 	Seq       int64 // distinguishes this command's scope
 	Argv      []string
@@ -76,6 +78,7 @@ func RunCommand(ctx context.Context, s CommandSpec) (CommandResult, error) {
 	if s.Placer != nil {
 		args = append(args, s.Placer.KernelArgs(pspec)...)
 	}
+	args = append(args, s.Sandbox.Args()...)
 	args = append(args, "--go-ahead-fd", "3")
 	if s.Timeout > 0 {
 		args = append(args, "--deadline", s.Timeout.String())

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/klbr-dev/klbr/internal/artifacts"
+	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/placement"
 )
 
@@ -62,6 +63,9 @@ type Spec struct {
 
 	Placer placement.Placer
 	Limits placement.Limits
+	// Sandbox is what klbr-kernel takes away from Python before it starts (kernel.Sandbox);
+	// the zero value takes nothing (tests).
+	Sandbox kernel.Sandbox
 
 	Artifacts      *artifacts.Store
 	PreviewBytes   int           // 0 means DefaultPreviewBytes
@@ -208,6 +212,7 @@ func (w *Worker) spawn(ctx context.Context) error {
 	if s.Placer != nil {
 		args = append(args, s.Placer.KernelArgs(pspec)...)
 	}
+	args = append(args, s.Sandbox.Args()...)
 	// -s: no user site-packages; the runtime comes from PYTHONPATH only.
 	site := "-s"
 	if s.NoSite {

@@ -1,0 +1,64 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestSendThatCannotTellPrintsTheKey: when the daemon reads the request and dies before it
+// answers (it may have committed), send says it cannot tell and names the key to retry
+// with; when nothing listens, it says nothing was stored.
+func TestSendThatCannotTellPrintsTheKey(t *testing.T) {
+	dir, err := os.MkdirTemp("", "klbr-send-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "control.sock")
+	run := func() string {
+		var out, errOut bytes.Buffer
+		env := Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut, Lookup: func(k string) (string, bool) {
+			switch k {
+			case "KLBR_CONTROL_SOCKET":
+				return sock, true
+			case "KLBR_DATA_DIR":
+				return dir, true
+			}
+			return "", false
+		}}
+		err := Run(context.Background(), []string{"send", "default", "hello", "--key", "k-42"}, env)
+		if err == nil {
+			t.Fatalf("send succeeded: %s", out.String())
+		}
+		return err.Error()
+	}
+	if msg := run(); !strings.Contains(msg, "not stored") {
+		t.Errorf("with nothing listening: %q, want it to say nothing was stored", msg)
+	}
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			http.ReadRequest(bufio.NewReader(c)) // the whole request, then death
+			c.Close()
+		}
+	}()
+	msg := run()
+	if !strings.Contains(msg, "cannot tell") || !strings.Contains(msg, "--key k-42") {
+		t.Errorf("after a request with no answer: %q, want 'cannot tell' and the key to retry with", msg)
+	}
+}
