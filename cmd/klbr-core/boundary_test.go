@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/citest"
 	"github.com/klbr-dev/klbr/internal/kernel"
 )
 
@@ -104,7 +105,7 @@ print(json.dumps(res))
 // still is served.
 func TestCellIsNotTheOperator(t *testing.T) {
 	if _, err := kernel.LandlockABI(); err != nil {
-		t.Skipf("landlock unavailable (%v): the data directory cannot be hidden here; docs/operating.md says what holds then", err)
+		citest.SkipOrFail(t, "landlock unavailable ("+err.Error()+"): the data directory cannot be hidden here; docs/operating.md says what holds then")
 	}
 	in := newInstance(t)
 	in.must("init")
@@ -199,7 +200,7 @@ line + " " + killed
 // daemon's stop (the last) must leave no sleeper alive.
 func TestContainmentEscape(t *testing.T) {
 	if _, err := kernel.LandlockABI(); err != nil {
-		t.Skipf("landlock unavailable (%v)", err)
+		citest.SkipOrFail(t, "landlock unavailable: "+err.Error())
 	}
 	in := newInstance(t)
 	in.must("init")

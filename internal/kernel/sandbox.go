@@ -186,7 +186,7 @@ func landlockRules(s Sandbox, all uint64) ([]rule, error) {
 		// checked on what they resolve to, which has its own rule or none.
 		ents, err := os.ReadDir(p)
 		if err != nil {
-			return fmt.Errorf("sandbox: read %s: %w", p, err)
+			return nil // unreadable: nothing beneath it is granted (the safe side)
 		}
 		for _, e := range ents {
 			if e.Type()&os.ModeSymlink != 0 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/citest"
 	"github.com/klbr-dev/klbr/internal/kernel"
 )
 
@@ -57,7 +58,7 @@ time.sleep(1000)
 func escapeTrials(t *testing.T, p Placer, kernelBin string, tries int) {
 	t.Helper()
 	if _, err := kernel.LandlockABI(); err != nil {
-		t.Skipf("landlock unavailable: %v", err)
+		citest.SkipOrFail(t, "landlock unavailable: "+err.Error())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -43,8 +43,14 @@ func ForWorkers(cfg *config.Config, python, runtimeSrc string) (sb kernel.Sandbo
 	if within(data, cfg.Paths.Workspace) && data != cfg.Paths.Workspace {
 		note = "the data directory lies inside the workspace: cells cannot make new entries in the directories on the way to it (Landlock grants a directory only with all beneath it); set KLBR_DATA_DIR outside " + cfg.Paths.Workspace
 	}
+	// A secret file outside the data directory is denied when it is one: a file others may
+	// read anyway (a config file in /nix/store) gains nothing by it, and cutting its
+	// directory into its entries costs a rule per entry.
 	secret := func(p string) {
-		if p != "" && filepath.IsAbs(p) && !within(p, data) {
+		if p == "" || !filepath.IsAbs(p) || within(p, data) {
+			return
+		}
+		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o004 == 0 {
 			sb.Deny = append(sb.Deny, p)
 		}
 	}

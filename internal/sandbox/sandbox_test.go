@@ -13,19 +13,31 @@ import (
 // it names are denied; the runtime, releases and skills are the read-only exceptions; the
 // workspace and drafts are writable.
 func TestWorkerSandboxHidesSecrets(t *testing.T) {
-	data := t.TempDir()
+	data, etc := t.TempDir(), t.TempDir()
+	file := func(name string, mode os.FileMode) string {
+		p := filepath.Join(etc, name)
+		if err := os.WriteFile(p, []byte("x"), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	conf, key, token := file("klbr.toml", 0o600), file("openai", 0o400), file("discord-token", 0o600)
+	public := file("public.toml", 0o644) // readable by everyone anyway (a config in /nix/store)
 	cfg := &config.Config{
-		Paths: config.Paths{DataDir: data, Workspace: "/srv/ws", ConfigFile: "/etc/klbr/klbr.toml"},
+		Paths: config.Paths{DataDir: data, Workspace: "/srv/ws", ConfigFile: conf},
 		File: config.File{
-			Routes:  map[string]config.Route{"main": {APIKeyFile: "/run/credentials/klbr/openai"}},
-			Discord: config.Discord{TokenFile: "/run/credentials/klbr/discord-token"},
+			Routes:  map[string]config.Route{"main": {APIKeyFile: key}, "other": {APIKeyFile: public}},
+			Discord: config.Discord{TokenFile: token},
 		},
 	}
 	sb, _ := ForWorkers(cfg, "/usr/bin/python3", filepath.Join(data, "runtime", "abc", "src"))
-	for _, p := range []string{data, "/etc/klbr/klbr.toml", "/run/credentials/klbr/openai", "/run/credentials/klbr/discord-token"} {
+	for _, p := range []string{data, conf, key, token} {
 		if !slices.Contains(sb.Deny, p) {
 			t.Errorf("Deny %v lacks %s", sb.Deny, p)
 		}
+	}
+	if slices.Contains(sb.Deny, public) {
+		t.Errorf("Deny holds a file everyone can read: %s", public)
 	}
 	for _, p := range []string{filepath.Join(data, "runtime"), filepath.Join(data, "releases"), filepath.Join(data, "skills")} {
 		if !slices.Contains(sb.ReadOnly, p) {
