@@ -146,7 +146,7 @@ func (n *notifySocket) await(t *testing.T, what string, match func(string) bool)
 }
 
 // shortDir is a temporary directory with a path short enough for Unix sockets.
-func shortDir(t *testing.T) string {
+func shortDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "klbr-sd-")
 	if err != nil {
@@ -181,7 +181,7 @@ func (c *child) wait(t *testing.T) error {
 
 // startChild starts TestDaemonChild with socks as its descriptors 3… and env (a later value
 // of a variable wins).
-func startChild(t *testing.T, socks []socket, env ...string) *child {
+func startChild(t testing.TB, socks []socket, env ...string) *child {
 	t.Helper()
 	return startChildWith(t, exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, os.Args[0], "-test.run=^TestDaemonChild$", "-test.count=1"), socks, env...)
 }
@@ -191,7 +191,7 @@ func startChild(t *testing.T, socks []socket, env ...string) *child {
 // so its workers are placed with rlimits. Daemons in cgroup mode name their cgroups after
 // session and generation beside their own: two on one machine (another package's tests)
 // would take each other's.
-func startChildWithoutCgroups(t *testing.T, socks []socket, env ...string) *child {
+func startChildWithoutCgroups(t testing.TB, socks []socket, env ...string) *child {
 	t.Helper()
 	if _, err := exec.LookPath("unshare"); err != nil || os.Geteuid() != 0 {
 		return startChild(t, socks, env...) // no cgroup mode for this user anyway
@@ -201,7 +201,7 @@ func startChildWithoutCgroups(t *testing.T, socks []socket, env ...string) *chil
 		socks, env...)
 }
 
-func startChildWith(t *testing.T, cmd *exec.Cmd, socks []socket, env ...string) *child {
+func startChildWith(t testing.TB, cmd *exec.Cmd, socks []socket, env ...string) *child {
 	t.Helper()
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), childEnv + "=1", "GORACE=atexit_sleep_ms=0"}
 	if len(socks) > 0 {
@@ -229,7 +229,7 @@ func startChildWith(t *testing.T, cmd *exec.Cmd, socks []socket, env ...string) 
 }
 
 // instance is a data directory and the environment of a daemon serving it.
-func instance(t *testing.T) (dir string, env []string) {
+func instance(t testing.TB) (dir string, env []string) {
 	t.Helper()
 	root := shortDir(t)
 	dir = filepath.Join(root, "data")

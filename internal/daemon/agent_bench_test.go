@@ -5,15 +5,20 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/admission"
+	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/localclient"
+	"github.com/klbr-dev/klbr/internal/modeltest"
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/setup"
@@ -295,4 +300,94 @@ func BenchmarkTurnLoopHistory(b *testing.B) {
 		b.ReportMetric(per[n], fmt.Sprintf("host_ms/step@%d", n))
 	}
 	b.ReportMetric(per[sizes[len(sizes)-1]]/per[sizes[0]], "largest/smallest")
+}
+
+// BenchmarkCoreRSSWithHistory starts a real klbr-core over a data directory
+// with 10 k and 1 M items of (compacted) history, lets the agent take 20
+// steps, and reports the daemon's resident memory, side by side: what the
+// daemon holds must not grow with the history. HISTORY_BENCH_MAX caps the
+// sizes.
+func BenchmarkCoreRSSWithHistory(b *testing.B) {
+	if os.Getenv(childEnv) != "" {
+		b.Skip("in the child")
+	}
+	if _, err := exec.LookPath("python3"); err != nil {
+		b.Skip("python3 is missing")
+	}
+	sizes := []int{10_000, 1_000_000}
+	if v := os.Getenv("HISTORY_BENCH_MAX"); v != "" {
+		var limit int
+		fmt.Sscan(v, &limit)
+		sizes = slices.DeleteFunc(sizes, func(n int) bool { return n > limit })
+	}
+	model := modeltest.New()
+	defer model.Close()
+	var steps atomic.Int64
+	model.Otherwise(func(int) modeltest.Reply {
+		if steps.Add(1)%21 == 0 {
+			return modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(None)"}}}
+		}
+		return modeltest.Reply{Calls: []modeltest.Call{{Code: "print('step')"}}}
+	})
+	rss := map[int]float64{}
+	for i := 0; i < b.N; i++ {
+		for _, n := range sizes {
+			data, env := instance(b)
+			st, err := store.Open(b.Context(), data, store.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := st.Write(b.Context(), func(tx *store.Tx) error { _, err := tx.EnsureSession("default"); return err }); err != nil {
+				b.Fatal(err)
+			}
+			seedHistory(b, st, "default", n)
+			st.Close()
+			conf := filepath.Join(data, "klbr.toml")
+			toml := fmt.Sprintf("[agent]\nroute = \"main\"\n[routes.main]\nurl = %q\nmodel = \"fake\"\n", model.URL())
+			if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			env = append(env, "PATH="+kernelDir(b)+":"+os.Getenv("PATH"), "KLBR_CONFIG="+conf)
+			d := startChildWithoutCgroups(b, nil, env...)
+			c := localclient.New(filepath.Join(data, "control.sock"))
+			wait := func(what string, cond func() bool) {
+				deadline := time.Now().Add(5 * time.Minute)
+				for !cond() {
+					if time.Now().After(deadline) {
+						b.Fatalf("%s:\n%s", what, d)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			wait("the daemon answers", func() bool { _, err := c.Status(b.Context()); return err == nil })
+			before := steps.Load()
+			if _, err := c.Send(b.Context(), "default", api.SendRequest{Text: "take twenty steps", SourceKey: fmt.Sprintf("rss-%d-%d", n, i)}); err != nil {
+				b.Fatal(err)
+			}
+			wait("the steps", func() bool {
+				s, err := c.Session(b.Context(), "default")
+				return err == nil && steps.Load() >= before+21 && s.State == store.StateWaiting
+			})
+			status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, line := range strings.Split(string(status), "\n") {
+				if kb, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+					var v float64
+					fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(kb), " kB"), &v)
+					rss[n] += v / 1024 / float64(b.N)
+				}
+			}
+			c.Close()
+			d.cmd.Process.Kill()
+			<-d.exited
+		}
+	}
+	for _, n := range sizes {
+		b.ReportMetric(rss[n], fmt.Sprintf("rss_MiB@%d", n))
+	}
+	if len(sizes) > 1 {
+		b.ReportMetric(rss[sizes[len(sizes)-1]]/rss[sizes[0]], "largest/smallest")
+	}
 }
