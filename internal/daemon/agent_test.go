@@ -690,6 +690,15 @@ func TestLoopGuardsEndTheAttempt(t *testing.T) {
 		if n := len(a.kinds(store.LaneNotice, "context.budget")); n != 1 || model.Count() != 0 {
 			t.Fatalf("%d context.budget notices, %d requests", n, model.Count())
 		}
+		// An honest pause: the sizes named, and nothing was compacted in vain
+		// (the one input is the current frame's, never summarized away).
+		if r := a.session().StateReason; !strings.Contains(r, "needs about") || !strings.Contains(r, "the budget is 3000") ||
+			!strings.Contains(r, "nothing more can be compacted") {
+			t.Fatalf("pause reason %q", r)
+		}
+		if n := len(a.kinds(store.LaneNotice, "context.compacted")); n != 0 {
+			t.Fatalf("%d compactions of a context that cannot shrink", n)
+		}
 		// A reset starts an empty context; start resumes, and the model
 		// sees only what came after.
 		if _, err := a.c.Reset(t.Context(), "default", "too long", false); err != nil {
