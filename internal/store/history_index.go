@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -101,21 +100,15 @@ func (t *Tx) indexSummary(id int64, session, text string, scopes []string) error
 	return nil
 }
 
-// catchUpIndex indexes the records written before the index existed (a
-// database upgraded to 0008) or before a crash: everything past the newest
-// indexed event. It returns the highest event id, all of which is indexed.
+// catchUpIndex indexes the records written since the index last looked
+// (a database upgraded to 0008, or records a stop left unindexed): the
+// events after history_index.through. It returns the new watermark.
 func catchUpIndex(ctx context.Context, db *sql.DB) (int64, error) {
-	var last, through sql.NullInt64
-	if err := db.QueryRowContext(ctx, `SELECT rowid FROM history_fts WHERE rowid > 0 ORDER BY rowid DESC LIMIT 1`).Scan(&last); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	var through int64
+	if err := db.QueryRowContext(ctx, `SELECT through FROM history_index WHERE id = 1`).Scan(&through); err != nil {
 		return 0, fmt.Errorf("history index: %w", err)
 	}
-	if err := indexEvents(ctx, db, last.Int64); err != nil {
-		return 0, err
-	}
-	if err := db.QueryRowContext(ctx, `SELECT max(id) FROM events`).Scan(&through); err != nil {
-		return 0, fmt.Errorf("history index: %w", err)
-	}
-	return through.Int64, nil
+	return indexEvents(ctx, db, through)
 }
 
 // indexBatch bounds the records one index transaction takes.
@@ -251,16 +244,22 @@ func (t *Tx) indexAfter(from int64, limit int) (through int64, n int, err error)
 		}
 		through = e.id
 	}
+	if through != from {
+		if _, err := t.exec(`UPDATE history_index SET through = ? WHERE id = 1`, through); err != nil {
+			return 0, 0, fmt.Errorf("history index: %w", err)
+		}
+	}
 	return through, len(batch), nil
 }
 
 // indexEvents indexes, on db directly (at open, before the writer runs),
-// the records after event id after, in batches.
-func indexEvents(ctx context.Context, db *sql.DB, after int64) error {
+// the records after event id after, in batches, and returns the new
+// watermark.
+func indexEvents(ctx context.Context, db *sql.DB, after int64) (int64, error) {
 	for {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		batch, err := scanIndexed(tx.QueryContext(ctx, eventsAfterQuery, after, indexBatch))
 		for _, e := range batch {
@@ -272,15 +271,18 @@ func indexEvents(ctx context.Context, db *sql.DB, after int64) error {
 			}
 			after = e.id
 		}
+		if err == nil && len(batch) > 0 {
+			_, err = tx.ExecContext(ctx, `UPDATE history_index SET through = ? WHERE id = 1`, after)
+		}
 		if err != nil {
 			tx.Rollback()
-			return fmt.Errorf("history index: %w", err)
+			return 0, fmt.Errorf("history index: %w", err)
 		}
 		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("history index: %w", err)
+			return 0, fmt.Errorf("history index: %w", err)
 		}
 		if len(batch) < indexBatch {
-			return nil
+			return after, nil
 		}
 	}
 }
@@ -292,6 +294,9 @@ func (s *Store) RebuildHistoryIndex(ctx context.Context) error {
 	defer s.indexMu.Unlock()
 	if err := s.Write(ctx, func(tx *Tx) error {
 		if _, err := tx.exec(`DELETE FROM history_fts`); err != nil {
+			return err
+		}
+		if _, err := tx.exec(`UPDATE history_index SET through = 0 WHERE id = 1`); err != nil {
 			return err
 		}
 		rows, err := tx.query(`SELECT id, session_id, text, scopes FROM summaries ORDER BY id`)

@@ -128,3 +128,10 @@ ALTER TABLE model_steps ADD COLUMN estimated_tokens INTEGER;
 CREATE INDEX session_items_by_event ON session_items(event_id);
 
 CREATE VIRTUAL TABLE history_fts USING fts5(body, meta, tokenize = 'unicode61 remove_diacritics 2');
+-- The highest event id the index has looked at (records after it are not
+-- indexed yet; notices are looked at and left out).
+CREATE TABLE history_index (
+    id      INTEGER PRIMARY KEY CHECK (id = 1),
+    through INTEGER NOT NULL
+);
+INSERT INTO history_index (id, through) VALUES (1, 0);
