@@ -363,7 +363,7 @@ type ContextStats struct {
 	Version   int64 `json:"version"`
 	Entries   int64 `json:"entries"`
 	Summaries int64 `json:"summaries"`
-	Items     int64 `json:"items"` // originals in the epoch, covered or not
+	Items     int64 `json:"items"` // originals in the epoch, covered or not (counted through the active entries: O(context), not O(history))
 }
 
 // ContextStats reads session's context stats.
@@ -372,7 +372,8 @@ func (s *Store) ContextStats(ctx context.Context, session string) (ContextStats,
 	err := s.rdb.QueryRowContext(ctx, `SELECT s.context_epoch, s.context_version,
 		(SELECT count(*) FROM context_entries x WHERE x.session_id = s.id AND x.context_epoch = s.context_epoch),
 		(SELECT count(*) FROM context_entries x WHERE x.session_id = s.id AND x.context_epoch = s.context_epoch AND x.summary_id IS NOT NULL),
-		(SELECT count(*) FROM context_items c WHERE c.session_id = s.id AND c.context_epoch = s.context_epoch)
+		(SELECT COALESCE(sum(CASE WHEN x.summary_id IS NULL THEN 1 ELSE m.items END), 0) FROM context_entries x
+			LEFT JOIN summaries m ON m.id = x.summary_id WHERE x.session_id = s.id AND x.context_epoch = s.context_epoch)
 		FROM sessions s WHERE s.id = ?`, session).Scan(&c.Epoch, &c.Version, &c.Entries, &c.Summaries, &c.Items)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, fmt.Errorf("%w: %s", ErrUnknownSession, session)
