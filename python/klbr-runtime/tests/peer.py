@@ -7,6 +7,8 @@ tests do not share bugs with the code under test.
 
 import json
 import os
+import unittest
+import shutil
 import socket
 import struct
 import subprocess
@@ -197,3 +199,29 @@ class Worker:
 def text_of(outputs, stream=None, origin=None):
     return "".join(f["data"] for f in outputs
                    if (stream is None or f["stream"] == stream) and (origin is None or f["origin"] == origin))
+
+
+class HostRequestsTest(unittest.TestCase):
+    """A real workbench runner whose host requests a test answers in order:
+    ``cell`` returns (outcome, [(op, args)]); ``value`` asserts the cell ran
+    and returns its value and the requests."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="klbr-peer-")
+        cls.worker = Worker(workspace=cls.tmp).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.worker.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def cell(self, code, answers):
+        queue = list(answers)
+        outcome, _, reqs = self.worker.execute(code, on_request=lambda f: queue.pop(0))
+        return outcome, [(r["op"], r["args"]) for r in reqs]
+
+    def value(self, code, answers):
+        outcome, reqs = self.cell(code, answers)
+        self.assertEqual(outcome["status"], "ok", outcome)
+        return outcome["value"], reqs

@@ -2,9 +2,7 @@
 host requests a cell makes, and the objects it gets back."""
 
 import os
-import shutil
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -16,27 +14,7 @@ def ok(result):
     return {"ok": True, "result": result}
 
 
-class HistoryTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="klbr-history-")
-        cls.worker = peer.Worker(workspace=cls.tmp).start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.worker.close()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def cell(self, code, answers):
-        queue = list(answers)
-        outcome, _, reqs = self.worker.execute(code, on_request=lambda f: queue.pop(0))
-        return outcome, [(r["op"], r["args"]) for r in reqs]
-
-    def value(self, code, answers):
-        outcome, reqs = self.cell(code, answers)
-        self.assertEqual(outcome["status"], "ok", outcome)
-        return outcome["value"], reqs
-
+class HistoryTest(peer.HostRequestsTest):
     def test_prelude_binds_history(self):
         v, _ = self.value("import klbr\nhistory is klbr.history", [])
         self.assertEqual(v, "True")
