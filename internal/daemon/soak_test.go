@@ -344,6 +344,8 @@ func TestSoak(t *testing.T) {
 	}
 	counts["discord messages sent"] = len(fake.Sent())
 	counts["local sends"] = len(a.kinds(store.LaneSpeech, "local.sent"))
+	counts["context compactions"] = len(a.kinds(store.LaneNotice, "context.compacted"))
+	counts["context budget pauses"] = len(a.kinds(store.LaneNotice, "context.budget"))
 	counts["model requests"] = model.Count()
 	if s := a.session(); s.State == store.StatePaused || s.State == store.StateStopped {
 		if s.StateReason == "" {
