@@ -528,6 +528,22 @@ func TestDrainNotifiesSystemd(t *testing.T) {
 		return strings.HasPrefix(m, "STATUS=serving 1 session, 1 cell running (placement: ")
 	})
 	t.Log(running[len(running)-1])
+	// The cell is counted as soon as it is asked for; signal once it runs
+	// (its kernel started and it is journaled), not while the kernel starts.
+	deadline := time.Now().Add(30 * time.Second)
+	for started := false; !started; {
+		page, err := c.Records(t.Context(), "default", 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page.Records {
+			started = started || r.Kind == "cell.started"
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cell did not start:\n%s", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	msgs := sock.await(t, "the end of the wait", func(m string) bool { return m == "STATUS=draining: stopping workers" })
 	want := []string{
@@ -540,7 +556,7 @@ func TestDrainNotifiesSystemd(t *testing.T) {
 	sock.await(t, "the last status", func(m string) bool { return m == "STATUS=draining: closing connections" })
 	r := <-done
 	if r.err != nil || r.outcome != "ok 1" {
-		t.Fatalf("the cell: %+v", r)
+		t.Fatalf("the cell: %q, error %v", r.outcome, r.err)
 	}
 	if err := d.wait(t); err != nil {
 		t.Fatalf("exit: %v\n%s", err, d)
