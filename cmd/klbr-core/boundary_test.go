@@ -266,11 +266,11 @@ func syscallKill(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) }
 // its workspace, its runtime and its drafts.
 func TestCellRunsAsAnotherUser(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("dropping workers to another uid needs root")
+		citest.SkipOrFail(t, "dropping workers to another uid needs root")
 	}
 	const py = "/usr/bin/python3"
 	if _, err := os.Stat(py); err != nil {
-		t.Skip("needs " + py + " (an interpreter outside root's home)")
+		citest.SkipOrFail(t, "needs "+py+" (an interpreter outside root's home)")
 	}
 	in := newInstance(t)
 	root := filepath.Dir(in.dir)

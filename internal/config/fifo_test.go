@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/klbr-dev/klbr/internal/citest"
 )
 
 // TestConfigFIFOIsRefused: a config path that is a FIFO is refused at once instead of
@@ -14,7 +16,7 @@ func TestConfigFIFOIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "klbr.toml")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Skipf("mkfifo: %v", err)
+		citest.SkipOrFail(t, "mkfifo: "+err.Error())
 	}
 	env := map[string]string{EnvDataDir: dir, EnvConfig: fifo, EnvWorkspace: dir}
 	done := make(chan error, 1)
