@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/secretfile"
 )
 
 // MaxTokenBytes bounds the token file.
@@ -64,17 +64,12 @@ func readToken(path string, lookup func(string) (string, bool)) (string, error) 
 		}
 		path = filepath.Join(dir, "discord-token")
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("token file: %w", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxTokenBytes+1))
+	b, err := secretfile.Read(path, MaxTokenBytes)
 	if err != nil {
 		return "", fmt.Errorf("token file %s: %w", path, err)
 	}
 	token := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(b)), "Bot "))
-	if len(b) > MaxTokenBytes || token == "" || strings.ContainsAny(token, " \n\r\t") {
+	if token == "" || strings.ContainsAny(token, " \n\r\t") {
 		return "", fmt.Errorf("token file %s does not hold one bot token", path)
 	}
 	return token, nil

@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/citest"
 	"github.com/klbr-dev/klbr/internal/discordtest"
 )
 
@@ -65,6 +67,11 @@ func TestMainReadsTheCredentialAndExitsOnABadToken(t *testing.T) {
 
 func TestMainRefusesArgumentsAndAMissingToken(t *testing.T) {
 	dir := t.TempDir()
+	// A FIFO in place of the token: refused at once, never waited on.
+	fifoDir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(fifoDir, "discord-token"), 0o600); err != nil {
+		citest.SkipOrFail(t, "mkfifo: "+err.Error())
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -74,6 +81,7 @@ func TestMainRefusesArgumentsAndAMissingToken(t *testing.T) {
 		{"arguments", []string{"--token", "x"}, nil, "takes no arguments"},
 		{"no credential", nil, map[string]string{}, "no token"},
 		{"empty credential", nil, map[string]string{"CREDENTIALS_DIRECTORY": dir}, "does not hold one bot token"},
+		{"FIFO credential", nil, map[string]string{"CREDENTIALS_DIRECTORY": fifoDir}, "not a regular file"},
 	}
 	os.WriteFile(filepath.Join(dir, "discord-token"), []byte("\n"), 0o600)
 	for _, tc := range tests {

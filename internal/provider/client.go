@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/secretfile"
 )
 
 // Bounds of a response.
@@ -37,7 +38,8 @@ type Options struct {
 	HTTPClient *http.Client
 	// LookupEnv finds api_key_env; nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
-	// ReadFile reads api_key_file; nil means os.ReadFile.
+	// ReadFile reads api_key_file; nil means secretfile.Read with
+	// MaxKeyFileBytes (a regular file only, opened without blocking).
 	ReadFile func(string) ([]byte, error)
 	// Logger; nil discards. The API key is never logged.
 	Logger *slog.Logger
@@ -137,7 +139,7 @@ func loadKey(route config.Route, opts Options) (string, error) {
 	case route.APIKeyFile != "":
 		read := opts.ReadFile
 		if read == nil {
-			read = os.ReadFile
+			read = func(p string) ([]byte, error) { return secretfile.Read(p, MaxKeyFileBytes) }
 		}
 		b, err := read(route.APIKeyFile)
 		if err != nil {
@@ -155,6 +157,9 @@ func loadKey(route config.Route, opts Options) (string, error) {
 	}
 	return "", nil
 }
+
+// MaxKeyFileBytes bounds an api_key_file.
+const MaxKeyFileBytes = 16 << 10
 
 func checkKey(v, where string) (string, error) {
 	for i := 0; i < len(v); i++ {

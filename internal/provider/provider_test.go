@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -636,6 +637,15 @@ func TestKeyNeverLeaks(t *testing.T) {
 		t.Error("key with a control character accepted")
 	} else {
 		errs = append(errs, err.Error())
+	}
+	// A FIFO named as the key file is refused at once instead of
+	// blocking start-up until something writes to it.
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err == nil {
+		r.APIKeyFile = fifo
+		if _, err := New(r, Options{}); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("FIFO key file: %v, want a not-a-regular-file error", err)
+		}
 	}
 	_, err = New(config.Route{URL: "http://x/v1", Model: "m", APIKeyEnv: "MISSING"}, Options{LookupEnv: func(string) (string, bool) { return "", false }})
 	if err == nil || !strings.Contains(err.Error(), "MISSING") {
