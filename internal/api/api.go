@@ -60,8 +60,19 @@ type Status struct {
 	Agent string `json:"agent"`
 	// Storage is set while writes fail (a full disk, an I/O error, a
 	// read-only file system): new work waits until they succeed again.
-	Storage  *store.Fault    `json:"storage,omitempty"`
+	Storage *store.Fault `json:"storage,omitempty"`
+	// Routes are the model routes of the agent's plan, with the ones
+	// resting after a transient failure (their steps go to the next route
+	// of the plan until the rest ends, then they are tried first again).
+	Routes   []RouteStatus   `json:"routes,omitempty"`
 	Sessions []SessionStatus `json:"sessions"`
+}
+
+// RouteStatus is one model route's state.
+type RouteStatus struct {
+	Name string `json:"name"`
+	// RestingSeconds is how much longer the route rests; 0 when in use.
+	RestingSeconds float64 `json:"resting_seconds"`
 }
 
 // Browser is where the running daemon's browser UI is, with the operator

@@ -51,6 +51,12 @@ func newStatus(g *globals) *cobra.Command {
 				fmt.Fprintf(g.env.Stdout, "storage: FAILING since %s: %s; new work waits, and klbr-core goes on by itself once writes succeed\n",
 					f.Since.Local().Format(time.DateTime), f.Reason)
 			}
+			for _, r := range st.Routes {
+				if r.RestingSeconds > 0 {
+					fmt.Fprintf(g.env.Stdout, "route %s: resting for %s after a transient failure; steps go to the next route of the plan, and it is tried first again after that\n",
+						r.Name, time.Duration(r.RestingSeconds*float64(time.Second)).Round(time.Second))
+				}
+			}
 			for _, n := range st.PlacementNotes {
 				fmt.Fprintf(g.env.Stdout, "  (placement skipped %s)\n", n)
 			}

@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +33,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/localapi"
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/placement"
+	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/setup"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -72,9 +75,10 @@ type daemon struct {
 	hooks    *hooks.Dispatcher // nil when cells cannot run
 	behavior *activation.Service
 	releases *behavior.Releases
-	deltas   *live.Hub  // token deltas of model steps, best-effort
-	turns    *turn.Loop // nil when the agent does not run
-	agent    string     // whether the agent runs, for status
+	deltas   *live.Hub        // token deltas of model steps, best-effort
+	turns    *turn.Loop       // nil when the agent does not run
+	routes   *provider.Router // the turns' routes; nil when the agent does not run
+	agent    string           // whether the agent runs, for status
 
 	ingress *ingress.Server // the ingress API (klbr-discord)
 
@@ -377,6 +381,12 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		st.Sandbox = d.bench.Config().SandboxSummary
 	}
 	st.Storage = d.store.Fault()
+	if d.routes != nil {
+		rest := d.routes.Resting()
+		for _, name := range slices.Sorted(maps.Keys(rest)) {
+			st.Routes = append(st.Routes, api.RouteStatus{Name: name, RestingSeconds: rest[name]})
+		}
+	}
 	for _, s := range sessions {
 		turn, err := d.store.Turn(ctx, s.ID)
 		if err != nil {

@@ -202,6 +202,15 @@ func TestFallbackRoute(t *testing.T) {
 	if n := a.kinds(store.LaneNotice, "model.error"); len(n) != 0 {
 		t.Fatalf("the fallback answered, yet: %s", n[0].Content)
 	}
+	// status lists the plan's routes with their rest (the rest itself is
+	// 50 ms here; the Router's tests prove its length).
+	st, err := a.c.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Routes) != 2 || st.Routes[0].Name != "local" || st.Routes[0].RestingSeconds != 0 || st.Routes[1].Name != "main" {
+		t.Fatalf("status routes: %+v, want local (in use) and main", st.Routes)
+	}
 	down.Store(false)
 	a.send("second")
 	a.eventually("two steps", func() bool { return len(scratchpads(a)) == 2 })

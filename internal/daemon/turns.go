@@ -67,6 +67,7 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		return nil
 	}
 	m.WatchRouter(model)
+	d.routes = model
 	m.WatchDeltas(d.deltas)
 	compactor, est, err := d.newCompactor(ctx, cfg, model, m)
 	if err != nil {
