@@ -510,6 +510,10 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusConflict, ingressapi.CodeConflict, err.Error())
 	case errors.Is(err, store.ErrUnknownSession), errors.Is(err, store.ErrSessionStopped):
 		writeError(w, http.StatusServiceUnavailable, ingressapi.CodeUnavailable, err.Error())
+	case errors.Is(err, store.ErrStorage):
+		// Nothing was committed, and klbr-core goes on once writes succeed
+		// again (status and /metrics say so): the transport retries.
+		writeError(w, http.StatusServiceUnavailable, ingressapi.CodeUnavailable, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// Never an implicit 200 for work that did not happen.
 		writeError(w, http.StatusServiceUnavailable, ingressapi.CodeUnavailable, "not done: the request ended before it completed ("+err.Error()+"); retry")
