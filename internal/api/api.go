@@ -26,6 +26,9 @@ type SendRequest struct {
 	// the same input. The CLI generates one per invocation.
 	SourceKey  string     `json:"source_key"`
 	OccurredAt *time.Time `json:"occurred_at,omitempty"`
+	// Maintenance makes the input a maintenance goal: the turn attending it
+	// carries the maintenance skill (klbr-core maintain; the browser may set it).
+	Maintenance bool `json:"maintenance,omitempty"`
 }
 
 // SendResponse is the receipt of a committed input.

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	behaviortree "github.com/klbr-dev/klbr/behavior"
@@ -59,6 +61,7 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 	d.bench.SetOps("local.", delivery.NewLocal(d.store, d.hooks))
 	d.bench.SetOps("discord.", ingress.NewOps(d.store, d.hooks, d.ingress))
 	d.bench.SetSkills(d.skillsFor(cfg.Paths.DataDir, rel))
+	d.logSkills(man.ID)
 	if err := d.behavior.Publish(ctx, man); err != nil {
 		return err
 	}
@@ -79,6 +82,68 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 	return nil
 }
 
+// skillRoots are where a release's skills are read from: its own skills/
+// and klbr_skills/, then the managed skills of <data>/skills.
+func skillRoots(dataDir string, rel *behavior.Releases, release string) []behavior.SkillRoot {
+	var roots []behavior.SkillRoot
+	if release != "" {
+		tree := rel.Tree(release)
+		roots = append(roots, behavior.SkillRoot{Name: "builtin", Dir: filepath.Join(tree, "skills"), Package: filepath.Join(tree, "klbr_skills")})
+	}
+	return append(roots, behavior.SkillRoot{Name: "managed", Dir: filepath.Join(dataDir, "skills")})
+}
+
+// skillIndex is the bounded skill index of the contract message of a
+// session running release: what its next workbench generation is offered.
+func (d *daemon) skillIndex(release string) string {
+	set, err := behavior.LoadSkills(skillRoots(d.cfg.Paths.DataDir, d.releases, release))
+	if err != nil {
+		return "## Skill index\n\n(the skills could not be read: " + err.Error() + ")"
+	}
+	return set.Index()
+}
+
+// maintenanceSkill is the body of the maintenance skill offered with
+// release, which a maintenance turn carries.
+func (d *daemon) maintenanceSkill(_ context.Context, release string) (string, error) {
+	set, err := behavior.LoadSkills(skillRoots(d.cfg.Paths.DataDir, d.releases, release))
+	if err != nil {
+		return "", err
+	}
+	body, ok := set.Skills["maintenance"]
+	if !ok {
+		if why := set.Refused["maintenance"]; why != "" {
+			return "", fmt.Errorf("the maintenance skill is refused: %s", why)
+		}
+		return "", fmt.Errorf("no maintenance skill is offered")
+	}
+	return body, nil
+}
+
+// logSkills logs the skill index of the default release at start: the ids
+// offered, the modules and the refusals.
+func (d *daemon) logSkills(release string) {
+	set, err := behavior.LoadSkills(skillRoots(d.cfg.Paths.DataDir, d.releases, release))
+	if err != nil {
+		d.log.Error("skills cannot be read", "error", err)
+		return
+	}
+	ids := make([]string, 0, len(set.Skills))
+	for id := range set.Skills {
+		ids = append(ids, id)
+	}
+	mods := make([]string, 0, len(set.Modules))
+	for m := range set.Modules {
+		mods = append(mods, "klbr_skills."+m)
+	}
+	sort.Strings(ids)
+	sort.Strings(mods)
+	d.log.Info("skills", "release", release, "ids", strings.Join(ids, ","), "modules", strings.Join(mods, ","), "revision", set.Revision)
+	for id, why := range set.Refused {
+		d.log.Warn("skill refused", "id", id, "reason", why)
+	}
+}
+
 // skillsFor reads a session's skills when a workbench generation starts:
 // builtin ones from its active release, managed ones from <data>/skills (an
 // id in both is refused), written once per revision under <data>/runtime.
@@ -88,13 +153,13 @@ func (d *daemon) skillsFor(dataDir string, rel *behavior.Releases) workbench.Ski
 		if err != nil {
 			return behavior.SkillSet{}, "", err
 		}
-		var roots []behavior.SkillRoot
-		if sess.PolicyRevision != "" {
-			roots = append(roots, behavior.SkillRoot{Name: "builtin", Dir: filepath.Join(rel.Tree(sess.PolicyRevision), "skills")})
-		}
-		roots = append(roots, behavior.SkillRoot{Name: "managed", Dir: filepath.Join(dataDir, "skills")})
-		set, err := behavior.LoadSkills(roots)
+		set, err := behavior.LoadSkills(skillRoots(dataDir, rel, sess.PolicyRevision))
 		if err != nil {
+			return set, "", err
+		}
+		// The klbr_skills package this generation imports: staged once per
+		// revision, read-only, so it cannot change under the generation.
+		if set.Path, err = behavior.Stage(set, filepath.Join(dataDir, "runtime", "skillpkg")); err != nil {
 			return set, "", err
 		}
 		dir := filepath.Join(dataDir, "runtime", "skills")

@@ -191,7 +191,7 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 	}
 	in := admission.Input{
 		Session: r.PathValue("session"), SourceKind: admission.SourceOperator, SourceKey: req.SourceKey,
-		Conversation: "operator", Author: "operator", Body: req.Text,
+		Conversation: "operator", Author: "operator", Body: req.Text, Maintenance: req.Maintenance,
 	}
 	if req.OccurredAt != nil {
 		in.OccurredAt = *req.OccurredAt

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -299,10 +300,16 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 			return nil, fmt.Errorf("skills: %w", err)
 		}
 		env = append(env, "KLBR_SKILLS_FILE="+file)
+		if set.Path != "" {
+			// klbr_skills: importable in every cell of this generation, from
+			// the copy staged for its release and managed skills.
+			env = append(env, "PYTHONPATH="+m.cfg.RuntimeSrc+string(os.PathListSeparator)+set.Path)
+		}
 		skillsRev = set.Revision
 		details["skills_revision"] = set.Revision
 		details["skills"] = len(set.Skills)
 		details["skills_refused"] = set.Refused
+		details["skill_modules"] = len(set.Modules)
 	}
 	if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
 		gen, err = tx.NextKernelGeneration(sessionID, details)
