@@ -11,8 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +34,7 @@ type Service struct {
 	hooks    *hooks.Dispatcher
 	bench    Workbench // nil when cells cannot run
 	log      *slog.Logger
+	env      envFacts
 }
 
 // New returns a Service.
@@ -143,36 +142,34 @@ func (s *Service) activate(ctx context.Context, session string, parent int64, re
 	return res, nil
 }
 
-// fixtures are the inputs a candidate's slots must answer well.
-var fixtures = map[string]any{
-	hooks.SlotReview: hooks.ReviewInput{Channel: "local", Text: "candidate check", Session: "check"},
-	hooks.SlotPlan:   hooks.PlanInput{Items: []hooks.PlanItem{{ID: 1, SourceKind: "operator", Conversation: "operator", ReceivedAt: 1}}, Now: 2},
-}
-
-// check starts release in a candidate hook worker and has every slot answer
-// a fixture with a well-formed result. The candidate's own claims count for
-// nothing: only the host's reading of its answers does.
+// check validates release for session with the host's suite (see
+// Validate), stores the report with the release, and returns the candidate's
+// hook worker ready to serve. The candidate's own claims count for nothing:
+// only the host's reading of its answers does.
 func (s *Service) check(ctx context.Context, session, release string) (*worker.Worker, error) {
-	if err := s.runTests(ctx, session, release); err != nil {
-		return nil, err
-	}
-	return s.checkSlots(ctx, session, release)
+	rep, w, err := s.Validate(ctx, session, release)
+	s.record(ctx, session, rep)
+	return w, err
 }
 
-// checkSlots starts release's hook worker and has every slot answer a
-// fixture well; the worker is returned ready to serve.
+// checkSlots starts release's hook worker and has every required slot
+// answer its fixture well (a restart's check of the active release: it was
+// validated when it was activated); the worker is returned ready to serve.
 func (s *Service) checkSlots(ctx context.Context, session, release string) (*worker.Worker, error) {
 	w, err := s.hooks.StartWorker(ctx, session, release)
 	if err != nil {
 		return nil, fmt.Errorf("%w: its hook worker did not start: %v", ErrCandidate, err)
 	}
-	for slot, in := range fixtures {
-		b, _ := json.Marshal(in)
+	for slot, f := range slotFixtures {
+		if !f.required {
+			continue
+		}
+		b, _ := json.Marshal(f.input)
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		out, err := w.Invoke(cctx, slot, b)
 		cancel()
 		if err == nil {
-			err = hooks.CheckResult(slot, in, out)
+			err = f.check(slot, out)
 		}
 		if err != nil {
 			w.Kill()
@@ -256,31 +253,3 @@ func (s *Service) Boot(ctx context.Context, session, defaultRelease string) (Res
 const TestTimeout = 2 * time.Minute
 
 var testRuns atomic.Int64
-
-// runTests runs the candidate's own tests (tests/ in its tree, unittest) in
-// a contained command, with bytecode off. A failure refuses the candidate,
-// with the tail of the output. A tree without tests passes.
-func (s *Service) runTests(ctx context.Context, session, release string) error {
-	tree := s.releases.Tree(release)
-	if fi, err := os.Stat(filepath.Join(tree, "tests")); err != nil || !fi.IsDir() {
-		return nil
-	}
-	cfg := s.hooks.Config()
-	res, err := worker.RunCommand(ctx, worker.CommandSpec{
-		Kernel: cfg.Kernel, Placer: cfg.Placer, Limits: cfg.Limits, Sandbox: cfg.Sandbox, Session: session, Seq: testRuns.Add(1),
-		Argv: []string{cfg.Python, "-S", "-m", "unittest", "discover", "-s", "tests", "-t", "."}, // as the hooks run: standard library only
-		Dir:  tree, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": cfg.RuntimeSrc},
-		Timeout: TestTimeout, MaxOutput: 64 << 10,
-	})
-	if err != nil {
-		return fmt.Errorf("%w: its tests could not run: %v", ErrCandidate, err)
-	}
-	if res.ExitCode != 0 {
-		out := string(res.Stderr) + string(res.Stdout)
-		if len(out) > 2000 {
-			out = "…" + out[len(out)-2000:]
-		}
-		return fmt.Errorf("%w: its own tests failed (exit %d):\n%s", ErrCandidate, res.ExitCode, out)
-	}
-	return nil
-}

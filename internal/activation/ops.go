@@ -315,18 +315,21 @@ func (o *Ops) hooksTest(ctx context.Context, session string, args json.RawMessag
 
 func (o *Ops) hooksTrace(ctx context.Context, session string, args json.RawMessage) (any, error) {
 	var a struct {
-		Limit int `json:"limit"`
+		Limit  int  `json:"limit"`
+		Inputs bool `json:"inputs"`
 	}
 	json.Unmarshal(args, &a)
 	if a.Limit <= 0 || a.Limit > 500 {
 		a.Limit = 20
 	}
-	all, err := o.svc.store.HookInvocations(ctx, session)
+	// Newest first, each with its time, release, epoch, slot, latency,
+	// outcome and the ref (digest) of its stored input.
+	all, err := o.svc.store.HookTrace(ctx, session, a.Limit, a.Inputs)
 	if err != nil {
 		return nil, err
 	}
-	if len(all) > a.Limit {
-		all = all[len(all)-a.Limit:]
+	if all == nil {
+		all = []store.TraceEntry{}
 	}
 	return map[string]any{"invocations": all}, nil
 }

@@ -383,10 +383,17 @@ async def hooks_test(slot, input, release=None):
     return _record(await request("hooks.test", args))
 
 
-async def hooks_trace(limit=20):
-    """``hooks.trace``: the most recent hook invocations, newest first. A Record
-    ``{invocations: [{slot, outcome, fallback, epoch, error, at}]}``."""
-    return _record(await request("hooks.trace", {"limit": _check_int(limit, "limit", 1)}))
+async def hooks_trace(limit=20, inputs=False):
+    """``hooks.trace``: the most recent hook invocations (at most 500), newest
+    first. A Record ``{invocations: [{id, at, slot, release, epoch, outcome,
+    fallback, latency_ms, error, input_ref, input_kept, result}]}``: ``at`` is
+    an RFC 3339 time, ``input_ref`` the digest of the invocation's input, and
+    ``input_kept`` whether the (bounded) input itself is stored for replay.
+    ``inputs=True`` adds each stored ``input``."""
+    args = {"limit": _check_int(limit, "limit", 1)}
+    if inputs:
+        args["inputs"] = True
+    return _record(await request("hooks.trace", args))
 
 
 async def hooks_bind(draft, slot, module, function):
