@@ -101,6 +101,12 @@ func (o *Ops) status(ctx context.Context, session string) (any, error) {
 		return nil, err
 	}
 	out := map[string]any{"epoch": sess.BehaviorEpoch, "release": sess.PolicyRevision, "history": hist}
+	// The host's validation report of the active release, as stored with it.
+	if v, err := o.svc.store.ReleaseValidation(ctx, session, sess.PolicyRevision); err == nil {
+		out["validation"] = v.Report
+	} else {
+		out["validation"] = nil
+	}
 	if pin, ok := workbench.PinFrom(ctx); ok {
 		// The behavior this cell runs under; it keeps it until it ends.
 		out["cell_epoch"], out["cell_release"] = pin.Epoch, pin.Release

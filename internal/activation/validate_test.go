@@ -53,7 +53,7 @@ func TestHostSuiteRefusesWhatOwnTestsPass(t *testing.T) {
 			"tests/__init__.py": "", "tests/test_ok.py": passingOwnTest}, "import klbr_skills.broken"},
 		{"network at import", map[string]string{
 			"klbr_hooks/__init__.py": "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9))\nexcept Exception:\n    pass\n" + allowHooks,
-			"tests/__init__.py": "", "tests/test_ok.py": passingOwnTest}, "socket.create_connection"},
+			"tests/__init__.py":      "", "tests/test_ok.py": passingOwnTest}, "socket.create_connection"},
 		{"wrong shape, own tests deleted", map[string]string{
 			"klbr_hooks/__init__.py": strings.Replace(allowHooks, `return {"decision": "allow", "reason": "fine"}`, `return {"verdict": "yes"}`, 1)},
 			"delivery.review"},
@@ -174,4 +174,3 @@ func FuzzParseSuite(f *testing.F) {
 		}
 	})
 }
-

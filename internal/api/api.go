@@ -161,6 +161,9 @@ type Release struct {
 	Skills     []string            `json:"skills"`
 	Components behavior.Components `json:"components"`
 	Problem    string              `json:"problem,omitempty"` // set when it no longer verifies
+	// Validation is the host's newest validation report of the release
+	// (any session); nil when it was never validated.
+	Validation *store.Validation `json:"validation,omitempty"`
 }
 
 // SessionBehavior is a session's active epoch and its history.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/store"
 )
 
 func newReleases(g *globals) *cobra.Command {
@@ -50,6 +52,9 @@ func newReleases(g *globals) *cobra.Command {
 					state = "CORRUPT: " + rel.Problem
 				}
 				fmt.Fprintf(g.env.Stdout, "%s  %s\n", rel.Path, state)
+				if rel.Validation != nil {
+					fmt.Fprintf(g.env.Stdout, "    %s\n", validationLine(*rel.Validation))
+				}
 			}
 			return nil
 		},
@@ -142,4 +147,38 @@ func printActivation(g *globals, r activation.Result) {
 		replaced = fmt.Sprintf("replaced %v", r.Replaced)
 	}
 	fmt.Fprintf(g.env.Stdout, "session %s is at epoch %d: release %s (%s change, %s)\n", r.Session, r.Epoch, r.Release, r.Kind, replaced)
+}
+
+// validationLine summarizes a stored validation report on one line.
+func validationLine(v store.Validation) string {
+	var rep activation.Report
+	if err := json.Unmarshal(v.Report, &rep); err != nil {
+		return "validation report unreadable: " + err.Error()
+	}
+	verdict := "validated ok"
+	if !v.OK {
+		verdict = "REFUSED: " + rep.Refused
+	}
+	own := "absent"
+	switch {
+	case rep.OwnTests.Error != "":
+		own = "did not run"
+	case rep.OwnTests.Present && rep.OwnTests.Passed:
+		own = "passed"
+	case rep.OwnTests.Present:
+		own = fmt.Sprintf("failed (exit %d)", rep.OwnTests.ExitCode)
+	}
+	var replayed, changed int
+	for _, n := range rep.Replay.Replayed {
+		replayed += n
+	}
+	for _, n := range rep.Replay.Changed {
+		changed += n
+	}
+	line := fmt.Sprintf("%s (session %s, %s, %.0f ms): host suite %d checks, %d slots answered, replay %d/%d changed, own tests %s (not authoritative)",
+		verdict, v.Session, v.ValidatedAt.Local().Format("2006-01-02 15:04:05"), rep.TookMS, len(rep.Suite), len(rep.Slots), changed, replayed, own)
+	for _, c := range rep.Replay.Changes {
+		line += fmt.Sprintf("\n      changed %s #%d: %s -> %s%s", c.Slot, c.Invocation, c.Before, c.After, c.Error)
+	}
+	return line
 }

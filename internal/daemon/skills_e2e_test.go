@@ -24,7 +24,7 @@ r = await behavior.activate(pub, reason="a greeting skill")
 print("kind", r.kind)`
 	model.Then(
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "w1", Code: write}}},
-		modeltest.Reply{Calls: []modeltest.Call{{ID: "u1", Code: "import klbr_skills.greet as g\nprint(g.hello('operator'), g.__file__)"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "u1", Code: "import klbr_skills.greet as g\nprint(g.hello('operator'), g.__file__)\nst = await behavior.status()\nprint('validation', st.validation['ok'], st.validation['own_tests']['passed'])"}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "z1", Code: "await runtime.wait(None)"}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "u2", Code: "import klbr_skills.greet as g\nprint(g.hello('again'))"}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "z2", Code: "await runtime.wait(None)"}}},
@@ -33,7 +33,8 @@ print("kind", r.kind)`
 	a.send("learn to greet")
 	a.eventually("the session waits", func() bool { return model.Count() == 3 && a.session().State == store.StateWaiting })
 	out := cellOutputs(a)
-	if !strings.Contains(out, "kind workbench") || !strings.Contains(out, "hello operator") || !strings.Contains(out, "/runtime/skillpkg/") {
+	if !strings.Contains(out, "kind workbench") || !strings.Contains(out, "hello operator") || !strings.Contains(out, "/runtime/skillpkg/") ||
+		!strings.Contains(out, "validation True True") {
 		t.Fatalf("cells:\n%s", out)
 	}
 	// An attempt keeps the release it started under: its prompt too.

@@ -44,6 +44,9 @@ func (s *Server) handleReleases(w http.ResponseWriter, r *http.Request) {
 		} else {
 			rel.Skills, rel.Components, rel.Files = m.Skills, m.Components, len(m.Files)
 		}
+		if v, err := s.store.ReleaseValidation(r.Context(), "", id); err == nil {
+			rel.Validation = &v
+		}
 		out.Releases = append(out.Releases, rel)
 	}
 	sessions, err := s.store.Sessions(r.Context())

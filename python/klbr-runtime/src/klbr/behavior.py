@@ -1,7 +1,10 @@
 """Change your own behavior: draft, edit, publish, activate, roll back.
 
 - ``await behavior.status()``: the active release, a Record
-  ``{epoch, release, history: [{epoch, release, kind, reason, activated_at}]}``.
+  ``{epoch, release, history: [{epoch, release, kind, reason, activated_at}],
+  validation}``: ``validation`` is the host's report of the active release
+  (``ok``, ``refused``, ``suite``, ``slots``, ``replay`` with every changed
+  decision, ``own_tests`` (recorded, not authoritative), ``environment``).
 - ``d = await behavior.draft()``: a writable copy of the active release's tree
   (a Draft: ``d.id``, ``d.path``, ``d.parent_epoch``, ``d.read(relpath)``,
   ``await d.write(relpath, text)``, ``await d.replace(relpath, old, new)``,
