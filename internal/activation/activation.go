@@ -27,6 +27,19 @@ type Workbench interface {
 	ResetAtBoundary(session, reason string)
 }
 
+// Preparer is a Workbench that can make a prepared switch: start the new
+// generation under the candidate release, through its handshake, before the
+// old one is told to stop (workbench.Manager is one).
+type Preparer interface {
+	Workbench
+	// Prepare starts the replacement; it takes over at the next safe boundary.
+	Prepare(ctx context.Context, session, release, reason string) error
+	// Discard drops a prepared replacement that is not to be used.
+	Discard(session, reason string)
+	// Switch lets a prepared replacement take over now if no cell runs.
+	Switch(ctx context.Context, session string) error
+}
+
 // Service activates releases.
 type Service struct {
 	store    *store.Store
@@ -105,6 +118,17 @@ func (s *Service) activate(ctx context.Context, session string, parent int64, re
 			return res, err
 		}
 	}
+	// A workbench-kind change starts the new generation first: if it cannot
+	// start, the old one keeps serving and the activation is refused.
+	why := fmt.Sprintf("behavior epoch %d (%s) changed skills or environment", parent+1, release[:12])
+	prep, prepared := s.bench.(Preparer)
+	prepared = prepared && res.Kind == behavior.KindWorkbench && parent != 0
+	if prepared {
+		if err := prep.Prepare(ctx, session, release, why); err != nil {
+			cand.Stop()
+			return res, fmt.Errorf("%w: its workbench generation did not start (the current one keeps serving): %v", ErrCandidate, err)
+		}
+	}
 	kind := string(res.Kind)
 	if parent == 0 {
 		kind = "initial"
@@ -118,6 +142,9 @@ func (s *Service) activate(ctx context.Context, session string, parent int64, re
 	}); err != nil {
 		if cand != nil {
 			cand.Stop()
+		}
+		if prepared {
+			prep.Discard(session, "prepared for an activation that did not happen: "+err.Error())
 		}
 		return res, err
 	}
@@ -135,7 +162,11 @@ func (s *Service) activate(ctx context.Context, session string, parent int64, re
 		res.Replaced = append(res.Replaced, "hooks")
 	}
 	if res.Kind == behavior.KindWorkbench && s.bench != nil && parent != 0 {
-		s.bench.ResetAtBoundary(session, fmt.Sprintf("behavior epoch %d (%s) changed skills or environment", res.Epoch, release[:12]))
+		if !prepared {
+			s.bench.ResetAtBoundary(session, why)
+		} else if err := prep.Switch(ctx, session); err != nil {
+			s.log.Warn("the prepared workbench generation could not take over yet; it does before the next cell", "session", session, "error", err)
+		}
 		res.Replaced = append(res.Replaced, "workbench")
 	}
 	res.Took = time.Since(start)

@@ -148,12 +148,15 @@ func (d *daemon) logSkills(release string) {
 // builtin ones from its active release, managed ones from <data>/skills (an
 // id in both is refused), written once per revision under <data>/runtime.
 func (d *daemon) skillsFor(dataDir string, rel *behavior.Releases) workbench.SkillsFunc {
-	return func(ctx context.Context, session string) (behavior.SkillSet, string, error) {
-		sess, err := d.store.Session(ctx, session)
-		if err != nil {
-			return behavior.SkillSet{}, "", err
+	return func(ctx context.Context, session, release string) (behavior.SkillSet, string, error) {
+		if release == "" {
+			sess, err := d.store.Session(ctx, session)
+			if err != nil {
+				return behavior.SkillSet{}, "", err
+			}
+			release = sess.PolicyRevision
 		}
-		set, err := behavior.LoadSkills(skillRoots(dataDir, rel, sess.PolicyRevision))
+		set, err := behavior.LoadSkills(skillRoots(dataDir, rel, release))
 		if err != nil {
 			return set, "", err
 		}

@@ -47,9 +47,10 @@ type Config struct {
 	Observe func(event string)
 }
 
-// SkillsFunc returns the skill set a new generation of session is offered,
-// and the file holding it, which must stay readable while the generation lives.
-type SkillsFunc func(ctx context.Context, session string) (set behavior.SkillSet, file string, err error)
+// SkillsFunc returns the skill set a new generation of session is offered
+// under release ("": the session's active one), and the file holding it,
+// which must stay readable while the generation lives.
+type SkillsFunc func(ctx context.Context, session, release string) (set behavior.SkillSet, file string, err error)
 
 // Result is a finished cell: its execution id and outcome.
 type Result struct {
@@ -105,8 +106,11 @@ type bench struct {
 
 	// resetReason, when set, retires the worker before the next cell: a
 	// reset requested while a cell held the turn (an activation from a cell).
+	// prepared, when set, is the generation that replaces it then: already
+	// started and through its handshake (a prepared switch).
 	resetMu     sync.Mutex
 	resetReason string
+	prepared    *worker.Worker
 
 	// Fields below are used only by the goroutine holding the turn token.
 	w        *worker.Worker
@@ -261,8 +265,8 @@ func (m *Manager) recordOutcome(ctx context.Context, fn func(*store.Tx) error) e
 // if there is none, no sooner than the restart backoff allows.
 func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) (*worker.Worker, error) {
 	b.resetMu.Lock()
-	reason := b.resetReason
-	b.resetReason = ""
+	reason, prepared := b.resetReason, b.prepared
+	b.resetReason, b.prepared = "", nil
 	b.resetMu.Unlock()
 	if reason != "" && b.w != nil {
 		gen := b.w.Generation()
@@ -270,7 +274,22 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 		b.w = nil
 		m.cfg.Observe("reset")
 		if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.KernelReset(sessionID, gen, reason) }); err != nil {
+			if prepared != nil {
+				prepared.Kill()
+			}
 			return nil, err
+		}
+	}
+	if prepared != nil {
+		select {
+		case <-prepared.Dead():
+			// Died while it waited: a fresh generation starts below.
+			m.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
+				return tx.KernelReset(sessionID, prepared.Generation(), "the prepared generation died before its first cell")
+			})
+		default:
+			b.w, b.started = prepared, time.Now()
+			return prepared, nil
 		}
 	}
 	if b.w != nil {
@@ -290,12 +309,24 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 			return nil, fmt.Errorf("the workbench restarts in %s (backing off after failures): %w", wait.Round(time.Millisecond), ctx.Err())
 		}
 	}
+	w, err := m.startGeneration(ctx, sessionID, "")
+	if err != nil {
+		m.fail(b)
+		return nil, err
+	}
+	b.w, b.started = w, time.Now()
+	return w, nil
+}
+
+// startGeneration starts a new workbench generation of session under
+// release ("": its active one) and waits for its handshake.
+func (m *Manager) startGeneration(ctx context.Context, sessionID, release string) (*worker.Worker, error) {
 	var gen int64
 	details := map[string]any{"placement": string(m.Mode()), "runtime": m.cfg.RuntimeHash, "python": m.cfg.Python}
 	var env []string
 	var skillsRev string
 	if _, skills := m.ext(); skills != nil {
-		set, file, err := skills(ctx, sessionID)
+		set, file, err := skills(ctx, sessionID, release)
 		if err != nil {
 			return nil, fmt.Errorf("skills: %w", err)
 		}
@@ -324,7 +355,6 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 		Skills: skillsRev, Env: env, Log: m.cfg.Log,
 	})
 	if err != nil {
-		m.fail(b)
 		m.cfg.Observe("start_failed")
 		m.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 			return tx.KernelReset(sessionID, gen, "the workbench failed to start: "+err.Error())
@@ -332,8 +362,65 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 		return nil, fmt.Errorf("start workbench generation %d: %w", gen, err)
 	}
 	m.cfg.Observe("started")
-	b.w, b.started = w, time.Now()
 	return w, nil
+}
+
+// Prepare starts the generation that is to replace session's workbench
+// under release, through its handshake, while the current one keeps
+// serving. It replaces the current one at its next safe boundary: before
+// the next cell, or at Switch when no cell runs. If it cannot start, nothing
+// changes and the error says why.
+func (m *Manager) Prepare(ctx context.Context, sessionID, release, reason string) error {
+	b, err := m.bench(sessionID)
+	if err != nil {
+		return err
+	}
+	w, err := m.startGeneration(ctx, sessionID, release)
+	if err != nil {
+		return err
+	}
+	b.resetMu.Lock()
+	old := b.prepared
+	b.prepared, b.resetReason = w, reason
+	b.resetMu.Unlock()
+	if old != nil {
+		old.Kill()
+	}
+	return nil
+}
+
+// Switch makes a prepared generation take over now when no cell runs (the
+// old one stops at once); otherwise the running cell's end is the boundary.
+func (m *Manager) Switch(ctx context.Context, sessionID string) error {
+	b, err := m.bench(sessionID)
+	if err != nil {
+		return err
+	}
+	select {
+	case b.turn <- struct{}{}:
+		defer b.give()
+		_, err := m.ensureWorker(ctx, sessionID, b)
+		return err
+	default:
+		return nil
+	}
+}
+
+// Discard drops a prepared generation that is not to be used (its
+// activation lost the compare-and-swap), recording why.
+func (m *Manager) Discard(sessionID, reason string) {
+	b, err := m.bench(sessionID)
+	if err != nil {
+		return
+	}
+	b.resetMu.Lock()
+	w := b.prepared
+	b.prepared, b.resetReason = nil, ""
+	b.resetMu.Unlock()
+	if w != nil {
+		w.Kill()
+		m.cfg.Store.Write(context.Background(), func(tx *store.Tx) error { return tx.KernelReset(sessionID, w.Generation(), reason) })
+	}
 }
 
 // retire drops a dead or killed worker and sets the backoff for the next.
@@ -407,6 +494,13 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	var stopped []*worker.Worker
 	for _, b := range benches {
+		b.resetMu.Lock()
+		if b.prepared != nil {
+			b.prepared.Stop()
+			stopped = append(stopped, b.prepared)
+			b.prepared = nil
+		}
+		b.resetMu.Unlock()
 		select {
 		case b.turn <- struct{}{}:
 			if b.w != nil {

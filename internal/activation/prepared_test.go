@@ -1,0 +1,112 @@
+package activation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/session"
+	"github.com/klbr-dev/klbr/internal/workbench"
+)
+
+// benchFixture is a fixture with a real workbench whose generations are
+// offered the skills of the release they start under; starting one under
+// a release in failing cannot (its environment cannot be made).
+func benchFixture(t *testing.T, failing map[string]bool) (*fixture, *workbench.Manager) {
+	f := newFixture(t, 2*time.Second)
+	dir := t.TempDir()
+	bench := workbench.New(workbench.Config{Store: f.st, Sessions: session.NewManager(f.st), Kernel: env.Kernel,
+		Python: env.Python, RuntimeSrc: env.Runtime, Workspace: dir, Placer: env.Placer})
+	t.Cleanup(bench.Close)
+	bench.SetSkills(func(ctx context.Context, sess, release string) (behavior.SkillSet, string, error) {
+		if release == "" {
+			s, _ := f.st.Session(ctx, sess)
+			release = s.PolicyRevision
+		}
+		if failing[release] {
+			return behavior.SkillSet{}, "", fmt.Errorf("the environment of %s cannot be made", release[:12])
+		}
+		set, err := behavior.LoadSkills([]behavior.SkillRoot{{Name: "builtin", Dir: filepath.Join(f.rel.Tree(release), "skills")}})
+		return set, "", err
+	})
+	f.svc.bench = bench
+	return f, bench
+}
+
+func cell(t *testing.T, bench *workbench.Manager, code string) (string, int64) {
+	t.Helper()
+	res, err := bench.Execute(context.Background(), "s", code, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := res.Outcome
+	var text string
+	if out.Value != nil {
+		text = *out.Value
+	}
+	if out.Error != nil {
+		text = out.Error.Type
+	}
+	return text, out.Generation
+}
+
+// A workbench activation starts the new generation and completes its
+// handshake before the old one stops; one whose new generation cannot start
+// is refused with the reason, and the old generation keeps serving, its
+// globals intact.
+func TestPreparedSwitch(t *testing.T) {
+	bad := map[string]bool{}
+	f, bench := benchFixture(t, bad)
+	ctx := context.Background()
+	if _, err := f.svc.Boot(ctx, "s", f.publishWithSkill(t, allowHooks, "first")); err != nil {
+		t.Fatal(err)
+	}
+	if _, gen := cell(t, bench, "x = 41"); gen != 1 {
+		t.Fatalf("generation %d", gen)
+	}
+
+	broken := f.publishWithSkill(t, allowHooks, "needs an environment that cannot be made")
+	bad[broken] = true
+	_, err := f.svc.Activate(ctx, "s", 1, broken, "broken environment")
+	if !errors.Is(err, ErrCandidate) || !strings.Contains(err.Error(), "did not start") || !strings.Contains(err.Error(), "cannot be made") {
+		t.Fatalf("activation of a release whose generation cannot start: %v", err)
+	}
+	if s, _ := f.st.Session(ctx, "s"); s.BehaviorEpoch != 1 {
+		t.Fatalf("the refused activation moved the epoch: %+v", s)
+	}
+	if v, gen := cell(t, bench, "x + 1"); v != "42" || gen != 1 {
+		t.Fatalf("the old generation does not serve: %q in generation %d", v, gen)
+	}
+
+	good := f.publishWithSkill(t, allowHooks, "second")
+	res, err := f.svc.Activate(ctx, "s", 1, good, "new skill")
+	if err != nil || res.Kind != behavior.KindWorkbench {
+		t.Fatalf("%+v %v", res, err)
+	}
+	// The new generation started (and shook hands) before the old one was reset.
+	recs, err := f.st.Records(ctx, "s", 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, reset := -1, -1
+	for i, r := range recs {
+		c := string(r.Content)
+		switch {
+		case r.Kind == "kernel.started" && strings.Contains(c, `"generation":2`):
+			started = i
+		case r.Kind == "kernel.reset" && strings.Contains(c, `"generation":1`):
+			reset = i
+		}
+	}
+	if started < 0 || reset < 0 || started > reset {
+		t.Fatalf("generation 2 started at record %d, generation 1 reset at %d", started, reset)
+	}
+	if v, gen := cell(t, bench, "'x' in globals()"); v != "False" || gen != 2 {
+		t.Fatalf("after the switch: %q in generation %d", v, gen)
+	}
+}
