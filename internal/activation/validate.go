@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -218,16 +219,30 @@ func (s *Service) Validate(ctx context.Context, session, release string) (Report
 		rep.TookMS = ms(time.Since(start))
 		return rep, nil, fmt.Errorf("%w: %s", ErrCandidate, rep.Refused)
 	}
-	rep.OwnTests = s.runTests(ctx, session, release)
 	if fp, err := s.fingerprint(release); err == nil {
 		rep.Environment = &fp
 	} else {
 		return refuse("its environment: %v", err)
 	}
-
-	suite, err := s.runSuite(ctx, session, release)
-	if err != nil {
-		return refuse("%v", err)
+	// The three processes are independent: the candidate's own tests, the
+	// host suite and the candidate's hook worker start side by side.
+	var wg sync.WaitGroup
+	var suite suiteReport
+	var suiteErr, startErr error
+	var w *worker.Worker
+	wg.Add(3)
+	go func() { defer wg.Done(); rep.OwnTests = s.runTests(ctx, session, release) }()
+	go func() { defer wg.Done(); suite, suiteErr = s.runSuite(ctx, session, release) }()
+	go func() { defer wg.Done(); w, startErr = s.hooks.StartWorker(ctx, session, release) }()
+	wg.Wait()
+	ok := false
+	defer func() {
+		if !ok && w != nil {
+			w.Kill()
+		}
+	}()
+	if suiteErr != nil {
+		return refuse("%v", suiteErr)
 	}
 	rep.Suite, rep.Attempts = suite.Checks, suite.Attempts
 	for _, c := range suite.Checks {
@@ -250,16 +265,9 @@ func (s *Service) Validate(ctx context.Context, session, release string) (Report
 		return refuse("klbr_hooks.SLOTS does not bind the required slots %s", strings.Join(missing, ", "))
 	}
 
-	w, err := s.hooks.StartWorker(ctx, session, release)
-	if err != nil {
-		return refuse("its hook worker did not start: %v", err)
+	if startErr != nil {
+		return refuse("its hook worker did not start: %v", startErr)
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			w.Kill()
-		}
-	}()
 	for _, slot := range suite.Slots {
 		f, known := slotFixtures[slot]
 		if !known {
