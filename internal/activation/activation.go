@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,6 +49,7 @@ type Service struct {
 	bench    Workbench // nil when cells cannot run
 	log      *slog.Logger
 	env      envFacts
+	crashMu  sync.Mutex // one crash-loop rollback at a time
 }
 
 // New returns a Service.

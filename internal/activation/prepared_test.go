@@ -11,6 +11,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/session"
+	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
 )
 
@@ -31,8 +32,15 @@ func benchFixture(t *testing.T, failing map[string]bool) (*fixture, *workbench.M
 		if failing[release] {
 			return behavior.SkillSet{}, "", fmt.Errorf("the environment of %s cannot be made", release[:12])
 		}
-		set, err := behavior.LoadSkills([]behavior.SkillRoot{{Name: "builtin", Dir: filepath.Join(f.rel.Tree(release), "skills")}})
+		tree := f.rel.Tree(release)
+		set, err := behavior.LoadSkills([]behavior.SkillRoot{{Name: "builtin", Dir: filepath.Join(tree, "skills"), Package: filepath.Join(tree, "klbr_skills")}})
+		if err == nil {
+			set.Path, err = behavior.Stage(set, filepath.Join(dir, "skillpkg"))
+		}
 		return set, "", err
+	})
+	bench.SetCrashed(func(sess string, pin store.Pin, reason string) {
+		f.svc.WorkerCrashed(context.Background(), sess, pin.Epoch, pin.Release, "workbench", reason)
 	})
 	f.svc.bench = bench
 	return f, bench
@@ -108,5 +116,55 @@ func TestPreparedSwitch(t *testing.T) {
 	}
 	if v, gen := cell(t, bench, "'x' in globals()"); v != "False" || gen != 2 {
 		t.Fatalf("after the switch: %q in generation %d", v, gen)
+	}
+}
+
+// A release that crashes its worker on every cell is rolled back to the last
+// good release by the host, with a notice naming it.
+func TestCrashLoopRollsBack(t *testing.T) {
+	f, bench := benchFixture(t, nil)
+	ctx := context.Background()
+	good := f.publishWithSkill(t, allowHooks, "first")
+	if _, err := f.svc.Boot(ctx, "s", good); err != nil {
+		t.Fatal(err)
+	}
+	crashing := f.publishTree(t, map[string]string{"klbr_hooks/__init__.py": allowHooks,
+		"klbr_skills/__init__.py": "", "klbr_skills/boom.py": "import os\ndef run():\n    os._exit(3)\n"})
+	if _, err := f.svc.Activate(ctx, "s", 1, crashing, "a skill that crashes"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for cells := 0; ; cells++ {
+		s, _ := f.st.Session(ctx, "s")
+		if s.PolicyRevision == good {
+			break
+		}
+		if time.Now().After(deadline) || cells > 20 {
+			t.Fatalf("no rollback after %d crashing cells: %+v", cells, s)
+		}
+		if s.PolicyRevision == crashing {
+			// Crashes the worker; the rollback comes off the cell's path, so a
+			// cell may already run under the good release (no klbr_skills.boom).
+			bench.Execute(ctx, "s", "import klbr_skills.boom as b\nb.run()", nil)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n, _ := f.st.WorkerCrashes(ctx, "s", 2, time.Time{}); n < CrashLoopCount {
+		t.Fatalf("rolled back after %d crashes, want %d", n, CrashLoopCount)
+	}
+	hist, _ := f.st.Activations(ctx, "s")
+	if hist[0].Kind != "rollback" || !strings.Contains(hist[0].Reason, "crash loop") || !strings.Contains(hist[0].Reason, crashing[:12]) {
+		t.Fatalf("rollback not recorded naming the release: %+v", hist[0])
+	}
+	recs, _ := f.st.Records(ctx, "s", 0, 1000)
+	var notice bool
+	for _, r := range recs {
+		notice = notice || (r.Kind == "revision.activated" && strings.Contains(string(r.Content), "crash loop"))
+	}
+	if !notice {
+		t.Fatal("no notice names the crash loop")
+	}
+	if v, _ := cell(t, bench, "1 + 1"); v != "2" {
+		t.Fatalf("the last good release does not serve: %q", v)
 	}
 }

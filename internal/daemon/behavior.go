@@ -19,6 +19,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/ingress"
 	"github.com/klbr-dev/klbr/internal/metrics"
+	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
 )
 
@@ -61,6 +62,14 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 	d.bench.SetOps("local.", delivery.NewLocal(d.store, d.hooks))
 	d.bench.SetOps("discord.", ingress.NewOps(d.store, d.hooks, d.ingress))
 	d.bench.SetSkills(d.skillsFor(cfg.Paths.DataDir, rel))
+	svc := d.behavior
+	d.bench.SetCrashed(func(session string, pin store.Pin, reason string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if _, err := svc.WorkerCrashed(ctx, session, pin.Epoch, pin.Release, "workbench", reason); err != nil {
+			d.log.Error("crash loop check", "session", session, "error", err)
+		}
+	})
 	d.logSkills(man.ID)
 	if err := d.behavior.Publish(ctx, man); err != nil {
 		return err

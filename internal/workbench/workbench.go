@@ -72,9 +72,21 @@ type Manager struct {
 	stopCtx context.Context // ends when the daemon stops: running cells are interrupted
 	stopAll context.CancelFunc
 
-	extMu  sync.Mutex                // guards ops, skills
-	ops    map[string]worker.Handler // by op prefix ("behavior.", "hooks.", "local."): what commands does not answer
-	skills SkillsFunc
+	extMu   sync.Mutex                // guards ops, skills, crashed
+	ops     map[string]worker.Handler // by op prefix ("behavior.", "hooks.", "local."): what commands does not answer
+	skills  SkillsFunc
+	crashed CrashFunc
+}
+
+// CrashFunc is told, off the cell's path, that a generation died unasked
+// while running a cell pinned to pin (not an interrupt's reset).
+type CrashFunc func(session string, pin store.Pin, reason string)
+
+// SetCrashed installs who is told of crashes (the crash-loop fallback).
+func (m *Manager) SetCrashed(f CrashFunc) {
+	m.extMu.Lock()
+	defer m.extMu.Unlock()
+	m.crashed = f
 }
 
 // SetOps installs the handler of the requests whose op starts with prefix.
@@ -234,6 +246,14 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 	})
 	if out.Reset {
 		m.retire(b, w)
+		if out.Error != nil && out.Error.Type == "WorkerDied" {
+			m.extMu.Lock()
+			crashed := m.crashed
+			m.extMu.Unlock()
+			if crashed != nil {
+				go crashed(sessionID, pin, out.Error.Message)
+			}
+		}
 	}
 	return Result{Execution: execID, Outcome: out}, err
 }
