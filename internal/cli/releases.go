@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
@@ -60,7 +63,71 @@ func newReleases(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	cmd.AddCommand(newReleasesDiff(g))
 	return cmd
+}
+
+// newReleasesDiff prints the diff between two stored releases. It reads the
+// release directory itself: no daemon is needed.
+func newReleasesDiff(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "diff A B",
+		Short: "Print the unified diff from release A to release B (ids, unique id prefixes, or <data>/releases/<sha256> paths)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			paths, err := config.LoadPaths(g.env.Lookup)
+			if err != nil {
+				return err
+			}
+			rel, err := behavior.Open(filepath.Join(paths.DataDir, "releases"))
+			if err != nil {
+				return err
+			}
+			var ids [2]string
+			for i, ref := range args {
+				if ids[i], err = resolveRelease(rel, ref); err != nil {
+					return err
+				}
+			}
+			d, truncated, err := rel.Diff(cmd.Context(), ids[0], ids[1])
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(g.env.Stdout, d)
+			if truncated {
+				fmt.Fprintf(g.env.Stderr, "the diff is over %d bytes and was cut there\n", behavior.MaxDiffBytes)
+			}
+			return nil
+		},
+	}
+}
+
+// resolveRelease accepts an id, a path, or a unique prefix of at least 6 hex digits.
+func resolveRelease(rel *behavior.Releases, ref string) (string, error) {
+	if id, err := rel.Resolve(ref); err == nil {
+		return id, nil
+	}
+	if len(ref) < 6 {
+		return "", fmt.Errorf("%q is not a release id (give at least 6 hex digits of one)", ref)
+	}
+	ids, err := rel.List()
+	if err != nil {
+		return "", err
+	}
+	var found []string
+	for _, id := range ids {
+		if strings.HasPrefix(id, ref) {
+			found = append(found, id)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return "", fmt.Errorf("no release starts with %q", ref)
+	default:
+		return "", fmt.Errorf("%q names %d releases; give more digits", ref, len(found))
+	}
 }
 
 func newPublish(g *globals) *cobra.Command {

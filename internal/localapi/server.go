@@ -129,6 +129,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{session}/items", s.handleItems)
 	mux.HandleFunc("POST /v1/items/{item}/mark", s.handleMark)
 	mux.HandleFunc("GET /v1/releases", s.handleReleases)
+	mux.HandleFunc("GET /v1/releases/diff", s.handleReleaseDiff)
 	mux.HandleFunc("POST /v1/releases", s.handlePublish)
 	mux.HandleFunc("POST /v1/sessions/{session}/activate", s.handleActivate)
 	mux.HandleFunc("POST /v1/sessions/{session}/rollback", s.handleRollback)
