@@ -17,6 +17,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/pyenv"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
 )
@@ -49,7 +50,8 @@ type Service struct {
 	bench    Workbench // nil when cells cannot run
 	log      *slog.Logger
 	env      envFacts
-	crashMu  sync.Mutex // one crash-loop rollback at a time
+	envs     *pyenv.Envs // nil: releases that declare dependencies are refused
+	crashMu  sync.Mutex  // one crash-loop rollback at a time
 }
 
 // New returns a Service.
@@ -249,6 +251,11 @@ func (s *Service) Boot(ctx context.Context, session, defaultRelease string) (Res
 	}
 	_, verr := s.releases.Verify(sess.PolicyRevision)
 	if verr == nil {
+		// Its environment, if it declares one, exists before any generation
+		// of it starts (it is never resolved at launch).
+		if _, err := s.stageEnv(ctx, sess.PolicyRevision); err != nil {
+			s.log.Error("the active release's environment cannot be staged", "session", session, "error", err)
+		}
 		// The bytes are right; the release must also still start and answer
 		// (an interpreter upgrade can break an import). Its worker becomes
 		// the session's hook worker.

@@ -4,16 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/klbr-dev/klbr/internal/pyenv"
 )
 
 // Fingerprint is the environment a release is validated and run under:
@@ -25,69 +25,9 @@ type Fingerprint struct {
 	Runtime       string   `json:"runtime"`        // SHA-256 over the runtime's files
 	Dependencies  string   `json:"dependencies"`   // SHA-256 of the declared requirements, sorted; "" when none
 	Requires      []string `json:"requires,omitempty"`
-}
-
-// DependenciesFile is where a release declares its Python dependencies:
-// {"requires": ["name==version", ...]}.
-const DependenciesFile = "dependencies.json"
-
-// maxRequires bounds the declared requirements.
-const maxRequires = 64
-
-// readDependencies reads and checks a tree's declared dependencies: each a
-// pinned "name==version" (nothing is resolved at launch).
-func readDependencies(tree string) ([]string, error) {
-	b, err := os.ReadFile(filepath.Join(tree, DependenciesFile))
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var d struct {
-		Requires []string `json:"requires"`
-	}
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&d); err != nil {
-		return nil, fmt.Errorf("%s: %v (want {\"requires\": [\"name==version\", ...]})", DependenciesFile, err)
-	}
-	if len(d.Requires) > maxRequires {
-		return nil, fmt.Errorf("%s: %d requirements, at most %d", DependenciesFile, len(d.Requires), maxRequires)
-	}
-	for _, r := range d.Requires {
-		name, ver, ok := strings.Cut(r, "==")
-		if !ok || !validDistName(name) || !validVersion(ver) {
-			return nil, fmt.Errorf("%s: %q is not a pinned requirement name==version", DependenciesFile, r)
-		}
-	}
-	out := append([]string(nil), d.Requires...)
-	sort.Strings(out)
-	return out, nil
-}
-
-func validDistName(s string) bool {
-	if s == "" || len(s) > 100 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
-func validVersion(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '.' || c == '+' || c == '-' || c == '!') {
-			return false
-		}
-	}
-	return true
+	// Site is the release's own staged environment (see pyenv), put on its
+	// generations' import path; "" when it declares no dependencies.
+	Site string `json:"site,omitempty"`
 }
 
 // envFacts are the interpreter's version and the runtime's hash, read once.
@@ -148,13 +88,27 @@ func (s *Service) fingerprint(release string) (Fingerprint, error) {
 		return Fingerprint{}, err
 	}
 	fp := Fingerprint{Python: s.hooks.Config().Python, PythonVersion: ver, Runtime: rt}
-	reqs, err := readDependencies(s.releases.Tree(release))
+	reqs, err := pyenv.Declared(s.releases.Tree(release))
 	if err != nil {
 		return fp, err
 	}
-	if len(reqs) > 0 {
-		sum := sha256.Sum256([]byte(strings.Join(reqs, "\n")))
-		fp.Dependencies, fp.Requires = hex.EncodeToString(sum[:]), reqs
-	}
+	fp.Dependencies, fp.Requires = pyenv.Hash(reqs), reqs
 	return fp, nil
+}
+
+// SetEnvironments says where releases' dependency environments are staged
+// and where their wheels come from.
+func (s *Service) SetEnvironments(e pyenv.Envs) { s.envs = &e }
+
+// stageEnv stages release's declared dependencies (if any) and returns the
+// import path of its environment ("" for none).
+func (s *Service) stageEnv(ctx context.Context, release string) (string, error) {
+	reqs, err := pyenv.Declared(s.releases.Tree(release))
+	if err != nil || len(reqs) == 0 {
+		return "", err
+	}
+	if s.envs == nil {
+		return "", fmt.Errorf("the release requires %s, and this host stages no Python environments", strings.Join(reqs, ", "))
+	}
+	return s.envs.Stage(ctx, reqs)
 }

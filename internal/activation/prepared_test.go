@@ -2,17 +2,21 @@ package activation
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/pyenv"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
+	"github.com/klbr-dev/klbr/internal/workertest"
 )
 
 // benchFixture is a fixture with a real workbench whose generations are
@@ -37,8 +41,15 @@ func benchFixture(t *testing.T, failing map[string]bool) (*fixture, *workbench.M
 		if err == nil {
 			set.Path, err = behavior.Stage(set, filepath.Join(dir, "skillpkg"))
 		}
+		if err == nil {
+			var reqs []string
+			if reqs, err = pyenv.Declared(tree); err == nil {
+				set.Site, err = f.svc.envs.Path(reqs)
+			}
+		}
 		return set, "", err
 	})
+	f.svc.SetEnvironments(pyenv.Envs{Root: filepath.Join(dir, "envs"), Wheels: filepath.Join(dir, "wheels"), Python: env.Python})
 	bench.SetCrashed(func(sess string, pin store.Pin, reason string) {
 		f.svc.WorkerCrashed(context.Background(), sess, pin.Epoch, pin.Release, "workbench", reason)
 	})
@@ -166,5 +177,38 @@ func TestCrashLoopRollsBack(t *testing.T) {
 	}
 	if v, _ := cell(t, bench, "1 + 1"); v != "2" {
 		t.Fatalf("the last good release does not serve: %q", v)
+	}
+}
+
+// A release that declares a dependency gets its own environment, staged
+// from the local wheel directory before activation (never into the live
+// environment); without the wheel it is refused; its generations import it.
+func TestReleaseDependenciesAreStaged(t *testing.T) {
+	f, bench := benchFixture(t, nil)
+	ctx := context.Background()
+	if _, err := f.svc.Boot(ctx, "s", f.publishWithSkill(t, allowHooks, "first")); err != nil {
+		t.Fatal(err)
+	}
+	withDep := f.publishTree(t, map[string]string{"klbr_hooks/__init__.py": allowHooks, "dependencies.json": `{"requires": ["tinypkg==0.1"]}`,
+		"klbr_skills/__init__.py": "", "klbr_skills/uses.py": "import tinypkg\n\ndef answer():\n    return tinypkg.ANSWER\n"})
+	_, err := f.svc.Activate(ctx, "s", 1, withDep, "needs tinypkg")
+	if !errors.Is(err, ErrCandidate) || !strings.Contains(err.Error(), "wheel directory") {
+		t.Fatalf("without the wheel: %v", err)
+	}
+	os.MkdirAll(f.svc.envs.Wheels, 0o755)
+	if _, err := workertest.WriteWheel(f.svc.envs.Wheels, "tinypkg", "0.1", map[string]string{"tinypkg/__init__.py": "ANSWER = 42\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Activate(ctx, "s", 1, withDep, "needs tinypkg"); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := cell(t, bench, "import klbr_skills.uses as u\nu.answer()"); v != "42" {
+		t.Fatalf("the generation does not import its dependency: %q", v)
+	}
+	v, _ := f.st.ReleaseValidation(ctx, "s", withDep)
+	var rep Report
+	json.Unmarshal(v.Report, &rep)
+	if e := rep.Environment; e == nil || len(e.Dependencies) != 64 || len(e.Requires) != 1 || !strings.HasPrefix(e.Site, f.svc.envs.Root) {
+		t.Fatalf("fingerprint: %+v", rep.Environment)
 	}
 }

@@ -182,12 +182,16 @@ var suiteRuns atomic.Int64
 
 // runSuite runs the host suite on release's tree in a fresh, contained
 // process with fake effects.
-func (s *Service) runSuite(ctx context.Context, session, release string) (suiteReport, error) {
+func (s *Service) runSuite(ctx context.Context, session, release, site string) (suiteReport, error) {
 	cfg := s.hooks.Config()
+	path := cfg.RuntimeSrc
+	if site != "" {
+		path += string(os.PathListSeparator) + site
+	}
 	res, err := worker.RunCommand(ctx, worker.CommandSpec{
 		Kernel: cfg.Kernel, Placer: cfg.Placer, Limits: cfg.Limits, Sandbox: cfg.Sandbox, Session: session, Seq: suiteRuns.Add(1),
 		Argv: []string{cfg.Python, "-s", "-m", "klbr_runtime.validate", s.releases.Tree(release)},
-		Dir:  s.releases.Tree(release), Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": cfg.RuntimeSrc},
+		Dir:  s.releases.Tree(release), Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": path},
 		Timeout: SuiteTimeout, MaxOutput: maxSuiteOutput,
 	})
 	if err != nil {
@@ -219,9 +223,14 @@ func (s *Service) Validate(ctx context.Context, session, release string) (Report
 		rep.TookMS = ms(time.Since(start))
 		return rep, nil, fmt.Errorf("%w: %s", ErrCandidate, rep.Refused)
 	}
-	if fp, err := s.fingerprint(release); err == nil {
-		rep.Environment = &fp
-	} else {
+	fp, err := s.fingerprint(release)
+	if err != nil {
+		return refuse("its environment: %v", err)
+	}
+	rep.Environment = &fp
+	// A release's own dependencies are staged first, into an environment of
+	// its own; the suite imports its modules with it.
+	if fp.Site, err = s.stageEnv(ctx, release); err != nil {
 		return refuse("its environment: %v", err)
 	}
 	// The three processes are independent: the candidate's own tests, the
@@ -232,7 +241,7 @@ func (s *Service) Validate(ctx context.Context, session, release string) (Report
 	var w *worker.Worker
 	wg.Add(3)
 	go func() { defer wg.Done(); rep.OwnTests = s.runTests(ctx, session, release) }()
-	go func() { defer wg.Done(); suite, suiteErr = s.runSuite(ctx, session, release) }()
+	go func() { defer wg.Done(); suite, suiteErr = s.runSuite(ctx, session, release, fp.Site) }()
 	go func() { defer wg.Done(); w, startErr = s.hooks.StartWorker(ctx, session, release) }()
 	wg.Wait()
 	ok := false

@@ -37,6 +37,9 @@ type SkillSet struct {
 	// Path is the directory holding the staged klbr_skills package (see
 	// Stage), put on the generation's PYTHONPATH; "" when there is none.
 	Path string `json:"path,omitempty"`
+	// Site is the release's staged dependency environment, also put on the
+	// generation's import path; "" when it declares none.
+	Site string `json:"site,omitempty"`
 
 	files map[string][]byte // the klbr_skills package: path under it → bytes
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/ingress"
 	"github.com/klbr-dev/klbr/internal/metrics"
+	"github.com/klbr-dev/klbr/internal/pyenv"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
 )
@@ -53,6 +54,8 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 		Observe: func(slot, outcome string, latency time.Duration) { m.HookInvocation(slot, outcome, latency) },
 	})
 	d.behavior = activation.New(d.store, rel, d.hooks, d.bench, d.log.With("component", "activation"))
+	d.envs = pyenv.Envs{Root: filepath.Join(cfg.Paths.DataDir, "runtime", "envs"), Wheels: filepath.Join(cfg.Paths.DataDir, "wheels"), Python: wb.Python}
+	d.behavior.SetEnvironments(d.envs)
 	ops := activation.NewOps(d.behavior, filepath.Join(cfg.Paths.DataDir, "drafts"))
 	if sb := wb.Sandbox; sb.DropUser {
 		ops.WithOwner(sb.UID, sb.GID)
@@ -166,6 +169,18 @@ func (d *daemon) skillsFor(dataDir string, rel *behavior.Releases) workbench.Ski
 			release = sess.PolicyRevision
 		}
 		set, err := behavior.LoadSkills(skillRoots(dataDir, rel, release))
+		if err != nil {
+			return set, "", err
+		}
+		// The release's own environment: staged before its activation,
+		// never resolved here.
+		reqs, err := pyenv.Declared(rel.Tree(release))
+		if err != nil {
+			return set, "", err
+		}
+		if set.Site, err = d.envs.Path(reqs); err != nil {
+			return set, "", err
+		}
 		if err != nil {
 			return set, "", err
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/localapi"
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/placement"
+	"github.com/klbr-dev/klbr/internal/pyenv"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/setup"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -71,6 +72,7 @@ type daemon struct {
 	placer   placement.Placer
 	hooks    *hooks.Dispatcher // nil when cells cannot run
 	behavior *activation.Service
+	envs     pyenv.Envs // where releases' dependency environments are staged
 	releases *behavior.Releases
 	deltas   *live.Hub  // token deltas of model steps, best-effort
 	turns    *turn.Loop // nil when the agent does not run

@@ -351,10 +351,17 @@ func (m *Manager) startGeneration(ctx context.Context, sessionID, release string
 			return nil, fmt.Errorf("skills: %w", err)
 		}
 		env = append(env, "KLBR_SKILLS_FILE="+file)
-		if set.Path != "" {
-			// klbr_skills: importable in every cell of this generation, from
-			// the copy staged for its release and managed skills.
-			env = append(env, "PYTHONPATH="+m.cfg.RuntimeSrc+string(os.PathListSeparator)+set.Path)
+		// klbr_skills: importable in every cell of this generation, from
+		// the copy staged for its release and managed skills; then the
+		// release's own dependency environment, staged before activation.
+		path := m.cfg.RuntimeSrc
+		for _, p := range []string{set.Path, set.Site} {
+			if p != "" {
+				path += string(os.PathListSeparator) + p
+			}
+		}
+		if path != m.cfg.RuntimeSrc {
+			env = append(env, "PYTHONPATH="+path)
 		}
 		skillsRev = set.Revision
 		details["skills_revision"] = set.Revision
