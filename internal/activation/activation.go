@@ -117,8 +117,9 @@ func (s *Service) activate(ctx context.Context, session string, parent int64, re
 	// ones, so there is nothing to check in a candidate either.
 	promptOnly := parent != 0 && (res.Kind == behavior.KindPrompt || res.Kind == behavior.KindNone)
 	var cand *worker.Worker
+	var rep Report
 	if !promptOnly {
-		if cand, err = s.check(ctx, session, release); err != nil {
+		if cand, rep, err = s.check(ctx, session, release); err != nil {
 			return res, err
 		}
 	}
@@ -130,7 +131,9 @@ func (s *Service) activate(ctx context.Context, session string, parent int64, re
 	if prepared {
 		if err := prep.Prepare(ctx, session, release, why); err != nil {
 			cand.Stop()
-			return res, fmt.Errorf("%w: its workbench generation did not start (the current one keeps serving): %v", ErrCandidate, err)
+			rep.OK, rep.Refused = false, "its workbench generation did not start (the current one keeps serving): "+err.Error()
+			s.record(ctx, session, rep)
+			return res, fmt.Errorf("%w: %s", ErrCandidate, rep.Refused)
 		}
 	}
 	kind := string(res.Kind)
@@ -159,8 +162,8 @@ func (s *Service) activate(ctx context.Context, session string, parent int64, re
 	}
 	// Switch the processes the change needs. The hook worker is swapped for
 	// the checked candidate (old invocations finish on the old one); the
-	// workbench is replaced only when skills or the environment changed, at
-	// its next safe boundary (Reset waits for a running cell).
+	// workbench is replaced only when skills or the environment changed: by
+	// the generation prepared above, now or when the running cell ends.
 	s.hooks.Swap(session, cand, release, res.Epoch)
 	if res.Kind == behavior.KindHooks || res.Kind == behavior.KindWorkbench {
 		res.Replaced = append(res.Replaced, "hooks")
@@ -181,10 +184,10 @@ func (s *Service) activate(ctx context.Context, session string, parent int64, re
 // Validate), stores the report with the release, and returns the candidate's
 // hook worker ready to serve. The candidate's own claims count for nothing:
 // only the host's reading of its answers does.
-func (s *Service) check(ctx context.Context, session, release string) (*worker.Worker, error) {
+func (s *Service) check(ctx context.Context, session, release string) (*worker.Worker, Report, error) {
 	rep, w, err := s.Validate(ctx, session, release)
 	s.record(ctx, session, rep)
-	return w, err
+	return w, rep, err
 }
 
 // checkSlots starts release's hook worker and has every required slot

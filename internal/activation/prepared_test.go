@@ -98,6 +98,9 @@ func TestPreparedSwitch(t *testing.T) {
 	if s, _ := f.st.Session(ctx, "s"); s.BehaviorEpoch != 1 {
 		t.Fatalf("the refused activation moved the epoch: %+v", s)
 	}
+	if v, err := f.st.ReleaseValidation(ctx, "s", broken); err != nil || v.OK || !strings.Contains(string(v.Report), "did not start") {
+		t.Fatalf("the stored report does not say why: %v %s", err, v.Report)
+	}
 	if v, gen := cell(t, bench, "x + 1"); v != "42" || gen != 1 {
 		t.Fatalf("the old generation does not serve: %q in generation %d", v, gen)
 	}
