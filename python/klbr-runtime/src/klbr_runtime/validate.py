@@ -39,10 +39,10 @@ def _short(text):
 
 @contextlib.contextmanager
 def fake_effects(attempts):
-    """Refuse and record every network, send and process effect."""
+    """Refuse and record every network, send and process effect (plain
+    attribute swaps: unittest.mock would double the suite's start-up)."""
     import socket
     import subprocess
-    from unittest import mock
 
     def refuse(what):
         def _refused(*args, **kwargs):
@@ -50,16 +50,18 @@ def fake_effects(attempts):
             raise EffectAttempted(f"{what} during import: modules of a release must not act when imported")
         return _refused
 
-    with contextlib.ExitStack() as stack:
-        for name in ("connect", "connect_ex", "sendto", "sendmsg", "send", "sendall"):
-            stack.enter_context(mock.patch.object(socket.socket, name, refuse(f"socket.{name}")))
-        for name in ("create_connection", "getaddrinfo", "gethostbyname"):
-            stack.enter_context(mock.patch.object(socket, name, refuse(f"socket.{name}")))
-        stack.enter_context(mock.patch.object(subprocess, "Popen", refuse("subprocess.Popen")))
-        for name in ("system", "popen", "execv", "execve", "fork", "posix_spawn"):
-            if hasattr(os, name):
-                stack.enter_context(mock.patch.object(os, name, refuse(f"os.{name}")))
+    targets = [(socket.socket, n, f"socket.{n}") for n in ("connect", "connect_ex", "sendto", "sendmsg", "send", "sendall")]
+    targets += [(socket, n, f"socket.{n}") for n in ("create_connection", "getaddrinfo", "gethostbyname")]
+    targets += [(subprocess, "Popen", "subprocess.Popen")]
+    targets += [(os, n, f"os.{n}") for n in ("system", "popen", "execv", "execve", "fork", "posix_spawn") if hasattr(os, n)]
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in targets]
+    try:
+        for obj, name, what in targets:
+            setattr(obj, name, refuse(what))
         yield
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)
 
 
 def _modules(tree, package):
