@@ -64,6 +64,15 @@ type Dispatcher struct {
 	closed      bool
 	startMu     sync.Map // session → *sync.Mutex: one start at a time per session
 	recorded    atomic.Int64
+	slots       sync.Map // slot → struct{}: the slots invoked since start (whose inputs are pruned)
+}
+
+// seenSlots notes slot and returns every slot invoked since start.
+func (d *Dispatcher) seenSlots(slot string) []string {
+	d.slots.Store(slot, struct{}{})
+	var out []string
+	d.slots.Range(func(k, _ any) bool { out = append(out, k.(string)); return true })
+	return out
 }
 
 // KeepInputs is how many of the newest invocations of each slot keep their
@@ -257,6 +266,7 @@ func (d *Dispatcher) finish(c *call) {
 	d.cfg.Observe(c.rec.Slot, c.rec.Outcome, c.rec.Latency)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	d.slots.Store(c.rec.Slot, struct{}{})
 	prune := d.recorded.Add(1)%pruneEvery == 0
 	if err := d.cfg.Store.Write(ctx, func(tx *store.Tx) error {
 		if err := tx.RecordHookInvocation(c.rec); err != nil {
@@ -264,7 +274,7 @@ func (d *Dispatcher) finish(c *call) {
 		}
 		if prune {
 			// Inputs are kept for replay: the newest KeepInputs of each slot.
-			_, err := tx.PruneHookInputs(KeepInputs)
+			_, err := tx.PruneHookInputs(d.seenSlots(c.rec.Slot), KeepInputs)
 			return err
 		}
 		return nil

@@ -133,7 +133,7 @@ func (t *Tx) RecordHookInvocation(h HookInvocation) error {
 	if err != nil {
 		return fmt.Errorf("record hook invocation: %w", err)
 	}
-	return t.storeHookInput(h.InputDigest, h.Input)
+	return t.storeHookInput(h.Slot, h.InputDigest, h.Input)
 }
 
 // HeldCount counts held reviews of one session.

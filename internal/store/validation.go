@@ -13,30 +13,67 @@ import (
 // recorded by digest only, and is not replayed.
 const MaxHookInput = 64 << 10
 
-// storeHookInput keeps an invocation's input for replay, once per digest.
-func (t *Tx) storeHookInput(digest string, input json.RawMessage) error {
+// storeHookInput keeps an invocation's input for replay, once per digest,
+// marking it used now.
+func (t *Tx) storeHookInput(slot, digest string, input json.RawMessage) error {
 	if len(input) == 0 || len(input) > MaxHookInput || !json.Valid(input) {
 		return nil
 	}
-	_, err := t.exec(`INSERT INTO hook_inputs (digest, input, bytes, at) VALUES (?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING`,
-		digest, string(input), len(input), t.now.UnixMilli())
+	_, err := t.exec(`INSERT INTO hook_inputs (digest, slot, input, bytes, at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (digest) DO UPDATE SET at = excluded.at`,
+		digest, slot, string(input), len(input), t.now.UnixMilli())
 	if err != nil {
 		return fmt.Errorf("store hook input: %w", err)
 	}
 	return nil
 }
 
-// PruneHookInputs drops stored inputs no longer named by any of the newest
-// keep invocations of each slot of any session, and returns how many went.
-func (t *Tx) PruneHookInputs(keep int) (int64, error) {
-	res, err := t.exec(`DELETE FROM hook_inputs WHERE digest NOT IN (
-		SELECT input_digest FROM (
-			SELECT input_digest, row_number() OVER (PARTITION BY session_id, slot ORDER BY id DESC) AS n
-			FROM hook_invocations) WHERE n <= ?)`, keep)
+// PruneHookInputs drops, for each of slots, the stored inputs that none of
+// the slot's newest keep invocations in any session used (bounded index
+// look-ups), and returns how many went.
+func (t *Tx) PruneHookInputs(slots []string, keep int) (int64, error) {
+	rows, err := t.query(`SELECT id FROM sessions`)
 	if err != nil {
 		return 0, fmt.Errorf("prune hook inputs: %w", err)
 	}
-	n, _ := res.RowsAffected()
+	var sessions []string
+	for rows.Next() {
+		var id string
+		rows.Scan(&id)
+		sessions = append(sessions, id)
+	}
+	rows.Close()
+	var n int64
+	for _, slot := range slots {
+		cutoff := int64(-1) // the oldest use any session's newest keep still need
+		for _, s := range sessions {
+			var at int64
+			err := t.queryRow(`SELECT at FROM hook_invocations WHERE session_id = ? AND slot = ? ORDER BY id DESC LIMIT 1 OFFSET ?`,
+				s, slot, keep-1).Scan(&at)
+			if errors.Is(err, sql.ErrNoRows) {
+				// Fewer than keep: all of them count; its oldest bounds the cut.
+				err = t.queryRow(`SELECT at FROM hook_invocations WHERE session_id = ? AND slot = ? ORDER BY id LIMIT 1`, s, slot).Scan(&at)
+				if errors.Is(err, sql.ErrNoRows) {
+					continue
+				}
+			}
+			if err != nil {
+				return n, fmt.Errorf("prune hook inputs: %w", err)
+			}
+			if cutoff < 0 || at < cutoff {
+				cutoff = at
+			}
+		}
+		if cutoff < 0 {
+			continue
+		}
+		res, err := t.exec(`DELETE FROM hook_inputs WHERE slot = ? AND at < ?`, slot, cutoff)
+		if err != nil {
+			return n, fmt.Errorf("prune hook inputs: %w", err)
+		}
+		k, _ := res.RowsAffected()
+		n += k
+	}
 	return n, nil
 }
 

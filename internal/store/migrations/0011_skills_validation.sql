@@ -4,12 +4,16 @@
 -- digest hook_invocations.input_digest already names (one row per distinct
 -- input), so an activation can replay the last invocations of each slot
 -- against a candidate. Inputs over the bound are not kept (not replayable).
+-- at is the last time an invocation used it: pruning drops, per slot, what
+-- none of the slot's recent invocations used.
 CREATE TABLE hook_inputs (
     digest   TEXT    PRIMARY KEY,
+    slot     TEXT    NOT NULL,
     input    TEXT    NOT NULL CHECK (json_valid(input)),
     bytes    INTEGER NOT NULL,
     at       INTEGER NOT NULL
 );
+CREATE INDEX hook_inputs_by_use ON hook_inputs(slot, at);
 CREATE INDEX hook_invocations_by_slot ON hook_invocations(session_id, slot, id);
 
 -- release_validations is the host's validation report of a release, the
@@ -25,8 +29,8 @@ CREATE TABLE release_validations (
     PRIMARY KEY (session_id, release_id)
 );
 
--- crash_loops are the rollbacks the host made by itself: a release whose
--- workers crashed too often soon after its activation.
+-- worker_crashes are the unasked deaths of workbench workers, by the epoch
+-- they ran: too many soon after an activation roll the release back.
 CREATE TABLE worker_crashes (
     id         INTEGER PRIMARY KEY,
     session_id TEXT    NOT NULL REFERENCES sessions(id),
