@@ -107,12 +107,47 @@ func skillRoots(dataDir string, rel *behavior.Releases, release string) []behavi
 
 // skillIndex is the bounded skill index of the contract message of a
 // session running release: what its next workbench generation is offered.
+// It is read again only when the release or the managed skills changed
+// (their directory entries' names, sizes and times): one stat walk per
+// model request.
 func (d *daemon) skillIndex(release string) string {
+	managed := filepath.Join(d.cfg.Paths.DataDir, "skills")
+	key := release + "\x00" + treeSignature(managed)
+	d.indexMu.Lock()
+	defer d.indexMu.Unlock()
+	if d.indexKey == key {
+		return d.index
+	}
 	set, err := behavior.LoadSkills(skillRoots(d.cfg.Paths.DataDir, d.releases, release))
 	if err != nil {
 		return "## Skill index\n\n(the skills could not be read: " + err.Error() + ")"
 	}
-	return set.Index()
+	d.indexKey, d.index = key, set.Index()
+	return d.index
+}
+
+// treeSignature is the names, sizes and modification times of what lies
+// under dir, two levels deep (skills/<id>/<file>).
+func treeSignature(dir string) string {
+	var b strings.Builder
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(&b, "%s %d %d\n", e.Name(), fi.Size(), fi.ModTime().UnixNano())
+		if !e.IsDir() {
+			continue
+		}
+		sub, _ := os.ReadDir(filepath.Join(dir, e.Name()))
+		for _, f := range sub {
+			if fi, err := f.Info(); err == nil {
+				fmt.Fprintf(&b, " %s %d %d\n", f.Name(), fi.Size(), fi.ModTime().UnixNano())
+			}
+		}
+	}
+	return b.String()
 }
 
 // maintenanceSkill is the body of the maintenance skill offered with

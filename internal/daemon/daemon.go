@@ -73,6 +73,10 @@ type daemon struct {
 	hooks    *hooks.Dispatcher // nil when cells cannot run
 	behavior *activation.Service
 	envs     pyenv.Envs // where releases' dependency environments are staged
+
+	indexMu  sync.Mutex // guards indexKey, index: the last skill index of the contract message
+	indexKey string
+	index    string
 	releases *behavior.Releases
 	deltas   *live.Hub  // token deltas of model steps, best-effort
 	turns    *turn.Loop // nil when the agent does not run

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -26,7 +28,7 @@ print("kind", r.kind)`
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "w1", Code: write}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "u1", Code: "import klbr_skills.greet as g\nprint(g.hello('operator'), g.__file__)\nst = await behavior.status()\nprint('validation', st.validation['ok'], st.validation['own_tests']['passed'])"}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "z1", Code: "await runtime.wait(None)"}}},
-		modeltest.Reply{Calls: []modeltest.Call{{ID: "u2", Code: "import klbr_skills.greet as g\nprint(g.hello('again'))"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "u2", Code: "import klbr_skills.greet as g, klbr_skills.mine as m\nprint(g.hello('again'), m.VALUE)"}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "z2", Code: "await runtime.wait(None)"}}},
 	)
 	a := startAgent(t, model, "")
@@ -42,11 +44,17 @@ print("kind", r.kind)`
 		t.Fatalf("the first attempt's contract message:\n%s", sys)
 	}
 
+	// A managed skill with code, outside any release: the same namespace.
+	mine := filepath.Join(a.data, "skills", "mine")
+	os.MkdirAll(mine, 0o755)
+	os.WriteFile(filepath.Join(mine, "SKILL.md"), []byte("# mine\nThe agent's own helper.\n"), 0o644)
+	os.WriteFile(filepath.Join(mine, "__init__.py"), []byte("\"\"\"My own helper module.\"\"\"\nVALUE = 7\n"), 0o644)
 	a.kill()
 	a.start()
 	a.send("greet again")
-	a.eventually("the second greeting", func() bool { return strings.Contains(cellOutputs(a), "hello again") })
-	if sys := content(model.Requests()[3].Messages[0]); !strings.Contains(sys, "- klbr_skills.greet: Greets someone by name.") {
+	a.eventually("the second greeting", func() bool { return strings.Contains(cellOutputs(a), "hello again 7") })
+	if sys := content(model.Requests()[3].Messages[0]); !strings.Contains(sys, "- klbr_skills.greet: Greets someone by name.") ||
+		!strings.Contains(sys, "- mine: The agent's own helper.") || !strings.Contains(sys, "- klbr_skills.mine: My own helper module.") {
 		t.Fatalf("the contract message does not index the skill:\n%s", sys)
 	}
 	if !strings.Contains(a.d.String(), "klbr_skills.greet") && !strings.Contains(a.d.String(), "msg=skills") {

@@ -54,8 +54,12 @@ func TestHookInputsReplayAndPrune(t *testing.T) {
 		t.Fatal("a rare slot lost its input to a busy one")
 	}
 
-	mustWrite(t, s, func(tx *Tx) error { return tx.RecordValidation("default", "rel", false, json.RawMessage(`{"ok": false}`)) })
-	mustWrite(t, s, func(tx *Tx) error { return tx.RecordValidation("default", "rel", true, json.RawMessage(`{"ok": true}`)) })
+	mustWrite(t, s, func(tx *Tx) error {
+		return tx.RecordValidation("default", "rel", false, json.RawMessage(`{"ok": false}`))
+	})
+	mustWrite(t, s, func(tx *Tx) error {
+		return tx.RecordValidation("default", "rel", true, json.RawMessage(`{"ok": true}`))
+	})
 	if v, err := s.ReleaseValidation(ctx, "", "rel"); err != nil || !v.OK || string(v.Report) != `{"ok": true}` {
 		t.Fatalf("validation: %+v %v", v, err)
 	}
