@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/behavior"
@@ -294,5 +293,3 @@ func (s *Service) Boot(ctx context.Context, session, defaultRelease string) (Res
 
 // TestTimeout bounds a candidate's own test suite.
 const TestTimeout = 2 * time.Minute
-
-var testRuns atomic.Int64

@@ -178,7 +178,12 @@ func cut(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
-var suiteRuns atomic.Int64
+// commandSeq numbers the validation's contained commands (the suite, the
+// candidate's tests): one sequence, so two running side by side never share
+// a placement, far above the workbench's own command numbers.
+var commandSeq atomic.Int64
+
+func nextCommand() int64 { return 1<<40 + commandSeq.Add(1) }
 
 // runSuite runs the host suite on release's tree in a fresh, contained
 // process with fake effects.
@@ -189,7 +194,7 @@ func (s *Service) runSuite(ctx context.Context, session, release, site string) (
 		path += string(os.PathListSeparator) + site
 	}
 	res, err := worker.RunCommand(ctx, worker.CommandSpec{
-		Kernel: cfg.Kernel, Placer: cfg.Placer, Limits: cfg.Limits, Sandbox: cfg.Sandbox, Session: session, Seq: suiteRuns.Add(1),
+		Kernel: cfg.Kernel, Placer: cfg.Placer, Limits: cfg.Limits, Sandbox: cfg.Sandbox, Session: session, Seq: nextCommand(),
 		Argv: []string{cfg.Python, "-s", "-m", "klbr_runtime.validate", s.releases.Tree(release)},
 		Dir:  s.releases.Tree(release), Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": path},
 		Timeout: SuiteTimeout, MaxOutput: maxSuiteOutput,
@@ -370,7 +375,7 @@ func (s *Service) runTests(ctx context.Context, session, release string) OwnTest
 	}
 	cfg := s.hooks.Config()
 	res, err := worker.RunCommand(ctx, worker.CommandSpec{
-		Kernel: cfg.Kernel, Placer: cfg.Placer, Limits: cfg.Limits, Sandbox: cfg.Sandbox, Session: session, Seq: testRuns.Add(1),
+		Kernel: cfg.Kernel, Placer: cfg.Placer, Limits: cfg.Limits, Sandbox: cfg.Sandbox, Session: session, Seq: nextCommand(),
 		Argv: []string{cfg.Python, "-S", "-m", "unittest", "discover", "-s", "tests", "-t", "."}, // as the hooks run: standard library only
 		Dir:  tree, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": cfg.RuntimeSrc},
 		Timeout: TestTimeout, MaxOutput: 64 << 10,
