@@ -13,6 +13,7 @@
   buildGo126Module,
   makeBinaryWrapper,
   python3,
+  git,
   version ? "0.0.0-dev",
 }:
 
@@ -111,9 +112,11 @@ buildGo126Module {
     install -Dm0644 ${./grafana/klbr.json} $out/share/klbr/grafana/klbr.json
 
     # klbr-core finds klbr-kernel beside its own executable, which stays in
-    # $out/bin under the wrapper's name.
+    # $out/bin under the wrapper's name. Drafts are git working trees: the
+    # host runs git for behavior.diff, behavior.rebase and `releases diff`.
     wrapProgram $out/bin/klbr-core \
-      --set-default KLBR_PYTHON ${python3.interpreter}
+      --set-default KLBR_PYTHON ${python3.interpreter} \
+      --suffix PATH : ${lib.makeBinPath [ git ]}
   '';
 
   passthru = {

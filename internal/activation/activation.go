@@ -11,13 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/pyenv"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
 )
@@ -29,6 +28,19 @@ type Workbench interface {
 	ResetAtBoundary(session, reason string)
 }
 
+// Preparer is a Workbench that can make a prepared switch: start the new
+// generation under the candidate release, through its handshake, before the
+// old one is told to stop (workbench.Manager is one).
+type Preparer interface {
+	Workbench
+	// Prepare starts the replacement; it takes over at the next safe boundary.
+	Prepare(ctx context.Context, session, release, reason string) error
+	// Discard drops a prepared replacement that is not to be used.
+	Discard(session, reason string)
+	// Switch lets a prepared replacement take over now if no cell runs.
+	Switch(ctx context.Context, session string) error
+}
+
 // Service activates releases.
 type Service struct {
 	store    *store.Store
@@ -36,6 +48,9 @@ type Service struct {
 	hooks    *hooks.Dispatcher
 	bench    Workbench // nil when cells cannot run
 	log      *slog.Logger
+	env      envFacts
+	envs     *pyenv.Envs // nil: releases that declare dependencies are refused
+	crashMu  sync.Mutex  // one crash-loop rollback at a time
 }
 
 // New returns a Service.
@@ -101,9 +116,23 @@ func (s *Service) activate(ctx context.Context, session string, parent int64, re
 	// ones, so there is nothing to check in a candidate either.
 	promptOnly := parent != 0 && (res.Kind == behavior.KindPrompt || res.Kind == behavior.KindNone)
 	var cand *worker.Worker
+	var rep Report
 	if !promptOnly {
-		if cand, err = s.check(ctx, session, release); err != nil {
+		if cand, rep, err = s.check(ctx, session, release); err != nil {
 			return res, err
+		}
+	}
+	// A workbench-kind change starts the new generation first: if it cannot
+	// start, the old one keeps serving and the activation is refused.
+	why := fmt.Sprintf("behavior epoch %d (%s) changed skills or environment", parent+1, release[:12])
+	prep, prepared := s.bench.(Preparer)
+	prepared = prepared && res.Kind == behavior.KindWorkbench && parent != 0
+	if prepared {
+		if err := prep.Prepare(ctx, session, release, why); err != nil {
+			cand.Stop()
+			rep.OK, rep.Refused = false, "its workbench generation did not start (the current one keeps serving): "+err.Error()
+			s.record(ctx, session, rep)
+			return res, fmt.Errorf("%w: %s", ErrCandidate, rep.Refused)
 		}
 	}
 	kind := string(res.Kind)
@@ -120,6 +149,9 @@ func (s *Service) activate(ctx context.Context, session string, parent int64, re
 		if cand != nil {
 			cand.Stop()
 		}
+		if prepared {
+			prep.Discard(session, "prepared for an activation that did not happen: "+err.Error())
+		}
 		return res, err
 	}
 	if promptOnly {
@@ -129,50 +161,52 @@ func (s *Service) activate(ctx context.Context, session string, parent int64, re
 	}
 	// Switch the processes the change needs. The hook worker is swapped for
 	// the checked candidate (old invocations finish on the old one); the
-	// workbench is replaced only when skills or the environment changed, at
-	// its next safe boundary (Reset waits for a running cell).
+	// workbench is replaced only when skills or the environment changed: by
+	// the generation prepared above, now or when the running cell ends.
 	s.hooks.Swap(session, cand, release, res.Epoch)
 	if res.Kind == behavior.KindHooks || res.Kind == behavior.KindWorkbench {
 		res.Replaced = append(res.Replaced, "hooks")
 	}
 	if res.Kind == behavior.KindWorkbench && s.bench != nil && parent != 0 {
-		s.bench.ResetAtBoundary(session, fmt.Sprintf("behavior epoch %d (%s) changed skills or environment", res.Epoch, release[:12]))
+		if !prepared {
+			s.bench.ResetAtBoundary(session, why)
+		} else if err := prep.Switch(ctx, session); err != nil {
+			s.log.Warn("the prepared workbench generation could not take over yet; it does before the next cell", "session", session, "error", err)
+		}
 		res.Replaced = append(res.Replaced, "workbench")
 	}
 	res.Took = time.Since(start)
 	return res, nil
 }
 
-// fixtures are the inputs a candidate's slots must answer well.
-var fixtures = map[string]any{
-	hooks.SlotReview: hooks.ReviewInput{Channel: "local", Text: "candidate check", Session: "check"},
-	hooks.SlotPlan:   hooks.PlanInput{Items: []hooks.PlanItem{{ID: 1, SourceKind: "operator", Conversation: "operator", ReceivedAt: 1}}, Now: 2},
+// check validates release for session with the host's suite (see
+// Validate), stores the report with the release, and returns the candidate's
+// hook worker ready to serve. The candidate's own claims count for nothing:
+// only the host's reading of its answers does.
+func (s *Service) check(ctx context.Context, session, release string) (*worker.Worker, Report, error) {
+	rep, w, err := s.Validate(ctx, session, release)
+	s.record(ctx, session, rep)
+	return w, rep, err
 }
 
-// check starts release in a candidate hook worker and has every slot answer
-// a fixture with a well-formed result. The candidate's own claims count for
-// nothing: only the host's reading of its answers does.
-func (s *Service) check(ctx context.Context, session, release string) (*worker.Worker, error) {
-	if err := s.runTests(ctx, session, release); err != nil {
-		return nil, err
-	}
-	return s.checkSlots(ctx, session, release)
-}
-
-// checkSlots starts release's hook worker and has every slot answer a
-// fixture well; the worker is returned ready to serve.
+// checkSlots starts release's hook worker and has every required slot
+// answer its fixture well (a restart's check of the active release: it was
+// validated when it was activated); the worker is returned ready to serve.
 func (s *Service) checkSlots(ctx context.Context, session, release string) (*worker.Worker, error) {
 	w, err := s.hooks.StartWorker(ctx, session, release)
 	if err != nil {
 		return nil, fmt.Errorf("%w: its hook worker did not start: %v", ErrCandidate, err)
 	}
-	for slot, in := range fixtures {
-		b, _ := json.Marshal(in)
+	for slot, f := range slotFixtures {
+		if !f.required {
+			continue
+		}
+		b, _ := json.Marshal(f.input)
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		out, err := w.Invoke(cctx, slot, b)
 		cancel()
 		if err == nil {
-			err = hooks.CheckResult(slot, in, out)
+			err = f.check(slot, out)
 		}
 		if err != nil {
 			w.Kill()
@@ -219,6 +253,11 @@ func (s *Service) Boot(ctx context.Context, session, defaultRelease string) (Res
 	}
 	_, verr := s.releases.Verify(sess.PolicyRevision)
 	if verr == nil {
+		// Its environment, if it declares one, exists before any generation
+		// of it starts (it is never resolved at launch).
+		if _, err := s.stageEnv(ctx, sess.PolicyRevision); err != nil {
+			s.log.Error("the active release's environment cannot be staged", "session", session, "error", err)
+		}
 		// The bytes are right; the release must also still start and answer
 		// (an interpreter upgrade can break an import). Its worker becomes
 		// the session's hook worker.
@@ -254,33 +293,3 @@ func (s *Service) Boot(ctx context.Context, session, defaultRelease string) (Res
 
 // TestTimeout bounds a candidate's own test suite.
 const TestTimeout = 2 * time.Minute
-
-var testRuns atomic.Int64
-
-// runTests runs the candidate's own tests (tests/ in its tree, unittest) in
-// a contained command, with bytecode off. A failure refuses the candidate,
-// with the tail of the output. A tree without tests passes.
-func (s *Service) runTests(ctx context.Context, session, release string) error {
-	tree := s.releases.Tree(release)
-	if fi, err := os.Stat(filepath.Join(tree, "tests")); err != nil || !fi.IsDir() {
-		return nil
-	}
-	cfg := s.hooks.Config()
-	res, err := worker.RunCommand(ctx, worker.CommandSpec{
-		Kernel: cfg.Kernel, Placer: cfg.Placer, Limits: cfg.Limits, Sandbox: cfg.Sandbox, Session: session, Seq: testRuns.Add(1),
-		Argv: []string{cfg.Python, "-S", "-m", "unittest", "discover", "-s", "tests", "-t", "."}, // as the hooks run: standard library only
-		Dir:  tree, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": cfg.RuntimeSrc},
-		Timeout: TestTimeout, MaxOutput: 64 << 10,
-	})
-	if err != nil {
-		return fmt.Errorf("%w: its tests could not run: %v", ErrCandidate, err)
-	}
-	if res.ExitCode != 0 {
-		out := string(res.Stderr) + string(res.Stdout)
-		if len(out) > 2000 {
-			out = "…" + out[len(out)-2000:]
-		}
-		return fmt.Errorf("%w: its own tests failed (exit %d):\n%s", ErrCandidate, res.ExitCode, out)
-	}
-	return nil
-}

@@ -2,6 +2,7 @@ package activation
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -62,7 +63,10 @@ func BenchmarkHooks(b *testing.B) {
 		b.ReportMetric(float64(percentile(lat, .5).Microseconds()), "p50-us")
 		b.ReportMetric(float64(percentile(lat, .99).Microseconds()), "p99-us")
 	})
-	for _, kind := range []string{"hooks", "workbench"} {
+	// kind=workbench is the prepared switch; switch=lazy is the switch as it
+	// was before it (the old generation reset at the boundary, the new one
+	// started by the next cell), run side by side.
+	for _, kind := range []string{"prompt", "hooks", "workbench", "workbench/switch=lazy"} {
 		b.Run("op=activate/kind="+kind, func(b *testing.B) {
 			f := newFixture(b, 2*time.Second)
 			dir := b.TempDir()
@@ -70,6 +74,11 @@ func BenchmarkHooks(b *testing.B) {
 				Python: env.Python, RuntimeSrc: env.Runtime, Workspace: dir, Placer: env.Placer, Artifacts: mustArtifacts(b, dir)})
 			defer bench.Close()
 			f.svc.bench = bench
+			want := kind
+			if kind == "workbench/switch=lazy" {
+				f.svc.bench = lazyBench{bench}
+				want = "workbench"
+			}
 			if _, err := f.svc.Boot(ctx, "s", f.publish(b, allowHooks, "# soul\n")); err != nil {
 				b.Fatal(err)
 			}
@@ -83,16 +92,19 @@ func BenchmarkHooks(b *testing.B) {
 				// Each release differs from the last in the component under test.
 				hooksPy := allowHooks + "\n# variant " + strings.Repeat("x", i%7) + time.Now().String() + "\n"
 				var rel string
-				if kind == "hooks" {
+				switch want {
+				case "prompt":
+					rel = f.publish(b, allowHooks, "# soul "+time.Now().String()+"\n")
+				case "hooks":
 					rel = f.publish(b, hooksPy, "# soul\n")
-				} else {
+				default:
 					rel = f.publishWithSkill(b, allowHooks, time.Now().String())
 				}
 				sess, _ := f.st.Session(ctx, "s")
 				b.StartTimer()
 				t := time.Now()
 				res, err := f.svc.Activate(ctx, "s", sess.BehaviorEpoch, rel, "bench")
-				if err != nil || string(res.Kind) != kind {
+				if err != nil || string(res.Kind) != want {
 					b.Fatalf("activate: %+v %v", res, err)
 				}
 				// Ready again: a cell runs (in a new generation after a workbench replacement).
@@ -103,6 +115,48 @@ func BenchmarkHooks(b *testing.B) {
 				lat = append(lat, time.Since(t))
 			}
 			b.ReportMetric(float64(percentile(lat, .5).Milliseconds()), "p50-ms")
+		})
+	}
+}
+
+// lazyBench offers only ResetAtBoundary: the switch without preparation.
+type lazyBench struct{ m *workbench.Manager }
+
+func (l lazyBench) ResetAtBoundary(session, reason string) { l.m.ResetAtBoundary(session, reason) }
+
+// BenchmarkValidation measures a candidate's validation (host suite,
+// fixtures, replay, own tests) with 0, 100 and 1,000 recorded
+// delivery.review invocations to replay.
+func BenchmarkValidation(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{0, 100, 1000} {
+		b.Run(fmt.Sprintf("replay=%d", n), func(b *testing.B) {
+			f := newFixture(b, 2*time.Second)
+			if _, err := f.svc.Boot(ctx, "s", f.publish(b, allowHooks, "# soul\n")); err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				if d := f.review(fmt.Sprintf("message %d", i)); !d.Allow {
+					b.Fatalf("%+v", d)
+				}
+			}
+			old := ReplayN
+			ReplayN = max(n, 1)
+			defer func() { ReplayN = old }()
+			rel := f.publish(b, allowHooks+"\n# candidate\n", "# soul\n")
+			var took, replay time.Duration
+			b.ResetTimer()
+			for range b.N {
+				rep, w, err := f.svc.Validate(ctx, "s", rel)
+				if err != nil || rep.Replay.Replayed["delivery.review"] != n {
+					b.Fatalf("%+v %v", rep.Replay, err)
+				}
+				w.Kill()
+				took += time.Duration(rep.TookMS * float64(time.Millisecond))
+				replay += time.Duration(rep.Replay.TookMS * float64(time.Millisecond))
+			}
+			b.ReportMetric(float64(took.Milliseconds())/float64(b.N), "validate-ms")
+			b.ReportMetric(float64(replay.Milliseconds())/float64(b.N), "replay-ms")
 		})
 	}
 }

@@ -66,6 +66,10 @@ func (o *Ops) HandleRequest(ctx context.Context, r worker.Request) (json.RawMess
 		res, err = o.activate(ctx, session, r.Args)
 	case "behavior.rollback":
 		res, err = o.svc.Rollback(ctx, session)
+	case "behavior.diff":
+		res, err = o.diff(ctx, r.Args)
+	case "behavior.rebase":
+		res, err = o.rebase(ctx, session, r.Args)
 	case "hooks.list":
 		res, err = o.hooksList(ctx, session)
 	case "hooks.describe":
@@ -101,6 +105,12 @@ func (o *Ops) status(ctx context.Context, session string) (any, error) {
 		return nil, err
 	}
 	out := map[string]any{"epoch": sess.BehaviorEpoch, "release": sess.PolicyRevision, "history": hist}
+	// The host's validation report of the active release, as stored with it.
+	if v, err := o.svc.store.ReleaseValidation(ctx, session, sess.PolicyRevision); err == nil {
+		out["validation"] = v.Report
+	} else {
+		out["validation"] = nil
+	}
 	if pin, ok := workbench.PinFrom(ctx); ok {
 		// The behavior this cell runs under; it keeps it until it ends.
 		out["cell_epoch"], out["cell_release"] = pin.Epoch, pin.Release
@@ -116,6 +126,9 @@ type draftRecord struct {
 	ParentEpoch   int64     `json:"parent_epoch"`
 	ParentRelease string    `json:"parent_release"`
 	CreatedAt     time.Time `json:"created_at"`
+	// Git says the tree is a git working tree whose HEAD is ParentRelease
+	// (false where git is missing: diff and rebase then say so).
+	Git bool `json:"git"`
 }
 
 // draft copies the active release's tree into a writable draft that records
@@ -137,6 +150,14 @@ func (o *Ops) draft(ctx context.Context, session string) (any, error) {
 	if err := copyTree(o.svc.releases.Tree(sess.PolicyRevision), rec.Path); err != nil {
 		return nil, fmt.Errorf("draft: %w", err)
 	}
+	switch err := behavior.InitDraft(ctx, rec.Path, sess.PolicyRevision); {
+	case err == nil:
+		rec.Git = true
+	case errors.Is(err, behavior.ErrNoGit):
+		o.svc.log.Warn("draft without git: behavior.diff and behavior.rebase are unavailable", "error", err)
+	default:
+		return nil, fmt.Errorf("draft: %w", err)
+	}
 	if o.uid >= 0 {
 		if err := filepath.WalkDir(rec.Path, func(p string, _ fs.DirEntry, err error) error {
 			if err != nil {
@@ -147,11 +168,79 @@ func (o *Ops) draft(ctx context.Context, session string) (any, error) {
 			return nil, fmt.Errorf("draft: give it to the workers' uid: %w", err)
 		}
 	}
-	j, _ := json.MarshalIndent(rec, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "draft.json"), j, 0o600); err != nil {
-		return nil, fmt.Errorf("draft: %w", err)
+	if err := o.writeDraft(rec); err != nil {
+		return nil, err
 	}
 	return rec, nil
+}
+
+func (o *Ops) writeDraft(rec draftRecord) error {
+	j, _ := json.MarshalIndent(rec, "", "  ")
+	p := filepath.Join(o.drafts, rec.ID, "draft.json")
+	if err := os.WriteFile(p+".tmp", j, 0o600); err != nil {
+		return fmt.Errorf("draft: %w", err)
+	}
+	return os.Rename(p+".tmp", p)
+}
+
+func (o *Ops) draftArg(args json.RawMessage, op string) (draftRecord, error) {
+	var a struct {
+		Draft string `json:"draft"`
+	}
+	if err := json.Unmarshal(args, &a); err != nil {
+		return draftRecord{}, invalid("%s: %v", op, err)
+	}
+	rec, err := o.readDraft(a.Draft)
+	if err == nil && !rec.Git {
+		err = invalid("%s: draft %s is not a git working tree: %v", op, rec.ID, behavior.ErrNoGit)
+	}
+	return rec, err
+}
+
+// diff is the draft's diff against the release it is based on.
+func (o *Ops) diff(ctx context.Context, args json.RawMessage) (any, error) {
+	rec, err := o.draftArg(args, "behavior.diff")
+	if err != nil {
+		return nil, err
+	}
+	d, trunc, err := behavior.DraftDiff(ctx, rec.Path)
+	if err != nil {
+		return nil, fmt.Errorf("behavior.diff: %w", err)
+	}
+	return map[string]any{"draft": rec.ID, "parent_release": rec.ParentRelease, "diff": d, "truncated": trunc}, nil
+}
+
+// rebase brings a stale draft onto the session's current release,
+// three-way; conflicts are reported and change nothing.
+func (o *Ops) rebase(ctx context.Context, session string, args json.RawMessage) (any, error) {
+	rec, err := o.draftArg(args, "behavior.rebase")
+	if err != nil {
+		return nil, err
+	}
+	sess, err := o.svc.store.Session(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{"draft": rec.ID, "from_release": rec.ParentRelease, "onto_release": sess.PolicyRevision}
+	if rec.ParentRelease == sess.PolicyRevision {
+		rec.ParentEpoch = sess.BehaviorEpoch
+		out["rebased"], out["parent_epoch"], out["conflicts"] = true, rec.ParentEpoch, []behavior.Conflict{}
+		return out, o.writeDraft(rec)
+	}
+	res, err := behavior.Rebase(ctx, rec.Path, o.svc.releases.Tree(rec.ParentRelease), o.svc.releases.Tree(sess.PolicyRevision), sess.PolicyRevision)
+	if err != nil {
+		return nil, fmt.Errorf("behavior.rebase: %w", err)
+	}
+	out["taken"], out["merged"], out["conflicts"] = res.Taken, res.Merged, res.Conflicts
+	out["rebased"] = len(res.Conflicts) == 0
+	if len(res.Conflicts) == 0 {
+		rec.ParentEpoch, rec.ParentRelease = sess.BehaviorEpoch, sess.PolicyRevision
+		if err := o.writeDraft(rec); err != nil {
+			return nil, err
+		}
+	}
+	out["parent_epoch"] = rec.ParentEpoch
+	return out, nil
 }
 
 func (o *Ops) readDraft(id string) (draftRecord, error) {
@@ -315,18 +404,21 @@ func (o *Ops) hooksTest(ctx context.Context, session string, args json.RawMessag
 
 func (o *Ops) hooksTrace(ctx context.Context, session string, args json.RawMessage) (any, error) {
 	var a struct {
-		Limit int `json:"limit"`
+		Limit  int  `json:"limit"`
+		Inputs bool `json:"inputs"`
 	}
 	json.Unmarshal(args, &a)
 	if a.Limit <= 0 || a.Limit > 500 {
 		a.Limit = 20
 	}
-	all, err := o.svc.store.HookInvocations(ctx, session)
+	// Newest first, each with its time, release, epoch, slot, latency,
+	// outcome and the ref (digest) of its stored input.
+	all, err := o.svc.store.HookTrace(ctx, session, a.Limit, a.Inputs)
 	if err != nil {
 		return nil, err
 	}
-	if len(all) > a.Limit {
-		all = all[len(all)-a.Limit:]
+	if all == nil {
+		all = []store.TraceEntry{}
 	}
 	return map[string]any{"invocations": all}, nil
 }

@@ -88,6 +88,8 @@ type Input struct {
 	Directed   bool
 	OccurredAt time.Time // when the source says it happened; zero means now
 	Body       string
+	// Maintenance marks an operator input as a maintenance goal.
+	Maintenance bool
 }
 
 // Result names the outcomes admissions are counted by.
@@ -158,7 +160,7 @@ func (a *Admitter) Admit(ctx context.Context, door Door, in Input) (store.Admitt
 			Session: in.Session, SourceKind: string(in.SourceKind), SourceKey: StoredKey(in.SourceKind, in.SourceKey),
 			Conversation: in.Conversation, Author: in.Author,
 			Directed:   in.Directed || in.SourceKind == SourceOperator,
-			OccurredAt: occurred, ReceivedAt: now, Body: in.Body,
+			OccurredAt: occurred, ReceivedAt: now, Body: in.Body, Maintenance: in.Maintenance && in.SourceKind == SourceOperator,
 		})
 		return err
 	})
@@ -225,7 +227,7 @@ func (a *Admitter) AdmitBatch(ctx context.Context, door Door, ins []Input, then 
 				Session: in.Session, SourceKind: string(in.SourceKind), SourceKey: StoredKey(in.SourceKind, in.SourceKey),
 				Conversation: in.Conversation, Author: in.Author,
 				Directed:   in.Directed || in.SourceKind == SourceOperator,
-				OccurredAt: occurred, ReceivedAt: now, Body: in.Body,
+				OccurredAt: occurred, ReceivedAt: now, Body: in.Body, Maintenance: in.Maintenance && in.SourceKind == SourceOperator,
 			})
 			if err != nil {
 				return err

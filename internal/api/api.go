@@ -26,6 +26,9 @@ type SendRequest struct {
 	// the same input. The CLI generates one per invocation.
 	SourceKey  string     `json:"source_key"`
 	OccurredAt *time.Time `json:"occurred_at,omitempty"`
+	// Maintenance makes the input a maintenance goal: the turn attending it
+	// carries the maintenance skill (klbr-core maintain; the browser may set it).
+	Maintenance bool `json:"maintenance,omitempty"`
 }
 
 // SendResponse is the receipt of a committed input.
@@ -169,6 +172,9 @@ type Release struct {
 	Skills     []string            `json:"skills"`
 	Components behavior.Components `json:"components"`
 	Problem    string              `json:"problem,omitempty"` // set when it no longer verifies
+	// Validation is the host's newest validation report of the release
+	// (any session); nil when it was never validated.
+	Validation *store.Validation `json:"validation,omitempty"`
 }
 
 // SessionBehavior is a session's active epoch and its history.

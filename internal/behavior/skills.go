@@ -18,6 +18,10 @@ import (
 type SkillRoot struct {
 	Name string `json:"name"`
 	Dir  string `json:"dir"`
+	// Package, when set, is a klbr_skills/ directory whose modules this root
+	// offers (the release's). Without it, a skill directory of this root that
+	// holds an __init__.py is itself the module klbr_skills.<id> (managed).
+	Package string `json:"package,omitempty"`
 }
 
 // SkillSet is what one workbench generation is offered: read and validated
@@ -27,15 +31,32 @@ type SkillSet struct {
 	Roots    []string          `json:"roots"`
 	Skills   map[string]string `json:"skills"`
 	Refused  map[string]string `json:"refused"`
+	// Modules are the importable klbr_skills.<name> modules, each with the
+	// first line of its docstring.
+	Modules map[string]string `json:"modules"`
+	// Path is the directory holding the staged klbr_skills package (see
+	// Stage), put on the generation's PYTHONPATH; "" when there is none.
+	Path string `json:"path,omitempty"`
+	// Site is the release's staged dependency environment, also put on the
+	// generation's import path; "" when it declares none.
+	Site string `json:"site,omitempty"`
+
+	files map[string][]byte // the klbr_skills package: path under it → bytes
 }
 
 // LoadSkills reads skills/<id>/SKILL.md from each root. A skill whose
 // heading does not match its directory, or whose id appears in two roots,
 // is refused with the reason instead of silently winning.
 func LoadSkills(roots []SkillRoot) (SkillSet, error) {
-	set := SkillSet{Skills: map[string]string{}, Refused: map[string]string{}}
+	set := SkillSet{Skills: map[string]string{}, Refused: map[string]string{}, Modules: map[string]string{}, files: map[string][]byte{}}
 	from := map[string]string{}
+	mods := modules{from: map[string]string{}, files: map[string]map[string][]byte{}, refused: set.Refused}
 	for _, r := range roots {
+		if r.Package != "" {
+			if err := mods.addPackage(r.Name, r.Package); err != nil {
+				return set, err
+			}
+		}
 		set.Roots = append(set.Roots, r.Dir)
 		ents, err := os.ReadDir(r.Dir)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -61,8 +82,12 @@ func LoadSkills(roots []SkillRoot) (SkillSet, error) {
 				set.Skills[id] = body
 				from[id] = r.Name
 			}
+			if r.Package == "" && from[id] == r.Name {
+				mods.addManaged(r.Name, id, filepath.Join(r.Dir, id))
+			}
 		}
 	}
+	mods.finish(&set)
 	ids := make([]string, 0, len(set.Skills))
 	for id := range set.Skills {
 		ids = append(ids, id)
@@ -71,6 +96,16 @@ func LoadSkills(roots []SkillRoot) (SkillSet, error) {
 	h := sha256.New()
 	for _, id := range ids {
 		b, _ := json.Marshal([]string{id, set.Skills[id]})
+		h.Write(b)
+	}
+	paths := make([]string, 0, len(set.files))
+	for p := range set.files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		sum := sha256.Sum256(set.files[p])
+		b, _ := json.Marshal([]string{"klbr_skills/" + p, hex.EncodeToString(sum[:])})
 		h.Write(b)
 	}
 	set.Revision = hex.EncodeToString(h.Sum(nil))
@@ -105,4 +140,78 @@ func readSkill(path, id string) (string, error) {
 		return string(b), nil
 	}
 	return "", fmt.Errorf("SKILL.md is empty")
+}
+
+// Bounds of the skill index a contract message carries.
+const (
+	IndexMaxEntries = 64
+	IndexMaxBytes   = 4 << 10
+)
+
+// Index is the bounded index of the set for the model's contract message:
+// one line per skill id (its first line after the title) and per
+// klbr_skills module (its docstring's first line), then the refusals. What
+// does not fit is counted, never silently dropped.
+func (s SkillSet) Index() string {
+	var lines []string
+	ids := make([]string, 0, len(s.Skills))
+	for id := range s.Skills {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		lines = append(lines, "- "+id+": "+summary(s.Skills[id]))
+	}
+	mods := make([]string, 0, len(s.Modules))
+	for m := range s.Modules {
+		mods = append(mods, m)
+	}
+	sort.Strings(mods)
+	for _, m := range mods {
+		line := "- klbr_skills." + m
+		if s.Modules[m] != "" {
+			line += ": " + s.Modules[m]
+		}
+		lines = append(lines, line)
+	}
+	var b strings.Builder
+	b.WriteString("## Skill index\n\nRead one with `help(skills.<id>)` after `import klbr.skills as skills`; " +
+		"use code with `import klbr_skills.<name>`. The set is fixed for this workbench generation.\n")
+	if len(lines) == 0 {
+		b.WriteString("(none offered)\n")
+	}
+	for i, line := range lines {
+		if i >= IndexMaxEntries || b.Len()+len(line)+1 > IndexMaxBytes-160 {
+			fmt.Fprintf(&b, "(%d more not listed: dir(skills))\n", len(lines)-i)
+			break
+		}
+		b.WriteString(line + "\n")
+	}
+	if len(s.Refused) > 0 {
+		refused := make([]string, 0, len(s.Refused))
+		for id := range s.Refused {
+			refused = append(refused, id)
+		}
+		sort.Strings(refused)
+		fmt.Fprintf(&b, "Refused (skills.refused says why): %s\n", oneLine(strings.Join(refused, ", ")))
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// summary is a SKILL.md body's first non-empty line after its title.
+func summary(body string) string {
+	lines := strings.Split(body, "\n")
+	seenTitle := false
+	for _, line := range lines {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if !seenTitle && strings.HasPrefix(line, "# ") {
+			seenTitle = true
+			continue
+		}
+		return oneLine(line)
+	}
+	return ""
 }

@@ -1,15 +1,20 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/store"
 )
 
 func newReleases(g *globals) *cobra.Command {
@@ -50,12 +55,79 @@ func newReleases(g *globals) *cobra.Command {
 					state = "CORRUPT: " + rel.Problem
 				}
 				fmt.Fprintf(g.env.Stdout, "%s  %s\n", rel.Path, state)
+				if rel.Validation != nil {
+					fmt.Fprintf(g.env.Stdout, "    %s\n", validationLine(*rel.Validation))
+				}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	cmd.AddCommand(newReleasesDiff(g))
 	return cmd
+}
+
+// newReleasesDiff prints the diff between two stored releases. It reads the
+// release directory itself: no daemon is needed.
+func newReleasesDiff(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "diff A B",
+		Short: "Print the unified diff from release A to release B (ids, unique id prefixes, or <data>/releases/<sha256> paths)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			paths, err := config.LoadPaths(g.env.Lookup)
+			if err != nil {
+				return err
+			}
+			rel, err := behavior.Open(filepath.Join(paths.DataDir, "releases"))
+			if err != nil {
+				return err
+			}
+			var ids [2]string
+			for i, ref := range args {
+				if ids[i], err = resolveRelease(rel, ref); err != nil {
+					return err
+				}
+			}
+			d, truncated, err := rel.Diff(cmd.Context(), ids[0], ids[1])
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(g.env.Stdout, d)
+			if truncated {
+				fmt.Fprintf(g.env.Stderr, "the diff is over %d bytes and was cut there\n", behavior.MaxDiffBytes)
+			}
+			return nil
+		},
+	}
+}
+
+// resolveRelease accepts an id, a path, or a unique prefix of at least 6 hex digits.
+func resolveRelease(rel *behavior.Releases, ref string) (string, error) {
+	if id, err := rel.Resolve(ref); err == nil {
+		return id, nil
+	}
+	if len(ref) < 6 {
+		return "", fmt.Errorf("%q is not a release id (give at least 6 hex digits of one)", ref)
+	}
+	ids, err := rel.List()
+	if err != nil {
+		return "", err
+	}
+	var found []string
+	for _, id := range ids {
+		if strings.HasPrefix(id, ref) {
+			found = append(found, id)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return "", fmt.Errorf("no release starts with %q", ref)
+	default:
+		return "", fmt.Errorf("%q names %d releases; give more digits", ref, len(found))
+	}
 }
 
 func newPublish(g *globals) *cobra.Command {
@@ -142,4 +214,38 @@ func printActivation(g *globals, r activation.Result) {
 		replaced = fmt.Sprintf("replaced %v", r.Replaced)
 	}
 	fmt.Fprintf(g.env.Stdout, "session %s is at epoch %d: release %s (%s change, %s)\n", r.Session, r.Epoch, r.Release, r.Kind, replaced)
+}
+
+// validationLine summarizes a stored validation report on one line.
+func validationLine(v store.Validation) string {
+	var rep activation.Report
+	if err := json.Unmarshal(v.Report, &rep); err != nil {
+		return "validation report unreadable: " + err.Error()
+	}
+	verdict := "validated ok"
+	if !v.OK {
+		verdict = "REFUSED: " + rep.Refused
+	}
+	own := "absent"
+	switch {
+	case rep.OwnTests.Error != "":
+		own = "did not run"
+	case rep.OwnTests.Present && rep.OwnTests.Passed:
+		own = "passed"
+	case rep.OwnTests.Present:
+		own = fmt.Sprintf("failed (exit %d)", rep.OwnTests.ExitCode)
+	}
+	var replayed, changed int
+	for _, n := range rep.Replay.Replayed {
+		replayed += n
+	}
+	for _, n := range rep.Replay.Changed {
+		changed += n
+	}
+	line := fmt.Sprintf("%s (session %s, %s, %.0f ms): host suite %d checks, %d slots answered, replay %d/%d changed, own tests %s (not authoritative)",
+		verdict, v.Session, v.ValidatedAt.Local().Format("2006-01-02 15:04:05"), rep.TookMS, len(rep.Suite), len(rep.Slots), changed, replayed, own)
+	for _, c := range rep.Replay.Changes {
+		line += fmt.Sprintf("\n      changed %s #%d: %s -> %s%s", c.Slot, c.Invocation, c.Before, c.After, c.Error)
+	}
+	return line
 }

@@ -16,11 +16,25 @@ import (
 )
 
 func newSend(g *globals) *cobra.Command {
+	return newSendLike(g, false)
+}
+
+// newMaintain is send with the maintenance flag: the turn that attends the
+// goal carries the maintenance skill.
+func newMaintain(g *globals) *cobra.Command {
+	return newSendLike(g, true)
+}
+
+func newSendLike(g *globals, maintenance bool) *cobra.Command {
 	var asJSON bool
 	var key string
+	use, short := "send SESSION TEXT", "Send an operator input; prints its id once it is committed (TEXT - reads stdin)"
+	if maintenance {
+		use, short = "maintain SESSION GOAL", "Send a maintenance goal: the turn attending it carries the maintenance skill (GOAL - reads stdin)"
+	}
 	cmd := &cobra.Command{
-		Use:   "send SESSION TEXT",
-		Short: "Send an operator input; prints its id once it is committed (TEXT - reads stdin)",
+		Use:   use,
+		Short: short,
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			text := args[1]
@@ -39,7 +53,7 @@ func newSend(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			res, err := c.Send(cmd.Context(), args[0], api.SendRequest{Text: text, SourceKey: key})
+			res, err := c.Send(cmd.Context(), args[0], api.SendRequest{Text: text, SourceKey: key, Maintenance: maintenance})
 			if err != nil {
 				return sendError(err, key, args[0])
 			}

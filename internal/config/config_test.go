@@ -61,7 +61,6 @@ func TestLoadDefaults(t *testing.T) {
 		ConfigFile:    filepath.Join(data, "klbr.toml"),
 		ControlSocket: filepath.Join(data, "control.sock"),
 		IngressSocket: filepath.Join(data, "ingress.sock"),
-		SkillsDir:     filepath.Join(wd, "skills"),
 		Python:        "python3",
 	}
 	if cfg.Paths != want {
@@ -126,7 +125,6 @@ func TestLoadEnvOverrides(t *testing.T) {
 		want string
 	}{
 		{"KLBR_WORKSPACE", withEnv(base, "KLBR_WORKSPACE", "/ws"), func(c *Config) string { return c.Paths.Workspace }, "/ws"},
-		{"KLBR_WORKSPACE moves skills", withEnv(base, "KLBR_WORKSPACE", "/ws"), func(c *Config) string { return c.Paths.SkillsDir }, "/ws/skills"},
 		{"KLBR_DATA_DIR", withEnv(base, "KLBR_DATA_DIR", "/d"), func(c *Config) string { return c.Paths.DataDir }, "/d"},
 		{"KLBR_DATA_DIR moves the config", withEnv(base, "KLBR_DATA_DIR", "/d"), func(c *Config) string { return c.Paths.ConfigFile }, "/d/klbr.toml"},
 		{"KLBR_DATA_DIR moves the ingress socket", withEnv(base, "KLBR_DATA_DIR", "/d"), func(c *Config) string { return c.Paths.IngressSocket }, "/d/ingress.sock"},
@@ -134,7 +132,6 @@ func TestLoadEnvOverrides(t *testing.T) {
 		{"KLBR_INGRESS_SOCKET", withEnv(base, "KLBR_INGRESS_SOCKET", "/run/klbr/i.sock"), func(c *Config) string { return c.Paths.IngressSocket }, "/run/klbr/i.sock"},
 		{"KLBR_BEHAVIOR_DIR", withEnv(base, "KLBR_BEHAVIOR_DIR", "/src/behavior"), func(c *Config) string { return c.Paths.BehaviorDir }, "/src/behavior"},
 		{"KLBR_RUNTIME_DIR", withEnv(base, "KLBR_RUNTIME_DIR", "/src/python/klbr-runtime"), func(c *Config) string { return c.Paths.RuntimeDir }, "/src/python/klbr-runtime"},
-		{"KLBR_SKILLS_DIR", withEnv(base, "KLBR_SKILLS_DIR", "/sk"), func(c *Config) string { return c.Paths.SkillsDir }, "/sk"},
 		{"KLBR_PYTHON", withEnv(base, "KLBR_PYTHON", "python3.12"), func(c *Config) string { return c.Paths.Python }, "python3.12"},
 		{"KLBR_BIND_ADDR", withEnv(base, "KLBR_BIND_ADDR", "[::1]:9000"), func(c *Config) string { return c.BindAddr }, "[::1]:9000"},
 		{"paths are cleaned", withEnv(base, "KLBR_DATA_DIR", "/d/./x/../y/"), func(c *Config) string { return c.Paths.DataDir }, "/d/y"},
@@ -165,7 +162,6 @@ func TestLoadRelativePaths(t *testing.T) {
 		"KLBR_INGRESS_SOCKET": "run/i.sock",
 		"KLBR_BEHAVIOR_DIR":   "../behavior",
 		"KLBR_RUNTIME_DIR":    "python/klbr-runtime",
-		"KLBR_SKILLS_DIR":     "sk",
 		"KLBR_PYTHON":         "venv/bin/python",
 	}
 	cfg, err := Load(envMap(env))
@@ -180,7 +176,6 @@ func TestLoadRelativePaths(t *testing.T) {
 		IngressSocket: filepath.Join(wd, "run", "i.sock"),
 		BehaviorDir:   filepath.Join(filepath.Dir(wd), "behavior"),
 		RuntimeDir:    filepath.Join(wd, "python", "klbr-runtime"),
-		SkillsDir:     filepath.Join(wd, "sk"),
 		Python:        "venv/bin/python", // as given: ResolvePython resolves it
 	}
 	if cfg.Paths != want {
@@ -397,8 +392,8 @@ func TestParseErrors(t *testing.T) {
 		{"channel not digits", "[discord]\nchannels = [\n  \"123\",\n  \"general\",\n]\n", 4, 3, "discord.channels[1]", `"general" is not a channel id`},
 		{"channel empty", "[discord]\nchannels = [\"\"]\n", 2, 13, "discord.channels[0]", "not a channel id"},
 		{"ingest", "[discord]\ningest = \"mentions\"\n", 2, 1, "discord.ingest", `"mentions" is not an ingest mode (all or directed)`},
-		{"ambient batch negative", "[discord]\nambient_batch_seconds = -1\n", 2, 1, "discord.ambient_batch_seconds", "-1 is out of range 0..600"},
-		{"ambient batch too long", "[discord]\nambient_batch_seconds = 601\n", 2, 1, "discord.ambient_batch_seconds", "601 is out of range 0..600"},
+		{"ambient batch is refused", "[discord]\nambient_batch_seconds = 8\n", 2, 1, "discord.ambient_batch_seconds", "settings.toml [attention] ambient_defer_seconds"},
+		{"ambient batch zero is refused too", "[discord]\nambient_batch_seconds = 0\n", 2, 1, "discord.ambient_batch_seconds", "is not used and is refused"},
 		{"pending aging zero", "[discord]\npending_aging_seconds = 0\n", 2, 1, "discord.pending_aging_seconds", "0 is out of range 1..86400"},
 		{"pending aging too long", "[discord]\npending_aging_seconds = 86401\n", 2, 1, "discord.pending_aging_seconds", "86401 is out of range 1..86400"},
 
@@ -586,7 +581,6 @@ channels = ["123456789012345678", "2"]
 ingest = "directed"
 ambient_wake = false
 include_bots = true
-ambient_batch_seconds = 0
 pending_aging_seconds = 86400
 
 [limits]
@@ -620,7 +614,7 @@ cpu_quota = "50%"
 			Enabled: true, TokenFile: "/run/credentials/klbr-discord.service/token",
 			APIBase: "http://127.0.0.1:9999/api/v9", Channels: []string{"123456789012345678", "2"},
 			Ingest: IngestDirected, AmbientWake: false, IncludeBots: true,
-			AmbientBatchSeconds: 0, PendingAgingSeconds: 86400,
+			PendingAgingSeconds: 86400,
 		},
 		Limits: Limits{MemoryMax: "512M", TasksMax: 100000, CPUQuota: "50%"},
 	}
@@ -1109,5 +1103,14 @@ stream_usage = false
 	if err := (&File{Agent: Defaults().Agent, Routes: map[string]Route{"main": {URL: "http://x/v1", Model: "m", TimeoutSeconds: 1}},
 		Discord: Defaults().Discord, Limits: Defaults().Limits}).Validate(); err != nil {
 		t.Errorf("a route built in code without a dialect: %v", err)
+	}
+}
+
+// A set KLBR_SKILLS_DIR is refused with where skills live, never silently ignored.
+func TestSkillsDirRefused(t *testing.T) {
+	_, err := Load(envMap(map[string]string{"HOME": "/home/u", "KLBR_DATA_DIR": "/d", "KLBR_SKILLS_DIR": "/sk"}))
+	if err == nil || !strings.Contains(err.Error(), "KLBR_SKILLS_DIR") || !strings.Contains(err.Error(), "/d/skills") ||
+		!strings.Contains(err.Error(), "active behavior release") {
+		t.Fatalf("err = %v, want a refusal naming where skills live", err)
 	}
 }

@@ -42,7 +42,6 @@ type Paths struct {
 	IngressSocket string // KLBR_INGRESS_SOCKET, default <DataDir>/ingress.sock
 	BehaviorDir   string // KLBR_BEHAVIOR_DIR, default "" (meaning: the embedded tree)
 	RuntimeDir    string // KLBR_RUNTIME_DIR, default "" (meaning: the embedded runtime)
-	SkillsDir     string // KLBR_SKILLS_DIR, default <Workspace>/skills
 	Python        string // KLBR_PYTHON as given, default "python3" (unresolved; see ResolvePython)
 }
 
@@ -94,7 +93,13 @@ func resolvePaths(lookup func(string) (string, bool)) (p Paths, explicitConfig b
 	p.IngressSocket = abs(EnvIngressSocket, orDefault(env(EnvIngressSocket), filepath.Join(p.DataDir, "ingress.sock")))
 	p.BehaviorDir = abs(EnvBehaviorDir, env(EnvBehaviorDir))
 	p.RuntimeDir = abs(EnvRuntimeDir, env(EnvRuntimeDir))
-	p.SkillsDir = abs(EnvSkillsDir, orDefault(env(EnvSkillsDir), filepath.Join(p.Workspace, "skills")))
+	if v := env(EnvSkillsDir); v != "" {
+		// Refused, never silently ignored: skills are not read from a directory of the
+		// workspace but from the active release and the data directory.
+		return Paths{}, false, fmt.Errorf("%s=%q is not used and is refused: builtin skills live in the active "+
+			"behavior release (skills/<id>/SKILL.md and klbr_skills/, changed with behavior.draft/publish/activate), "+
+			"the agent's own skills in %s; unset %s", EnvSkillsDir, v, filepath.Join(p.DataDir, "skills"), EnvSkillsDir)
+	}
 	p.Python = orDefault(env(EnvPython), DefaultPython)
 	if err != nil {
 		return Paths{}, false, err

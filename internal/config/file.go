@@ -120,7 +120,7 @@ type Discord struct {
 	Ingest              string   `toml:"ingest"`   // IngestAll or IngestDirected
 	AmbientWake         bool     `toml:"ambient_wake"`
 	IncludeBots         bool     `toml:"include_bots"`
-	AmbientBatchSeconds int      `toml:"ambient_batch_seconds"` // 0..600
+	AmbientBatchSeconds int      `toml:"ambient_batch_seconds"` // refused when set: see settings.toml [attention]
 	PendingAgingSeconds int      `toml:"pending_aging_seconds"` // 1..86400
 }
 
@@ -177,7 +177,6 @@ const (
 	DefaultContextBudget       = 100000
 	DefaultRouteTimeoutSeconds = 120
 	DefaultDiscordAPIBase      = "https://discord.com/api/v9"
-	DefaultAmbientBatchSeconds = 8
 	DefaultPendingAgingSeconds = 600
 	DefaultMemoryMax           = "2G"
 	DefaultTasksMax            = 256
@@ -196,7 +195,6 @@ func Defaults() File {
 			APIBase:             DefaultDiscordAPIBase,
 			Ingest:              IngestAll,
 			AmbientWake:         true,
-			AmbientBatchSeconds: DefaultAmbientBatchSeconds,
 			PendingAgingSeconds: DefaultPendingAgingSeconds,
 		},
 		Limits: Limits{

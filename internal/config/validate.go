@@ -16,7 +16,6 @@ import (
 const (
 	maxRouteTimeoutSeconds = 3600
 	maxCacheAffinityChars  = 64
-	maxAmbientBatchSeconds = 600
 	maxPendingAgingSeconds = 86400
 	maxTasksMax            = 100000
 )
@@ -41,6 +40,10 @@ func CacheRetentions(profile string) ([]string, bool) {
 	}
 	return nil, false
 }
+
+// ambientBatchRefusal says why [discord] ambient_batch_seconds is refused.
+const ambientBatchRefusal = "is not used and is refused: ambient Discord items are deferred by the active behavior " +
+	"release's settings.toml [attention] ambient_defer_seconds (default 8; change it in a draft); remove this key"
 
 // validate checks f and returns what is wrong, each error placed at its key
 // by index (nil when f did not come from a document).
@@ -258,8 +261,9 @@ func (v *validator) discord(d *Discord) {
 	if d.Ingest != IngestAll && d.Ingest != IngestDirected {
 		v.fail("discord.ingest", fmt.Sprintf("%q is not an ingest mode (%s or %s)", d.Ingest, IngestAll, IngestDirected), "discord")
 	}
-	if d.AmbientBatchSeconds < 0 || d.AmbientBatchSeconds > maxAmbientBatchSeconds {
-		v.fail("discord.ambient_batch_seconds", fmt.Sprintf("%d is out of range 0..%d", d.AmbientBatchSeconds, maxAmbientBatchSeconds), "discord")
+	if v.index.has(formatKey("discord", "ambient_batch_seconds")) || d.AmbientBatchSeconds != 0 {
+		// Refused, never silently ignored: the delay is behavior's, not the daemon's.
+		v.fail("discord.ambient_batch_seconds", ambientBatchRefusal, "discord")
 	}
 	if d.PendingAgingSeconds < 1 || d.PendingAgingSeconds > maxPendingAgingSeconds {
 		v.fail("discord.pending_aging_seconds", fmt.Sprintf("%d is out of range 1..%d", d.PendingAgingSeconds, maxPendingAgingSeconds), "discord")

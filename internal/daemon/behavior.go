@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	behaviortree "github.com/klbr-dev/klbr/behavior"
@@ -17,6 +19,8 @@ import (
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/ingress"
 	"github.com/klbr-dev/klbr/internal/metrics"
+	"github.com/klbr-dev/klbr/internal/pyenv"
+	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
 )
 
@@ -50,6 +54,8 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 		Observe: func(slot, outcome string, latency time.Duration) { m.HookInvocation(slot, outcome, latency) },
 	})
 	d.behavior = activation.New(d.store, rel, d.hooks, d.bench, d.log.With("component", "activation"))
+	d.envs = pyenv.Envs{Root: filepath.Join(cfg.Paths.DataDir, "runtime", "envs"), Wheels: filepath.Join(cfg.Paths.DataDir, "wheels"), Python: wb.Python}
+	d.behavior.SetEnvironments(d.envs)
 	ops := activation.NewOps(d.behavior, filepath.Join(cfg.Paths.DataDir, "drafts"))
 	if sb := wb.Sandbox; sb.DropUser {
 		ops.WithOwner(sb.UID, sb.GID)
@@ -59,6 +65,15 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 	d.bench.SetOps("local.", delivery.NewLocal(d.store, d.hooks))
 	d.bench.SetOps("discord.", ingress.NewOps(d.store, d.hooks, d.ingress))
 	d.bench.SetSkills(d.skillsFor(cfg.Paths.DataDir, rel))
+	svc := d.behavior
+	d.bench.SetCrashed(func(session string, pin store.Pin, reason string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if _, err := svc.WorkerCrashed(ctx, session, pin.Epoch, pin.Release, "workbench", reason); err != nil {
+			d.log.Error("crash loop check", "session", session, "error", err)
+		}
+	})
+	d.logSkills(man.ID)
 	if err := d.behavior.Publish(ctx, man); err != nil {
 		return err
 	}
@@ -79,22 +94,134 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 	return nil
 }
 
+// skillRoots are where a release's skills are read from: its own skills/
+// and klbr_skills/, then the managed skills of <data>/skills.
+func skillRoots(dataDir string, rel *behavior.Releases, release string) []behavior.SkillRoot {
+	var roots []behavior.SkillRoot
+	if release != "" {
+		tree := rel.Tree(release)
+		roots = append(roots, behavior.SkillRoot{Name: "builtin", Dir: filepath.Join(tree, "skills"), Package: filepath.Join(tree, "klbr_skills")})
+	}
+	return append(roots, behavior.SkillRoot{Name: "managed", Dir: filepath.Join(dataDir, "skills")})
+}
+
+// skillIndex is the bounded skill index of the contract message of a
+// session running release: what its next workbench generation is offered.
+// It is read again only when the release or the managed skills changed
+// (their directory entries' names, sizes and times): one stat walk per
+// model request.
+func (d *daemon) skillIndex(release string) string {
+	managed := filepath.Join(d.cfg.Paths.DataDir, "skills")
+	key := release + "\x00" + treeSignature(managed)
+	d.indexMu.Lock()
+	defer d.indexMu.Unlock()
+	if d.indexKey == key {
+		return d.index
+	}
+	set, err := behavior.LoadSkills(skillRoots(d.cfg.Paths.DataDir, d.releases, release))
+	if err != nil {
+		return "## Skill index\n\n(the skills could not be read: " + err.Error() + ")"
+	}
+	d.indexKey, d.index = key, set.Index()
+	return d.index
+}
+
+// treeSignature is the names, sizes and modification times of what lies
+// under dir, two levels deep (skills/<id>/<file>).
+func treeSignature(dir string) string {
+	var b strings.Builder
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(&b, "%s %d %d\n", e.Name(), fi.Size(), fi.ModTime().UnixNano())
+		if !e.IsDir() {
+			continue
+		}
+		sub, _ := os.ReadDir(filepath.Join(dir, e.Name()))
+		for _, f := range sub {
+			if fi, err := f.Info(); err == nil {
+				fmt.Fprintf(&b, " %s %d %d\n", f.Name(), fi.Size(), fi.ModTime().UnixNano())
+			}
+		}
+	}
+	return b.String()
+}
+
+// maintenanceSkill is the body of the maintenance skill offered with
+// release, which a maintenance turn carries.
+func (d *daemon) maintenanceSkill(_ context.Context, release string) (string, error) {
+	set, err := behavior.LoadSkills(skillRoots(d.cfg.Paths.DataDir, d.releases, release))
+	if err != nil {
+		return "", err
+	}
+	body, ok := set.Skills["maintenance"]
+	if !ok {
+		if why := set.Refused["maintenance"]; why != "" {
+			return "", fmt.Errorf("the maintenance skill is refused: %s", why)
+		}
+		return "", fmt.Errorf("no maintenance skill is offered")
+	}
+	return body, nil
+}
+
+// logSkills logs the skill index of the default release at start: the ids
+// offered, the modules and the refusals.
+func (d *daemon) logSkills(release string) {
+	set, err := behavior.LoadSkills(skillRoots(d.cfg.Paths.DataDir, d.releases, release))
+	if err != nil {
+		d.log.Error("skills cannot be read", "error", err)
+		return
+	}
+	ids := make([]string, 0, len(set.Skills))
+	for id := range set.Skills {
+		ids = append(ids, id)
+	}
+	mods := make([]string, 0, len(set.Modules))
+	for m := range set.Modules {
+		mods = append(mods, "klbr_skills."+m)
+	}
+	sort.Strings(ids)
+	sort.Strings(mods)
+	d.log.Info("skills", "release", release, "ids", strings.Join(ids, ","), "modules", strings.Join(mods, ","), "revision", set.Revision)
+	for id, why := range set.Refused {
+		d.log.Warn("skill refused", "id", id, "reason", why)
+	}
+}
+
 // skillsFor reads a session's skills when a workbench generation starts:
 // builtin ones from its active release, managed ones from <data>/skills (an
 // id in both is refused), written once per revision under <data>/runtime.
 func (d *daemon) skillsFor(dataDir string, rel *behavior.Releases) workbench.SkillsFunc {
-	return func(ctx context.Context, session string) (behavior.SkillSet, string, error) {
-		sess, err := d.store.Session(ctx, session)
-		if err != nil {
-			return behavior.SkillSet{}, "", err
+	return func(ctx context.Context, session, release string) (behavior.SkillSet, string, error) {
+		if release == "" {
+			sess, err := d.store.Session(ctx, session)
+			if err != nil {
+				return behavior.SkillSet{}, "", err
+			}
+			release = sess.PolicyRevision
 		}
-		var roots []behavior.SkillRoot
-		if sess.PolicyRevision != "" {
-			roots = append(roots, behavior.SkillRoot{Name: "builtin", Dir: filepath.Join(rel.Tree(sess.PolicyRevision), "skills")})
-		}
-		roots = append(roots, behavior.SkillRoot{Name: "managed", Dir: filepath.Join(dataDir, "skills")})
-		set, err := behavior.LoadSkills(roots)
+		set, err := behavior.LoadSkills(skillRoots(dataDir, rel, release))
 		if err != nil {
+			return set, "", err
+		}
+		// The release's own environment: staged before its activation,
+		// never resolved here.
+		reqs, err := pyenv.Declared(rel.Tree(release))
+		if err != nil {
+			return set, "", err
+		}
+		if set.Site, err = d.envs.Path(reqs); err != nil {
+			return set, "", err
+		}
+		if err != nil {
+			return set, "", err
+		}
+		// The klbr_skills package this generation imports: staged once per
+		// revision, read-only, so it cannot change under the generation.
+		if set.Path, err = behavior.Stage(set, filepath.Join(dataDir, "runtime", "skillpkg")); err != nil {
 			return set, "", err
 		}
 		dir := filepath.Join(dataDir, "runtime", "skills")

@@ -34,6 +34,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/provider"
+	"github.com/klbr-dev/klbr/internal/pyenv"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/setup"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -74,6 +75,11 @@ type daemon struct {
 	placer   placement.Placer
 	hooks    *hooks.Dispatcher // nil when cells cannot run
 	behavior *activation.Service
+	envs     pyenv.Envs // where releases' dependency environments are staged
+
+	indexMu  sync.Mutex // guards indexKey, index: the last skill index of the contract message
+	indexKey string
+	index    string
 	releases *behavior.Releases
 	deltas   *live.Hub        // token deltas of model steps, best-effort
 	turns    *turn.Loop       // nil when the agent does not run

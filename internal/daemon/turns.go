@@ -76,7 +76,7 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	d.turns = turn.New(turn.Config{
 		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Model: model, Route: a.Route,
 		URL: route.URL, ModelName: route.Model,
-		Prompt: releasePrompt(d.releases.Tree), Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),
+		Prompt: releasePrompt(d.releases.Tree, d.skillIndex), Maintenance: d.maintenanceSkill, Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),
 		Compactor: compactor, Estimator: est, Compaction: d.hooks,
 		Budgets: turn.Budgets{MaxSteps: a.MaxSteps, MaxTokens: a.MaxTokens, MaxTurn: time.Duration(a.MaxTurnSeconds) * time.Second,
 			MaxEmpty: a.MaxEmptyCompletions, MaxErrors: a.MaxConsecutiveErrors, ContextTokens: a.ContextBudgetTokens,
@@ -225,8 +225,10 @@ func (d *daemon) router(cfg *config.Config, m *metrics.Metrics) (*provider.Route
 }
 
 // releasePrompt reads a release's system prompt: its soul, then its
-// instructions. Releases are immutable, so each is read once.
-func releasePrompt(tree func(id string) string) turn.Prompt {
+// instructions, then the index of the skills offered with it (index may be
+// nil). Releases are immutable, so each is read once; the index is read
+// each time, as managed skills change without a release.
+func releasePrompt(tree func(id string) string, index func(release string) string) turn.Prompt {
 	var mu sync.Mutex
 	cache := map[string]string{}
 	return func(_ context.Context, release string) (string, error) {
@@ -236,7 +238,7 @@ func releasePrompt(tree func(id string) string) turn.Prompt {
 		mu.Lock()
 		defer mu.Unlock()
 		if p, ok := cache[release]; ok {
-			return p, nil
+			return withIndex(p, index, release), nil
 		}
 		var parts []string
 		for _, name := range []string{"soul.md", "instructions.md"} {
@@ -251,8 +253,18 @@ func releasePrompt(tree func(id string) string) turn.Prompt {
 		}
 		p := strings.Join(parts, "\n\n")
 		cache[release] = p
-		return p, nil
+		return withIndex(p, index, release), nil
 	}
+}
+
+func withIndex(prompt string, index func(string) string, release string) string {
+	if index == nil {
+		return prompt
+	}
+	if idx := index(release); idx != "" {
+		return prompt + "\n\n" + idx
+	}
+	return prompt
 }
 
 // backoffs lists the sessions' retries and backoffs, for /metrics.

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/behavior"
@@ -62,7 +63,24 @@ type Dispatcher struct {
 	gen         int64
 	closed      bool
 	startMu     sync.Map // session → *sync.Mutex: one start at a time per session
+	recorded    atomic.Int64
+	slots       sync.Map // slot → struct{}: the slots invoked since start (whose inputs are pruned)
 }
+
+// seenSlots notes slot and returns every slot invoked since start.
+func (d *Dispatcher) seenSlots(slot string) []string {
+	d.slots.Store(slot, struct{}{})
+	var out []string
+	d.slots.Range(func(k, _ any) bool { out = append(out, k.(string)); return true })
+	return out
+}
+
+// KeepInputs is how many of the newest invocations of each slot keep their
+// input for replay; older inputs are pruned every pruneEvery records.
+const (
+	KeepInputs = 1000
+	pruneEvery = 512
+)
 
 // pinned is a live hook worker and the release it runs.
 type pinned struct {
@@ -212,7 +230,7 @@ func (d *Dispatcher) invokeAt(ctx context.Context, session string, pin *store.Pi
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
-	c := &call{rec: store.HookInvocation{Session: session, Slot: slot, InputDigest: hex.EncodeToString(sum[:]), Outcome: "ok"}}
+	c := &call{rec: store.HookInvocation{Session: session, Slot: slot, InputDigest: hex.EncodeToString(sum[:]), Outcome: "ok", Input: in}}
 	p, err := d.current(ctx, session)
 	if err == nil && pin != nil && pin.Epoch != p.epoch && pin.Release != "" {
 		var w *worker.Worker
@@ -248,7 +266,19 @@ func (d *Dispatcher) finish(c *call) {
 	d.cfg.Observe(c.rec.Slot, c.rec.Outcome, c.rec.Latency)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := d.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.RecordHookInvocation(c.rec) }); err != nil {
+	d.slots.Store(c.rec.Slot, struct{}{})
+	prune := d.recorded.Add(1)%pruneEvery == 0
+	if err := d.cfg.Store.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.RecordHookInvocation(c.rec); err != nil {
+			return err
+		}
+		if prune {
+			// Inputs are kept for replay: the newest KeepInputs of each slot.
+			_, err := tx.PruneHookInputs(d.seenSlots(c.rec.Slot), KeepInputs)
+			return err
+		}
+		return nil
+	}); err != nil {
 		d.cfg.Log.Error("hooks: record invocation", "slot", c.rec.Slot, "error", err)
 	}
 }

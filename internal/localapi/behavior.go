@@ -44,6 +44,9 @@ func (s *Server) handleReleases(w http.ResponseWriter, r *http.Request) {
 		} else {
 			rel.Skills, rel.Components, rel.Files = m.Skills, m.Components, len(m.Files)
 		}
+		if v, err := s.store.ReleaseValidation(r.Context(), "", id); err == nil {
+			rel.Validation = &v
+		}
 		out.Releases = append(out.Releases, rel)
 	}
 	sessions, err := s.store.Sessions(r.Context())
@@ -60,6 +63,32 @@ func (s *Server) handleReleases(w http.ResponseWriter, r *http.Request) {
 		out.Sessions = append(out.Sessions, api.SessionBehavior{Session: sess.ID, Epoch: sess.BehaviorEpoch, Release: sess.PolicyRevision, History: hist})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// handleReleaseDiff answers GET /v1/releases/diff?from=A&to=B: the unified
+// diff between two stored releases (what the browser shows before an
+// activation), {from, to, diff, truncated}.
+func (s *Server) handleReleaseDiff(w http.ResponseWriter, r *http.Request) {
+	if !s.behaviorReady(w) {
+		return
+	}
+	q := r.URL.Query()
+	from, err1 := s.releases.Resolve(q.Get("from"))
+	to, err2 := s.releases.Resolve(q.Get("to"))
+	if err := errors.Join(err1, err2); err != nil {
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+		return
+	}
+	d, truncated, err := s.releases.Diff(r.Context(), from, to)
+	if err != nil {
+		if errors.Is(err, behavior.ErrCorrupt) {
+			writeError(w, http.StatusNotFound, api.CodeNotFound, err.Error())
+			return
+		}
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"from": from, "to": to, "diff": d, "truncated": truncated})
 }
 
 func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {

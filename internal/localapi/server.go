@@ -129,6 +129,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{session}/items", s.handleItems)
 	mux.HandleFunc("POST /v1/items/{item}/mark", s.handleMark)
 	mux.HandleFunc("GET /v1/releases", s.handleReleases)
+	mux.HandleFunc("GET /v1/releases/diff", s.handleReleaseDiff)
 	mux.HandleFunc("POST /v1/releases", s.handlePublish)
 	mux.HandleFunc("POST /v1/sessions/{session}/activate", s.handleActivate)
 	mux.HandleFunc("POST /v1/sessions/{session}/rollback", s.handleRollback)
@@ -191,7 +192,7 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 	}
 	in := admission.Input{
 		Session: r.PathValue("session"), SourceKind: admission.SourceOperator, SourceKey: req.SourceKey,
-		Conversation: "operator", Author: "operator", Body: req.Text,
+		Conversation: "operator", Author: "operator", Body: req.Text, Maintenance: req.Maintenance,
 	}
 	if req.OccurredAt != nil {
 		in.OccurredAt = *req.OccurredAt

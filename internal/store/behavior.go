@@ -116,6 +116,9 @@ type HookInvocation struct {
 	Result      json.RawMessage
 	Error       string
 	Latency     time.Duration
+	// Input, when set and within MaxHookInput, is kept (by InputDigest)
+	// for replay against a candidate release.
+	Input json.RawMessage
 }
 
 // RecordHookInvocation stores one invocation.
@@ -130,7 +133,7 @@ func (t *Tx) RecordHookInvocation(h HookInvocation) error {
 	if err != nil {
 		return fmt.Errorf("record hook invocation: %w", err)
 	}
-	return nil
+	return t.storeHookInput(h.Slot, h.InputDigest, h.Input)
 }
 
 // HeldCount counts held reviews of one session.

@@ -24,6 +24,9 @@ type NewInput struct {
 	OccurredAt time.Time
 	ReceivedAt time.Time
 	Body       string
+	// Maintenance marks an operator input as a maintenance goal: the turn
+	// attending it carries the maintenance skill.
+	Maintenance bool
 }
 
 // Admitted identifies a committed input. For a duplicate source key it is the
@@ -42,6 +45,7 @@ type inputContent struct {
 	SourceKey    string `json:"source_key"`
 	Conversation string `json:"conversation"`
 	Author       string `json:"author"`
+	Maintenance  bool   `json:"maintenance,omitempty"`
 }
 
 // AdmitInput stores the input's event, its session item, its canonical
@@ -65,7 +69,7 @@ func (t *Tx) AdmitInput(in NewInput) (Admitted, error) {
 	}
 	content, err := json.Marshal(inputContent{
 		Text: in.Body, SourceKind: in.SourceKind, SourceKey: in.SourceKey,
-		Conversation: in.Conversation, Author: in.Author,
+		Conversation: in.Conversation, Author: in.Author, Maintenance: in.Maintenance,
 	})
 	if err != nil {
 		return a, fmt.Errorf("admit: %w", err)

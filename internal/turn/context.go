@@ -52,6 +52,13 @@ func (r *runner) assemble(ctx context.Context, s store.Session, epoch int64) ([]
 	for _, e := range ac.Entries {
 		t.add(e)
 	}
+	if t.maintenance && r.l.cfg.Maintenance != nil {
+		body, err := r.l.cfg.Maintenance(ctx, s.PolicyRevision)
+		if err != nil {
+			body = "(the maintenance skill cannot be read: " + err.Error() + ")"
+		}
+		system += "\n\n## Maintenance turn\n\nThe operator asked for maintenance; the maintenance skill follows.\n\n" + strings.TrimSpace(body)
+	}
 	head := provider.Message{Role: "system", Content: system}
 	msgs := make([]provider.Message, 0, len(t.msgs)+1)
 	msgs = append(append(msgs, head), t.msgs...)
@@ -79,6 +86,8 @@ type transcript struct {
 	bytes   int            // their sum, with separators
 	open    map[string]int // call id → index of its tool message, until its result arrives
 	entries []tentry
+	// maintenance: the newest input is a maintenance goal (klbr-core maintain).
+	maintenance bool
 }
 
 // tentry is an entry of the transcript: the messages it added and the calls
@@ -117,6 +126,7 @@ func (t *transcript) add(e store.Entry) {
 	switch it.Role {
 	case "input":
 		te.input = true
+		t.maintenance = isMaintenance(it.Content)
 		t.push(provider.Message{Role: "user", Content: renderInput(it.Content, it.Discord)})
 	case "notice":
 		t.push(provider.Message{Role: "user", Content: renderNotice(it.Kind, it.Content)})
@@ -163,6 +173,15 @@ func (t *transcript) add(e store.Entry) {
 	}
 }
 
+// isMaintenance says whether an input is an operator's maintenance goal.
+func isMaintenance(content json.RawMessage) bool {
+	var in struct {
+		SourceKind  string `json:"source_kind"`
+		Maintenance bool   `json:"maintenance"`
+	}
+	return json.Unmarshal(content, &in) == nil && in.SourceKind == "operator" && in.Maintenance
+}
+
 func renderInput(content json.RawMessage, dc *store.DiscordSource) string {
 	var in struct {
 		Text         string `json:"text"`
@@ -174,6 +193,9 @@ func renderInput(content json.RawMessage, dc *store.DiscordSource) string {
 		return string(content)
 	}
 	if in.SourceKind == "operator" {
+		if isMaintenance(content) {
+			return "[maintenance goal] " + in.Text
+		}
 		return in.Text
 	}
 	if dc == nil {

@@ -82,7 +82,10 @@ type Config struct {
 	// URL and ModelName are the route's, for notices and status.
 	URL, ModelName string
 	Prompt         Prompt
-	Deltas         *live.Hub // nil: no deltas
+	// Maintenance, if set, returns the maintenance skill body of a release:
+	// a turn whose newest input is a maintenance goal carries it.
+	Maintenance Prompt
+	Deltas      *live.Hub // nil: no deltas
 	// Compactor compacts the context when it passes the threshold (nil:
 	// never; a request over the budget pauses).
 	Compactor *history.Compactor

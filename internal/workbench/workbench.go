@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -46,9 +47,10 @@ type Config struct {
 	Observe func(event string)
 }
 
-// SkillsFunc returns the skill set a new generation of session is offered,
-// and the file holding it, which must stay readable while the generation lives.
-type SkillsFunc func(ctx context.Context, session string) (set behavior.SkillSet, file string, err error)
+// SkillsFunc returns the skill set a new generation of session is offered
+// under release ("": the session's active one), and the file holding it,
+// which must stay readable while the generation lives.
+type SkillsFunc func(ctx context.Context, session, release string) (set behavior.SkillSet, file string, err error)
 
 // Result is a finished cell: its execution id and outcome.
 type Result struct {
@@ -70,9 +72,21 @@ type Manager struct {
 	stopCtx context.Context // ends when the daemon stops: running cells are interrupted
 	stopAll context.CancelFunc
 
-	extMu  sync.Mutex                // guards ops, skills
-	ops    map[string]worker.Handler // by op prefix ("behavior.", "hooks.", "local."): what commands does not answer
-	skills SkillsFunc
+	extMu   sync.Mutex                // guards ops, skills, crashed
+	ops     map[string]worker.Handler // by op prefix ("behavior.", "hooks.", "local."): what commands does not answer
+	skills  SkillsFunc
+	crashed CrashFunc
+}
+
+// CrashFunc is told, off the cell's path, that a generation died unasked
+// while running a cell pinned to pin (not an interrupt's reset).
+type CrashFunc func(session string, pin store.Pin, reason string)
+
+// SetCrashed installs who is told of crashes (the crash-loop fallback).
+func (m *Manager) SetCrashed(f CrashFunc) {
+	m.extMu.Lock()
+	defer m.extMu.Unlock()
+	m.crashed = f
 }
 
 // SetOps installs the handler of the requests whose op starts with prefix.
@@ -104,8 +118,11 @@ type bench struct {
 
 	// resetReason, when set, retires the worker before the next cell: a
 	// reset requested while a cell held the turn (an activation from a cell).
+	// prepared, when set, is the generation that replaces it then: already
+	// started and through its handshake (a prepared switch).
 	resetMu     sync.Mutex
 	resetReason string
+	prepared    *worker.Worker
 
 	// Fields below are used only by the goroutine holding the turn token.
 	w        *worker.Worker
@@ -229,6 +246,14 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 	})
 	if out.Reset {
 		m.retire(b, w)
+		if out.Error != nil && out.Error.Type == "WorkerDied" {
+			m.extMu.Lock()
+			crashed := m.crashed
+			m.extMu.Unlock()
+			if crashed != nil {
+				go crashed(sessionID, pin, out.Error.Message)
+			}
+		}
 	}
 	return Result{Execution: execID, Outcome: out}, err
 }
@@ -260,8 +285,8 @@ func (m *Manager) recordOutcome(ctx context.Context, fn func(*store.Tx) error) e
 // if there is none, no sooner than the restart backoff allows.
 func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) (*worker.Worker, error) {
 	b.resetMu.Lock()
-	reason := b.resetReason
-	b.resetReason = ""
+	reason, prepared := b.resetReason, b.prepared
+	b.resetReason, b.prepared = "", nil
 	b.resetMu.Unlock()
 	if reason != "" && b.w != nil {
 		gen := b.w.Generation()
@@ -269,7 +294,22 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 		b.w = nil
 		m.cfg.Observe("reset")
 		if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.KernelReset(sessionID, gen, reason) }); err != nil {
+			if prepared != nil {
+				prepared.Kill()
+			}
 			return nil, err
+		}
+	}
+	if prepared != nil {
+		select {
+		case <-prepared.Dead():
+			// Died while it waited: a fresh generation starts below.
+			m.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
+				return tx.KernelReset(sessionID, prepared.Generation(), "the prepared generation died before its first cell")
+			})
+		default:
+			b.w, b.started = prepared, time.Now()
+			return prepared, nil
 		}
 	}
 	if b.w != nil {
@@ -289,20 +329,45 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 			return nil, fmt.Errorf("the workbench restarts in %s (backing off after failures): %w", wait.Round(time.Millisecond), ctx.Err())
 		}
 	}
+	w, err := m.startGeneration(ctx, sessionID, "")
+	if err != nil {
+		m.fail(b)
+		return nil, err
+	}
+	b.w, b.started = w, time.Now()
+	return w, nil
+}
+
+// startGeneration starts a new workbench generation of session under
+// release ("": its active one) and waits for its handshake.
+func (m *Manager) startGeneration(ctx context.Context, sessionID, release string) (*worker.Worker, error) {
 	var gen int64
 	details := map[string]any{"placement": string(m.Mode()), "runtime": m.cfg.RuntimeHash, "python": m.cfg.Python}
 	var env []string
 	var skillsRev string
 	if _, skills := m.ext(); skills != nil {
-		set, file, err := skills(ctx, sessionID)
+		set, file, err := skills(ctx, sessionID, release)
 		if err != nil {
 			return nil, fmt.Errorf("skills: %w", err)
 		}
 		env = append(env, "KLBR_SKILLS_FILE="+file)
+		// klbr_skills: importable in every cell of this generation, from
+		// the copy staged for its release and managed skills; then the
+		// release's own dependency environment, staged before activation.
+		path := m.cfg.RuntimeSrc
+		for _, p := range []string{set.Path, set.Site} {
+			if p != "" {
+				path += string(os.PathListSeparator) + p
+			}
+		}
+		if path != m.cfg.RuntimeSrc {
+			env = append(env, "PYTHONPATH="+path)
+		}
 		skillsRev = set.Revision
 		details["skills_revision"] = set.Revision
 		details["skills"] = len(set.Skills)
 		details["skills_refused"] = set.Refused
+		details["skill_modules"] = len(set.Modules)
 	}
 	if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
 		gen, err = tx.NextKernelGeneration(sessionID, details)
@@ -317,7 +382,6 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 		Skills: skillsRev, Env: env, Log: m.cfg.Log,
 	})
 	if err != nil {
-		m.fail(b)
 		m.cfg.Observe("start_failed")
 		m.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 			return tx.KernelReset(sessionID, gen, "the workbench failed to start: "+err.Error())
@@ -325,8 +389,65 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 		return nil, fmt.Errorf("start workbench generation %d: %w", gen, err)
 	}
 	m.cfg.Observe("started")
-	b.w, b.started = w, time.Now()
 	return w, nil
+}
+
+// Prepare starts the generation that is to replace session's workbench
+// under release, through its handshake, while the current one keeps
+// serving. It replaces the current one at its next safe boundary: before
+// the next cell, or at Switch when no cell runs. If it cannot start, nothing
+// changes and the error says why.
+func (m *Manager) Prepare(ctx context.Context, sessionID, release, reason string) error {
+	b, err := m.bench(sessionID)
+	if err != nil {
+		return err
+	}
+	w, err := m.startGeneration(ctx, sessionID, release)
+	if err != nil {
+		return err
+	}
+	b.resetMu.Lock()
+	old := b.prepared
+	b.prepared, b.resetReason = w, reason
+	b.resetMu.Unlock()
+	if old != nil {
+		old.Kill()
+	}
+	return nil
+}
+
+// Switch makes a prepared generation take over now when no cell runs (the
+// old one stops at once); otherwise the running cell's end is the boundary.
+func (m *Manager) Switch(ctx context.Context, sessionID string) error {
+	b, err := m.bench(sessionID)
+	if err != nil {
+		return err
+	}
+	select {
+	case b.turn <- struct{}{}:
+		defer b.give()
+		_, err := m.ensureWorker(ctx, sessionID, b)
+		return err
+	default:
+		return nil
+	}
+}
+
+// Discard drops a prepared generation that is not to be used (its
+// activation lost the compare-and-swap), recording why.
+func (m *Manager) Discard(sessionID, reason string) {
+	b, err := m.bench(sessionID)
+	if err != nil {
+		return
+	}
+	b.resetMu.Lock()
+	w := b.prepared
+	b.prepared, b.resetReason = nil, ""
+	b.resetMu.Unlock()
+	if w != nil {
+		w.Kill()
+		m.cfg.Store.Write(context.Background(), func(tx *store.Tx) error { return tx.KernelReset(sessionID, w.Generation(), reason) })
+	}
 }
 
 // retire drops a dead or killed worker and sets the backoff for the next.
@@ -400,6 +521,13 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	var stopped []*worker.Worker
 	for _, b := range benches {
+		b.resetMu.Lock()
+		if b.prepared != nil {
+			b.prepared.Stop()
+			stopped = append(stopped, b.prepared)
+			b.prepared = nil
+		}
+		b.resetMu.Unlock()
 		select {
 		case b.turn <- struct{}{}:
 			if b.w != nil {

@@ -153,6 +153,20 @@ class HostOpsTest(unittest.TestCase):
         ])
         self.assertEqual(v, "('delivery.review', 'Review a send.', 'hold', 'ValueError', False, True, True)")
 
+    def test_diff_rebase_and_trace_inputs(self):
+        diffed = {"draft": "d-1", "parent_release": "aa", "diff": "+x\n", "truncated": False}
+        rebased = {"draft": "d-1", "rebased": False, "conflicts": [{"path": "soul.md", "reason": "both",
+                                                                    "merged": "<<<<<<< draft"}]}
+        v, reqs = self.value(
+            "df = await behavior.diff('d-1')\n"
+            "rb = await behavior.rebase('d-1')\n"
+            "tr = await hooks.trace(3, inputs=True)\n"
+            "(df.diff, rb.rebased, rb.conflicts[0].path)",
+            [ok_reply(diffed), ok_reply(rebased), ok_reply({"invocations": []})])
+        self.assertEqual(reqs, [("behavior.diff", {"draft": "d-1"}), ("behavior.rebase", {"draft": "d-1"}),
+                                ("hooks.trace", {"limit": 3, "inputs": True})])
+        self.assertEqual(v, "('+x\\n', False, 'soul.md')")
+
     def test_host_refusals_are_host_errors(self):
         ops = ["behavior.status()", "behavior.draft()", "behavior.publish('d-1')", "behavior.activate('r')",
                "behavior.rollback()", "hooks.list()", "hooks.describe('s')", "hooks.test('s', {})",

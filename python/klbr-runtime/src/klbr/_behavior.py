@@ -300,7 +300,10 @@ class Draft:
 
 async def status():
     """``behavior.status``: the active release of this session. A Record
-    ``{epoch, release, history: [{epoch, release, kind, reason, activated_at}]}``."""
+    ``{epoch, release, history: [{epoch, release, kind, reason, activated_at}],
+    validation}``: ``validation`` is the host's report of the active release
+    (``ok``, ``refused``, ``suite``, ``slots``, ``replay``, ``own_tests``,
+    ``environment``), or None."""
     return _record(await request("behavior.status", {}))
 
 
@@ -347,6 +350,30 @@ async def rollback():
     return _record(await request("behavior.rollback", {}))
 
 
+def _draft_id(draft_or_id, op):
+    if isinstance(draft_or_id, Draft):
+        return draft_or_id.id
+    return _check_str(draft_or_id, f"{op}: draft (a Draft or a draft id)")
+
+
+async def diff(draft_or_id):
+    """``behavior.diff``: the unified diff of a draft against the release it
+    is based on (its git HEAD), new and deleted files included. A Record
+    ``{draft, parent_release, diff, truncated}`` (``diff`` is bounded)."""
+    return _record(await request("behavior.diff", {"draft": _draft_id(draft_or_id, "diff")}))
+
+
+async def rebase(draft_or_id):
+    """``behavior.rebase``: bring a stale draft onto the session's current
+    release, three-way, file by file. A Record ``{draft, rebased,
+    from_release, onto_release, parent_epoch, taken, merged, conflicts:
+    [{path, reason, merged}]}``. With any conflict nothing is changed:
+    ``conflicts`` says where (``merged`` shows git's conflict markers); edit
+    the draft and rebase again, or draft anew. A rebased Draft object still
+    holds the old ``parent_epoch``: activate with the returned one."""
+    return _record(await request("behavior.rebase", {"draft": _draft_id(draft_or_id, "rebase")}))
+
+
 # -- hooks -------------------------------------------------------------------------
 
 
@@ -383,10 +410,17 @@ async def hooks_test(slot, input, release=None):
     return _record(await request("hooks.test", args))
 
 
-async def hooks_trace(limit=20):
-    """``hooks.trace``: the most recent hook invocations, newest first. A Record
-    ``{invocations: [{slot, outcome, fallback, epoch, error, at}]}``."""
-    return _record(await request("hooks.trace", {"limit": _check_int(limit, "limit", 1)}))
+async def hooks_trace(limit=20, inputs=False):
+    """``hooks.trace``: the most recent hook invocations (at most 500), newest
+    first. A Record ``{invocations: [{id, at, slot, release, epoch, outcome,
+    fallback, latency_ms, error, input_ref, input_kept, result}]}``: ``at`` is
+    an RFC 3339 time, ``input_ref`` the digest of the invocation's input, and
+    ``input_kept`` whether the (bounded) input itself is stored for replay.
+    ``inputs=True`` adds each stored ``input``."""
+    args = {"limit": _check_int(limit, "limit", 1)}
+    if inputs:
+        args["inputs"] = True
+    return _record(await request("hooks.trace", args))
 
 
 async def hooks_bind(draft, slot, module, function):
@@ -575,7 +609,7 @@ def _rebind(text, slot, module, function):
 
 # What help() and reprs call these: the facade's names, not the internal ones.
 Draft.__module__ = "klbr.behavior"
-for _f in (status, draft, publish, activate, rollback):
+for _f in (status, draft, publish, activate, rollback, diff, rebase):
     _f.__module__ = "klbr.behavior"
 for _f in (hooks_list, hooks_describe, hooks_test, hooks_trace, hooks_bind):
     _f.__module__ = "klbr.hooks"

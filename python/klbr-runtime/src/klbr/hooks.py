@@ -6,8 +6,10 @@
   (a dict) in a fresh hook worker with fake effects, from a published release
   (a release id or a ``behavior.publish`` result; None for the active one):
   ``{ok, outcome, result | error, latency_ms}``.
-- ``await hooks.trace(limit=20)``: recent invocations,
-  ``{invocations: [{slot, outcome, fallback, epoch, error, at}]}``.
+- ``await hooks.trace(limit=20, inputs=False)``: recent invocations, newest
+  first: ``{invocations: [{id, at, slot, release, epoch, outcome, fallback,
+  latency_ms, error, input_ref, input_kept, result}]}`` (``inputs=True`` adds
+  each stored input).
 - ``await hooks.bind(draft, slot, module, function)``: in a draft, point
   ``SLOTS[slot]`` at ``klbr_hooks/<module>.py``'s ``function`` (a checked edit
   of ``klbr_hooks/__init__.py``; see ``help(hooks.bind)``).

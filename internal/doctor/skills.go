@@ -1,0 +1,75 @@
+package doctor
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	behaviortree "github.com/klbr-dev/klbr/behavior"
+	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/config"
+)
+
+// checkSkills lists the skill ids and klbr_skills modules a new session is
+// offered (the default behavior tree with the managed skills of
+// <data>/skills), and every refusal with its reason. A refusal is a
+// warning: the other skills are offered.
+func checkSkills(paths config.Paths, add func(Check)) {
+	var src fs.FS = behaviortree.Tree()
+	from := "the embedded default release"
+	if paths.BehaviorDir != "" {
+		src, from = os.DirFS(paths.BehaviorDir), paths.BehaviorDir
+	}
+	tmp, err := os.MkdirTemp("", "klbr-doctor-")
+	if err != nil {
+		add(Check{Name: "skills", Detail: err.Error()})
+		return
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.CopyFS(tmp, src); err != nil {
+		add(Check{Name: "skills", Detail: fmt.Sprintf("read %s: %v", from, err)})
+		return
+	}
+	set, err := behavior.LoadSkills([]behavior.SkillRoot{
+		{Name: "builtin", Dir: filepath.Join(tmp, "skills"), Package: filepath.Join(tmp, "klbr_skills")},
+		{Name: "managed", Dir: filepath.Join(paths.DataDir, "skills")},
+	})
+	if err != nil {
+		add(Check{Name: "skills", Detail: err.Error(), Fix: "check the permissions of " + filepath.Join(paths.DataDir, "skills")})
+		return
+	}
+	add(Check{Name: "skills", OK: true, Detail: describeSkills(set, from)})
+	ids := make([]string, 0, len(set.Refused))
+	for id := range set.Refused {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		add(Check{Name: "skill " + id, OK: true, Warn: true, Detail: "refused: " + set.Refused[id],
+			Fix: "fix or remove one definition; an id offered twice is offered by neither"})
+	}
+}
+
+func describeSkills(set behavior.SkillSet, from string) string {
+	ids := make([]string, 0, len(set.Skills))
+	for id := range set.Skills {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	mods := make([]string, 0, len(set.Modules))
+	for m := range set.Modules {
+		mods = append(mods, "klbr_skills."+m)
+	}
+	sort.Strings(mods)
+	d := fmt.Sprintf("%d offered (%s and managed): %s", len(ids), from, strings.Join(ids, ", "))
+	if len(mods) > 0 {
+		d += "; modules: " + strings.Join(mods, ", ")
+	}
+	if len(set.Refused) > 0 {
+		d += fmt.Sprintf("; %d refused", len(set.Refused))
+	}
+	return d + " (a session's active release may offer others: behavior.status())"
+}
