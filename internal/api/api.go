@@ -62,6 +62,19 @@ type Status struct {
 	// read-only file system): new work waits until they succeed again.
 	Storage  *store.Fault    `json:"storage,omitempty"`
 	Sessions []SessionStatus `json:"sessions"`
+	// Jobs are the durable jobs running now and the scheduler's next wake-up.
+	Jobs *JobsStatus `json:"jobs,omitempty"`
+}
+
+// JobsStatus is the jobs part of status.
+type JobsStatus struct {
+	Running    []store.Job `json:"running"`
+	NextWakeup *time.Time  `json:"next_wakeup,omitempty"`
+}
+
+// Jobs is a job listing (GET /v1/jobs).
+type Jobs struct {
+	Jobs []store.Job `json:"jobs"`
 }
 
 // Browser is where the running daemon's browser UI is, with the operator

@@ -29,6 +29,12 @@ func (o *Ops) HandleRequest(ctx context.Context, r worker.Request) (json.RawMess
 	if c.session == "" {
 		return nil, &worker.RequestError{Code: "unsupported", Message: r.Op + " needs a session"}
 	}
+	if c.release == "" {
+		// An operator's cell runs under no attempt's pin: the session's active release.
+		if s, err := o.m.cfg.Store.Session(ctx, c.session); err == nil {
+			c.release = s.PolicyRevision
+		}
+	}
 	return o.m.handle(ctx, r, c)
 }
 

@@ -173,8 +173,8 @@ func renderInput(content json.RawMessage, dc *store.DiscordSource) string {
 	if json.Unmarshal(content, &in) != nil {
 		return string(content)
 	}
-	if in.SourceKind == "operator" {
-		return in.Text
+	if in.SourceKind == "operator" || in.SourceKind == "job" {
+		return in.Text // a job's notice is the host's own "[klbr] job N ..." line
 	}
 	if dc == nil {
 		return fmt.Sprintf("[%s %s · %s] %s", in.SourceKind, outside(in.Conversation), outside(in.Author), outsideText(in.Text))
