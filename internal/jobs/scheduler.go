@@ -215,7 +215,9 @@ func (m *Manager) submit(ctx context.Context, nj store.NewJob) (store.Job, error
 }
 
 // Submit stores a job built elsewhere (the operator path, tests).
-func (m *Manager) Submit(ctx context.Context, nj store.NewJob) (store.Job, error) { return m.submit(ctx, nj) }
+func (m *Manager) Submit(ctx context.Context, nj store.NewJob) (store.Job, error) {
+	return m.submit(ctx, nj)
+}
 
 func mustJSON(v any) json.RawMessage {
 	b, _ := json.Marshal(v)

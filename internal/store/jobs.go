@@ -303,7 +303,6 @@ const jobColumns = `id, kind, session_id, COALESCE(parent_id, 0), release, works
 	schedule, tz, next_due, runs, result, error, output_artifact, output_preview, output_bytes, checkpoint, cursor,
 	created_at, started_at, finished_at, updated_at`
 
-
 func scanJob(r rowScanner) (Job, error) {
 	var j Job
 	var spec, budget string

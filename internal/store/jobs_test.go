@@ -69,7 +69,9 @@ func TestJobEndCommitsOneNotification(t *testing.T) {
 	ctx := context.Background()
 	id := newJob(t, s, NewJob{})
 	mustWrite(t, s, func(tx *Tx) error { _, err := tx.StartJob(id); return err })
-	mustWrite(t, s, func(tx *Tx) error { return tx.EndJob(JobEnd{ID: id, To: JobFailed, Error: "exit 1", Notice: "[klbr] job 1 failed"}) })
+	mustWrite(t, s, func(tx *Tx) error {
+		return tx.EndJob(JobEnd{ID: id, To: JobFailed, Error: "exit 1", Notice: "[klbr] job 1 failed"})
+	})
 	items, err := s.Inbox(ctx, "default")
 	if err != nil || len(items) != 1 || items[0].SourceKind != "job" || items[0].State != InboxPending {
 		t.Fatalf("inbox %+v, %v; want one pending job input", items, err)
