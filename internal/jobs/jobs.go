@@ -140,6 +140,9 @@ type Manager struct {
 	wakeups atomic.Int64 // scheduler wake-ups (timer fires and kicks)
 	gen     atomic.Int64
 	started atomic.Bool
+
+	// execHook, when set (benchmarks), runs instead of a job's real run.
+	execHook func(ctx context.Context, j store.Job, due time.Time) *store.JobEnd
 }
 
 type run struct {

@@ -175,6 +175,9 @@ func (m *Manager) writeEnd(e store.JobEnd) error {
 // execute runs one run of r's job and says how it ended (nil: cut off by
 // shutdown, nothing to record).
 func (m *Manager) execute(ctx context.Context, r *run, due time.Time) *store.JobEnd {
+	if m.execHook != nil {
+		return m.execHook(ctx, r.job, due)
+	}
 	switch r.job.Kind {
 	case KindCommand:
 		return m.runCommand(ctx, r)

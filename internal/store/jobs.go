@@ -402,10 +402,11 @@ func (s *Store) RunningJobs(ctx context.Context) ([]Job, error) {
 }
 
 // DueJobs returns up to limit pending jobs whose deadline is at or before
-// now, earliest first (then by priority, highest first).
+// now, earliest first (then by priority, highest first). Only a pending job
+// has a deadline (a CHECK of the table).
 func (s *Store) DueJobs(ctx context.Context, now time.Time, limit int) ([]Job, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs
-		WHERE next_due IS NOT NULL AND next_due <= ? AND state = 'pending' ORDER BY next_due, priority DESC, id LIMIT ?`,
+		WHERE next_due IS NOT NULL AND next_due <= ? ORDER BY next_due, priority DESC, id LIMIT ?`,
 		now.UnixMilli(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("due jobs: %w", err)
@@ -424,14 +425,16 @@ func (s *Store) DueJobs(ctx context.Context, now time.Time, limit int) ([]Job, e
 
 // NextDue is the earliest deadline of a pending job; ok is false when none.
 func (s *Store) NextDue(ctx context.Context) (at time.Time, ok bool, err error) {
-	var due sql.NullInt64
-	if err := s.rdb.QueryRowContext(ctx, `SELECT min(next_due) FROM jobs WHERE next_due IS NOT NULL AND state = 'pending'`).Scan(&due); err != nil {
-		return time.Time{}, false, fmt.Errorf("next due: %w", err)
-	}
-	if !due.Valid {
+	// Only pending jobs have a deadline (a CHECK of the table): jobs_due alone answers.
+	var due int64
+	err = s.rdb.QueryRowContext(ctx, `SELECT next_due FROM jobs WHERE next_due IS NOT NULL ORDER BY next_due LIMIT 1`).Scan(&due)
+	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, false, nil
 	}
-	return time.UnixMilli(due.Int64), true, nil
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next due: %w", err)
+	}
+	return time.UnixMilli(due), true, nil
 }
 
 // JobCount is how many jobs of a kind are in a state.

@@ -44,7 +44,9 @@ CREATE TABLE jobs (
     started_at  INTEGER,
     finished_at INTEGER,
     updated_at  INTEGER NOT NULL,
-    CHECK ((state IN ('succeeded', 'failed', 'cancelled', 'unknown')) = (finished_at IS NOT NULL))
+    CHECK ((state IN ('succeeded', 'failed', 'cancelled', 'unknown')) = (finished_at IS NOT NULL)),
+    -- Only a pending job has a deadline, so the timer reads jobs_due alone.
+    CHECK (next_due IS NULL OR state = 'pending')
 );
 CREATE INDEX jobs_by_session ON jobs(session_id, id);
 CREATE INDEX jobs_by_state ON jobs(state);
