@@ -198,6 +198,9 @@ func routineNotice(j store.Job, e *store.JobEnd, took time.Duration, next time.T
 	if j.Kind == KindSource && e.Error == "" && e.To != store.JobCancelled {
 		return "" // a source speaks through its events
 	}
+	if e.To == store.JobPending && e.Error == "" && (len(e.Result) == 0 || string(e.Result) == "null") {
+		return "" // a recurring run that returned None has nothing to say
+	}
 	var b strings.Builder
 	state := string(e.To)
 	if e.To == store.JobPending {
@@ -284,6 +287,11 @@ func (h *routineOps) HandleRequest(ctx context.Context, r worker.Request) (json.
 	}
 }
 
+// MaxPendingSourceEvents bounds a source's events waiting for the agent:
+// beyond it, emit is refused (nothing of it is admitted, the cursor stays)
+// until the agent has attended to them.
+const MaxPendingSourceEvents = 1000
+
 // EmitEvent is one event a source emits.
 type EmitEvent struct {
 	Key        string  `json:"key"`
@@ -334,9 +342,11 @@ func (h *routineOps) emit(ctx context.Context, r worker.Request) (json.RawMessag
 	}
 	var n int
 	if err := h.m.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
-		n, err = tx.EmitSource(h.job.ID, evs, cursor)
+		n, err = tx.EmitSource(h.job.ID, evs, cursor, MaxPendingSourceEvents)
 		return err
-	}); err != nil {
+	}); errors.Is(err, store.ErrSourceBacklog) {
+		return nil, &worker.RequestError{Code: "backlog", Message: err.Error()}
+	} else if err != nil {
 		return nil, &worker.RequestError{Code: "failed", Message: err.Error()}
 	}
 	return mustJSON(map[string]any{"admitted": n, "duplicates": len(evs) - n}), nil

@@ -266,10 +266,15 @@ type SourceEvent struct {
 	OccurredAt time.Time
 }
 
+// ErrSourceBacklog refuses a source's events while too many of its earlier
+// ones still wait for the agent.
+var ErrSourceBacklog = errors.New("source backlog is full")
+
 // EmitSource admits a running source job's events to its owning session
 // with source authority, deduplicated by key, and stores its cursor, all in
-// one transaction. It returns how many were new.
-func (t *Tx) EmitSource(id int64, events []SourceEvent, cursor json.RawMessage) (admitted int, err error) {
+// one transaction. It returns how many were new. While maxPending (> 0) of
+// the source's events are pending it refuses with ErrSourceBacklog.
+func (t *Tx) EmitSource(id int64, events []SourceEvent, cursor json.RawMessage, maxPending int) (admitted int, err error) {
 	var session string
 	var state JobState
 	if err := t.queryRow(`SELECT session_id, state FROM jobs WHERE id = ? AND kind = 'source'`, id).Scan(&session, &state); err != nil {
@@ -278,10 +283,21 @@ func (t *Tx) EmitSource(id int64, events []SourceEvent, cursor json.RawMessage) 
 	if state != JobRunning {
 		return 0, fmt.Errorf("%w: source %d is %s, not running", ErrJobState, id, state)
 	}
+	conv := fmt.Sprintf("source:%d", id)
+	if maxPending > 0 {
+		var pending int
+		if err := t.queryRow(`SELECT count(*) FROM (SELECT 1 FROM inbox b JOIN inputs i ON i.id = b.input_id
+			WHERE b.session_id = ? AND b.state = 'pending' AND i.conversation = ? LIMIT ?)`, session, conv, maxPending).Scan(&pending); err != nil {
+			return 0, fmt.Errorf("emit: backlog: %w", err)
+		}
+		if pending+len(events) > maxPending {
+			return 0, fmt.Errorf("%w: %d events of source %d wait for the agent (at most %d)", ErrSourceBacklog, pending, id, maxPending)
+		}
+	}
 	for _, ev := range events {
 		a, err := t.AdmitInput(NewInput{
 			Session: session, SourceKind: "source", SourceKey: fmt.Sprintf("src:%d:%s", id, ev.Key),
-			Conversation: fmt.Sprintf("source:%d", id), Author: ev.Author,
+			Conversation: conv, Author: ev.Author,
 			OccurredAt: ev.OccurredAt, ReceivedAt: t.now, Body: ev.Text,
 		})
 		if err != nil {

@@ -116,17 +116,17 @@ func TestSourceEmitDedupesAndKeepsCursor(t *testing.T) {
 	ctx := context.Background()
 	id := newJob(t, s, NewJob{Kind: "source", Recovery: "resume"})
 	ev := []SourceEvent{{Key: "a", Text: "one"}, {Key: "b", Text: "two"}}
-	if err := s.Write(ctx, func(tx *Tx) error { _, err := tx.EmitSource(id, ev, json.RawMessage(`1`)); return err }); !errors.Is(err, ErrJobState) {
+	if err := s.Write(ctx, func(tx *Tx) error { _, err := tx.EmitSource(id, ev, json.RawMessage(`1`), 0); return err }); !errors.Is(err, ErrJobState) {
 		t.Fatalf("emit from a pending source: %v", err)
 	}
 	mustWrite(t, s, func(tx *Tx) error { _, err := tx.StartJob(id); return err })
 	var n int
-	mustWrite(t, s, func(tx *Tx) (err error) { n, err = tx.EmitSource(id, ev, json.RawMessage(`{"after":"b"}`)); return err })
+	mustWrite(t, s, func(tx *Tx) (err error) { n, err = tx.EmitSource(id, ev, json.RawMessage(`{"after":"b"}`), 0); return err })
 	if n != 2 {
 		t.Fatalf("admitted %d, want 2", n)
 	}
 	mustWrite(t, s, func(tx *Tx) (err error) {
-		n, err = tx.EmitSource(id, append(ev, SourceEvent{Key: "c", Text: "three"}), json.RawMessage(`{"after":"c"}`))
+		n, err = tx.EmitSource(id, append(ev, SourceEvent{Key: "c", Text: "three"}), json.RawMessage(`{"after":"c"}`), 0)
 		return err
 	})
 	if n != 1 {
@@ -139,5 +139,16 @@ func TestSourceEmitDedupesAndKeepsCursor(t *testing.T) {
 	items, _ := s.Inbox(ctx, "default")
 	if len(items) != 3 || items[0].SourceKind != "source" {
 		t.Fatalf("inbox %+v", items)
+	}
+	// Bounded: with 3 pending, a bound of 4 refuses two more, and nothing of them (nor the cursor) is kept.
+	err := s.Write(ctx, func(tx *Tx) error {
+		_, err := tx.EmitSource(id, []SourceEvent{{Key: "d"}, {Key: "e"}}, json.RawMessage(`{"after":"e"}`), 4)
+		return err
+	})
+	if !errors.Is(err, ErrSourceBacklog) {
+		t.Fatalf("emit past the backlog bound: %v", err)
+	}
+	if j, _ := s.Job(ctx, id); string(j.Cursor) != `{"after":"c"}` {
+		t.Fatalf("a refused emit moved the cursor to %s", j.Cursor)
 	}
 }
