@@ -38,7 +38,10 @@ func TestJobsCommands(t *testing.T) {
 		NextDue: &due, CreatedAt: started}
 	var seen []string
 	mux := http.NewServeMux()
-	answer := func(w http.ResponseWriter, v any) { w.Header().Set("Content-Type", "application/json"); json.NewEncoder(w).Encode(v) }
+	answer := func(w http.ResponseWriter, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(v)
+	}
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		seen = append(seen, r.URL.RawQuery)
 		answer(w, api.Jobs{Jobs: []store.Job{pending, running}})

@@ -121,7 +121,10 @@ func TestSourceEmitDedupesAndKeepsCursor(t *testing.T) {
 	}
 	mustWrite(t, s, func(tx *Tx) error { _, err := tx.StartJob(id); return err })
 	var n int
-	mustWrite(t, s, func(tx *Tx) (err error) { n, err = tx.EmitSource(id, ev, json.RawMessage(`{"after":"b"}`), 0); return err })
+	mustWrite(t, s, func(tx *Tx) (err error) {
+		n, err = tx.EmitSource(id, ev, json.RawMessage(`{"after":"b"}`), 0)
+		return err
+	})
 	if n != 2 {
 		t.Fatalf("admitted %d, want 2", n)
 	}
