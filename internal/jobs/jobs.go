@@ -268,6 +268,15 @@ func (m *Manager) Wait(ctx context.Context, id int64, since int64, timeout time.
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			m.mu.Lock()
+			ws := m.waiters[id]
+			if i := slices.Index(ws, ch); i >= 0 {
+				m.waiters[id] = slices.Delete(ws, i, i+1)
+			}
+			if len(m.waiters[id]) == 0 {
+				delete(m.waiters, id)
+			}
+			m.mu.Unlock()
 			return m.cfg.Store.Job(context.WithoutCancel(ctx), id)
 		}
 	}
@@ -294,19 +303,17 @@ func (m *Manager) Cancel(ctx context.Context, id int64) (store.Job, error) {
 	}
 	if j.State == store.JobPending {
 		err := m.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.CancelPendingJob(id, "") })
+		if errors.Is(err, store.ErrJobState) {
+			if _, ok := m.live(id); ok {
+				return m.Cancel(ctx, id) // it started meanwhile: cancel the run
+			}
+		}
 		if err != nil {
 			return j, err
 		}
 		m.ended(id)
 		m.poke()
 		return m.cfg.Store.Job(ctx, id)
-	}
-	if j.State == store.JobRunning {
-		// Being started right now: wait for its run to register, then cancel it.
-		time.Sleep(50 * time.Millisecond)
-		if _, ok := m.live(id); ok {
-			return m.Cancel(ctx, id)
-		}
 	}
 	return j, fmt.Errorf("%w: job %d is %s", store.ErrJobState, id, j.State)
 }

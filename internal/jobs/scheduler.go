@@ -103,10 +103,12 @@ func (m *Manager) fire() (wait time.Duration, ok bool) {
 // begin moves job j to running and starts its run; false when it was not
 // pending any more.
 func (m *Manager) begin(ctx context.Context, j store.Job) bool {
+	// The move to running and the registration of the run happen under the
+	// lock, so that Close either sees the run (and cancels it) or prevents it,
+	// and Wait never sees a running row without its run.
 	m.mu.Lock()
-	closed := m.closed
-	m.mu.Unlock()
-	if closed {
+	if m.closed {
+		m.mu.Unlock()
 		return false
 	}
 	var runs int64
@@ -115,6 +117,7 @@ func (m *Manager) begin(ctx context.Context, j store.Job) bool {
 		return err
 	})
 	if err != nil {
+		m.mu.Unlock()
 		if !errors.Is(err, store.ErrJobState) {
 			m.cfg.Log.Error("jobs: start", "job", j.ID, "error", err)
 		}
@@ -127,7 +130,6 @@ func (m *Manager) begin(ctx context.Context, j store.Job) bool {
 	j.State, j.Runs, j.NextDue = store.JobRunning, runs, nil
 	rctx, cancel := context.WithTimeout(context.Background(), m.cfg.MaxWall)
 	r := &run{job: j, cancel: cancel}
-	m.mu.Lock()
 	m.running[j.ID] = r
 	m.mu.Unlock()
 	m.wg.Add(1)
