@@ -2,13 +2,10 @@
 
 import unittest
 
-from klbr_hooks import SLOTS, jobs
+from klbr_hooks import jobs
 
 
 class JobPlanTest(unittest.TestCase):
-    def test_bound(self):
-        self.assertIs(SLOTS["job.plan"], jobs.plan)
-
     def test_commands_first(self):
         cmd = jobs.plan({"kind": "command", "spec": {"argv": ["make"]}, "recovery": "manual", "running": 0})
         routine = jobs.plan({"kind": "routine", "spec": {"entry": "klbr_skills.a:b"}, "recovery": "retry_safe", "running": 3})
