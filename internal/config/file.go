@@ -21,7 +21,7 @@ type File struct {
 }
 
 // Jobs is the [jobs] section: the limits of durable jobs. Each job runs in
-// its own scope, with limits lower than a worker's by default, and at most
+// its own scope (tasks and CPU lower than a worker's by default), and at most
 // max_concurrent at once: the root session's own cells keep their share.
 // Omitted fields take their defaults (Resolved).
 type Jobs struct {
@@ -226,7 +226,7 @@ const (
 	DefaultJobsConcurrent      = 4
 	DefaultJobsWallSeconds     = 86400
 	DefaultJobsOutputBytes     = 16 << 20
-	DefaultJobsMemoryMax       = "1G"
+	DefaultJobsMemoryMax       = "2G"
 	DefaultJobsTasksMax        = 128
 	DefaultJobsCPUQuota        = "100%"
 )
