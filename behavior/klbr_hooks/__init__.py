@@ -10,7 +10,7 @@ Hooks have no effect scope: they decide, they do not act. Keep them pure and
 fast (the host gives each invocation a deadline).
 """
 
-from . import compaction, model
+from . import compaction, jobs, model
 from .attention import plan
 from .delivery import review
 
@@ -20,6 +20,7 @@ SLOTS = {
     "model.plan": model.plan,
     "compaction.plan": compaction.plan,
     "summary.prepare": compaction.prepare,
+    "job.plan": jobs.plan,
 }
 
-__all__ = ["SLOTS", "compaction", "model", "plan", "review"]
+__all__ = ["SLOTS", "compaction", "jobs", "model", "plan", "review"]

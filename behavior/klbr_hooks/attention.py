@@ -2,7 +2,7 @@
 
 Input::
 
-    {"items": [{"id": int, "source_kind": "operator" | "discord",
+    {"items": [{"id": int, "source_kind": "operator" | "discord" | "job" | "source",
                 "directed": bool,          # a DM or a mention
                 "conversation": str,
                 "received_at": float,      # unix seconds
@@ -37,7 +37,8 @@ have this shape raises ValueError; the host then applies its own default.
 from . import _shape
 from .settings import SETTINGS
 
-SOURCE_KINDS = ("operator", "discord")
+# job: a durable job's end (directed: someone waits on it); source: a source job's events.
+SOURCE_KINDS = ("operator", "discord", "job", "source")
 
 
 def plan(data):

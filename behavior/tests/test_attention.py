@@ -41,6 +41,14 @@ class OrderTest(unittest.TestCase):
         items = [item(1, directed=True, age=9), item(2, kind="operator", directed=False, age=1)]
         self.assertEqual(plan(items)["order"], [2, 1])
 
+    def test_job_ends_are_directed_and_source_events_ambient(self):
+        items = [item(1, kind="source", age=1, conversation="source:4"),
+                 item(2, kind="job", directed=True, age=2, conversation="job:3"),
+                 item(3, kind="source", age=30, conversation="source:4")]
+        out = plan(items)
+        self.assertEqual(out["order"], [2, 3])
+        self.assertEqual([d["id"] for d in out["defer"]], [1])
+
     def test_directed_before_ambient_oldest_first(self):
         items = [
             item(10, age=60),                           # ambient, due, oldest of all

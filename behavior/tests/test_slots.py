@@ -45,6 +45,11 @@ SAMPLES = {
                          "first_at": 1.0, "last_at": 2.0}]},
         {"reason": "operator", "need": 10, "threshold": 750, "budget": 1000, "compact_at": 0.75, "candidates": []},
     ],
+    "job.plan": [
+        {"kind": "command", "spec": {"argv": ["make", "test"]}, "recovery": "manual", "running": 0},
+        {"kind": "routine", "spec": {"entry": "klbr_skills.a:b", "input": {}}, "schedule": {"every": 60000},
+         "recovery": "retry_safe", "running": 3},
+    ],
     "summary.prepare": [
         {"prompt": "Summarize.", "source_bytes": 1000, "entries": 3, "depth": 1},
         {"prompt": "Summarize.", "source_bytes": 1000, "entries": 3, "depth": 3},
@@ -72,6 +77,11 @@ VALIDATORS = {
         test.assertTrue(set(out) <= {"choose", "compact_at", "reason"}),
         test.assertTrue(out["choose"] is None or isinstance(out["choose"], int)),
     ),
+    "job.plan": lambda test, out: (
+        test.assertEqual(set(out), {"admit", "priority", "reason"}),
+        test.assertIsInstance(out["admit"], bool),
+        test.assertTrue(-100 <= out["priority"] <= 100),
+    ),
     "summary.prepare": lambda test, out: (
         test.assertEqual(set(out), {"prompt"}),
         test.assertTrue(out["prompt"]),
@@ -97,7 +107,8 @@ class SlotsTest(unittest.TestCase):
         # optional (without them the host applies its default).
         self.assertLessEqual({"attention.plan", "delivery.review"}, set(klbr_hooks.SLOTS))
         self.assertLessEqual(set(klbr_hooks.SLOTS),
-                             {"attention.plan", "delivery.review", "model.plan", "compaction.plan", "summary.prepare"})
+                             {"attention.plan", "delivery.review", "model.plan", "compaction.plan", "summary.prepare",
+                              "job.plan"})
         for slot, fn in klbr_hooks.SLOTS.items():
             with self.subTest(slot=slot):
                 self.assertIsInstance(slot, str)

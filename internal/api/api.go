@@ -69,6 +69,19 @@ type Status struct {
 	// of the plan until the rest ends, then they are tried first again).
 	Routes   []RouteStatus   `json:"routes,omitempty"`
 	Sessions []SessionStatus `json:"sessions"`
+	// Jobs are the durable jobs running now and the scheduler's next wake-up.
+	Jobs *JobsStatus `json:"jobs,omitempty"`
+}
+
+// JobsStatus is the jobs part of status.
+type JobsStatus struct {
+	Running    []store.Job `json:"running"`
+	NextWakeup *time.Time  `json:"next_wakeup,omitempty"`
+}
+
+// Jobs is a job listing (GET /v1/jobs).
+type Jobs struct {
+	Jobs []store.Job `json:"jobs"`
 }
 
 // RouteStatus is one model route's state.

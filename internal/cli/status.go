@@ -63,6 +63,7 @@ func newStatus(g *globals) *cobra.Command {
 			if st.Sandbox != "" {
 				fmt.Fprintf(g.env.Stdout, "sandbox: %s\n", st.Sandbox)
 			}
+			printJobsStatus(g, st.Jobs)
 			fmt.Fprintln(g.env.Stdout)
 			printSessions(g, st.Sessions)
 			return nil

@@ -17,6 +17,47 @@ type File struct {
 	Routes  map[string]Route `toml:"routes"`
 	Discord Discord          `toml:"discord"`
 	Limits  Limits           `toml:"limits"`
+	Jobs    Jobs             `toml:"jobs"`
+}
+
+// Jobs is the [jobs] section: the limits of durable jobs. Each job runs in
+// its own scope (tasks and CPU lower than a worker's by default), and at most
+// max_concurrent at once: the root session's own cells keep their share.
+// Omitted fields take their defaults (Resolved).
+type Jobs struct {
+	MaxConcurrent  int    `toml:"max_concurrent"`   // 1..64
+	MaxWallSeconds int    `toml:"max_wall_seconds"` // per run, 1..604800
+	OutputBytes    int64  `toml:"output_bytes"`     // kept of a command's output, 1..1 GiB
+	MemoryMax      string `toml:"memory_max"`       // each job's scope, as limits.memory_max
+	TasksMax       int    `toml:"tasks_max"`        // 1..100000
+	CPUQuota       string `toml:"cpu_quota"`        // as limits.cpu_quota
+}
+
+// Resolved returns j with each omitted (zero) field at its default.
+func (j Jobs) Resolved() Jobs {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&j.MaxConcurrent, DefaultJobsConcurrent)
+	def(&j.MaxWallSeconds, DefaultJobsWallSeconds)
+	def(&j.TasksMax, DefaultJobsTasksMax)
+	if j.OutputBytes == 0 {
+		j.OutputBytes = DefaultJobsOutputBytes
+	}
+	if j.MemoryMax == "" {
+		j.MemoryMax = DefaultJobsMemoryMax
+	}
+	if j.CPUQuota == "" {
+		j.CPUQuota = DefaultJobsCPUQuota
+	}
+	return j
+}
+
+// ScopeLimits returns the limits of one job's scope in [limits] form.
+func (j Jobs) ScopeLimits() Limits {
+	return Limits{MemoryMax: j.MemoryMax, TasksMax: j.TasksMax, CPUQuota: j.CPUQuota}
 }
 
 // Agent is the [agent] section.
@@ -181,6 +222,12 @@ const (
 	DefaultMemoryMax           = "2G"
 	DefaultTasksMax            = 256
 	DefaultCPUQuota            = "200%"
+	DefaultJobsConcurrent      = 4
+	DefaultJobsWallSeconds     = 86400
+	DefaultJobsOutputBytes     = 16 << 20
+	DefaultJobsMemoryMax       = "2G"
+	DefaultJobsTasksMax        = 128
+	DefaultJobsCPUQuota        = "100%"
 )
 
 // Defaults returns the File an empty klbr.toml means.

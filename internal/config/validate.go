@@ -55,6 +55,7 @@ func validate(name string, index *keyIndex, f *File) []*Error {
 	}
 	v.discord(&f.Discord)
 	v.limits(&f.Limits)
+	v.jobs(&f.Jobs)
 	return v.errs
 }
 
@@ -280,6 +281,31 @@ func (v *validator) limits(l *Limits) {
 	}
 	if _, err := l.CPUQuotaPercent(); err != nil {
 		v.fail("limits.cpu_quota", err.Error(), "limits")
+	}
+}
+
+// jobs checks the [jobs] section.
+func (v *validator) jobs(given *Jobs) {
+	r := given.Resolved()
+	j := &r
+	if j.MaxConcurrent < 1 || j.MaxConcurrent > 64 {
+		v.fail("jobs.max_concurrent", fmt.Sprintf("%d is out of range 1..64", j.MaxConcurrent), "jobs")
+	}
+	if j.MaxWallSeconds < 1 || j.MaxWallSeconds > 7*86400 {
+		v.fail("jobs.max_wall_seconds", fmt.Sprintf("%d is out of range 1..%d", j.MaxWallSeconds, 7*86400), "jobs")
+	}
+	if j.OutputBytes < 1 || j.OutputBytes > 1<<30 {
+		v.fail("jobs.output_bytes", fmt.Sprintf("%d is out of range 1..%d", j.OutputBytes, 1<<30), "jobs")
+	}
+	l := j.ScopeLimits()
+	if _, err := l.MemoryMaxBytes(); err != nil {
+		v.fail("jobs.memory_max", err.Error(), "jobs")
+	}
+	if j.TasksMax < 1 || j.TasksMax > maxTasksMax {
+		v.fail("jobs.tasks_max", fmt.Sprintf("%d is out of range 1..%d", j.TasksMax, maxTasksMax), "jobs")
+	}
+	if _, err := l.CPUQuotaPercent(); err != nil {
+		v.fail("jobs.cpu_quota", err.Error(), "jobs")
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/httpguard"
 	"github.com/klbr-dev/klbr/internal/ingress"
+	"github.com/klbr-dev/klbr/internal/jobs"
 	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/localapi"
 	"github.com/klbr-dev/klbr/internal/metrics"
@@ -84,6 +85,7 @@ type daemon struct {
 	deltas   *live.Hub        // token deltas of model steps, best-effort
 	turns    *turn.Loop       // nil when the agent does not run
 	routes   *provider.Router // the turns' routes; nil when the agent does not run
+	jobs     *jobs.Manager    // nil when cells cannot run
 	agent    string           // whether the agent runs, for status
 
 	ingress *ingress.Server // the ingress API (klbr-discord)
@@ -182,6 +184,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	} else if err := d.bootBehavior(ctx, cfg, m); err != nil {
 		return fmt.Errorf("serve: behavior: %w", err)
 	}
+	if err := d.startJobs(ctx, cfg, m); err != nil {
+		return fmt.Errorf("serve: jobs: %w", err)
+	}
+	if d.jobs != nil {
+		defer d.jobs.Close()
+	}
 	if err := d.startTurns(ctx, cfg, m, resume); err != nil {
 		return fmt.Errorf("serve: agent: %w", err)
 	}
@@ -195,6 +203,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi")).WithHistory(d.history(cfg), d.compact)
 	if d.bench != nil {
 		ctl.WithWorkbench(d.countCells(d.bench), nil).WithBehavior(d.behavior, d.releases)
+		if d.jobs != nil {
+			ctl.WithJobs(d.jobs)
+		}
 	} else {
 		ctl.WithWorkbench(nil, d.benchErr)
 	}
@@ -322,6 +333,9 @@ func (d *daemon) drain(timeout time.Duration, ls *listeners, servers ...*http.Se
 	if d.turns != nil {
 		d.turns.Close() // a model request in flight is cut off and recorded as interrupted
 	}
+	if d.jobs != nil {
+		d.jobs.Close() // every job's tree is killed; the next start reconciles them by policy
+	}
 	if d.bench != nil {
 		d.bench.Close()
 	}
@@ -393,6 +407,7 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 			st.Routes = append(st.Routes, api.RouteStatus{Name: name, RestingSeconds: rest[name]})
 		}
 	}
+	st.Jobs = d.jobsStatus()
 	for _, s := range sessions {
 		turn, err := d.store.Turn(ctx, s.ID)
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/jobs"
 	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/provider"
@@ -344,6 +345,9 @@ func CheckResult(slot string, input any, out json.RawMessage) error {
 		}
 		_, err := decodeCompactionPlan(in, out)
 		return err
+	case SlotJobPlan:
+		var p jobs.Plan
+		return decodeJobPlan(out, &p)
 	case SlotSummaryPrepare:
 		var r struct {
 			Prompt *string `json:"prompt"`

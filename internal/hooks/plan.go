@@ -12,7 +12,7 @@ import (
 // PlanItem is one input waiting for attention.
 type PlanItem struct {
 	ID           int64   `json:"id"`
-	SourceKind   string  `json:"source_kind"` // operator or discord
+	SourceKind   string  `json:"source_kind"` // operator, discord, job or source
 	Directed     bool    `json:"directed"`    // a DM or a mention
 	Conversation string  `json:"conversation"`
 	ReceivedAt   float64 `json:"received_at"` // unix seconds

@@ -62,6 +62,7 @@ type Server struct {
 	daemon     Daemon
 	history    *history.Reader // nil: no history endpoints
 	compact    Compacter       // nil: no manual compaction
+	jobs       Jobs            // nil: jobs cannot be cancelled here
 	browser    func() string   // the browser URL with the token; nil until set
 	log        *slog.Logger
 	uid        uint32
@@ -126,6 +127,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{session}/exec", s.handleExec)
 	mux.HandleFunc("POST /v1/sessions/{session}/reset", s.handleReset)
 	s.routeHistory(mux)
+	s.routeJobs(mux)
 	mux.HandleFunc("GET /v1/sessions/{session}/items", s.handleItems)
 	mux.HandleFunc("POST /v1/items/{item}/mark", s.handleMark)
 	mux.HandleFunc("GET /v1/releases", s.handleReleases)

@@ -306,3 +306,34 @@ func (c *Client) Publish(ctx context.Context, path string) (api.Release, error) 
 	err := c.do(ctx, http.MethodPost, "/v1/releases", api.PublishRequest{Path: path}, &r)
 	return r, err
 }
+
+// Jobs lists jobs, newest first; session and state may be empty.
+func (c *Client) Jobs(ctx context.Context, session, state string, limit int) (api.Jobs, error) {
+	q := url.Values{}
+	if session != "" {
+		q.Set("session", session)
+	}
+	if state != "" {
+		q.Set("state", state)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out api.Jobs
+	err := c.do(ctx, http.MethodGet, "/v1/jobs?"+q.Encode(), nil, &out)
+	return out, err
+}
+
+// Job reads one job.
+func (c *Client) Job(ctx context.Context, id int64) (store.Job, error) {
+	var out store.Job
+	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+strconv.FormatInt(id, 10), nil, &out)
+	return out, err
+}
+
+// CancelJob cancels a job; a running one's whole process tree is killed.
+func (c *Client) CancelJob(ctx context.Context, id int64) (store.Job, error) {
+	var out store.Job
+	err := c.do(ctx, http.MethodPost, "/v1/jobs/"+strconv.FormatInt(id, 10)+"/cancel", nil, &out)
+	return out, err
+}

@@ -52,6 +52,7 @@ func (t *Tx) addContext(session, role string, eventID int64, callID string) erro
 	}
 	res, err := t.exec(`INSERT INTO context_items (session_id, context_epoch, role, event_id, call_id, scope)
 		SELECT id, context_epoch, ?, ?, ?, COALESCE((SELECT CASE i.source_kind WHEN 'operator' THEN 'operator'
+			WHEN 'job' THEN 'agent' WHEN 'source' THEN i.conversation
 			ELSE 'discord:' || i.conversation END FROM inputs i WHERE i.event_id = ?), 'agent')
 		FROM sessions WHERE id = ?`, role, eventID, call, eventID, session)
 	if err != nil {

@@ -198,6 +198,9 @@ func renderInput(content json.RawMessage, dc *store.DiscordSource) string {
 		}
 		return in.Text
 	}
+	if in.SourceKind == "job" {
+		return in.Text // a job's notice is the host's own "[klbr] job N ..." line
+	}
 	if dc == nil {
 		return fmt.Sprintf("[%s %s · %s] %s", in.SourceKind, outside(in.Conversation), outside(in.Author), outsideText(in.Text))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime"
@@ -29,6 +30,10 @@ type CommandSpec struct {
 	Env       map[string]string // added to the kernel's allowlist
 	Timeout   time.Duration
 	MaxOutput int // bytes kept of stdout and of stderr, each
+	// Output, when set, receives stdout and stderr both, as they come (a
+	// durable job spools them to an artifact); it must not block and bounds
+	// itself. Stdout and Stderr of the result are then empty.
+	Output io.Writer
 }
 
 // CommandResult is how a tracked command ended.
@@ -104,6 +109,9 @@ func RunCommand(ctx context.Context, s CommandSpec) (CommandResult, error) {
 	cmd := exec.Command(s.Kernel, args...)
 	cmd.Env, cmd.Dir = env, s.Dir
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if s.Output != nil {
+		cmd.Stdout, cmd.Stderr = s.Output, s.Output
+	}
 	cmd.ExtraFiles = []*os.File{goRead}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 

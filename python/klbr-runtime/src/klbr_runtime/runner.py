@@ -8,7 +8,7 @@ from .connection import (
     EXIT_INTERNAL, EXIT_PROTOCOL, Connection, ProtocolError, block_async_signals, diag,
 )
 
-ROLES = ("workbench", "hooks")
+ROLES = ("workbench", "hooks", "routine")  # a routine runs one cell in a fresh workbench
 
 
 def _fail(message):
@@ -85,7 +85,7 @@ def main():
     except Exception:
         pass
     try:
-        if conn.role == "workbench":
+        if conn.role in ("workbench", "routine"):
             from .workbench import run
         else:
             from .hooks import run

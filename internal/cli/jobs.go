@@ -1,0 +1,206 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+func newJobs(g *globals) *cobra.Command {
+	var asJSON bool
+	var state string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "jobs [SESSION]",
+		Short: "List durable jobs (commands, routines, sources), newest first",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			session := ""
+			if len(args) == 1 {
+				session = args[0]
+			}
+			res, err := c.Jobs(cmd.Context(), session, state, limit)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(g.env.Stdout, res)
+			}
+			if len(res.Jobs) == 0 {
+				fmt.Fprintln(g.env.Stderr, "no jobs")
+			}
+			for _, j := range res.Jobs {
+				fmt.Fprintln(g.env.Stdout, jobLine(j))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	cmd.Flags().StringVar(&state, "state", "", "only jobs in this state: pending, running, succeeded, failed, cancelled or unknown")
+	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many jobs (1..1000)")
+	cmd.AddCommand(newJobsShow(g), newJobsCancel(g))
+	return cmd
+}
+
+func jobID(s string) (int64, error) {
+	id, err := strconv.ParseInt(strings.TrimPrefix(s, "#"), 10, 64)
+	if err != nil || id < 1 {
+		return 0, fmt.Errorf("%q is not a job id", s)
+	}
+	return id, nil
+}
+
+func newJobsShow(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one job: its spec, state, result or error, and output preview",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := jobID(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			j, err := c.Job(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(g.env.Stdout, j)
+			}
+			printJob(g, j)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+func newJobsCancel(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a job; a running one's whole process tree is killed",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := jobID(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			j, err := c.CancelJob(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(g.env.Stdout, j)
+			}
+			fmt.Fprintln(g.env.Stdout, jobLine(j))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+func jobLine(j store.Job) string {
+	when := j.CreatedAt
+	if j.FinishedAt != nil {
+		when = *j.FinishedAt
+	}
+	extra := ""
+	switch {
+	case j.State == store.JobPending && j.NextDue != nil:
+		extra = "due " + j.NextDue.Local().Format(time.DateTime)
+	case j.Error != "":
+		extra = oneLine(j.Error, 60)
+	}
+	return fmt.Sprintf("%-6d %-8s %-10s %-10s %s  %s  %s", j.ID, j.Kind, j.State, j.Session, when.Local().Format(time.DateTime), jobWhat(j), extra)
+}
+
+func jobWhat(j store.Job) string {
+	return oneLine(string(j.Spec), 60)
+}
+
+func oneLine(s string, max int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > max {
+		s = strings.ToValidUTF8(s[:max], "") + "…"
+	}
+	return s
+}
+
+func printJob(g *globals, j store.Job) {
+	w := g.env.Stdout
+	fmt.Fprintf(w, "job %d: %s, %s (session %s, recovery %s, runs %d)\n", j.ID, j.Kind, j.State, j.Session, j.Recovery, j.Runs)
+	fmt.Fprintf(w, "spec: %s\n", j.Spec)
+	if j.Schedule != nil {
+		fmt.Fprintf(w, "schedule: %s (tz %s)\n", j.Schedule, j.TZ)
+	}
+	if j.NextDue != nil {
+		fmt.Fprintf(w, "next: %s\n", j.NextDue.Local().Format(time.RFC3339))
+	}
+	if j.Release != "" {
+		fmt.Fprintf(w, "release: %s\n", j.Release)
+	}
+	fmt.Fprintf(w, "created: %s\n", j.CreatedAt.Local().Format(time.RFC3339))
+	if j.StartedAt != nil {
+		fmt.Fprintf(w, "started: %s\n", j.StartedAt.Local().Format(time.RFC3339))
+	}
+	if j.FinishedAt != nil {
+		fmt.Fprintf(w, "finished: %s\n", j.FinishedAt.Local().Format(time.RFC3339))
+	}
+	if j.Result != nil {
+		fmt.Fprintf(w, "result: %s\n", j.Result)
+	}
+	if j.Error != "" {
+		fmt.Fprintf(w, "error: %s\n", j.Error)
+	}
+	if j.Checkpoint != nil {
+		fmt.Fprintf(w, "checkpoint: %s\n", j.Checkpoint)
+	}
+	if j.Cursor != nil {
+		fmt.Fprintf(w, "cursor: %s\n", j.Cursor)
+	}
+	if j.OutputArtifact != "" {
+		fmt.Fprintf(w, "output: %d bytes in %s (klbr-core history read %s)\n", j.OutputBytes, j.OutputArtifact, j.OutputArtifact)
+	}
+	if j.OutputPreview != "" {
+		fmt.Fprintf(w, "output tail:\n%s\n", j.OutputPreview)
+	}
+}
+
+func printJobsStatus(g *globals, js *api.JobsStatus) {
+	if js == nil {
+		return
+	}
+	w := g.env.Stdout
+	next := "none scheduled"
+	if js.NextWakeup != nil {
+		next = js.NextWakeup.Local().Format(time.DateTime)
+	}
+	fmt.Fprintf(w, "jobs: %d running · next wakeup %s\n", len(js.Running), next)
+	for _, j := range js.Running {
+		fmt.Fprintf(w, "  %s\n", jobLine(j))
+	}
+}

@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// The jobs commands against a daemon that answers with fixed records.
+func TestJobsCommands(t *testing.T) {
+	dir, err := os.MkdirTemp("", "klbr-jobs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "control.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	started := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	running := store.Job{ID: 3, Kind: "command", Session: "default", State: store.JobRunning, Recovery: "manual", Runs: 1,
+		Spec: json.RawMessage(`{"argv":["make","test"]}`), CreatedAt: started, StartedAt: &started,
+		OutputPreview: "compiling\n"}
+	pending := store.Job{ID: 4, Kind: "routine", Session: "default", State: store.JobPending, Recovery: "retry_safe",
+		Spec: json.RawMessage(`{"entry":"klbr_skills.remind:say"}`), Schedule: json.RawMessage(`{"at":1893553445000}`), TZ: "UTC",
+		NextDue: &due, CreatedAt: started}
+	var seen []string
+	mux := http.NewServeMux()
+	answer := func(w http.ResponseWriter, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(v)
+	}
+	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.URL.RawQuery)
+		answer(w, api.Jobs{Jobs: []store.Job{pending, running}})
+	})
+	mux.HandleFunc("GET /v1/jobs/3", func(w http.ResponseWriter, r *http.Request) { answer(w, running) })
+	mux.HandleFunc("POST /v1/jobs/3/cancel", func(w http.ResponseWriter, r *http.Request) {
+		c := running
+		c.State, c.Error, c.FinishedAt = store.JobCancelled, "cancelled; its process tree was killed", &started
+		answer(w, c)
+	})
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		answer(w, api.Status{StartedAt: time.Now(), Jobs: &api.JobsStatus{Running: []store.Job{running}, NextWakeup: &due}})
+	})
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	run := func(args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		env := Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut, Lookup: func(k string) (string, bool) {
+			switch k {
+			case "KLBR_CONTROL_SOCKET":
+				return sock, true
+			case "KLBR_DATA_DIR":
+				return dir, true
+			}
+			return "", false
+		}}
+		if err := Run(context.Background(), args, env); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, errOut.String())
+		}
+		return out.String()
+	}
+	list := run("jobs", "default", "--state", "running")
+	if seen[0] != "limit=100&session=default&state=running" {
+		t.Errorf("query %q", seen[0])
+	}
+	lines := strings.Split(strings.TrimSpace(list), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "4 ") || !strings.Contains(lines[0], "due ") || !strings.Contains(lines[1], "make") {
+		t.Errorf("list:\n%s", list)
+	}
+	var js api.Jobs
+	if err := json.Unmarshal([]byte(run("jobs", "--json")), &js); err != nil || len(js.Jobs) != 2 {
+		t.Errorf("--json: %v %+v", err, js)
+	}
+	if show := run("jobs", "show", "3"); !strings.Contains(show, "job 3: command, running") || !strings.Contains(show, "compiling") {
+		t.Errorf("show:\n%s", show)
+	}
+	if c := run("jobs", "cancel", "3"); !strings.Contains(c, "cancelled") {
+		t.Errorf("cancel: %s", c)
+	}
+	if st := run("status"); !strings.Contains(st, "jobs: 1 running · next wakeup") || !strings.Contains(st, "make") {
+		t.Errorf("status:\n%s", st)
+	}
+}
