@@ -1,0 +1,4 @@
+-- compat: readable-by-previous
+-- 0012: a placeholder on branch issue-21 only, so that 0014 loads gaplessly
+-- here; the real 0012 comes from a parallel branch and replaces this file at merge.
+SELECT 1;
