@@ -62,6 +62,7 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	readOnly  bool // OpenReader's: no writer, no lock
 
 	faults faults // storage health: a fault in force, until a commit succeeds
 
@@ -210,6 +211,10 @@ func (s *Store) Owner() Owner { return s.owner }
 // closes the database and releases the lock. Calling it again is safe.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		if s.readOnly {
+			s.closeErr = s.rdb.Close()
+			return
+		}
 		close(s.closing)
 		<-s.done
 		<-s.indexerDone
