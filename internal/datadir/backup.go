@@ -231,4 +231,3 @@ func syncTree(root string) error {
 		return nil
 	})
 }
-
