@@ -58,6 +58,7 @@ type Store struct {
 	indexerDone chan struct{}
 	maxBatch    int
 	stats       writerStats
+	ckpt        checkpointStats
 	stmts       *stmtCache // the writer goroutine's prepared statements
 
 	closeOnce sync.Once
@@ -185,6 +186,9 @@ func verifyPragmas(ctx context.Context, db *sql.DB, readOnly bool) error {
 	}
 	if readOnly {
 		want = append(want, struct{ pragma, value string }{"query_only", "1"})
+	} else {
+		want = append(want, struct{ pragma, value string }{"wal_autocheckpoint", fmt.Sprint(WALAutocheckpointPages)},
+			struct{ pragma, value string }{"journal_size_limit", fmt.Sprint(JournalSizeLimitBytes)})
 	}
 	for _, w := range want {
 		var got string
