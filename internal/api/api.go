@@ -60,8 +60,13 @@ type Status struct {
 	Agent string `json:"agent"`
 	// Storage is set while writes fail (a full disk, an I/O error, a
 	// read-only file system): new work waits until they succeed again.
-	Storage  *store.Fault    `json:"storage,omitempty"`
-	Sessions []SessionStatus `json:"sessions"`
+	Storage *store.Fault `json:"storage,omitempty"`
+	// Sizes are the data directory's bytes by part (database, WAL,
+	// artifacts, releases); Schema its schema version and whether the
+	// previous binary could still run on it.
+	Sizes    store.StorageSizes `json:"sizes"`
+	Schema   store.SchemaStatus `json:"schema"`
+	Sessions []SessionStatus    `json:"sessions"`
 }
 
 // Browser is where the running daemon's browser UI is, with the operator

@@ -297,3 +297,5 @@ func TestCheckFindings(t *testing.T) {
 		t.Errorf("the modified release file was not found: %v", cr.Findings)
 	}
 }
+
+func setupInit(dir string) (setup.Result, error) { return setup.Init(context.Background(), dir) }

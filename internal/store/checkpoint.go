@@ -22,9 +22,13 @@ import (
 //     can keep a PASSIVE checkpoint from ever completing under sustained
 //     writes. So when a commit leaves the WAL past RestartCheckpointBytes,
 //     the writer runs a RESTART checkpoint: it waits at most
-//     IdleCheckpointWait for readers to move to the newest snapshot (that
-//     wait is the longest a write is delayed by the policy), copies
-//     everything back, and the next write starts the WAL over.
+//     RestartCheckpointWait for readers to move to the newest snapshot
+//     (that wait, plus copying back what a PASSIVE checkpoint left, is
+//     the longest a write is delayed by the policy), copies everything
+//     back, and the next write starts the WAL over. A reader that holds
+//     its snapshot on (a backup) makes it give up; it tries again after
+//     RestartBackoff, doubling while it keeps being held off, so a long
+//     reader costs a write at most one such wait per backoff.
 //   - When the writer has been idle for IdleCheckpointAfter, it runs a
 //     TRUNCATE checkpoint (waiting at most IdleCheckpointWait for readers,
 //     so a write arriving meanwhile waits no longer than that): the WAL
@@ -41,6 +45,9 @@ const (
 	IdleCheckpointWait     = 100 * time.Millisecond
 	WALBoundBytes          = 64 << 20
 	RestartCheckpointBytes = 16 << 20
+	RestartCheckpointWait  = 10 * time.Millisecond
+	RestartBackoff         = time.Second
+	maxRestartBackoff      = time.Minute
 )
 
 // checkpointStats count the writer's own checkpoints.
@@ -49,6 +56,10 @@ type checkpointStats struct {
 	failed   atomic.Uint64
 	restarts atomic.Uint64
 	longest  atomic.Int64 // nanoseconds of the longest RESTART checkpoint: the policy's writer stall
+
+	// Only the writer goroutine uses these.
+	nextRestart time.Time
+	backoff     time.Duration
 }
 
 // walPath is the database's WAL file.
@@ -61,7 +72,7 @@ func (s *Store) idleCheckpoint() {
 	if err != nil || fi.Size() == 0 {
 		return
 	}
-	if s.checkpoint("TRUNCATE") {
+	if s.checkpoint("TRUNCATE", IdleCheckpointWait) {
 		s.ckpt.idle.Add(1)
 	} else {
 		s.ckpt.failed.Add(1) // a reader held on; the next idle period tries again
@@ -76,10 +87,16 @@ func (s *Store) restartCheckpoint() {
 		return
 	}
 	start := time.Now()
-	if s.checkpoint("RESTART") {
+	if start.Before(s.ckpt.nextRestart) {
+		return
+	}
+	if s.checkpoint("RESTART", RestartCheckpointWait) {
 		s.ckpt.restarts.Add(1)
+		s.ckpt.backoff = 0
 	} else {
 		s.ckpt.failed.Add(1)
+		s.ckpt.backoff = min(max(2*s.ckpt.backoff, RestartBackoff), maxRestartBackoff)
+		s.ckpt.nextRestart = time.Now().Add(s.ckpt.backoff)
 	}
 	if d := time.Since(start).Nanoseconds(); d > s.ckpt.longest.Load() {
 		s.ckpt.longest.Store(d)
@@ -87,9 +104,8 @@ func (s *Store) restartCheckpoint() {
 }
 
 // checkpoint runs a blocking checkpoint mode on the writer's connection,
-// waiting at most IdleCheckpointWait for readers; it reports whether it
-// completed.
-func (s *Store) checkpoint(mode string) bool {
+// waiting at most wait for readers; it reports whether it completed.
+func (s *Store) checkpoint(mode string, wait time.Duration) bool {
 	ctx := context.Background()
 	conn, err := s.wdb.Conn(ctx)
 	if err != nil {
@@ -97,7 +113,7 @@ func (s *Store) checkpoint(mode string) bool {
 	}
 	defer conn.Close()
 	defer conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", BusyTimeoutMillis))
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", IdleCheckpointWait.Milliseconds())); err != nil {
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", wait.Milliseconds())); err != nil {
 		return false
 	}
 	var busy, logFrames, done int
