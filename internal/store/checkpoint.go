@@ -26,9 +26,9 @@ import (
 //     (that wait, plus copying back what a PASSIVE checkpoint left, is
 //     the longest a write is delayed by the policy), copies everything
 //     back, and the next write starts the WAL over. A reader that holds
-//     its snapshot on (a backup) makes it give up; it tries again after
-//     RestartBackoff, doubling while it keeps being held off, so a long
-//     reader costs a write at most one such wait per backoff.
+//     its snapshot on (a backup) makes it give up; it tries again once
+//     the WAL grew by another RestartCheckpointBytes, so a long reader
+//     costs a write at most one such wait per 16 MiB written.
 //   - When the writer has been idle for IdleCheckpointAfter, it runs a
 //     TRUNCATE checkpoint (waiting at most IdleCheckpointWait for readers,
 //     so a write arriving meanwhile waits no longer than that): the WAL
@@ -45,9 +45,7 @@ const (
 	IdleCheckpointWait     = 100 * time.Millisecond
 	WALBoundBytes          = 64 << 20
 	RestartCheckpointBytes = 16 << 20
-	RestartCheckpointWait  = 10 * time.Millisecond
-	RestartBackoff         = time.Second
-	maxRestartBackoff      = time.Minute
+	RestartCheckpointWait  = 100 * time.Millisecond
 )
 
 // checkpointStats count the writer's own checkpoints.
@@ -58,8 +56,7 @@ type checkpointStats struct {
 	longest  atomic.Int64 // nanoseconds of the longest RESTART checkpoint: the policy's writer stall
 
 	// Only the writer goroutine uses these.
-	nextRestart time.Time
-	backoff     time.Duration
+	nextRestart int64 // the WAL size of the next RESTART attempt; 0: RestartCheckpointBytes
 }
 
 // walPath is the database's WAL file.
@@ -83,20 +80,16 @@ func (s *Store) idleCheckpoint() {
 // makes the next write start the WAL over.
 func (s *Store) restartCheckpoint() {
 	fi, err := os.Stat(s.walPath())
-	if err != nil || fi.Size() < RestartCheckpointBytes {
+	if err != nil || fi.Size() < max(RestartCheckpointBytes, s.ckpt.nextRestart) {
 		return
 	}
 	start := time.Now()
-	if start.Before(s.ckpt.nextRestart) {
-		return
-	}
 	if s.checkpoint("RESTART", RestartCheckpointWait) {
 		s.ckpt.restarts.Add(1)
-		s.ckpt.backoff = 0
+		s.ckpt.nextRestart = 0
 	} else {
 		s.ckpt.failed.Add(1)
-		s.ckpt.backoff = min(max(2*s.ckpt.backoff, RestartBackoff), maxRestartBackoff)
-		s.ckpt.nextRestart = time.Now().Add(s.ckpt.backoff)
+		s.ckpt.nextRestart = fi.Size() + RestartCheckpointBytes
 	}
 	if d := time.Since(start).Nanoseconds(); d > s.ckpt.longest.Load() {
 		s.ckpt.longest.Store(d)
