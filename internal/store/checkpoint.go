@@ -27,8 +27,8 @@ import (
 //     the longest a write is delayed by the policy), copies everything
 //     back, and the next write starts the WAL over. A reader that holds
 //     its snapshot on (a backup) makes it give up; it tries again once
-//     the WAL grew by another RestartCheckpointBytes, so a long reader
-//     costs a write at most one such wait per 16 MiB written.
+//     the WAL grew by another RestartRetryBytes, so a long reader costs a
+//     write at most one such wait per 8 MiB written.
 //   - When the writer has been idle for IdleCheckpointAfter, it runs a
 //     TRUNCATE checkpoint (waiting at most IdleCheckpointWait for readers,
 //     so a write arriving meanwhile waits no longer than that): the WAL
@@ -46,6 +46,7 @@ const (
 	WALBoundBytes          = 64 << 20
 	RestartCheckpointBytes = 16 << 20
 	RestartCheckpointWait  = 100 * time.Millisecond
+	RestartRetryBytes      = 8 << 20
 )
 
 // checkpointStats count the writer's own checkpoints.
@@ -89,7 +90,7 @@ func (s *Store) restartCheckpoint() {
 		s.ckpt.nextRestart = 0
 	} else {
 		s.ckpt.failed.Add(1)
-		s.ckpt.nextRestart = fi.Size() + RestartCheckpointBytes
+		s.ckpt.nextRestart = fi.Size() + RestartRetryBytes
 	}
 	if d := time.Since(start).Nanoseconds(); d > s.ckpt.longest.Load() {
 		s.ckpt.longest.Store(d)

@@ -27,13 +27,13 @@ func walBurst(t testing.TB, s *Store, n, clients int) int64 {
 	var next atomic.Int64
 	stop := make(chan struct{})
 	var readers sync.WaitGroup
-	for range 2 { // readers (status, metrics scrapes, the turn loop) take snapshots meanwhile, every 5 ms
+	for range 2 { // readers (status, metrics scrapes, the turn loop) take snapshots meanwhile, every 25 ms
 		readers.Go(func() {
 			for {
 				select {
 				case <-stop:
 					return
-				case <-time.After(5 * time.Millisecond):
+				case <-time.After(25 * time.Millisecond):
 				}
 				s.PendingStats(context.Background())
 				sample()
