@@ -158,3 +158,32 @@ func FuzzParseKDL(f *testing.F) {
 		walk(nodes, 0)
 	})
 }
+
+func FuzzDecodeManifest(f *testing.F) {
+	sha := strings.Repeat("a", 64)
+	f.Add([]byte(`{"format":1,"files":[{"path":"runtime.sqlite","sha256":"` + sha + `","size":4096,"mode":384}]}`))
+	f.Add([]byte(`{"format":1,"files":[{"path":"runtime.sqlite","sha256":"` + sha + `","size":1},{"path":"drafts/x","link":"/etc"},{"path":"drafts/x/passwd","sha256":"` + sha + `","size":1}]}`))
+	f.Add([]byte(`{"format":1,"files":[{"path":"../escape","sha256":"` + sha + `","size":1}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := decodeManifest(data)
+		if err != nil {
+			return
+		}
+		links := map[string]bool{}
+		for _, fl := range m.Files {
+			if fl.Link != "" {
+				links[fl.Path] = true
+			}
+		}
+		for _, fl := range m.Files {
+			if checkRelPath(fl.Path) != nil || strings.HasPrefix(fl.Path, "/") || strings.Contains("/"+fl.Path+"/", "/../") {
+				t.Fatalf("accepted a path that leaves the backup: %q", fl.Path)
+			}
+			for d := filepath.Dir(fl.Path); d != "."; d = filepath.Dir(d) {
+				if links[d] {
+					t.Fatalf("accepted %q under the link %q", fl.Path, d)
+				}
+			}
+		}
+	})
+}

@@ -63,27 +63,51 @@ func ReadManifest(dir string) (Manifest, error) {
 	if err != nil {
 		return m, err
 	}
+	if m, err = decodeManifest(b); err != nil {
+		return m, fmt.Errorf("%s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// decodeManifest parses and checks a manifest: its size, its format, and
+// that every path stays inside the backup (no absolute path, no "..", no
+// file under a symbolic link the backup itself holds, no path twice).
+func decodeManifest(b []byte) (Manifest, error) {
+	var m Manifest
 	if len(b) > MaxManifestBytes {
-		return m, fmt.Errorf("%s: manifest larger than %d bytes", dir, MaxManifestBytes)
+		return m, fmt.Errorf("manifest larger than %d bytes", MaxManifestBytes)
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
-		return m, fmt.Errorf("%s: manifest: %w", dir, err)
+		return m, fmt.Errorf("manifest: %w", err)
 	}
 	if m.Format != ManifestFormat {
-		return m, fmt.Errorf("%s: manifest format %d, this klbr-core reads %d", dir, m.Format, ManifestFormat)
+		return m, fmt.Errorf("manifest format %d, this klbr-core reads %d", m.Format, ManifestFormat)
 	}
 	seen := map[string]bool{}
+	links := map[string]bool{}
 	for _, fl := range m.Files {
 		if err := checkRelPath(fl.Path); err != nil {
-			return m, fmt.Errorf("%s: manifest: %w", dir, err)
+			return m, fmt.Errorf("manifest: %w", err)
 		}
 		if seen[fl.Path] {
-			return m, fmt.Errorf("%s: manifest names %s twice", dir, fl.Path)
+			return m, fmt.Errorf("manifest names %s twice", fl.Path)
 		}
 		seen[fl.Path] = true
+		if fl.Link != "" {
+			links[fl.Path] = true
+		} else if fl.Size < 0 || len(fl.SHA256) != 64 {
+			return m, fmt.Errorf("manifest: %s has no size and SHA-256", fl.Path)
+		}
+	}
+	for _, fl := range m.Files {
+		for d := path.Dir(fl.Path); d != "."; d = path.Dir(d) {
+			if links[d] || seen[d] && d != fl.Path {
+				return m, fmt.Errorf("manifest: %s lies under %s, which is not a directory", fl.Path, d)
+			}
+		}
 	}
 	if !seen[store.FileName] {
-		return m, fmt.Errorf("%s: manifest holds no %s", dir, store.FileName)
+		return m, fmt.Errorf("manifest holds no %s", store.FileName)
 	}
 	return m, nil
 }
