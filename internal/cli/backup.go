@@ -10,7 +10,6 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/datadir"
-	"github.com/klbr-dev/klbr/internal/store"
 )
 
 func newBackup(g *globals) *cobra.Command {
@@ -116,7 +115,7 @@ func newCheck(g *globals) *cobra.Command {
 					state = fmt.Sprintf("%d findings", len(res.Findings))
 				}
 				fmt.Fprintf(g.env.Stdout, "check of %s: %s (%d records, %d releases, %d artifacts, schema %d, in %s)\n",
-					paths.DataDir, state, res.Records, res.Releases, res.Files, store.SchemaVersion(), res.Duration.Round(time.Millisecond))
+					paths.DataDir, state, res.Records, res.Releases, res.Files, res.Schema, res.Duration.Round(time.Millisecond))
 			}
 			if !res.Clean() {
 				return errCheck

@@ -19,6 +19,7 @@ type CheckResult struct {
 	Records  int64           `json:"records"`
 	Releases int             `json:"releases"`
 	Files    int             `json:"artifacts"`
+	Schema   int             `json:"schema_version"`
 	Duration time.Duration   `json:"duration_ns"`
 }
 
@@ -46,6 +47,9 @@ func Check(ctx context.Context, dataDir string) (CheckResult, error) {
 	res.Findings = append(res.Findings, fs...)
 	if res.Records, err = st.CountRecords(ctx); err != nil {
 		return res, fmt.Errorf("check: %w", err)
+	}
+	if sc, err := st.Schema(ctx); err == nil {
+		res.Schema = sc.Version
 	}
 
 	ids, err := st.ReleaseIDs(ctx)
