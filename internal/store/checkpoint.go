@@ -66,6 +66,9 @@ func (s *Store) walPath() string { return filepath.Join(s.dir, FileName+"-wal") 
 // idleCheckpoint truncates the WAL while nothing writes. It runs on the
 // writer goroutine, between batches.
 func (s *Store) idleCheckpoint() {
+	if s.Fault() != nil {
+		return // the storage probe decides when writes work again; files stay as they are
+	}
 	fi, err := os.Stat(s.walPath())
 	if err != nil || fi.Size() == 0 {
 		return
@@ -80,6 +83,9 @@ func (s *Store) idleCheckpoint() {
 // restartCheckpoint runs after a batch: past RestartCheckpointBytes it
 // makes the next write start the WAL over.
 func (s *Store) restartCheckpoint() {
+	if s.Fault() != nil {
+		return
+	}
 	fi, err := os.Stat(s.walPath())
 	if err != nil || fi.Size() < max(RestartCheckpointBytes, s.ckpt.nextRestart) {
 		return
