@@ -54,6 +54,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/config/
 	$(GO) test -run='^$$' -fuzz=FuzzReadFrame -fuzztime=$(FUZZTIME) ./internal/worker/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeAdmit -fuzztime=$(FUZZTIME) ./internal/ingress/
+	$(GO) test -run='^$$' -fuzz=FuzzParseKDL -fuzztime=$(FUZZTIME) ./internal/datadir/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeManifest -fuzztime=$(FUZZTIME) ./internal/datadir/
 	$(GO) test -run='^$$' -fuzz=FuzzNormalize -fuzztime=$(FUZZTIME) ./internal/discord/
 	$(GO) test -run='^$$' -fuzz=FuzzParseRetryAfter -fuzztime=$(FUZZTIME) ./internal/provider/
 	$(GO) test -run='^$$' -fuzz=FuzzSSE -fuzztime=$(FUZZTIME) ./internal/provider/

@@ -389,7 +389,8 @@ func TestDashboardQueriesExposedMetrics(t *testing.T) {
 	promtoolCheck(t, "the registry with hook invocations", registry)
 
 	liveNames, registryNames := sampleNames(live), sampleNames(registry)
-	for _, want := range []string{"klbr_build_info", "klbr_inbox_pending_inputs", "klbr_delivery_reviews_held_total"} {
+	for _, want := range []string{"klbr_build_info", "klbr_inbox_pending_inputs", "klbr_delivery_reviews_held_total",
+		"klbr_session_blocked", "klbr_storage_bytes", "klbr_attention_oldest_unanswered_age_seconds", "klbr_outbox_effects"} {
 		if !liveNames[want] {
 			t.Errorf("the live daemon exposes no %s; the test's setup no longer produces it", want)
 		}
@@ -457,6 +458,16 @@ func TestDashboardQueriesExposedMetrics(t *testing.T) {
 
 	if len(queried) == 0 {
 		t.Fatal("the dashboard queries no metric")
+	}
+	// The alert rules may only query what klbr-core exposes too (and up,
+	// Prometheus's own).
+	_, exprs := readRules(t)
+	for _, e := range exprs {
+		for _, n := range promqlMetrics(e) {
+			if n != "up" {
+				queried[n] = append(queried[n], "alert rule "+e)
+			}
+		}
 	}
 	for _, n := range slices.Sorted(func(yield func(string) bool) {
 		for n := range queried {

@@ -146,19 +146,62 @@ in
     };
 
     grafana = {
+      enable = mkOption {
+        type = types.bool;
+        default = config.services.grafana.enable or false;
+        defaultText = literalExpression "config.services.grafana.enable";
+        description = ''
+          Whether to provision the klbr dashboard in this host's Grafana,
+          through `services.grafana.provision.dashboards.settings.providers`;
+          on by default where Grafana is enabled. The dashboard asks for a
+          Prometheus data source that scrapes klbr-core's /metrics (see
+          `services.klbr.prometheus.enable`).
+        '';
+      };
+    };
+
+    backup = {
       enable = mkEnableOption ''
-        the klbr dashboard in this host's Grafana, through
-        `services.grafana.provision.dashboards.settings.providers`. The
-        dashboard asks for a Prometheus data source that scrapes klbr-core's
-        /metrics (see `services.klbr.prometheus.enable`)
+        a timer that runs `klbr-core backup` as the service user into a new
+        dated directory under `services.klbr.backup.directory`, keeping the
+        newest `keep`
       '';
+      directory = mkOption {
+        type = types.str;
+        default = "/var/backup/klbr";
+        description = "Where the backups go, one directory per run (klbr-YYYYmmdd-HHMMSS).";
+      };
+      startAt = mkOption {
+        type = types.str;
+        default = "daily";
+        description = "When the backup runs (a systemd calendar expression).";
+      };
+      keep = mkOption {
+        type = types.ints.positive;
+        default = 7;
+        description = "How many backups to keep; older ones are removed after a backup succeeds.";
+      };
+      includeSecrets = mkOption {
+        type = types.bool;
+        default = false;
+        description = "Whether the backups hold the operator token (`klbr-core backup --include-secrets`).";
+      };
     };
 
     prometheus = {
-      enable = mkEnableOption ''
-        a scrape job for klbr-core's /metrics in this host's Prometheus
-        (`services.prometheus.scrapeConfigs`)
-      '';
+      enable = mkOption {
+        type = types.bool;
+        default = config.services.prometheus.enable or false;
+        defaultText = literalExpression "config.services.prometheus.enable";
+        description = ''
+          Whether to add a scrape job for klbr-core's /metrics to this host's
+          Prometheus (`services.prometheus.scrapeConfigs`) and klbr's alert
+          rules (`services.prometheus.ruleFiles`: klbr-core down, backlog
+          age, a directed item unanswered, held reviews rising, unknown
+          effects, storage paused, a session blocked, the WAL too large); on
+          by default where Prometheus is enabled.
+        '';
+      };
       target = mkOption {
         type = types.str;
         default = "127.0.0.1:8765";
@@ -189,6 +232,30 @@ in
       ];
 
       services.klbr.settings.discord = mkIf cfg.discord.enable { enabled = mkDefault true; };
+
+      # The dashboard and the alert rules, where the host runs Grafana and
+      # Prometheus (the conditions sit on the leaves, so that the options'
+      # defaults may read the host's services.grafana/prometheus.enable).
+      services.grafana.provision = mkIf cfg.grafana.enable {
+        enable = mkDefault true;
+        dashboards.settings.providers = [
+          {
+            name = "klbr";
+            type = "file";
+            folder = "klbr";
+            options.path = "${cfg.package}/share/klbr/grafana";
+          }
+        ];
+      };
+      services.prometheus.ruleFiles = mkIf cfg.prometheus.enable [
+        "${cfg.package}/share/klbr/prometheus/klbr-rules.yml"
+      ];
+      services.prometheus.scrapeConfigs = mkIf cfg.prometheus.enable [
+        {
+          job_name = "klbr";
+          static_configs = [ { targets = [ cfg.prometheus.target ]; } ];
+        }
+      ];
 
       environment.systemPackages = [ cfg.package ];
       # The CLI (`klbr-core status`, `send`, `tail`, `drain`) finds the daemon
@@ -281,27 +348,31 @@ in
       };
     })
 
-    (mkIf cfg.grafana.enable {
-      services.grafana.provision = {
-        enable = mkDefault true;
-        dashboards.settings.providers = [
-          {
-            name = "klbr";
-            type = "file";
-            folder = "klbr";
-            options.path = "${cfg.package}/share/klbr/grafana";
-          }
-        ];
+    (mkIf cfg.backup.enable {
+      systemd.tmpfiles.rules = [ "d ${cfg.backup.directory} 0700 ${cfg.user} ${cfg.group} -" ];
+      systemd.services.klbr-backup = {
+        description = "klbr backup (klbr-core backup)";
+        startAt = cfg.backup.startAt;
+        environment.KLBR_CONFIG = "${configFile}";
+        environment.KLBR_DATA_DIR = "/var/lib/klbr";
+        path = [ cfg.package ];
+        # klbr-core serves meanwhile: the backup reads one consistent
+        # snapshot and never blocks its writer.
+        script = ''
+          set -eu
+          dest=${lib.escapeShellArg cfg.backup.directory}/klbr-$(date -u +%Y%m%d-%H%M%S)
+          klbr-core backup ${lib.optionalString cfg.backup.includeSecrets "--include-secrets "}"$dest"
+          klbr-core check >/dev/null || echo "klbr-core check reports findings: run it by hand" >&2
+          ls -1d ${lib.escapeShellArg cfg.backup.directory}/klbr-* | sort | head -n -${toString cfg.backup.keep} | xargs -r rm -rf --
+        '';
+        serviceConfig = {
+          Type = "oneshot";
+          User = cfg.user;
+          Group = cfg.group;
+          UMask = "0077";
+        };
       };
     })
 
-    (mkIf cfg.prometheus.enable {
-      services.prometheus.scrapeConfigs = [
-        {
-          job_name = "klbr";
-          static_configs = [ { targets = [ cfg.prometheus.target ]; } ];
-        }
-      ];
-    })
   ]);
 }

@@ -183,7 +183,8 @@ func TestModuleEvaluates(t *testing.T) {
 			t.Fatalf("a disabled module changed the system: %+v", ev.Systemd)
 		}
 		want := []string{
-			"services.klbr.credentials", "services.klbr.discord.enable", "services.klbr.discord.tokenFile",
+			"services.klbr.backup.directory", "services.klbr.backup.enable", "services.klbr.backup.includeSecrets",
+			"services.klbr.backup.keep", "services.klbr.backup.startAt", "services.klbr.credentials", "services.klbr.discord.enable", "services.klbr.discord.tokenFile",
 			"services.klbr.enable", "services.klbr.grafana.enable", "services.klbr.group",
 			"services.klbr.ingressGroup", "services.klbr.package", "services.klbr.prometheus.enable",
 			"services.klbr.prometheus.target", "services.klbr.settings", "services.klbr.user",
@@ -260,8 +261,11 @@ func TestModuleEvaluates(t *testing.T) {
 		if !ev.Security.Polkit.Enable {
 			t.Errorf("polkit is not enabled")
 		}
-		if len(ev.Grafana) != 0 || len(ev.Prometheus) != 0 {
-			t.Errorf("Grafana or Prometheus configured without being asked: %v %v", ev.Grafana, ev.Prometheus)
+		providers, _ := get(ev.Grafana, "provision", "dashboards", "settings", "providers").([]any)
+		rules, _ := get(ev.Prometheus, "ruleFiles").([]any)
+		jobs, _ := get(ev.Prometheus, "scrapeConfigs").([]any)
+		if len(providers) != 0 || len(rules) != 0 || len(jobs) != 0 {
+			t.Errorf("Grafana or Prometheus configured on a host without them: %v %v", ev.Grafana, ev.Prometheus)
 		}
 		f := checkSettingsParse(t, ev.Settings)
 		if f.Limits.MemoryMax != "2G" || f.Limits.TasksMax != 256 || f.Limits.CPUQuota != "200%" {
@@ -368,6 +372,36 @@ func TestModuleEvaluates(t *testing.T) {
 		jobs, _ := get(ev.Prometheus, "scrapeConfigs").([]any)
 		if len(jobs) != 1 || !strings.Contains(mustJSON(t, jobs[0]), `"127.0.0.1:8765"`) {
 			t.Errorf("scrapeConfigs = %v", jobs)
+		}
+		rules, _ := get(ev.Prometheus, "ruleFiles").([]any)
+		if len(rules) != 1 || rules[0] != "/nix/store/11111111111111111111111111111111-klbr/share/klbr/prometheus/klbr-rules.yml" {
+			t.Errorf("ruleFiles = %v, want the package's alert rules", rules)
+		}
+	})
+
+	t.Run("dashboard and rules follow the host's Grafana and Prometheus", func(t *testing.T) {
+		ev := mustEval(t, ni, lib, `{ services.klbr.enable = true; services.grafana.enable = true; services.prometheus.enable = true; }`)
+		if providers, _ := get(ev.Grafana, "provision", "dashboards", "settings", "providers").([]any); len(providers) != 1 {
+			t.Errorf("Grafana is enabled, but no klbr dashboard is provisioned: %v", get(ev.Grafana, "provision"))
+		}
+		if rules, _ := get(ev.Prometheus, "ruleFiles").([]any); len(rules) != 1 {
+			t.Errorf("Prometheus is enabled, but klbr's rules are not installed: %v", ev.Prometheus)
+		}
+		off := mustEval(t, ni, lib, `{ services.klbr.enable = true; }`)
+		if rules, _ := get(off.Prometheus, "ruleFiles").([]any); len(rules) != 0 {
+			t.Errorf("rules installed without Prometheus: %v", off.Prometheus)
+		}
+	})
+
+	t.Run("backup timer", func(t *testing.T) {
+		ev := mustEval(t, ni, lib, `{ services.klbr = { enable = true; backup = { enable = true; keep = 3; }; }; }`)
+		svc := ev.Systemd.Services["klbr-backup"]
+		if svc == nil || get(svc, "startAt") != "daily" || get(svc, "serviceConfig", "User") != "klbr" {
+			t.Fatalf("klbr-backup = %v", svc)
+		}
+		script, _ := get(svc, "script").(string)
+		if !strings.Contains(script, "klbr-core backup \"$dest\"") || !strings.Contains(script, "head -n -3") || strings.Contains(script, "--include-secrets") {
+			t.Errorf("klbr-backup script:\n%s", script)
 		}
 	})
 }

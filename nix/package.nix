@@ -110,6 +110,7 @@ buildGo126Module {
     fi
 
     install -Dm0644 ${./grafana/klbr.json} $out/share/klbr/grafana/klbr.json
+    install -Dm0644 ${./prometheus/klbr-rules.yml} $out/share/klbr/prometheus/klbr-rules.yml
 
     # klbr-core finds klbr-kernel beside its own executable, which stays in
     # $out/bin under the wrapper's name. Drafts are git working trees: the

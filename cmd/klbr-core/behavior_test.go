@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -276,6 +277,10 @@ SLOTS = {"attention.plan": attention.plan, "delivery.review": broken.review}
 	if !strings.Contains(metrics, `klbr_delivery_reviews_held_total{fallback="true",session="default"} 1`) {
 		t.Errorf("metrics lack the held review")
 	}
+	// The hook worker that ran the reviews counts its start, as the workbench does.
+	if regexp.MustCompile(`klbr_worker_events_total\{event="started",role="hooks"\} [1-9]`).FindString(metrics) == "" {
+		t.Errorf("metrics do not count the hook worker's start:\n%s", grepLines(metrics, "klbr_worker_events_total"))
+	}
 	in.must("stop")
 	srv.wait(t)
 }
@@ -352,4 +357,15 @@ func TestOperatorPathWorksWithTheHookWorkerDead(t *testing.T) {
 	}
 	in.must("stop")
 	srv.wait(t)
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -67,8 +67,13 @@ type Status struct {
 	// Routes are the model routes of the agent's plan, with the ones
 	// resting after a transient failure (their steps go to the next route
 	// of the plan until the rest ends, then they are tried first again).
-	Routes   []RouteStatus   `json:"routes,omitempty"`
-	Sessions []SessionStatus `json:"sessions"`
+	Routes []RouteStatus `json:"routes,omitempty"`
+	// Sizes are the data directory's bytes by part (database, WAL,
+	// artifacts, releases); Schema its schema version and whether the
+	// previous binary could still run on it.
+	Sizes    store.StorageSizes `json:"sizes"`
+	Schema   store.SchemaStatus `json:"schema"`
+	Sessions []SessionStatus    `json:"sessions"`
 	// Jobs are the durable jobs running now and the scheduler's next wake-up.
 	Jobs *JobsStatus `json:"jobs,omitempty"`
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/store"
 )
 
 func newStatus(g *globals) *cobra.Command {
@@ -47,6 +48,8 @@ func newStatus(g *globals) *cobra.Command {
 			fmt.Fprintf(g.env.Stdout, "klbr-core %s: %s, pid %d, up %s\n", st.Version, state, st.PID, time.Since(st.StartedAt).Round(time.Second))
 			fmt.Fprintf(g.env.Stdout, "data %s · sqlite %s · placement %s · workbench %s\n", st.DataDir, st.SQLite, st.Placement, st.Workbench)
 			fmt.Fprintf(g.env.Stdout, "agent: %s\n", st.Agent)
+			fmt.Fprintf(g.env.Stdout, "storage: database %s, wal %s, artifacts %s, releases %s · schema %d (%s)\n",
+				mib(st.Sizes.Database), mib(st.Sizes.WAL), mib(st.Sizes.Artifacts), mib(st.Sizes.Releases), st.Schema.Version, downgrade(st.Schema))
 			if f := st.Storage; f != nil {
 				fmt.Fprintf(g.env.Stdout, "storage: FAILING since %s: %s; new work waits, and klbr-core goes on by itself once writes succeed\n",
 					f.Since.Local().Format(time.DateTime), f.Reason)
@@ -142,4 +145,14 @@ func printSessions(g *globals, ss []api.SessionStatus) {
 			fmt.Fprintf(g.env.Stdout, "%s waits %s: %s\n", s.ID, until, w.Reason)
 		}
 	}
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// downgrade says whether the previous klbr-core could still run on the schema.
+func downgrade(s store.SchemaStatus) string {
+	if s.Downgrade {
+		return fmt.Sprintf("a klbr-core of schema %d can still run on it", s.ReadableBy)
+	}
+	return "no downgrade: an older klbr-core refuses it; restore a backup to go back"
 }

@@ -18,6 +18,17 @@ type File struct {
 	Discord Discord          `toml:"discord"`
 	Limits  Limits           `toml:"limits"`
 	Jobs    Jobs             `toml:"jobs"`
+	// Retention is the [retention] section: what `klbr-core gc` may remove.
+	Retention Retention `toml:"retention"`
+}
+
+// Retention is the [retention] section. Zero keeps everything (the
+// default). Garbage collection never removes what is pinned: the active
+// and last good releases, releases of attempts that have not ended, of
+// jobs and of drafts, artifacts a record of an active context refers to.
+type Retention struct {
+	ArtifactDays int `toml:"artifact_days"` // remove unpinned artifacts older than this many days; 0: keep
+	ReleasesKeep int `toml:"releases_keep"` // keep this many newest releases beside the pinned ones; 0: keep all
 }
 
 // Jobs is the [jobs] section: the limits of durable jobs. Each job runs in

@@ -56,6 +56,12 @@ func validate(name string, index *keyIndex, f *File) []*Error {
 	v.discord(&f.Discord)
 	v.limits(&f.Limits)
 	v.jobs(&f.Jobs)
+	if f.Retention.ArtifactDays < 0 {
+		v.fail("retention.artifact_days", fmt.Sprintf("%d is negative; 0 keeps every artifact", f.Retention.ArtifactDays), "retention")
+	}
+	if f.Retention.ReleasesKeep < 0 {
+		v.fail("retention.releases_keep", fmt.Sprintf("%d is negative; 0 keeps every release", f.Retention.ReleasesKeep), "retention")
+	}
 	return v.errs
 }
 

@@ -408,6 +408,10 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		}
 	}
 	st.Jobs = d.jobsStatus()
+	st.Sizes = d.store.Sizes()
+	if st.Schema, err = d.store.Schema(ctx); err != nil {
+		return api.Status{}, err
+	}
 	for _, s := range sessions {
 		turn, err := d.store.Turn(ctx, s.ID)
 		if err != nil {

@@ -55,6 +55,7 @@ func Run(ctx context.Context, cfg Config) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	t.ctx = ctx
+	t.stop = cancel
 	wg := &t.wg
 	wg.Go(func() { t.admitLoop(ctx) })
 	wg.Go(func() { t.performLoop(ctx) })
@@ -91,10 +92,19 @@ func Run(ctx context.Context, cfg Config) error {
 	err = gw.Run(ctx)
 	cancel()
 	wg.Wait()
+	if f := t.fenced.Load(); f != nil {
+		return *f
+	}
 	return err
 }
 
+// ErrFenced is returned when klbr-core refuses this transport because
+// another klbr-discord delivers for the same data directory.
+var ErrFenced = errors.New("another klbr-discord is the sender")
+
 type transport struct {
+	stop   context.CancelFunc
+	fenced atomic.Pointer[error] // set when klbr-core refused this transport's hello
 	cfg    Config
 	rest   *discordgo.Session
 	core   *ingressapi.Client
@@ -223,11 +233,18 @@ func (t *transport) performLoop(ctx context.Context) {
 	case <-ctx.Done():
 		return
 	}
+hello:
 	var hello ingressapi.HelloResponse
 	if err := retry(ctx, func() (err error) {
 		hello, err = t.core.Hello(ctx, ingressapi.HelloRequest{Instance: t.cfg.Instance})
 		return err
 	}); err != nil {
+		if ingressapi.Fenced(err) {
+			ferr := fmt.Errorf("%w: %w", ErrFenced, err)
+			t.fenced.Store(&ferr)
+			t.log.Error("klbr-core refused this transport: another klbr-discord delivers for its data directory", "error", err)
+			t.stop()
+		}
 		return
 	}
 	t.wg.Go(func() { t.backfill(ctx, hello.Conversations) })
@@ -240,6 +257,10 @@ func (t *transport) performLoop(ctx context.Context) {
 			cr, err = t.core.Claim(ctx, ingressapi.ClaimRequest{Limit: 16, WaitMS: 10000, Gateway: t.stats()})
 			return err
 		}); err != nil {
+			if ingressapi.Fenced(err) {
+				t.log.Warn("klbr-core asks for a new hello (it restarted, or another transport took over)", "error", err)
+				goto hello
+			}
 			return
 		}
 		for _, rd := range cr.Reads {

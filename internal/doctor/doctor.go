@@ -136,6 +136,7 @@ func checkDataDir(ctx context.Context, dir string, add func(Check)) {
 	default:
 		add(Check{Name: "lock", OK: true, Detail: "free (no daemon is serving this directory)"})
 	}
+	checkSchema(ctx, dir, add)
 	if _, err := setup.ReadToken(setup.TokenFile(dir)); err != nil {
 		add(Check{Name: "token", Detail: err.Error(), Fix: "run `klbr-core init` to create the operator token, or chmod 600 it"})
 	} else {
@@ -176,4 +177,38 @@ func orEmbedded(p string) string {
 		return "(embedded)"
 	}
 	return p
+}
+
+// checkSchema reports the database's schema version against this binary's,
+// whether a downgrade of the binary is possible, and the WAL's size.
+func checkSchema(ctx context.Context, dir string, add func(Check)) {
+	r, err := store.OpenReader(ctx, dir)
+	if err != nil {
+		add(Check{Name: "schema", Detail: err.Error(), Fix: "check the permissions of " + dir})
+		return
+	}
+	defer r.Close()
+	sc, err := r.Schema(ctx)
+	if err != nil {
+		add(Check{Name: "schema", Detail: err.Error(), Fix: "run `klbr-core check`"})
+		return
+	}
+	down := "no downgrade: an older klbr-core refuses this file (restore a backup taken before the upgrade to go back)"
+	if sc.Downgrade {
+		down = fmt.Sprintf("a klbr-core of schema %d can still run on it", sc.ReadableBy)
+	}
+	switch {
+	case sc.Version > sc.Binary && sc.ReadableBy > sc.Binary:
+		add(Check{Name: "schema", Detail: fmt.Sprintf("the database is at schema %d, this klbr-core knows %d and the file is not readable by it", sc.Version, sc.Binary),
+			Fix: "run the newer klbr-core that wrote it, or restore a backup"})
+	case sc.Version > sc.Binary:
+		add(Check{Name: "schema", OK: true, Detail: fmt.Sprintf("the database is at schema %d, newer than this klbr-core (%d), which may still run on it (a rolled-back binary)", sc.Version, sc.Binary)})
+	case sc.Version < sc.Binary:
+		add(Check{Name: "schema", OK: true, Detail: fmt.Sprintf("the database is at schema %d; this klbr-core migrates it to %d when it starts (back it up first: klbr-core backup)", sc.Version, sc.Binary)})
+	default:
+		add(Check{Name: "schema", OK: true, Detail: fmt.Sprintf("schema %d; %s", sc.Version, down)})
+	}
+	if sz := r.Sizes(); sz.WAL > store.WALBoundBytes {
+		add(Check{Name: "wal", OK: true, Detail: fmt.Sprintf("the WAL is %d MiB, past its bound of %d MiB: a long reader (a backup?) holds it; it shrinks once klbr-core is idle", sz.WAL>>20, store.WALBoundBytes>>20)})
+	}
 }

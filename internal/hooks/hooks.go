@@ -49,6 +49,9 @@ type Config struct {
 	PlanDeadline   time.Duration
 	// Observe, if set, is told of each invocation (for metrics).
 	Observe func(slot, outcome string, latency time.Duration)
+	// WorkerEvent, if set, is told of each hook worker lifecycle event
+	// (started, reset, start_failed), for metrics.
+	WorkerEvent func(event string)
 }
 
 // Dispatcher owns every session's hook worker.
@@ -104,6 +107,9 @@ func New(cfg Config) *Dispatcher {
 	if cfg.Observe == nil {
 		cfg.Observe = func(string, string, time.Duration) {}
 	}
+	if cfg.WorkerEvent == nil {
+		cfg.WorkerEvent = func(string) {}
+	}
 	return &Dispatcher{cfg: cfg, pinned: map[string]*pinned{}, retiring: map[*worker.Worker]struct{}{}, noModelPlan: map[string]bool{}}
 }
 
@@ -123,13 +129,19 @@ func (d *Dispatcher) StartWorker(ctx context.Context, session, release string) (
 	d.gen++
 	gen := d.gen
 	d.mu.Unlock()
-	return worker.Start(ctx, worker.Spec{
+	w, err := worker.Start(ctx, worker.Spec{
 		Role: worker.RoleHooks, Session: session, Generation: gen,
 		Kernel: d.cfg.Kernel, Python: d.cfg.Python, RuntimeSrc: d.cfg.RuntimeSrc, Workspace: d.cfg.Workspace,
 		Behavior: d.cfg.Releases.Tree(release), Placer: d.cfg.Placer, Limits: d.cfg.Limits, Sandbox: d.cfg.Sandbox,
 		Handshake: 5 * time.Second, Log: d.cfg.Log,
 		NoSite: true, // policy hooks use the standard library only
 	})
+	if err != nil {
+		d.cfg.WorkerEvent("start_failed")
+		return nil, err
+	}
+	d.cfg.WorkerEvent("started")
+	return w, nil
 }
 
 // current returns the session's hook worker for its active release,
@@ -153,6 +165,7 @@ func (d *Dispatcher) current(ctx context.Context, session string) (*pinned, erro
 	if p != nil && p.epoch == sess.BehaviorEpoch {
 		select {
 		case <-p.w.Dead():
+			d.cfg.WorkerEvent("reset") // it died; its Python state is lost
 		default:
 			return p, nil
 		}

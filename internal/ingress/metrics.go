@@ -42,15 +42,26 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		s.cfg.Log.Warn("metrics: outbox", slog.Any("error", err))
 		ch <- prometheus.NewInvalidMetric(effectsDesc, err)
 	} else {
+		// Every kind and state has a series, 0 when none is in it.
+		counts := map[[2]string]int64{}
 		for _, e := range effects {
-			ch <- prometheus.MustNewConstMetric(effectsDesc, prometheus.GaugeValue, float64(e.Count), e.Kind, e.State)
+			counts[[2]string{e.Kind, e.State}] = e.Count
+		}
+		for _, k := range []string{"send", "react"} {
+			for _, st := range []string{"pending", "attempting", "confirmed", "failed", "unknown"} {
+				ch <- prometheus.MustNewConstMetric(effectsDesc, prometheus.GaugeValue, float64(counts[[2]string{k, st}]), k, st)
+			}
 		}
 	}
 	if items, err := s.cfg.Store.AttentionCounts(ctx); err != nil {
 		ch <- prometheus.NewInvalidMetric(itemsDesc, err)
 	} else {
+		counts := map[string]int64{}
 		for _, it := range items {
-			ch <- prometheus.MustNewConstMetric(itemsDesc, prometheus.GaugeValue, float64(it.Count), it.Status)
+			counts[it.Status] = it.Count
+		}
+		for _, st := range []string{"pending", "seen", "acted", "ignored"} {
+			ch <- prometheus.MustNewConstMetric(itemsDesc, prometheus.GaugeValue, float64(counts[st]), st)
 		}
 	}
 	s.mu.Lock()

@@ -68,6 +68,7 @@ type Server struct {
 	polled   time.Time // when a transport last claimed work
 	polling  int       // claims waiting now
 	gateway  ingressapi.GatewayStats
+	sender   *sender // the transport that said hello last: the only one that may deliver
 }
 
 type pendingRead struct {
@@ -115,9 +116,9 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/inputs", s.handleAdmit)
 	mux.HandleFunc("POST /v1/transport/hello", s.handleHello)
-	mux.HandleFunc("POST /v1/effects/claim", s.handleClaim)
-	mux.HandleFunc("POST /v1/effects/{id}/receipt", s.handleReceipt)
-	mux.HandleFunc("POST /v1/reads/{id}", s.handleReadAnswer)
+	mux.HandleFunc("POST /v1/effects/claim", s.fenced(s.handleClaim))
+	mux.HandleFunc("POST /v1/effects/{id}/receipt", s.fenced(s.handleReceipt))
+	mux.HandleFunc("POST /v1/reads/{id}", s.fenced(s.handleReadAnswer))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, ingressapi.CodeNotFound, "no such ingress endpoint: "+r.Method+" "+r.URL.Path)
 	})
@@ -267,6 +268,12 @@ func (s *Server) handleHello(w http.ResponseWriter, r *http.Request) {
 	if !decodeRequest(w, r, &req) {
 		return
 	}
+	fence, err := s.takeSender(r, clip(req.Instance))
+	if err != nil {
+		s.cfg.Log.Warn("refused a second transport", "instance", clip(req.Instance), "error", err)
+		writeError(w, http.StatusConflict, ingressapi.CodeFenced, err.Error())
+		return
+	}
 	var left []store.Effect
 	if err := s.cfg.Store.Write(r.Context(), func(tx *store.Tx) (err error) {
 		left, err = tx.Attempting()
@@ -284,7 +291,7 @@ func (s *Server) handleHello(w http.ResponseWriter, r *http.Request) {
 	sort.Slice(convs, func(i, j int) bool { return store.SnowflakeLess(convs[j].LastMessageID, convs[i].LastMessageID) })
 	convs = convs[:min(len(convs), ingressapi.MaxBackfillConversations)]
 	s.cfg.Log.Info("transport connected", "instance", clip(req.Instance), "reconcile", len(left), "conversations", len(convs))
-	resp := ingressapi.HelloResponse{Reconcile: make([]ingressapi.Effect, len(left)), Conversations: make([]ingressapi.ConversationRef, len(convs))}
+	resp := ingressapi.HelloResponse{Reconcile: make([]ingressapi.Effect, len(left)), Conversations: make([]ingressapi.ConversationRef, len(convs)), Fence: fence}
 	for i, e := range left {
 		resp.Reconcile[i] = wireEffect(e)
 	}

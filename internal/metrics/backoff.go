@@ -51,6 +51,9 @@ func (c *backoffCollector) Collect(ch chan<- prometheus.Metric) {
 // WatchAgent exposes whether the agent runs and its sessions' backoffs;
 // running and list are called at scrape time.
 func (m *Metrics) WatchAgent(running func() bool, list func() []Backoff) {
+	m.backoffsMu.Lock()
+	m.backoffs = list
+	m.backoffsMu.Unlock()
 	m.reg.MustRegister(&backoffCollector{running: running, list: list})
 }
 

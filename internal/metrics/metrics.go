@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,9 @@ type Metrics struct {
 	workers    *prometheus.CounterVec
 	hooks      *prometheus.HistogramVec
 	model      *model
+
+	backoffsMu sync.Mutex
+	backoffs   func() []Backoff // set by WatchAgent
 }
 
 // New registers klbr-core's metrics, reading store-backed values from st at
@@ -48,15 +52,18 @@ func New(st *store.Store, clock func() time.Time, log *slog.Logger) *Metrics {
 		Name: "klbr_worker_events_total",
 		Help: "Worker lifecycle events by role: started, reset (killed or died; Python state lost), start_failed.",
 	}, []string{"role", "event"})
-	for _, e := range []string{"started", "reset", "start_failed"} {
-		m.workers.WithLabelValues("workbench", e)
+	for _, role := range []string{"workbench", "hooks"} {
+		for _, e := range []string{"started", "reset", "start_failed"} {
+			m.workers.WithLabelValues(role, e)
+		}
 	}
 	m.hooks = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "klbr_hook_invocation_duration_seconds",
 		Help:    "Policy hook invocations by slot and outcome (ok, error, invalid, timeout, unavailable), with their latency.",
 		Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	}, []string{"slot", "outcome"})
-	reg.MustRegister(m.placement, m.workers, m.hooks, &behaviorCollector{st: st, log: log})
+	reg.MustRegister(m.placement, m.workers, m.hooks, &behaviorCollector{st: st, log: log},
+		&opsCollector{st: st, clock: clock, log: log, backoffs: m.backoffList})
 	m.model = newModel(reg)
 	for _, k := range []admission.SourceKind{admission.SourceOperator, admission.SourceDiscord} {
 		for _, r := range []admission.Result{admission.ResultAccepted, admission.ResultDuplicate, admission.ResultInvalid, admission.ResultRefused, admission.ResultError} {
@@ -159,12 +166,34 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(pendingDesc, err)
 		return
 	}
-	now := c.clock()
+	sessions, err := c.st.Sessions(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(pendingDesc, err)
+		return
+	}
+	// Every known session and source kind has a series, 0 when nothing
+	// waits: an idle agent reads 0, not "no data".
+	type key struct{ session, kind string }
+	byKey := map[key]store.PendingStat{}
 	for _, p := range stats {
-		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(p.Count), p.Session, p.SourceKind)
-		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, now.Sub(p.Oldest).Seconds(), p.Session, p.SourceKind)
+		byKey[key{p.Session, p.SourceKind}] = p
+	}
+	now := c.clock()
+	for _, s := range sessions {
+		for _, k := range SourceKinds {
+			p, ok := byKey[key{s.ID, k}]
+			age := 0.0
+			if ok {
+				age = now.Sub(p.Oldest).Seconds()
+			}
+			ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(p.Count), s.ID, k)
+			ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age, s.ID, k)
+		}
 	}
 }
+
+// SourceKinds are the source kinds every per-kind series is reported for.
+var SourceKinds = []string{string(admission.SourceOperator), string(admission.SourceDiscord)}
 
 // behaviorCollector reports each session's active behavior epoch and
 // release, read from the store at scrape time.
@@ -179,6 +208,9 @@ var (
 	releasesDesc = prometheus.NewDesc("klbr_behavior_releases", "Behavior releases recorded.", nil, nil)
 	heldDesc     = prometheus.NewDesc("klbr_delivery_reviews_held_total",
 		"delivery.review invocations that held a send, by session and whether the host held it as a fallback.", []string{"session", "fallback"}, nil)
+	lastGoodDesc = prometheus.NewDesc("klbr_behavior_last_good_epoch",
+		"The epoch of each session's last good release (where a rollback goes; the release label names it), 0 with release=\"\" when it has had no other.",
+		[]string{"session", "release"}, nil)
 )
 
 func (c *behaviorCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -186,6 +218,7 @@ func (c *behaviorCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sessionStateDesc
 	ch <- releasesDesc
 	ch <- heldDesc
+	ch <- lastGoodDesc
 }
 
 func (c *behaviorCollector) Collect(ch chan<- prometheus.Metric) {
@@ -208,7 +241,25 @@ func (c *behaviorCollector) Collect(ch chan<- prometheus.Metric) {
 		c.log.Warn("metrics: held reviews", "error", err)
 		return
 	}
+	type key struct {
+		session  string
+		fallback bool
+	}
+	counts := map[key]int64{}
 	for _, h := range held {
-		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.CounterValue, float64(h.Count), h.Session, fmt.Sprint(h.Fallback))
+		counts[key{h.Session, h.Fallback}] = h.Count
+	}
+	for _, s := range sessions {
+		for _, fb := range []bool{false, true} {
+			ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.CounterValue, float64(counts[key{s.ID, fb}]), s.ID, fmt.Sprint(fb))
+		}
+	}
+	good, err := c.st.LastGoodReleases(ctx)
+	if err != nil {
+		c.log.Warn("metrics: last good releases", "error", err)
+		return
+	}
+	for _, g := range good {
+		ch <- prometheus.MustNewConstMetric(lastGoodDesc, prometheus.GaugeValue, float64(g.Epoch), g.Session, g.Release)
 	}
 }

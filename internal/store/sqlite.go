@@ -28,6 +28,10 @@ func pragmas(readOnly bool) []string {
 	}
 	if readOnly {
 		p = append(p, "PRAGMA query_only = ON")
+	} else {
+		// The checkpoint policy (checkpoint.go).
+		p = append(p, fmt.Sprintf("PRAGMA wal_autocheckpoint = %d", WALAutocheckpointPages),
+			fmt.Sprintf("PRAGMA journal_size_limit = %d", JournalSizeLimitBytes))
 	}
 	return p
 }

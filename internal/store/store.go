@@ -58,10 +58,12 @@ type Store struct {
 	indexerDone chan struct{}
 	maxBatch    int
 	stats       writerStats
+	ckpt        checkpointStats
 	stmts       *stmtCache // the writer goroutine's prepared statements
 
 	closeOnce sync.Once
 	closeErr  error
+	readOnly  bool // OpenReader's: no writer, no lock
 
 	faults faults // storage health: a fault in force, until a commit succeeds
 
@@ -184,6 +186,9 @@ func verifyPragmas(ctx context.Context, db *sql.DB, readOnly bool) error {
 	}
 	if readOnly {
 		want = append(want, struct{ pragma, value string }{"query_only", "1"})
+	} else {
+		want = append(want, struct{ pragma, value string }{"wal_autocheckpoint", fmt.Sprint(WALAutocheckpointPages)},
+			struct{ pragma, value string }{"journal_size_limit", fmt.Sprint(JournalSizeLimitBytes)})
 	}
 	for _, w := range want {
 		var got string
@@ -210,6 +215,10 @@ func (s *Store) Owner() Owner { return s.owner }
 // closes the database and releases the lock. Calling it again is safe.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		if s.readOnly {
+			s.closeErr = s.rdb.Close()
+			return
+		}
 		close(s.closing)
 		<-s.done
 		<-s.indexerDone

@@ -148,6 +148,10 @@ func TestNewerSchemaRefused(t *testing.T) {
 	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion()+1)); err != nil {
 		t.Fatal(err)
 	}
+	// The newer binary's migration was not backward-readable.
+	if _, err := db.Exec("UPDATE schema_info SET readable_by = ?", SchemaVersion()+1); err != nil {
+		t.Fatal(err)
+	}
 	db.Close()
 	_, err = Open(context.Background(), dir, Options{})
 	if !errors.Is(err, ErrSchemaTooNew) {

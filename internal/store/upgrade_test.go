@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 )
 
@@ -56,4 +57,42 @@ func TestUpgradeFrozenV1(t *testing.T) {
 		_, err = tx.CommitFrame(Frame{Session: "default", InputIDs: []int64{items[0].InputID}})
 		return err
 	})
+}
+
+// TestRollbackBinaryOnCompatibleSchema: a file migrated by a newer binary
+// whose migration is marked backward-readable still opens under this one
+// (the rollback of the binary keeps working), unmigrated, and Schema says
+// a downgrade is possible; a file that is not readable says so.
+func TestRollbackBinaryOnCompatibleSchema(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir, Options{})
+	st, err := s.Schema(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Version != SchemaVersion() || st.Binary != SchemaVersion() || st.ReadableBy != SchemaVersion()-1 || !st.Downgrade {
+		t.Fatalf("schema status of a fresh file: %+v (the newest migration is marked readable-by-previous)", st)
+	}
+	s.Close()
+	registerDrivers()
+	db, err := sql.Open(driverWrite, dsn(filepath.Join(dir, FileName)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := SchemaVersion() + 1
+	if _, err := db.Exec("PRAGMA user_version = " + strconv.Itoa(next)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("UPDATE schema_info SET readable_by = ?", next-1); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s = openTest(t, dir, Options{})
+	st, err = s.Schema(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Version != next || st.Binary != next-1 || !st.Downgrade {
+		t.Fatalf("schema status under the older binary: %+v", st)
+	}
 }

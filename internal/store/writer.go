@@ -69,13 +69,19 @@ func (s *Store) Write(ctx context.Context, fn func(*Tx) error) error {
 func (s *Store) writer() {
 	defer close(s.done)
 	batch := make([]*writeReq, 0, s.maxBatch)
+	idle := time.NewTimer(IdleCheckpointAfter)
+	defer idle.Stop()
 	for {
 		select {
 		case r := <-s.reqs:
 			batch = append(batch[:0], r)
+		case <-idle.C:
+			s.idleCheckpoint() // nothing was written for a while: truncate the WAL
+			continue
 		case <-s.closing:
 			return
 		}
+		idle.Reset(IdleCheckpointAfter)
 		// Let the callers just answered submit again before the batch is
 		// cut: with closed-loop callers this roughly doubles the batch.
 		runtime.Gosched()
@@ -90,6 +96,7 @@ func (s *Store) writer() {
 		}
 		s.runBatch(batch)
 		clear(batch)
+		s.restartCheckpoint()
 	}
 }
 

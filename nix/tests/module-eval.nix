@@ -70,8 +70,29 @@ let
       systemd = freeform;
       users = freeform;
       security = freeform;
-      services.grafana = freeform;
-      services.prometheus = freeform;
+      # enable is an option of its own, as in NixOS: the module's grafana
+      # and prometheus defaults read it.
+      services.grafana = {
+        enable = lib.mkOption {
+          type = lib.types.bool;
+          default = false;
+        };
+        provision = freeform;
+      };
+      services.prometheus = {
+        enable = lib.mkOption {
+          type = lib.types.bool;
+          default = false;
+        };
+        ruleFiles = lib.mkOption {
+          type = lib.types.listOf lib.types.str;
+          default = [ ];
+        };
+        scrapeConfigs = lib.mkOption {
+          type = lib.types.listOf lib.types.anything;
+          default = [ ];
+        };
+      };
     };
   };
 

@@ -100,7 +100,14 @@ type HelloRequest struct {
 type HelloResponse struct {
 	Reconcile     []Effect          `json:"reconcile"`
 	Conversations []ConversationRef `json:"conversations"`
+	// Fence is this transport's fencing token: every claim, receipt and
+	// read answer carries it (FenceHeader), and klbr-core refuses those of
+	// any other token, so two transports can never both deliver.
+	Fence string `json:"fence"`
 }
+
+// FenceHeader carries a transport's fencing token.
+const FenceHeader = "X-Klbr-Fence"
 
 // ConversationRef is a known conversation and the newest message id the core has of it.
 type ConversationRef struct {
@@ -217,11 +224,14 @@ type ErrorBody struct {
 
 // Error codes.
 const (
-	CodeInvalid     = "invalid"
-	CodeForbidden   = "forbidden"
-	CodeNotFound    = "not_found"
-	CodeConflict    = "conflict"
-	CodeDraining    = "draining"
+	CodeInvalid   = "invalid"
+	CodeForbidden = "forbidden"
+	CodeNotFound  = "not_found"
+	CodeConflict  = "conflict"
+	CodeDraining  = "draining"
+	// CodeFenced: another transport is the data directory's sender (a
+	// hello), or this one's token is stale (claims: say hello again).
+	CodeFenced      = "fenced"
 	CodeTooLarge    = "too_large"
 	CodeInternal    = "internal"
 	CodeUnavailable = "unavailable"

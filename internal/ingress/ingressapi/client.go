@@ -10,11 +10,13 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 )
 
 // Client talks to klbr-core's ingress socket.
 type Client struct {
-	http *http.Client
+	http  *http.Client
+	fence atomic.Pointer[string] // the token of the last hello
 }
 
 // NewClient returns a client of the ingress socket at path.
@@ -66,7 +68,18 @@ func (c *Client) Admit(ctx context.Context, req AdmitRequest) (AdmitResponse, er
 // Hello announces a transport start and returns the effects to reconcile.
 func (c *Client) Hello(ctx context.Context, req HelloRequest) (HelloResponse, error) {
 	var resp HelloResponse
-	return resp, c.do(ctx, "/v1/transport/hello", req, &resp)
+	err := c.do(ctx, "/v1/transport/hello", req, &resp)
+	if err == nil {
+		c.fence.Store(&resp.Fence)
+	}
+	return resp, err
+}
+
+// Fenced reports whether err says another transport is the sender, or
+// this one's token is stale.
+func Fenced(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Code == CodeFenced
 }
 
 // Claim waits up to req.WaitMS for effects and reads.
@@ -97,6 +110,9 @@ func (c *Client) do(ctx context.Context, path string, body, out any) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if f := c.fence.Load(); f != nil && *f != "" {
+		req.Header.Set(FenceHeader, *f)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
