@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/pelletier/go-toml/v2"
 )
@@ -17,6 +18,7 @@ type File struct {
 	Routes  map[string]Route `toml:"routes"`
 	Discord Discord          `toml:"discord"`
 	Limits  Limits           `toml:"limits"`
+	Browser Browser          `toml:"browser"`
 }
 
 // Agent is the [agent] section.
@@ -132,6 +134,22 @@ type Limits struct {
 	CPUQuota  string `toml:"cpu_quota"`  // digits followed by %
 }
 
+// Browser is the [browser] section: the browser client's login.
+type Browser struct {
+	// CookieDays is how long the login cookie set by ?token= lasts
+	// (Max-Age), 1..3650 days; `klbr-core open --rotate` ends it sooner.
+	CookieDays int `toml:"cookie_days"`
+}
+
+// CookieMaxAge is the login cookie's lifetime (the default when unset).
+func (b Browser) CookieMaxAge() time.Duration {
+	d := b.CookieDays
+	if d <= 0 {
+		d = DefaultCookieDays
+	}
+	return time.Duration(d) * 24 * time.Hour
+}
+
 // Cache profiles: the values cache_profile accepts.
 const (
 	CacheProfilePromptCacheKey       = "openai_prompt_cache_key"
@@ -182,6 +200,8 @@ const (
 	DefaultMemoryMax           = "2G"
 	DefaultTasksMax            = 256
 	DefaultCPUQuota            = "200%"
+	DefaultCookieDays          = 30
+	maxCookieDays              = 3650
 )
 
 // Defaults returns the File an empty klbr.toml means.
@@ -204,6 +224,7 @@ func Defaults() File {
 			TasksMax:  DefaultTasksMax,
 			CPUQuota:  DefaultCPUQuota,
 		},
+		Browser: Browser{CookieDays: DefaultCookieDays},
 	}
 }
 

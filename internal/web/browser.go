@@ -50,7 +50,9 @@ type Browser struct {
 	Admit    *admission.Admitter // operator inputs enter through admission.DoorBrowser
 	Sessions *session.Manager    // session_drain, session_stop, session_start
 	Daemon   Daemon
-	Token    string // the operator token (setup.ReadToken(setup.TokenFile(dataDir)))
+	Token    string // the operator token (setup.ReadToken(setup.TokenFile(dataDir))); Server.RotateToken replaces it
+	// CookieMaxAge is how long the login cookie lasts (0: DefaultCookieMaxAge).
+	CookieMaxAge time.Duration
 
 	// Optional parts (leave nil, not a typed nil, when absent).
 	Workbench Workbench          // reset
@@ -66,7 +68,9 @@ type Browser struct {
 // browser is the configured client.
 type browser struct {
 	Browser
+	tokenMu  sync.RWMutex
 	tokenSum [sha256.Size]byte
+	rotated  chan struct{} // closed when tokenSum is replaced: sockets of the old token end
 	log      *slog.Logger
 	ui       http.Handler
 
@@ -90,7 +94,7 @@ func (s *Server) WithBrowser(b Browser) (*Server, error) {
 		return nil, err
 	}
 	s.browser = &browser{
-		Browser: b, tokenSum: sha256.Sum256([]byte(b.Token)), log: s.log,
+		Browser: b, tokenSum: sha256.Sum256([]byte(b.Token)), rotated: make(chan struct{}), log: s.log,
 		ui:           http.StripPrefix("/ui/", http.FileServerFS(sub)),
 		writeTimeout: 10 * time.Second, helloTimeout: 10 * time.Second,
 	}
@@ -98,7 +102,7 @@ func (s *Server) WithBrowser(b Browser) (*Server, error) {
 }
 
 func (b *browser) routes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /{$}", b.guard(http.StatusUnauthorized, b.handlePage))
+	mux.HandleFunc("GET /{$}", b.guardPage(http.StatusUnauthorized, true, b.handlePage))
 	mux.HandleFunc("GET /ui/", b.guard(http.StatusUnauthorized, b.handleAsset))
 	mux.HandleFunc("GET /v2/status", b.guard(http.StatusUnauthorized, b.handleStatus))
 	mux.HandleFunc("GET /v2/soul", b.guard(http.StatusUnauthorized, b.handleSoul))
@@ -213,6 +217,7 @@ func (c *client) close(code websocket.StatusCode, reason string) {
 }
 
 func (c *client) serve(ctx context.Context) {
+	out := c.b.signedOut() // the token this socket was opened with
 	defer c.conn.CloseNow()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -248,6 +253,14 @@ func (c *client) serve(ctx context.Context) {
 	}
 	wg.Go(func() { c.writeLoop(ctx) })
 	wg.Go(func() { c.readLoop(ctx, hello.Session) })
+	wg.Go(func() {
+		select {
+		case <-out:
+			c.close(websocket.StatusPolicyViolation, "signed out: the operator token was rotated")
+		case <-c.done:
+		case <-ctx.Done():
+		}
+	})
 	c.stream(ctx, hello.Session, hello.Cursor, hello.Tail)
 	select {
 	case <-c.done:
