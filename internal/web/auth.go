@@ -5,11 +5,11 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"time"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // CookieName is the cookie that carries the operator token after the first
