@@ -23,6 +23,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -60,6 +61,7 @@ type Browser struct {
 	Releases  *behavior.Releases // activate, edit_soul and GET /v2/soul
 	Artifacts *artifacts.Store   // GET /v2/artifacts/{sha256}
 	Deltas    *live.Hub          // token deltas of model steps, sent as "delta" messages
+	History   *history.Reader    // GET /v2/history (search) and /v2/history/{ref}
 	// Compact compacts a session's context now (the operator API's
 	// compact): compact.
 	Compact func(ctx context.Context, session string) (api.Compacted, error)
@@ -108,6 +110,7 @@ func (b *browser) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v2/soul", b.guard(http.StatusUnauthorized, b.handleSoul))
 	mux.HandleFunc("GET /v2/artifacts/{sha256}", b.guard(http.StatusUnauthorized, b.handleArtifact))
 	mux.HandleFunc("GET /v2/ws", b.guard(http.StatusForbidden, b.handleWS))
+	b.panelRoutes(mux)
 	mux.HandleFunc("/", b.guard(http.StatusUnauthorized, http.NotFound))
 }
 
