@@ -141,5 +141,3 @@ func TestDiscordPanelAndMarks(t *testing.T) {
 		}
 	}
 }
-
-
