@@ -206,7 +206,7 @@ func TestBrowserAgentEndToEnd(t *testing.T) {
 	defer cancel()
 
 	err := chromedp.Do(ctx,
-		chromedp.Navigate(c.url+"/?token="+c.token),
+		chromedp.Navigate(c.url+"/?view=lanes&token="+c.token),
 		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
 		chromedp.Click(chromedp.CSS(`#composer`)),
 		chromedp.SendKeys(chromedp.CSS(`#composer`), "what is six times seven?"+kb.Enter),
@@ -380,7 +380,7 @@ func TestBrowserShowsCompaction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	// The page's Compact control runs klbr-core compact's path.
-	if err := chromedp.Do(ctx, chromedp.Navigate(c.url+"/?token="+c.token), chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
+	if err := chromedp.Do(ctx, chromedp.Navigate(c.url+"/?view=lanes&token="+c.token), chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
 		chromedp.Click(chromedp.CSS(`#btn-compact`))); err != nil {
 		t.Fatal(err)
 	}

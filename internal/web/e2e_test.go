@@ -70,7 +70,7 @@ func TestBrowserEndToEnd(t *testing.T) {
 	const text = "hello from chromium"
 	type css = chromedp.CSS
 	err := chromedp.Do(ctx,
-		chromedp.Navigate(base+"/?token="+testToken),
+		chromedp.Navigate(base+"/?view=lanes&token="+testToken),
 		chromedp.WaitVisible(css(`#composer`)),
 		chromedp.WaitVisible(css(`#h-conn[data-state="live"]`)),
 		chromedp.WaitVisible(css(`#lane-input .record`)),
@@ -246,7 +246,7 @@ func TestBrowserEndToEnd(t *testing.T) {
 		t.Fatalf("after Ctrl+.: the session is %s", s.State)
 	}
 
-	// Without the token nothing renders.
+	// Without the token nothing of the page renders.
 	ctx2 := browserCtx(t)
 	// Chromium reports the 401 as a failed load.
 	if err := chromedp.Do(ctx2, chromedp.Navigate(base+"/")); err != nil && !strings.Contains(err.Error(), "ERR_HTTP_RESPONSE_CODE_FAILURE") {
@@ -255,5 +255,14 @@ func TestBrowserEndToEnd(t *testing.T) {
 	body, err := chromedp.Run(ctx2, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
 	if err != nil || strings.Contains(body, "Operator input") {
 		t.Errorf("the page rendered without the token: %q %v", body, err)
+	}
+	// It says how to get in instead of a blank page.
+	if !strings.Contains(body, "klbr-core open") {
+		t.Errorf("the page without the token does not say how to get in: %q", body)
+	}
+	if shot, err := chromedp.Run(ctx2, chromedp.FullScreenshot(100)); err == nil {
+		if dir := os.Getenv("KLBR_ARTIFACTS"); dir != "" {
+			os.WriteFile(filepath.Join(dir, "browser-signin.png"), shot, 0o644)
+		}
 	}
 }
