@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +36,15 @@ func chromiumPath(t *testing.T) string {
 // browserCtx starts headless Chromium with a temporary profile.
 func browserCtx(t *testing.T) context.Context {
 	t.Helper()
+	ctx, _ := browserWith(t, t.TempDir(), 1400, 900)
+	return ctx
+}
+
+// browserWith starts headless Chromium with the profile directory and window
+// size given; stop ends it (as closing the browser does), and so does the
+// test's end.
+func browserWith(t *testing.T, profile string, w, h int) (context.Context, func()) {
+	t.Helper()
 	path := chromiumPath(t)
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
@@ -47,18 +57,23 @@ func browserCtx(t *testing.T) context.Context {
 		chromedp.Flag("no-first-run", true),
 		chromedp.Flag("no-default-browser-check", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1400, 900),
+		chromedp.UserDataDir(profile),
+		chromedp.WindowSize(w, h),
+		chromedp.Flag("enable-precise-memory-info", true),
 	}
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelC := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	t.Cleanup(func() { cancelC(); cancelA() })
+	// Cancel closes the browser gracefully: it writes its profile (cookies) as a
+	// browser the operator closes does.
+	var once sync.Once
+	stop := func() { once.Do(func() { chromedp.Cancel(ctx); cancelC(); cancelA() }) }
+	t.Cleanup(stop)
 	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
 	t.Cleanup(cancelT)
 	if err := chromedp.Do(ctx); err != nil {
 		citest.SkipOrFail(t, "chromium does not start: "+err.Error())
 	}
-	return ctx
+	return ctx, stop
 }
 
 func TestBrowserEndToEnd(t *testing.T) {

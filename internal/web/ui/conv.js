@@ -302,19 +302,21 @@ function workSummary(e) {
 }
 
 function convWork(e) {
-  const box = entryBox("work" + (e.open ? " open" : ""), `agent work: ${workSummary(e)}${e.open ? ", expanded" : ", collapsed"}`);
+  const only = !e.stats.steps && !e.stats.cells && !e.stats.unrun;
+  const box = entryBox("work" + (e.open ? " open" : "") + (only ? " notices-only" : ""), `${only ? "notices" : "agent work"}: ${workSummary(e)}${e.open ? ", expanded" : ", collapsed"}`);
   const head = el("button", "work-head");
   head.type = "button";
   head.setAttribute("aria-expanded", e.open ? "true" : "false");
   head.appendChild(el("span", "chev", e.open ? "▾" : "▸"));
-  head.appendChild(el("span", "work-label", "agent's work"));
+  head.appendChild(el("span", "work-label", only ? "notices" : "agent's work"));
   head.appendChild(el("span", "work-sum", workSummary(e)));
   if (e.stats.partial) head.appendChild(badge("interrupted — partial scratchpad", "warn"));
   const running = e.items.some((it) => it.r.kind === "cell.started" && !it.fin);
   if (running) head.appendChild(badge("running", "live"));
   const warn = e.stats.warn;
   if (warn.length) head.appendChild(el("span", "work-warn", warn[warn.length - 1]));
-  head.addEventListener("click", () => { e.open = !e.open; conv.list.changed(e); });
+  // Opening a block keeps it where it is (the list stops following the bottom).
+  head.addEventListener("click", () => { e.open = !e.open; conv.list.stick = false; conv.list.changed(e); });
   box.appendChild(head);
   if (!e.open) {
     // The gist without opening it: the last scratchpad text, one line.
@@ -437,6 +439,7 @@ function setupConversation() {
       if (e && e.type === "work") {
         ev.preventDefault();
         e.open = !e.open;
+        conv.list.stick = false;
         conv.list.changed(e);
         requestAnimationFrame(() => requestAnimationFrame(() => e.node && e.node.focus()));
       }
