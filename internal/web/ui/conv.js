@@ -231,7 +231,8 @@ function entryBox(cls, label) {
 function convInput(e) {
   const { r, c } = e;
   const discord = c.source_kind === "discord" || r.kind === "discord.input";
-  const who = discord ? `${c.author || "someone"} on Discord${c.conversation ? " · " + c.conversation : ""}` : "you";
+  const where = c.conversation ? (typeof discordNames !== "undefined" && discordNames.get(c.conversation)) || c.conversation : "";
+  const who = discord ? `${c.author || "someone"} on Discord${where ? " · " + where : ""}` : "you";
   const box = entryBox("msg in" + (discord ? " discord" : ""), `${discord ? "Discord message from " + (c.author || "someone") : "your message"}, ${clock(r.at)}`);
   const b = el("div", "bubble");
   b.appendChild(el("div", "who", `${who} · ${clock(r.at)}`));

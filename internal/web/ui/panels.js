@@ -114,6 +114,7 @@ function drawBanner() {
 // --- Discord ----------------------------------------------------------------------
 
 let discordOpen = null; // the alias whose log is shown
+const discordNames = new Map(); // conversation key (discord:<channel id>) → "d1 · #general"
 
 async function getJSON(url) {
   const res = await fetch(url, { credentials: "same-origin", cache: "no-store" });
@@ -137,7 +138,10 @@ async function refreshDiscord() {
   list.replaceChildren();
   if (!v.conversations.length) list.appendChild(el("p", "meta", "no Discord conversation yet"));
   let waiting = 0;
+  let named = false;
   for (const c of v.conversations) {
+    const name = `${c.alias} · ${kindLabel(c)}`;
+    if (discordNames.get(c.key) !== name) { discordNames.set(c.key, name); named = true; }
     waiting += c.pending;
     const row = el("button", "conv-row");
     row.type = "button";
@@ -156,6 +160,10 @@ async function refreshDiscord() {
   badgeEl.title = `${plural(waiting, "message")} waiting for attention`;
   drawItems(v.items);
   if (discordOpen) openDiscord(discordOpen, true);
+  if (named) { // the conversation names Discord inputs by alias now
+    for (let i = conv.list.start; i < conv.list.end && i < conv.list.entries.length; i++) conv.list.entries[i].node = null;
+    conv.list.schedule();
+  }
 }
 
 const ITEM_TEXT = { pending: "pending", seen: "seen", acted: "acted", ignored: "ignored" };
