@@ -19,7 +19,7 @@ import (
 )
 
 // chromiumPath finds Debian's chromium (KLBR_CHROMIUM overrides).
-func chromiumPath(t *testing.T) string {
+func chromiumPath(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("KLBR_CHROMIUM"); p != "" {
 		return p
@@ -43,7 +43,7 @@ func browserCtx(t *testing.T) context.Context {
 // browserWith starts headless Chromium with the profile directory and window
 // size given; stop ends it (as closing the browser does), and so does the
 // test's end.
-func browserWith(t *testing.T, profile string, w, h int) (context.Context, func()) {
+func browserWith(t testing.TB, profile string, w, h int) (context.Context, func()) {
 	t.Helper()
 	path := chromiumPath(t)
 	opts := []chromedp.ExecAllocatorOption{
@@ -68,7 +68,7 @@ func browserWith(t *testing.T, profile string, w, h int) (context.Context, func(
 	var once sync.Once
 	stop := func() { once.Do(func() { chromedp.Cancel(ctx); cancelC(); cancelA() }) }
 	t.Cleanup(stop)
-	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
+	ctx, cancelT := context.WithTimeout(ctx, 180*time.Second)
 	t.Cleanup(cancelT)
 	if err := chromedp.Do(ctx); err != nil {
 		citest.SkipOrFail(t, "chromium does not start: "+err.Error())

@@ -230,7 +230,9 @@ func TestBrowserBanners(t *testing.T) {
 func TestBrowserRouteBanners(t *testing.T) {
 	model := modeltest.New()
 	defer model.Close()
-	model.Otherwise(func(int) modeltest.Reply { return modeltest.Reply{Status: 503, Body: `{"error":{"message":"overloaded"}}`} })
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Status: 503, Body: `{"error":{"message":"overloaded"}}`}
+	})
 	c := startCoreConf(t, "[agent]\nroute = \"main\"\nretry_backoff_ms = 60000\n\n[routes.main]\nurl = \""+model.URL()+"\"\nmodel = \"fake\"\n")
 	ctx := browserCtx(t)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)

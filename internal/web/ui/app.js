@@ -10,7 +10,7 @@ const SESSION = new URLSearchParams(location.search).get("session") || "default"
 const TAIL = Math.min(Math.max(parseInt(new URLSearchParams(location.search).get("tail"), 10) || 2000, 1), 1 << 20);
 const PREVIEW_LINES = 12;   // longer outputs start collapsed
 const TEXT_LINES = 40;      // longer scratchpad text starts collapsed
-const LANE_CAP = 3000;      // the lanes keep the newest records of each lane in the DOM
+const LANE_CAP = 10000;     // the lanes keep the newest records of each lane in the DOM
 const seen = new Set();     // record ids already rendered: replay + live never duplicate
 const allRecs = [];         // every record received, in seq order (the lanes are built from it)
 let lanesBuilt = false;     // the lanes are built the first time they are shown
@@ -805,6 +805,8 @@ function connect() {
         renderAll(recs);
         const sessionMoved = recs.some((r) => r.kind.startsWith("session."));
         if (!m.more) {
+          // Caught up: the frame after this one shows it (a mark for measuring).
+          if (!performance.getEntriesByName("klbr-first-render").length) requestAnimationFrame(() => performance.mark("klbr-first-render"));
           if ($("#h-conn").dataset.state !== "live") { setConn("live"); backoff = 500; refreshStatus(); }
           else if (sessionMoved) refreshSoon();
         } else setConn("connecting", "replaying…");
@@ -812,6 +814,9 @@ function connect() {
       }
       case "window": showEarlier(m.earlier); break;
       case "delta": {
+        // Only the lanes, when shown, read the layout here (once per message
+        // would force a layout per message); the conversation lays out once a frame.
+        if (view !== "lanes") { for (const d of m.deltas || []) applyDelta(d); break; }
         const items = laneItems("scratchpad");
         const stick = atBottom(items);
         for (const d of m.deltas || []) applyDelta(d);
