@@ -100,3 +100,54 @@ func TestBrowserPhoneWidth(t *testing.T) {
 		t.Errorf("panels: %q", s)
 	}
 }
+
+// The Markdown renderer never lets markup through: over hostile inputs and
+// thousands of random ones, the only elements it makes are its own, the
+// only attributes are its own, and every link is http, https or mailto.
+func TestMarkdownIsSafe(t *testing.T) {
+	h := start(t)
+	ctx := browserCtx(t)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(h.http.URL+"/?token="+testToken),
+		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	res := eval[map[string]any](t, ctx, `(() => {
+		const hostile = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "[x](javascript:alert(1))", "[x](JaVaScRiPt:alert(1))",
+			"[x]( javascript:alert(1))", "[x](data:text/html,<script>alert(1)</script>)", "[x](vbscript:msgbox)", "<a href=\"javascript:x\">y</a>",
+			"` + "```" + `\n</pre><script>alert(1)</script>\n` + "```" + `", "**<b>bold</b>**", "[<img src=x>](https://ok.example)", "https://ex.example/\"><script>",
+			"[a](https://x.example/\" onmouseover=\"alert(1))", "> <iframe src=//evil>", "- <svg onload=alert(1)>", "1. <style>*{}</style>",
+			"` + "```" + `js\n<script>\n` + "```" + `", "[x](mailto:a@b.example)", "_<i>x</i>_", "<!-- c -->", "&lt;script&gt;"];
+		const alphabet = ["*", "_", "` + "`" + `", "[", "]", "(", ")", "<", ">", "\"", "'", "#", "-", "1.", " ", "\n", "\n\n", "` + "```" + `",
+			"javascript:", "https://a.example/", "mailto:x@y", "data:", "<script>", "onerror=", "&", "x", "yz", ">"];
+		let seed = 7;
+		const rnd = (n) => { seed = (seed * 1103515245 + 12345) & 0x7fffffff; return seed % n; };
+		const inputs = hostile.slice();
+		for (let i = 0; i < 3000; i++) { let s = ""; const n = 1 + rnd(40); for (let j = 0; j < n; j++) s += alphabet[rnd(alphabet.length)]; inputs.push(s); }
+		const tags = new Set(["DIV", "P", "BR", "STRONG", "EM", "CODE", "PRE", "A", "UL", "OL", "LI", "BLOCKQUOTE", "SPAN"]);
+		const attrs = new Set(["class", "href", "rel", "target", "start", "data-lang"]);
+		const bad = [];
+		let links = 0;
+		for (const s of inputs) {
+			const root = renderMarkdown(s);
+			for (const e of [root, ...root.querySelectorAll("*")]) {
+				if (!tags.has(e.tagName)) bad.push(s + " → <" + e.tagName + ">");
+				for (const a of e.attributes) if (!attrs.has(a.name)) bad.push(s + " → @" + a.name);
+				if (e.tagName === "A") { links++; if (!/^(https?:|mailto:)/.test(e.getAttribute("href"))) bad.push(s + " → href " + e.getAttribute("href")); }
+				if (e.tagName === "SPAN" && !e.closest("pre")) bad.push(s + " → a span outside code");
+			}
+			// The text survives: nothing typed is lost.
+			const plain = s.replace(/[*_` + "`" + `#>\s-]|\d\.|\[|\]|\(|\)/g, "");
+			if (plain.includes("<script>") && !root.textContent.includes("<script>")) bad.push(s + " → the text <script> was dropped");
+		}
+		return {bad: bad.slice(0, 10), n: inputs.length, links};
+	})()`)
+	if bad, _ := res["bad"].([]any); len(bad) > 0 {
+		t.Fatalf("unsafe Markdown output: %v", bad)
+	}
+	if res["links"].(float64) < 3 {
+		t.Errorf("only %v links were made: the renderer drops safe links too", res["links"])
+	}
+	t.Logf("%v inputs rendered safely, %v links", res["n"], res["links"])
+}
