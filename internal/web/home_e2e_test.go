@@ -254,6 +254,31 @@ func TestBrowserRouteBanners(t *testing.T) {
 		t.Errorf("route-down banner: %q", text)
 	}
 	screenshot(t, ctx, "home-6-banner-route-down")
+
+	// A route that rejects the request: retrying will not help, and the banner says so.
+	bad := modeltest.New()
+	defer bad.Close()
+	bad.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Status: 400, Body: `{"error":{"message":"model 'fake' does not exist"}}`}
+	})
+	c2 := startCoreConf(t, "[agent]\nroute = \"main\"\n\n[routes.main]\nurl = \""+bad.URL()+"\"\nmodel = \"fake\"\n")
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(c2.url+"/?token="+c2.token),
+		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
+		chromedp.Click(chromedp.CSS(`#composer`)),
+		chromedp.SendKeys(chromedp.CSS(`#composer`), "hello?"+kb.Enter),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.querySelector('#banner [data-kind="rejected"]') !== null`,
+		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("no rejected banner: %v\n%s", err, eval[string](t, ctx, `document.body.innerText`))
+	}
+	text = eval[string](t, ctx, `document.querySelector('#banner [data-kind="rejected"]').innerText`)
+	if !strings.Contains(text, "rejected the request") || !strings.Contains(text, "does not exist") || !strings.Contains(text, "Retrying will not help") {
+		t.Errorf("rejected banner: %q", text)
+	}
+	screenshot(t, ctx, "home-6b-banner-rejected")
 }
 
 // The login cookie survives a browser restart (a second Chromium on the same
