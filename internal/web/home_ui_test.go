@@ -116,10 +116,10 @@ func TestMarkdownIsSafe(t *testing.T) {
 	res := eval[map[string]any](t, ctx, `(() => {
 		const hostile = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "[x](javascript:alert(1))", "[x](JaVaScRiPt:alert(1))",
 			"[x]( javascript:alert(1))", "[x](data:text/html,<script>alert(1)</script>)", "[x](vbscript:msgbox)", "<a href=\"javascript:x\">y</a>",
-			"` + "```" + `\n</pre><script>alert(1)</script>\n` + "```" + `", "**<b>bold</b>**", "[<img src=x>](https://ok.example)", "https://ex.example/\"><script>",
+			"`+"```"+`\n</pre><script>alert(1)</script>\n`+"```"+`", "**<b>bold</b>**", "[<img src=x>](https://ok.example)", "https://ex.example/\"><script>",
 			"[a](https://x.example/\" onmouseover=\"alert(1))", "> <iframe src=//evil>", "- <svg onload=alert(1)>", "1. <style>*{}</style>",
-			"` + "```" + `js\n<script>\n` + "```" + `", "[x](mailto:a@b.example)", "_<i>x</i>_", "<!-- c -->", "&lt;script&gt;"];
-		const alphabet = ["*", "_", "` + "`" + `", "[", "]", "(", ")", "<", ">", "\"", "'", "#", "-", "1.", " ", "\n", "\n\n", "` + "```" + `",
+			"`+"```"+`js\n<script>\n`+"```"+`", "[x](mailto:a@b.example)", "_<i>x</i>_", "<!-- c -->", "&lt;script&gt;"];
+		const alphabet = ["*", "_", "`+"`"+`", "[", "]", "(", ")", "<", ">", "\"", "'", "#", "-", "1.", " ", "\n", "\n\n", "`+"```"+`",
 			"javascript:", "https://a.example/", "mailto:x@y", "data:", "<script>", "onerror=", "&", "x", "yz", ">"];
 		let seed = 7;
 		const rnd = (n) => { seed = (seed * 1103515245 + 12345) & 0x7fffffff; return seed % n; };
@@ -138,7 +138,7 @@ func TestMarkdownIsSafe(t *testing.T) {
 				if (e.tagName === "SPAN" && !e.closest("pre")) bad.push(s + " → a span outside code");
 			}
 			// The text survives: nothing typed is lost.
-			const plain = s.replace(/[*_` + "`" + `#>\s-]|\d\.|\[|\]|\(|\)/g, "");
+			const plain = s.replace(/[*_`+"`"+`#>\s-]|\d\.|\[|\]|\(|\)/g, "");
 			if (plain.includes("<script>") && !root.textContent.includes("<script>")) bad.push(s + " → the text <script> was dropped");
 		}
 		return {bad: bad.slice(0, 10), n: inputs.length, links};
