@@ -75,3 +75,31 @@ func (s *Store) ConversationLog(ctx context.Context, ref string, limit int) (Con
 	}
 	return c, out, rows.Err()
 }
+
+// ConversationCount is how many messages klbr admitted in a conversation
+// and the newest one's input id: a reader's unread count is the messages
+// after the last one it saw.
+type ConversationCount struct {
+	Messages  int64 `json:"messages"`
+	LastInput int64 `json:"last_input_id"`
+}
+
+// ConversationCounts returns the counts by conversation alias.
+func (s *Store) ConversationCounts(ctx context.Context) (map[string]ConversationCount, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT c.alias, count(*), max(m.input_id) FROM discord_messages m
+		JOIN discord_conversations c ON c.id = m.conversation_id WHERE m.mode <> 'gap' GROUP BY c.alias`)
+	if err != nil {
+		return nil, fmt.Errorf("conversation counts: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]ConversationCount{}
+	for rows.Next() {
+		var alias string
+		var c ConversationCount
+		if err := rows.Scan(&alias, &c.Messages, &c.LastInput); err != nil {
+			return nil, fmt.Errorf("conversation counts: %w", err)
+		}
+		out[alias] = c
+	}
+	return out, rows.Err()
+}

@@ -42,6 +42,10 @@ func TestConversationLog(t *testing.T) {
 	if _, log, _ := s.ConversationLog(ctx, dm.Conversation, 1); len(log) != 1 || log[0].EffectID != e.ID {
 		t.Errorf("a page of 1: %+v, want the newest line", log)
 	}
+	counts, err := s.ConversationCounts(ctx)
+	if err != nil || counts[dm.Conversation].Messages != 2 || counts[dm.Conversation].LastInput != log[1].InputID || len(counts) != 2 {
+		t.Errorf("counts %+v, %v: want 2 messages in %s, the newest input %d", counts, err, dm.Conversation, log[1].InputID)
+	}
 	if _, _, err := s.ConversationLog(ctx, "d99", 10); err == nil {
 		t.Error("an unknown conversation was read")
 	}

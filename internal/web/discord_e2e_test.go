@@ -109,9 +109,13 @@ func TestBrowserDiscord(t *testing.T) {
 		t.Fatalf("conversations: %v\n%s", err, eval[string](t, ctx, `document.getElementById('panels').innerText`))
 	}
 	rows := eval[[]string](t, ctx, `[...document.querySelectorAll('#discord-convs .conv-row')].map(r => r.innerText.replace(/\s+/g, ' '))`)
-	if len(rows) != 2 || !strings.Contains(rows[0], "d1") || !strings.Contains(rows[0], "#") || !strings.HasSuffix(strings.TrimSpace(rows[0]), "1") ||
+	if len(rows) != 2 || !strings.Contains(rows[0], "d1") || !strings.Contains(rows[0], "#") || !strings.HasSuffix(strings.TrimSpace(rows[0]), "unread 1") ||
 		!strings.Contains(rows[1], "d2") || !strings.Contains(rows[1], "DM") {
 		t.Errorf("conversation rows %q: want d1 (a channel, 1 waiting) and d2 (the DM)", rows)
+	}
+	// Nothing was read in this browser yet: both messages of d1 are unread.
+	if u := eval[string](t, ctx, `(document.querySelector('#discord-convs .conv-row[data-alias="d1"] .unread') || {}).textContent || ''`); u != "2 unread" {
+		t.Errorf("d1's unread count: %q, want 2 unread", u)
 	}
 	// The channel: ambient and directed apart; the failed answer with its error.
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#discord-convs .conv-row[data-alias="d1"]`))); err != nil {
@@ -130,8 +134,15 @@ func TestBrowserDiscord(t *testing.T) {
 	}
 	screenshot(t, ctx, "home-8-discord-channel")
 	// The DM: the answer with its receipt (the message id the fake gave).
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#discord-back`)),
-		chromedp.Click(chromedp.CSS(`#discord-convs .conv-row[data-alias="d2"]`))); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#discord-back`))); err != nil {
+		t.Fatal(err)
+	}
+	// Opened, d1 has nothing unread; d2, not yet opened, has its DM.
+	if err := poll(ctx, `document.querySelector('#discord-convs .conv-row[data-alias="d1"] .unread') === null &&
+		(document.querySelector('#discord-convs .conv-row[data-alias="d2"] .unread') || {}).textContent === '1 unread'`); err != nil {
+		t.Errorf("unread after opening d1: %v\n%s", err, eval[string](t, ctx, `document.getElementById('discord-convs').innerText`))
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#discord-convs .conv-row[data-alias="d2"]`))); err != nil {
 		t.Fatal(err)
 	}
 	sent := fake.Sent()[0]

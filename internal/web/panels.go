@@ -69,11 +69,18 @@ func sessionParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 }
 
 // discordView is GET /v2/discord: every conversation (its alias, kind,
-// name and how many of its items wait for attention) and the session's
-// attention items, newest first.
+// name, how many of its items wait for attention, how many messages klbr
+// admitted there) and the session's attention items, newest first.
 type discordView struct {
-	Conversations []store.Conversation  `json:"conversations"`
+	Conversations []discordConversation `json:"conversations"`
 	Items         []store.AttentionItem `json:"items"`
+}
+
+// discordConversation is a conversation with its message count: the page
+// keeps how many it has shown (per browser) and counts the rest unread.
+type discordConversation struct {
+	store.Conversation
+	store.ConversationCount
 }
 
 func (b *browser) handleDiscord(w http.ResponseWriter, r *http.Request) {
@@ -86,14 +93,19 @@ func (b *browser) handleDiscord(w http.ResponseWriter, r *http.Request) {
 		storeError(w, err)
 		return
 	}
+	counts, err := b.Store.ConversationCounts(r.Context())
+	if err != nil {
+		storeError(w, err)
+		return
+	}
 	items, err := b.Store.AttentionItems(r.Context(), id, nil, 200)
 	if err != nil {
 		storeError(w, err)
 		return
 	}
-	out := discordView{Conversations: convs, Items: items}
-	if out.Conversations == nil {
-		out.Conversations = []store.Conversation{}
+	out := discordView{Conversations: []discordConversation{}, Items: items}
+	for _, c := range convs {
+		out.Conversations = append(out.Conversations, discordConversation{Conversation: c, ConversationCount: counts[c.Alias]})
 	}
 	if out.Items == nil {
 		out.Items = []store.AttentionItem{}

@@ -85,6 +85,7 @@ func TestDiscordPanelAndMarks(t *testing.T) {
 		t.Fatalf("GET /v2/discord: %d %s", code, body)
 	}
 	if len(v.Conversations) != 2 || v.Conversations[0].Pending != 1 || v.Conversations[1].Pending != 0 || len(v.Items) != 1 ||
+		v.Conversations[0].Messages != 1 || v.Conversations[0].LastInput == 0 ||
 		v.Items[0].Status != "pending" {
 		t.Fatalf("view %+v: want the DM with one pending item and the channel with none", v)
 	}

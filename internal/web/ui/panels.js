@@ -114,6 +114,18 @@ function drawBanner() {
 // --- Discord ----------------------------------------------------------------------
 
 let discordOpen = null; // the alias whose log is shown
+const conversationCounts = new Map(); // alias → {key, messages}: the last list's counts
+
+// The unread count is per browser: the messages a conversation had when
+// this browser last opened it are kept in localStorage.
+function seenCount(key) {
+  try { return parseInt(localStorage.getItem("klbr.seen." + SESSION + "." + key), 10) || 0; } catch (_) { return 0; }
+}
+function markSeen(alias) {
+  const c = conversationCounts.get(alias);
+  if (!c) return;
+  try { localStorage.setItem("klbr.seen." + SESSION + "." + c.key, String(c.messages)); } catch (_) { /* private mode: no unread counts */ }
+}
 const discordNames = new Map(); // conversation key (discord:<channel id>) → "d1 · #general"
 
 async function getJSON(url) {
@@ -147,10 +159,13 @@ async function refreshDiscord() {
     row.type = "button";
     row.setAttribute("role", "listitem");
     row.dataset.alias = c.alias;
-    row.setAttribute("aria-label", `${c.alias}, ${kindLabel(c)}${c.pending ? ", " + plural(c.pending, "message") + " waiting for attention" : ""}`);
+    const unread = Math.max(0, (c.messages || 0) - seenCount(c.key));
+    conversationCounts.set(c.alias, { key: c.key, messages: c.messages || 0 });
+    row.setAttribute("aria-label", `${c.alias}, ${kindLabel(c)}${unread ? ", " + unread + " unread" : ""}${c.pending ? ", " + plural(c.pending, "message") + " waiting for attention" : ""}`);
     row.appendChild(el("span", "alias", c.alias));
     row.appendChild(el("span", "cname", kindLabel(c)));
-    if (c.pending) row.appendChild(el("span", "count", String(c.pending)));
+    if (unread) { const u = el("span", "unread", `${unread} unread`); u.title = "admitted since this browser last opened the conversation"; row.appendChild(u); }
+    if (c.pending) { const p = el("span", "count", String(c.pending)); p.title = "waiting for attention"; row.appendChild(p); }
     row.addEventListener("click", () => openDiscord(c.alias));
     list.appendChild(row);
   }
@@ -215,6 +230,7 @@ async function openDiscord(alias, quiet) {
   }
   $("#discord-convs").hidden = true;
   $("#discord-conv").hidden = false;
+  markSeen(alias);
   $("#discord-title").textContent = `${v.conversation.alias} · ${kindLabel(v.conversation)}`;
   const log = $("#discord-log");
   log.replaceChildren();
@@ -349,7 +365,7 @@ function setupPanels() {
   $("#view-lanes").addEventListener("click", () => setView("lanes"));
   $("#btn-panels").addEventListener("click", () => togglePanels());
   $("#btn-controls").addEventListener("click", toggleControls);
-  $("#discord-back").addEventListener("click", () => { discordOpen = null; $("#discord-conv").hidden = true; $("#discord-convs").hidden = false; });
+  $("#discord-back").addEventListener("click", () => { discordOpen = null; $("#discord-conv").hidden = true; $("#discord-convs").hidden = false; refreshDiscord(); });
   $("#history-form").addEventListener("submit", (e) => { e.preventDefault(); const q = $("#history-q").value.trim(); if (q) searchHistory(q); });
   // A phone starts with the panels and the controls folded away.
   if (phone()) {
