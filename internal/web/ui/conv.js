@@ -21,6 +21,7 @@ class VList {
     this.start = 0; this.end = 0;
     this.stick = true;        // follow the bottom as entries arrive
     this.pending = false;
+    this.selfTop = -1;        // where the list last scrolled itself: that scroll event is not the reader's
     this.before = document.createElement("div");
     this.body = document.createElement("div");
     this.after = document.createElement("div");
@@ -29,7 +30,7 @@ class VList {
     scroller.append(this.before, this.body, this.after);
     scroller.addEventListener("scroll", () => {
       // A scroll the list made itself keeps its mode; the reader's decides it.
-      if (this.selfScroll) this.selfScroll = false;
+      if (this.selfTop >= 0 && Math.abs(scroller.scrollTop - this.selfTop) < 2) this.selfTop = -1;
       else this.stick = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 80;
       this.schedule();
     }, { passive: true });
@@ -115,7 +116,7 @@ class VList {
     this.after.style.height = (this.tops[n] - this.tops[end]) + "px";
     if (this.stick) top = Math.max(0, this.tops[n] - view);
     else if (anchor < n) top = Math.max(0, this.tops[anchor] - anchorOff);
-    if (Math.abs(sc.scrollTop - top) > 1) { this.selfScroll = true; sc.scrollTop = top; }
+    if (Math.abs(sc.scrollTop - top) > 1) { sc.scrollTop = top; this.selfTop = sc.scrollTop; }
   }
   // reveal scrolls entry i into view (estimated, then exact once rendered).
   reveal(i) {
