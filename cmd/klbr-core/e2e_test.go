@@ -486,4 +486,28 @@ func TestOpenAsksTheDaemon(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("the printed token does not open the browser's status: %d", resp.StatusCode)
 	}
+	// --rotate: a new token; the old one no longer opens anything.
+	out, errOut, err = in.run([]string{"KLBR_BIND_ADDR="}, "open", "--rotate")
+	if err != nil || !strings.Contains(errOut, "signed out") {
+		t.Fatalf("open --rotate: %v %q", err, errOut)
+	}
+	rotated := strings.TrimSpace(out)
+	if rotated == u || !strings.HasPrefix(rotated, srv.url+"?token=") {
+		t.Fatalf("open --rotate printed %q (before %q)", rotated, u)
+	}
+	for tok, want := range map[string]int{strings.TrimPrefix(u, srv.url+"?token="): 401, strings.TrimPrefix(rotated, srv.url+"?token="): 200} {
+		req, _ := http.NewRequest(http.MethodGet, srv.url+"v2/status", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("after the rotation a token answers %d, want %d", resp.StatusCode, want)
+		}
+	}
+	if out, _, _ := in.run([]string{"KLBR_BIND_ADDR="}, "open"); strings.TrimSpace(out) != rotated {
+		t.Errorf("open after the rotation printed %q, want %q", out, rotated)
+	}
 }

@@ -404,6 +404,8 @@ func TestParseErrors(t *testing.T) {
 		{"memory_max overflow", "[limits]\nmemory_max = \"99999999999T\"\n", 2, 1, "limits.memory_max", "too large"},
 		{"tasks_max zero", "[limits]\ntasks_max = 0\n", 2, 1, "limits.tasks_max", "0 is out of range 1..100000"},
 		{"tasks_max too many", "[limits]\ntasks_max = 100001\n", 2, 1, "limits.tasks_max", "out of range"},
+		{"cookie_days zero", "[browser]\ncookie_days = 0\n", 2, 1, "browser.cookie_days", "0 is out of range 1..3650"},
+		{"cookie_days too many", "[browser]\ncookie_days = 3651\n", 2, 1, "browser.cookie_days", "out of range"},
 		{"cpu_quota without %", "[limits]\ncpu_quota = \"200\"\n", 2, 1, "limits.cpu_quota", "is not a CPU quota"},
 		{"cpu_quota fraction", "[limits]\ncpu_quota = \"1.5%\"\n", 2, 1, "limits.cpu_quota", "is not a CPU quota"},
 		{"cpu_quota zero", "[limits]\ncpu_quota = \"0%\"\n", 2, 1, "limits.cpu_quota", "must be more than 0%"},
@@ -587,6 +589,9 @@ pending_aging_seconds = 86400
 memory_max = "512M"
 tasks_max = 100000
 cpu_quota = "50%"
+
+[browser]
+cookie_days = 7
 `
 	want := File{
 		Agent: Agent{Route: "work", MaxSteps: 12, MaxTokens: DefaultMaxTokens, MaxTurnSeconds: DefaultMaxTurnSeconds,
@@ -616,7 +621,8 @@ cpu_quota = "50%"
 			Ingest: IngestDirected, AmbientWake: false, IncludeBots: true,
 			PendingAgingSeconds: 86400,
 		},
-		Limits: Limits{MemoryMax: "512M", TasksMax: 100000, CPUQuota: "50%"},
+		Limits:  Limits{MemoryMax: "512M", TasksMax: 100000, CPUQuota: "50%"},
+		Browser: Browser{CookieDays: 7},
 	}
 	f, err := Parse("klbr.toml", []byte(full))
 	if err != nil {

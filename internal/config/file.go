@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/pelletier/go-toml/v2"
 )
@@ -18,6 +19,7 @@ type File struct {
 	Discord Discord          `toml:"discord"`
 	Limits  Limits           `toml:"limits"`
 	Jobs    Jobs             `toml:"jobs"`
+	Browser Browser          `toml:"browser"`
 	// Retention is the [retention] section: what `klbr-core gc` may remove.
 	Retention Retention `toml:"retention"`
 }
@@ -184,6 +186,22 @@ type Limits struct {
 	CPUQuota  string `toml:"cpu_quota"`  // digits followed by %
 }
 
+// Browser is the [browser] section: the browser client's login.
+type Browser struct {
+	// CookieDays is how long the login cookie set by ?token= lasts
+	// (Max-Age), 1..3650 days; `klbr-core open --rotate` ends it sooner.
+	CookieDays int `toml:"cookie_days"`
+}
+
+// CookieMaxAge is the login cookie's lifetime (the default when unset).
+func (b Browser) CookieMaxAge() time.Duration {
+	d := b.CookieDays
+	if d <= 0 {
+		d = DefaultCookieDays
+	}
+	return time.Duration(d) * 24 * time.Hour
+}
+
 // Cache profiles: the values cache_profile accepts.
 const (
 	CacheProfilePromptCacheKey       = "openai_prompt_cache_key"
@@ -239,6 +257,8 @@ const (
 	DefaultJobsMemoryMax       = "2G"
 	DefaultJobsTasksMax        = 128
 	DefaultJobsCPUQuota        = "100%"
+	DefaultCookieDays          = 30
+	maxCookieDays              = 3650
 )
 
 // Defaults returns the File an empty klbr.toml means.
@@ -260,6 +280,7 @@ func Defaults() File {
 			TasksMax:  DefaultTasksMax,
 			CPUQuota:  DefaultCPUQuota,
 		},
+		Browser: Browser{CookieDays: DefaultCookieDays},
 	}
 }
 

@@ -62,6 +62,10 @@ func validate(name string, index *keyIndex, f *File) []*Error {
 	if f.Retention.ReleasesKeep < 0 {
 		v.fail("retention.releases_keep", fmt.Sprintf("%d is negative; 0 keeps every release", f.Retention.ReleasesKeep), "retention")
 	}
+	// 0 in a File built in code means the default; written, it is refused.
+	if c := f.Browser.CookieDays; c < 0 || c > maxCookieDays || (c == 0 && v.index.has("browser.cookie_days")) {
+		v.fail("browser.cookie_days", fmt.Sprintf("%d is out of range 1..%d", c, maxCookieDays), "browser")
+	}
 	return v.errs
 }
 

@@ -217,8 +217,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err != nil {
 		return fmt.Errorf("serve: operator token (run klbr-core init): %w", err)
 	}
-	ctl.WithBrowser(func() string { return "http://" + ls.http[0].Addr().String() + "/?token=" + url.QueryEscape(token) })
+	var tokenMu sync.Mutex // token changes with `klbr-core open --rotate`
+	ctl.WithBrowser(func() string {
+		tokenMu.Lock()
+		defer tokenMu.Unlock()
+		return "http://" + ls.http[0].Addr().String() + "/?token=" + url.QueryEscape(token)
+	})
 	wb := web.Browser{Store: st, Admit: d.admit, Sessions: d.sessions, Daemon: d, Token: token, Deltas: d.deltas,
+		CookieMaxAge: cfg.File.Browser.CookieMaxAge(), History: d.history(cfg),
 		Compact: func(ctx context.Context, session string) (api.Compacted, error) {
 			res, err := d.compact(ctx, session)
 			return api.NewCompacted(session, res), err
@@ -238,6 +244,16 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	ctl.WithTokenRotation(func() error {
+		tokenMu.Lock()
+		defer tokenMu.Unlock()
+		tok, err := setup.RotateToken(setup.TokenFile(dir))
+		if err != nil {
+			return err
+		}
+		token = tok
+		return webH.RotateToken(tok)
+	})
 	webSrv := webH.HTTPServer()
 	ingSrv := d.ingress.HTTPServer()
 

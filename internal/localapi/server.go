@@ -64,6 +64,7 @@ type Server struct {
 	compact    Compacter       // nil: no manual compaction
 	jobs       Jobs            // nil: jobs cannot be cancelled here
 	browser    func() string   // the browser URL with the token; nil until set
+	rotate     func() error    // replaces the operator token; nil: not offered
 	log        *slog.Logger
 	uid        uint32
 	classify   func(pid int) string // placement.WorkerOf: a worker is not the operator
@@ -81,6 +82,27 @@ type Server struct {
 func (s *Server) WithBrowser(url func() string) *Server {
 	s.browser = url
 	return s
+}
+
+// WithTokenRotation lets `klbr-core open --rotate` replace the operator
+// token (POST /v1/browser/rotate): rotate writes a new token and makes the
+// browser client use it, which signs every browser out.
+func (s *Server) WithTokenRotation(rotate func() error) *Server {
+	s.rotate = rotate
+	return s
+}
+
+func (s *Server) handleRotate(w http.ResponseWriter, r *http.Request) {
+	if s.rotate == nil || s.browser == nil {
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the browser UI is not serving yet")
+		return
+	}
+	if err := s.rotate(); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.log.Info("operator token rotated from the control socket")
+	writeJSON(w, http.StatusOK, api.Browser{URL: s.browser()})
 }
 
 func (s *Server) handleBrowser(w http.ResponseWriter, _ *http.Request) {
@@ -118,6 +140,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", s.handleStatus)
 	mux.HandleFunc("GET /v1/browser", s.handleBrowser)
+	mux.HandleFunc("POST /v1/browser/rotate", s.handleRotate)
 	mux.HandleFunc("GET /v1/sessions/{session}", s.handleSession)
 	mux.HandleFunc("POST /v1/sessions/{session}/inputs", s.handleSend)
 	mux.HandleFunc("GET /v1/sessions/{session}/records", s.handleRecords)

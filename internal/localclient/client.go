@@ -70,6 +70,14 @@ func (c *Client) Browser(ctx context.Context) (api.Browser, error) {
 	return b, err
 }
 
+// RotateToken replaces the operator token, signing every browser out, and
+// returns the browser URL with the new one.
+func (c *Client) RotateToken(ctx context.Context) (api.Browser, error) {
+	var b api.Browser
+	err := c.do(ctx, http.MethodPost, "/v1/browser/rotate", struct{}{}, &b)
+	return b, err
+}
+
 // Session reads one session's status.
 func (c *Client) Session(ctx context.Context, id string) (api.SessionStatus, error) {
 	var st api.SessionStatus

@@ -61,9 +61,16 @@ type core struct {
 	token string
 	ctl   *localclient.Client
 	log   *syncBuffer
+	data  string // the data directory
 }
 
 func startCore(t *testing.T, model *modeltest.Server) *core {
+	t.Helper()
+	return startCoreConf(t, fmt.Sprintf("[agent]\nroute = \"main\"\nretry_backoff_ms = 50\n\n[routes.main]\nurl = %q\nmodel = \"fake\"\ntimeout_seconds = 60\n", model.URL()))
+}
+
+// startCoreConf starts a real klbr-core with klbr.toml's text.
+func startCoreConf(t *testing.T, toml string) *core {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
 		citest.SkipOrFail(t, "python3 is missing; klbr-core's workbench needs it")
@@ -83,7 +90,6 @@ func startCore(t *testing.T, model *modeltest.Server) *core {
 		t.Fatal(err)
 	}
 	conf := filepath.Join(data, "klbr.toml")
-	toml := fmt.Sprintf("[agent]\nroute = \"main\"\nretry_backoff_ms = 50\n\n[routes.main]\nurl = %q\nmodel = \"fake\"\ntimeout_seconds = 60\n", model.URL())
 	if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +111,7 @@ func startCore(t *testing.T, model *modeltest.Server) *core {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 		"KLBR_DATA_DIR=" + data, "KLBR_WORKSPACE=" + root, "KLBR_BIND_ADDR=" + addr, "KLBR_CONFIG=" + conf}
-	c := &core{url: "http://" + addr, token: token, log: &syncBuffer{}}
+	c := &core{url: "http://" + addr, token: token, log: &syncBuffer{}, data: data}
 	cmd.Stdout, cmd.Stderr = c.log, c.log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -206,7 +212,7 @@ func TestBrowserAgentEndToEnd(t *testing.T) {
 	defer cancel()
 
 	err := chromedp.Do(ctx,
-		chromedp.Navigate(c.url+"/?token="+c.token),
+		chromedp.Navigate(c.url+"/?view=lanes&token="+c.token),
 		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
 		chromedp.Click(chromedp.CSS(`#composer`)),
 		chromedp.SendKeys(chromedp.CSS(`#composer`), "what is six times seven?"+kb.Enter),
@@ -380,7 +386,7 @@ func TestBrowserShowsCompaction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	// The page's Compact control runs klbr-core compact's path.
-	if err := chromedp.Do(ctx, chromedp.Navigate(c.url+"/?token="+c.token), chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
+	if err := chromedp.Do(ctx, chromedp.Navigate(c.url+"/?view=lanes&token="+c.token), chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
 		chromedp.Click(chromedp.CSS(`#btn-compact`))); err != nil {
 		t.Fatal(err)
 	}

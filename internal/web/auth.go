@@ -3,10 +3,13 @@ package web
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // CookieName is the cookie that carries the operator token after the first
@@ -20,7 +23,39 @@ func (b *browser) tokenOK(presented string) bool {
 		return false
 	}
 	got := sha256.Sum256([]byte(presented))
-	return subtle.ConstantTimeCompare(got[:], b.tokenSum[:]) == 1
+	b.tokenMu.RLock()
+	want := b.tokenSum
+	b.tokenMu.RUnlock()
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+}
+
+// signedOut is closed when the token in force at the call is rotated.
+func (b *browser) signedOut() <-chan struct{} {
+	b.tokenMu.RLock()
+	defer b.tokenMu.RUnlock()
+	return b.rotated
+}
+
+// RotateToken makes token the operator token: every cookie and bearer token
+// issued with the old one stops working at once, and every open socket is
+// closed (1008, "signed out"). The caller has written token to the token
+// file (setup.RotateToken) so that `klbr-core open` prints it.
+func (s *Server) RotateToken(token string) error {
+	b := s.browser
+	if b == nil {
+		return errors.New("web: the browser client is not serving")
+	}
+	if len(token) < 32 {
+		return errors.New("web: the operator token is too short")
+	}
+	b.tokenMu.Lock()
+	b.tokenSum = sha256.Sum256([]byte(token))
+	old := b.rotated
+	b.rotated = make(chan struct{})
+	b.tokenMu.Unlock()
+	close(old)
+	b.log.Info("browser: the operator token was rotated; every browser is signed out")
+	return nil
 }
 
 // presented is the token a request carries: the cookie, or an
@@ -36,18 +71,30 @@ func presented(r *http.Request) string {
 }
 
 // guard admits requests that carry the token; others get status with an
-// empty body. A valid ?token= on a GET sets the cookie and redirects to the
-// same URL without it, as Jupyter does.
+// empty body (the page itself answers with how to get in, see handleLogin).
+// A valid ?token= on a GET sets the cookie (for CookieMaxAge) and redirects
+// to the same URL without it, as Jupyter does.
 func (b *browser) guard(status int, next http.HandlerFunc) http.HandlerFunc {
+	return b.guardPage(status, false, next)
+}
+
+// guardPage is guard; with login a request without the token gets the
+// sign-in page instead of an empty answer.
+func (b *browser) guardPage(status int, login bool, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if q.Has("token") && r.Method == http.MethodGet && !isWebSocket(r) {
 			if !b.tokenOK(q.Get("token")) {
+				if login {
+					b.login(w, r)
+					return
+				}
 				b.refuse(w, r, http.StatusUnauthorized, "wrong token in URL")
 				return
 			}
 			http.SetCookie(w, &http.Cookie{
 				Name: CookieName, Value: q.Get("token"), Path: "/",
+				MaxAge:   int(b.cookieMaxAge() / time.Second),
 				HttpOnly: true, SameSite: http.SameSiteStrictMode,
 			})
 			q.Del("token")
@@ -58,11 +105,63 @@ func (b *browser) guard(status int, next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		if !b.tokenOK(presented(r)) {
+			if login {
+				b.login(w, r)
+				return
+			}
 			b.refuse(w, r, status, "missing or wrong operator token")
 			return
 		}
 		next(w, r)
 	}
+}
+
+func (b *browser) cookieMaxAge() time.Duration {
+	if b.CookieMaxAge > 0 {
+		return b.CookieMaxAge
+	}
+	return DefaultCookieMaxAge
+}
+
+// DefaultCookieMaxAge is the login cookie's lifetime when Browser leaves it
+// unset (klbr.toml's browser.cookie_days, 30 by default).
+const DefaultCookieMaxAge = 30 * 24 * time.Hour
+
+// loginPage is what GET / answers without a valid token: how to get in. It
+// names no secret and loads nothing.
+const loginPage = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>klbr — sign in</title>
+<style>body{font:16px/1.5 system-ui,sans-serif;max-width:36em;margin:12vh auto;padding:0 1em;color:#222;background:#fafafa}
+code,pre{font:14px ui-monospace,monospace;background:#eee;padding:.1em .3em;border-radius:3px}pre{padding:.6em}
+@media (prefers-color-scheme:dark){body{color:#ddd;background:#161616}code,pre{background:#2a2a2a}}</style></head>
+<body><main><h1>klbr is running</h1>
+<p id="login-help">This page needs the operator token. Run this on the machine klbr runs on, and open the URL it prints:</p>
+<pre>klbr-core open</pre>
+<p>The URL signs this browser in for %s (a cookie); the token leaves the address bar at once.
+<code>klbr-core open --rotate</code> makes a new token and signs every browser out.</p>
+</main></body></html>
+`
+
+// login answers a page request without a valid token: 401 with how to get in.
+func (b *browser) login(w http.ResponseWriter, r *http.Request) {
+	b.log.Warn("browser: refused", "path", r.URL.Path, "status", http.StatusUnauthorized, "why", "missing or wrong operator token (sent the sign-in page)", "remote", r.RemoteAddr)
+	secureHeaders(w)
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; frame-ancestors 'none'")
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(http.StatusUnauthorized)
+	fmt.Fprintf(w, loginPage, days(b.cookieMaxAge()))
+}
+
+func days(d time.Duration) string {
+	n := int(d / (24 * time.Hour))
+	if n == 1 {
+		return "1 day"
+	}
+	if n < 1 {
+		return d.String()
+	}
+	return fmt.Sprintf("%d days", n)
 }
 
 // refuse answers with status and no content.

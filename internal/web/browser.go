@@ -23,6 +23,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -50,7 +51,9 @@ type Browser struct {
 	Admit    *admission.Admitter // operator inputs enter through admission.DoorBrowser
 	Sessions *session.Manager    // session_drain, session_stop, session_start
 	Daemon   Daemon
-	Token    string // the operator token (setup.ReadToken(setup.TokenFile(dataDir)))
+	Token    string // the operator token (setup.ReadToken(setup.TokenFile(dataDir))); Server.RotateToken replaces it
+	// CookieMaxAge is how long the login cookie lasts (0: DefaultCookieMaxAge).
+	CookieMaxAge time.Duration
 
 	// Optional parts (leave nil, not a typed nil, when absent).
 	Workbench Workbench          // reset
@@ -58,6 +61,7 @@ type Browser struct {
 	Releases  *behavior.Releases // activate, edit_soul and GET /v2/soul
 	Artifacts *artifacts.Store   // GET /v2/artifacts/{sha256}
 	Deltas    *live.Hub          // token deltas of model steps, sent as "delta" messages
+	History   *history.Reader    // GET /v2/history (search) and /v2/history/{ref}
 	// Compact compacts a session's context now (the operator API's
 	// compact): compact.
 	Compact func(ctx context.Context, session string) (api.Compacted, error)
@@ -66,7 +70,9 @@ type Browser struct {
 // browser is the configured client.
 type browser struct {
 	Browser
+	tokenMu  sync.RWMutex
 	tokenSum [sha256.Size]byte
+	rotated  chan struct{} // closed when tokenSum is replaced: sockets of the old token end
 	log      *slog.Logger
 	ui       http.Handler
 
@@ -90,7 +96,7 @@ func (s *Server) WithBrowser(b Browser) (*Server, error) {
 		return nil, err
 	}
 	s.browser = &browser{
-		Browser: b, tokenSum: sha256.Sum256([]byte(b.Token)), log: s.log,
+		Browser: b, tokenSum: sha256.Sum256([]byte(b.Token)), rotated: make(chan struct{}), log: s.log,
 		ui:           http.StripPrefix("/ui/", http.FileServerFS(sub)),
 		writeTimeout: 10 * time.Second, helloTimeout: 10 * time.Second,
 	}
@@ -98,12 +104,13 @@ func (s *Server) WithBrowser(b Browser) (*Server, error) {
 }
 
 func (b *browser) routes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /{$}", b.guard(http.StatusUnauthorized, b.handlePage))
+	mux.HandleFunc("GET /{$}", b.guardPage(http.StatusUnauthorized, true, b.handlePage))
 	mux.HandleFunc("GET /ui/", b.guard(http.StatusUnauthorized, b.handleAsset))
 	mux.HandleFunc("GET /v2/status", b.guard(http.StatusUnauthorized, b.handleStatus))
 	mux.HandleFunc("GET /v2/soul", b.guard(http.StatusUnauthorized, b.handleSoul))
 	mux.HandleFunc("GET /v2/artifacts/{sha256}", b.guard(http.StatusUnauthorized, b.handleArtifact))
 	mux.HandleFunc("GET /v2/ws", b.guard(http.StatusForbidden, b.handleWS))
+	b.panelRoutes(mux)
 	mux.HandleFunc("/", b.guard(http.StatusUnauthorized, http.NotFound))
 }
 
@@ -213,6 +220,7 @@ func (c *client) close(code websocket.StatusCode, reason string) {
 }
 
 func (c *client) serve(ctx context.Context) {
+	out := c.b.signedOut() // the token this socket was opened with
 	defer c.conn.CloseNow()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -248,6 +256,14 @@ func (c *client) serve(ctx context.Context) {
 	}
 	wg.Go(func() { c.writeLoop(ctx) })
 	wg.Go(func() { c.readLoop(ctx, hello.Session) })
+	wg.Go(func() {
+		select {
+		case <-out:
+			c.close(websocket.StatusPolicyViolation, "signed out: the operator token was rotated")
+		case <-c.done:
+		case <-ctx.Done():
+		}
+	})
 	c.stream(ctx, hello.Session, hello.Cursor, hello.Tail)
 	select {
 	case <-c.done:

@@ -65,8 +65,14 @@ func TestAccessToken(t *testing.T) {
 		if res.StatusCode != tc.want {
 			t.Errorf("%s: status %d, want %d", tc.name, res.StatusCode, tc.want)
 		}
-		if tc.want == 401 && body != "" {
+		page := tc.path == "/" || strings.HasPrefix(tc.path, "/?")
+		if tc.want == 401 && !page && body != "" {
 			t.Errorf("%s: refusal has content %q", tc.name, body)
+		}
+		// The page itself, refused, says how to get in, and gives nothing away.
+		if tc.want == 401 && page && (!strings.Contains(body, "klbr-core open") || strings.Contains(body, testToken) ||
+			!strings.HasPrefix(res.Header.Get("Content-Type"), "text/html")) {
+			t.Errorf("%s: sign-in page %q (%s)", tc.name, body, res.Header.Get("Content-Type"))
 		}
 	}
 
@@ -87,6 +93,10 @@ func TestAccessToken(t *testing.T) {
 	if got == nil || got.Value != testToken || !got.HttpOnly || got.SameSite != http.SameSiteStrictMode || got.Path != "/" {
 		t.Fatalf("cookie %+v: want HttpOnly, SameSite=Strict, Path=/ with the token", got)
 	}
+	// It outlives the browser session: Max-Age, 30 days unless configured.
+	if got.MaxAge != 30*24*3600 {
+		t.Errorf("cookie Max-Age %d, want %d (30 days)", got.MaxAge, 30*24*3600)
+	}
 
 	// A path that looks protocol-relative stays on this host.
 	res, _ = get(t, c, h.http.URL+"//evil.example/?token="+testToken, nil)
@@ -98,6 +108,47 @@ func TestAccessToken(t *testing.T) {
 	res, body := get(t, c, h.http.URL+"/v2/status", cookie)
 	if ct := res.Header.Get("Content-Type"); ct != "application/json" || !strings.Contains(body, `"default"`) {
 		t.Errorf("status: %s %s", ct, body)
+	}
+}
+
+func TestCookieMaxAgeAndRotation(t *testing.T) {
+	h := startWith(t, func(_ *harness, b *Browser) { b.CookieMaxAge = 7 * 24 * time.Hour })
+	c := noRedirect()
+	res, _ := get(t, c, h.http.URL+"/?token="+testToken, nil)
+	if ck := res.Cookies(); len(ck) != 1 || ck[0].MaxAge != 7*24*3600 {
+		t.Fatalf("cookies %+v, want one with Max-Age 7 days", ck)
+	}
+	_, body := get(t, c, h.http.URL+"/", nil)
+	if !strings.Contains(body, "7 days") {
+		t.Errorf("the sign-in page does not say how long a login lasts: %q", body)
+	}
+	old, _, err := h.dial(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.CloseNow()
+	writeJSON(t, old, map[string]any{"type": "hello", "session": "default", "cursor": 0})
+	collect(t, old) // caught up: the socket is served
+
+	newTok := strings.Repeat("ab", 32)
+	if err := h.srv.RotateToken(newTok); err != nil {
+		t.Fatal(err)
+	}
+	if code := closeStatus(t, old); code != websocket.StatusPolicyViolation {
+		t.Errorf("open socket after rotation: close %v, want 1008", code)
+	}
+	cookie := http.Header{"Cookie": {CookieName + "=" + testToken}}
+	if res, body := get(t, c, h.http.URL+"/", cookie); res.StatusCode != 401 || !strings.Contains(body, "klbr-core open") {
+		t.Errorf("old cookie after rotation: %d %q, want the sign-in page", res.StatusCode, body)
+	}
+	if res, _ := get(t, c, h.http.URL+"/v2/status", cookie); res.StatusCode != 401 {
+		t.Errorf("old cookie on /v2/status: %d, want 401", res.StatusCode)
+	}
+	if res, _ := get(t, c, h.http.URL+"/v2/status", http.Header{"Cookie": {CookieName + "=" + newTok}}); res.StatusCode != 200 {
+		t.Errorf("new token: %d, want 200", res.StatusCode)
+	}
+	if err := h.srv.RotateToken("short"); err == nil {
+		t.Error("a short token was accepted")
 	}
 }
 

@@ -468,7 +468,7 @@ func TestBrowserControls(t *testing.T) {
 	ctx := browserCtx(t)
 	type css = chromedp.CSS
 	err = chromedp.Do(ctx,
-		chromedp.Navigate(c.http.URL+"/?token="+testToken),
+		chromedp.Navigate(c.http.URL+"/?view=lanes&token="+testToken),
 		chromedp.WaitVisible(css(`#h-conn[data-state="live"]`)),
 		chromedp.WaitVisible(css(`#lane-cell .artifact a`)),
 	)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 )
 
 // chromiumPath finds Debian's chromium (KLBR_CHROMIUM overrides).
-func chromiumPath(t *testing.T) string {
+func chromiumPath(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("KLBR_CHROMIUM"); p != "" {
 		return p
@@ -35,6 +36,15 @@ func chromiumPath(t *testing.T) string {
 // browserCtx starts headless Chromium with a temporary profile.
 func browserCtx(t *testing.T) context.Context {
 	t.Helper()
+	ctx, _ := browserWith(t, t.TempDir(), 1400, 900)
+	return ctx
+}
+
+// browserWith starts headless Chromium with the profile directory and window
+// size given; stop ends it (as closing the browser does), and so does the
+// test's end.
+func browserWith(t testing.TB, profile string, w, h int) (context.Context, func()) {
+	t.Helper()
 	path := chromiumPath(t)
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
@@ -47,18 +57,23 @@ func browserCtx(t *testing.T) context.Context {
 		chromedp.Flag("no-first-run", true),
 		chromedp.Flag("no-default-browser-check", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1400, 900),
+		chromedp.UserDataDir(profile),
+		chromedp.WindowSize(w, h),
+		chromedp.Flag("enable-precise-memory-info", true),
 	}
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelC := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	t.Cleanup(func() { cancelC(); cancelA() })
-	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
+	// Cancel closes the browser gracefully: it writes its profile (cookies) as a
+	// browser the operator closes does.
+	var once sync.Once
+	stop := func() { once.Do(func() { chromedp.Cancel(ctx); cancelC(); cancelA() }) }
+	t.Cleanup(stop)
+	ctx, cancelT := context.WithTimeout(ctx, 180*time.Second)
 	t.Cleanup(cancelT)
 	if err := chromedp.Do(ctx); err != nil {
 		citest.SkipOrFail(t, "chromium does not start: "+err.Error())
 	}
-	return ctx
+	return ctx, stop
 }
 
 func TestBrowserEndToEnd(t *testing.T) {
@@ -70,7 +85,7 @@ func TestBrowserEndToEnd(t *testing.T) {
 	const text = "hello from chromium"
 	type css = chromedp.CSS
 	err := chromedp.Do(ctx,
-		chromedp.Navigate(base+"/?token="+testToken),
+		chromedp.Navigate(base+"/?view=lanes&token="+testToken),
 		chromedp.WaitVisible(css(`#composer`)),
 		chromedp.WaitVisible(css(`#h-conn[data-state="live"]`)),
 		chromedp.WaitVisible(css(`#lane-input .record`)),
@@ -246,7 +261,7 @@ func TestBrowserEndToEnd(t *testing.T) {
 		t.Fatalf("after Ctrl+.: the session is %s", s.State)
 	}
 
-	// Without the token nothing renders.
+	// Without the token nothing of the page renders.
 	ctx2 := browserCtx(t)
 	// Chromium reports the 401 as a failed load.
 	if err := chromedp.Do(ctx2, chromedp.Navigate(base+"/")); err != nil && !strings.Contains(err.Error(), "ERR_HTTP_RESPONSE_CODE_FAILURE") {
@@ -255,5 +270,14 @@ func TestBrowserEndToEnd(t *testing.T) {
 	body, err := chromedp.Run(ctx2, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
 	if err != nil || strings.Contains(body, "Operator input") {
 		t.Errorf("the page rendered without the token: %q %v", body, err)
+	}
+	// It says how to get in instead of a blank page.
+	if !strings.Contains(body, "klbr-core open") {
+		t.Errorf("the page without the token does not say how to get in: %q", body)
+	}
+	if shot, err := chromedp.Run(ctx2, chromedp.FullScreenshot(100)); err == nil {
+		if dir := os.Getenv("KLBR_ARTIFACTS"); dir != "" {
+			os.WriteFile(filepath.Join(dir, "browser-signin.png"), shot, 0o644)
+		}
 	}
 }

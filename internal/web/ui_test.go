@@ -62,7 +62,7 @@ func TestBrowserRendersTurnRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := chromedp.Do(ctx,
-		chromedp.Navigate(h.http.URL+"/?token="+testToken),
+		chromedp.Navigate(h.http.URL+"/?view=lanes&token="+testToken),
 		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
 	)
 	if err != nil {
@@ -203,7 +203,7 @@ func TestBrowserReplaysTenThousandRecords(t *testing.T) {
 	// By default a fresh page shows the last 2,000 records and says how
 	// many it leaves out; its link asks for more.
 	err := chromedp.Do(ctx,
-		chromedp.Navigate(h.http.URL+"/?token="+testToken),
+		chromedp.Navigate(h.http.URL+"/?view=lanes&token="+testToken),
 		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
 	)
 	if err != nil {
@@ -221,7 +221,7 @@ func TestBrowserReplaysTenThousandRecords(t *testing.T) {
 	screenshot(t, ctx, "browser-tail-snapshot")
 	t0 := time.Now()
 	err = chromedp.Do(ctx,
-		chromedp.Navigate(h.http.URL+"/?token="+testToken+"&tail=20000"),
+		chromedp.Navigate(h.http.URL+"/?view=lanes&token="+testToken+"&tail=20000"),
 		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
 	)
 	if err != nil {

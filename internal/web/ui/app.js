@@ -1,5 +1,7 @@
-// klbr browser client: one WebSocket (/v2/ws), lanes that never merge.
-// Protocol: docs/browser.md. No build step, no dependencies.
+// klbr browser client: one WebSocket (/v2/ws). Two views of the same
+// records: the conversation (conv.js, the default) and five lanes that never
+// merge (v switches). Protocol: docs/browser.md. No build step, no
+// dependencies.
 "use strict";
 
 const SESSION = new URLSearchParams(location.search).get("session") || "default";
@@ -8,7 +10,10 @@ const SESSION = new URLSearchParams(location.search).get("session") || "default"
 const TAIL = Math.min(Math.max(parseInt(new URLSearchParams(location.search).get("tail"), 10) || 2000, 1), 1 << 20);
 const PREVIEW_LINES = 12;   // longer outputs start collapsed
 const TEXT_LINES = 40;      // longer scratchpad text starts collapsed
+const LANE_CAP = 10000;     // the lanes keep the newest records of each lane in the DOM
 const seen = new Set();     // record ids already rendered: replay + live never duplicate
+const allRecs = [];         // every record received, in seq order (the lanes are built from it)
+let lanesBuilt = false;     // the lanes are built the first time they are shown
 let cursor = 0;             // the last seq received
 let ws = null;
 let backoff = 500;
@@ -105,6 +110,21 @@ function collapsibleText(text, cls) {
   return box;
 }
 
+// collapsibleMd is collapsibleText for Markdown (speech, scratchpad).
+function collapsibleMd(text) {
+  const lines = text.split("\n");
+  if (lines.length <= TEXT_LINES && text.length <= 4000) return renderMarkdown(text, "text-md");
+  const d = el("details", "long text-long");
+  d.appendChild(el("summary", "", `${plural(lines.length, "line")}, ${text.length} chars — show all`));
+  d.appendChild(renderMarkdown(text, "text-md"));
+  const head = renderMarkdown(lines.slice(0, 8).join("\n").slice(0, 800) + " …", "text-md head");
+  const box = el("div");
+  box.appendChild(head);
+  box.appendChild(d);
+  d.addEventListener("toggle", () => { head.hidden = d.open; });
+  return box;
+}
+
 // toolCode returns a python call's code from its JSON arguments, or null.
 function toolCode(args) {
   if (typeof args === "object" && args !== null) return typeof args.code === "string" ? args.code : null;
@@ -183,7 +203,7 @@ function renderScratchpad(r, c) {
   if (c.route) bits.push(c.route);
   e.appendChild(meta(r, bits.join(" · ")));
   const flags = el("div", "flags");
-  if (c.partial) flags.appendChild(badge("interrupted — partial, not sent", "warn"));
+  if (c.partial) flags.appendChild(badge("interrupted — partial, not sent: the step was cut off before it finished", "warn"));
   if (c.finish_reason && c.finish_reason !== "stop" && c.finish_reason !== "tool_calls") flags.appendChild(badge(`finish: ${c.finish_reason}`, "warn"));
   if (flags.childNodes.length) e.appendChild(flags);
   if (typeof c.reasoning === "string" && c.reasoning) {
@@ -192,7 +212,7 @@ function renderScratchpad(r, c) {
     d.appendChild(el("div", "text", c.reasoning));
     e.appendChild(d);
   }
-  if (typeof c.text === "string" && c.text) e.appendChild(collapsibleText(c.text, "text"));
+  if (typeof c.text === "string" && c.text) e.appendChild(collapsibleMd(c.text));
   else if (!Array.isArray(c.tool_calls) || !c.tool_calls.length) e.appendChild(el("div", "meta", "(no text)"));
   if (Array.isArray(c.tool_calls) && c.tool_calls.length) e.appendChild(toolCalls(c.tool_calls));
   const u = usageText(c.usage);
@@ -201,7 +221,9 @@ function renderScratchpad(r, c) {
   return e;
 }
 
-function renderCellStarted(r, c) {
+// renderCellStarted renders a cell's code; with track (the lanes) it waits
+// in openCells for its cell.finished.
+function renderCellStarted(r, c, track = true) {
   const e = el("div", "record cell");
   const bits = [`gen ${c.generation ?? "?"}`];
   if (c.behavior_epoch != null) bits.push(`epoch ${c.behavior_epoch}`);
@@ -214,7 +236,7 @@ function renderCellStarted(r, c) {
   run.dataset.since = Date.parse(r.at) || Date.now();
   out.appendChild(run);
   e.appendChild(out);
-  openCells.push({ gen: c.generation, call: c.tool_call_id || "", node: e, out });
+  if (track) openCells.push({ gen: c.generation, call: c.tool_call_id || "", node: e, out });
   return e;
 }
 
@@ -298,7 +320,7 @@ function renderSpeech(r, c) {
   const held = r.kind === "local.held";
   const e = el("div", held ? "record speech held" : "record speech");
   e.appendChild(meta(r, `epoch ${c.behavior_epoch ?? "?"}`));
-  e.appendChild(el("div", "text", c.text ?? ""));
+  e.appendChild(renderMarkdown(c.text ?? "", "text-md"));
   if (held) {
     const why = (c.fallback ? "held by the host (the review did not decide): " : "held by review: ") + (c.reason || "no reason given");
     e.appendChild(el("div", "held-reason", why));
@@ -381,7 +403,7 @@ function renderDiscordSpeech(r, c) {
   const where = [c.conversation ? `to ${c.conversation}` : "", c.reply_reference ? "as a reply" : ""].filter(Boolean).join(" · ");
   e.appendChild(meta(r, where));
   if (react) e.appendChild(el("div", "text", `reaction ${c.emoji || "?"}${c.target_message_id ? " on message " + c.target_message_id : ""}`));
-  else e.appendChild(el("div", "text", c.text ?? ""));
+  else e.appendChild(renderMarkdown(c.text ?? "", "text-md"));
   if (state === "sent") e.appendChild(el("div", "meta", `delivered to Discord${c.message_id ? " · message " + c.message_id : ""}`));
   else if (state === "failed") e.appendChild(el("div", "held-reason", `not delivered: ${[c.error_code, c.error].filter(Boolean).join(" ") || "failed"}`));
   else if (state === "unknown") e.appendChild(el("div", "held-reason", `delivery unknown${c.evidence ? ": " + c.evidence : c.error ? ": " + c.error : ""} — it may or may not have arrived`));
@@ -396,19 +418,38 @@ function renderGeneric(r, c) {
   return e;
 }
 
-function render(r) {
+function contentOf(r) { return r.content && typeof r.content === "object" ? r.content : { value: r.content }; }
+
+// ingest takes each record once (by event id): the header, the
+// conversation and, once they are built, the lanes.
+function ingest(r) {
   if (seen.has(r.id)) return; // dedupe by event id
   seen.add(r.id);
   if (r.seq > cursor) cursor = r.seq;
-  const c = r.content && typeof r.content === "object" ? r.content : { value: r.content };
+  const c = contentOf(r);
+  allRecs.push(r);
+  let preview = null;
+  if (r.kind === "scratchpad") {
+    const key = `${c.attempt}:${c.step}`;
+    recorded.add(key);
+    preview = previews.get(key) || null;
+    previews.delete(key);
+  }
+  if (r.lane === "notice") headerFromNotice(r, c);
+  if (c.attempt != null && (r.lane === "scratchpad" || r.kind.startsWith("turn.") || r.kind.startsWith("wait."))) noteAttempt(c.attempt);
+  convAdd(r, c);
+  if (typeof panelsNote === "function") panelsNote(r, c);
+  if (lanesBuilt) render(r, c, preview);
+  else if (preview && preview.node) preview.node.remove();
+}
+
+// render places one record in its lane.
+function render(r, c, preview) {
   let node = null, replace = null;
   if (r.lane === "input") node = renderInput(r, c);
   else if (r.lane === "scratchpad" && r.kind === "scratchpad") {
     node = renderScratchpad(r, c);
-    const key = `${c.attempt}:${c.step}`;
-    recorded.add(key);
-    const p = previews.get(key);
-    if (p) { replace = p.node; previews.delete(key); }
+    if (preview && preview.node.isConnected) replace = preview.node;
   } else if (r.lane === "cell" && r.kind === "cell.started") node = renderCellStarted(r, c);
   else if (r.lane === "cell" && r.kind === "cell.finished") node = renderCellFinished(r, c);
   else if (r.lane === "cell" && r.kind === "tool.unrun") node = renderToolUnrun(r, c);
@@ -416,8 +457,6 @@ function render(r) {
   else if (r.lane === "speech" && r.kind.startsWith("discord.")) node = renderDiscordSpeech(r, c);
   else if (r.lane === "notice") node = renderNotice(r, c);
   else node = renderGeneric(r, c);
-  if (r.lane === "notice") headerFromNotice(r, c);
-  if (c.attempt != null && (r.lane === "scratchpad" || r.kind.startsWith("turn.") || r.kind.startsWith("wait."))) noteAttempt(c.attempt);
   if (!node) return;
   node.dataset.id = r.id;
   node.dataset.seq = r.seq;
@@ -449,7 +488,45 @@ function place(lane, node) {
   const items = laneItems(lane);
   const stick = atBottom(items);
   items.appendChild(node);
+  trimLane(items);
   if (stick) items.scrollTop = items.scrollHeight;
+}
+
+// trimLane keeps a lane's DOM bounded: the oldest records beyond LANE_CAP
+// leave it (the conversation view and klbr-core tail still have them).
+function trimLane(items) {
+  let over = items.childElementCount - LANE_CAP;
+  if (over <= 0) return;
+  while (over-- > 0) items.firstElementChild.remove();
+  const lane = items.closest(".lane");
+  let note = lane.querySelector(".trimmed");
+  if (!note) { note = el("div", "trimmed meta"); lane.insertBefore(note, items); }
+  note.textContent = `older records of this lane are not shown here (the newest ${LANE_CAP} are); the conversation view and klbr-core tail have them all`;
+}
+
+// buildLanes renders every record received so far into the lanes, once:
+// only the newest LANE_CAP of each lane.
+function buildLanes() {
+  if (lanesBuilt) return;
+  lanesBuilt = true;
+  const per = new Map();
+  const skip = new Set();
+  for (let i = allRecs.length - 1; i >= 0; i--) {
+    const lane = document.getElementById("lane-" + allRecs[i].lane) ? allRecs[i].lane : "notice";
+    const n = (per.get(lane) || 0) + 1;
+    per.set(lane, n);
+    if (n > LANE_CAP) skip.add(i);
+  }
+  batch = new Map();
+  try {
+    allRecs.forEach((r, i) => { if (!skip.has(i)) render(r, contentOf(r), null); });
+  } finally {
+    const b = batch;
+    batch = null;
+    for (const [lane, f] of b) { const items = laneItems(lane); items.appendChild(f); trimLane(items); }
+    for (const p of previews.values()) if (p.node) laneItems("scratchpad").appendChild(p.node);
+    for (const l of document.querySelectorAll(".lane .items")) l.scrollTop = l.scrollHeight;
+  }
 }
 
 function renderAll(records) {
@@ -457,11 +534,11 @@ function renderAll(records) {
   // Scroll positions are read before anything changes: one layout.
   const stick = new Map([...document.querySelectorAll(".lane")].map((l) => [l.dataset.lane, atBottom(l.querySelector(".items"))]));
   try {
-    for (const r of records) render(r);
+    for (const r of records) ingest(r);
   } finally {
     const b = batch;
     batch = null;
-    for (const [lane, f] of b) laneItems(lane).appendChild(f);
+    for (const [lane, f] of b) { const items = laneItems(lane); items.appendChild(f); trimLane(items); }
     for (const [lane, st] of stick) if (st) { const items = laneItems(lane); items.scrollTop = items.scrollHeight; }
   }
 }
@@ -490,7 +567,7 @@ function preview(a, s, first) {
     node.insertBefore(badge("joined mid-stream: the start is missing", "warn"), reasoning);
   }
   previews.set(key, p);
-  place("scratchpad", node);
+  if (lanesBuilt) place("scratchpad", node);
   return p;
 }
 
@@ -505,6 +582,7 @@ function appendText(e, t) {
 function markGap(p) {
   if (p.cut) return;
   p.cut = true;
+  convLiveGap(p);
   p.node.classList.add("gap");
   p.node.appendChild(badge("incomplete: this page missed part of the stream; the record will replace it", "warn"));
 }
@@ -519,8 +597,8 @@ function applyDelta(d) {
   if ((d.kind === "end" || d.kind === "gap") && !previews.has(key)) return;
   const p = preview(d.attempt, d.step, d.index || 0);
   switch (d.kind) {
-    case "content": if (!p.cut) appendText(p.text, d.text); break;
-    case "reasoning": if (!p.cut) appendText(p.reasoning, d.text); break;
+    case "content": if (!p.cut) { appendText(p.text, d.text); convLiveDelta(p, "content", d.text); } break;
+    case "reasoning": if (!p.cut) { appendText(p.reasoning, d.text); convLiveDelta(p, "reasoning", d.text); } break;
     case "tool": {
       if (p.cut) break;
       // Only a call's first delta names it; the rest continue the last one.
@@ -539,6 +617,7 @@ function applyDelta(d) {
       const code = partialCode(b.args);
       if (code !== null) b.pre.innerHTML = highlight(code);
       else b.pre.textContent = b.args;
+      convLiveDelta(p, "tool", null, code !== null ? code : b.args);
       break;
     }
     case "gap": markGap(p); break;
@@ -640,6 +719,7 @@ async function refreshStatus() {
       $("#h-agent").classList.add("warn");
     }
     const s = (st.sessions || []).find((x) => x.id === SESSION);
+    updateBanner(st, s || null);
     if (!s) return;
     head.state = s.state + (s.draining ? " (draining)" : "");
     head.reason = s.state_reason || "";
@@ -672,6 +752,7 @@ function tick() {
     if (since) e.textContent = `running… ${duration(Math.max(0, now - since))}`;
   }
   if (head.wait && head.wait.deadline != null) drawHeader();
+  if (bannerState && bannerState.s && bannerState.s.retry) drawBanner();
 }
 
 // --- socket ---------------------------------------------------------------
@@ -724,6 +805,8 @@ function connect() {
         renderAll(recs);
         const sessionMoved = recs.some((r) => r.kind.startsWith("session."));
         if (!m.more) {
+          // Caught up: the frame after this one shows it (a mark for measuring).
+          if (!performance.getEntriesByName("klbr-first-render").length) requestAnimationFrame(() => performance.mark("klbr-first-render"));
           if ($("#h-conn").dataset.state !== "live") { setConn("live"); backoff = 500; refreshStatus(); }
           else if (sessionMoved) refreshSoon();
         } else setConn("connecting", "replaying…");
@@ -731,6 +814,9 @@ function connect() {
       }
       case "window": showEarlier(m.earlier); break;
       case "delta": {
+        // Only the lanes, when shown, read the layout here (once per message
+        // would force a layout per message); the conversation lays out once a frame.
+        if (view !== "lanes") { for (const d of m.deltas || []) applyDelta(d); break; }
         const items = laneItems("scratchpad");
         const stick = atBottom(items);
         for (const d of m.deltas || []) applyDelta(d);
@@ -750,6 +836,7 @@ function connect() {
       case "ack":
         ctlStatus(`${m.action}: ${m.message}`);
         if (m.state) { head.state = m.state.state; head.reason = m.state.state_reason || ""; drawHeader(); }
+        refreshSoon();
         break;
       case "activated": {
         const res = m.result || {};
@@ -898,6 +985,12 @@ function setupKeys() {
     }
     if (typing(e) || e.ctrlKey || e.metaKey || e.altKey) return;
     if (e.key === "/") { e.preventDefault(); box.focus(); }
+    else if (e.key === "v") setView(view === "lanes" ? "conversation" : "lanes");
+    else if (e.key === "p") togglePanels();
+    else if (e.key === "c") toggleControls();
+    else if (view !== "lanes" && (e.key === "j" || e.key === "k")) { e.preventDefault(); convFocus(e.key === "j" ? 1 : -1); }
+    else if (view !== "lanes" && e.key === "G") { conv.list.scrollToEnd(); }
+    else if (view !== "lanes" && e.key === "e") convToggleAll();
     else if (e.key === "?") { const k = $("#keys"); k.hidden = !k.hidden; }
     else if (e.key === "Escape") $("#keys").hidden = true;
     else if (e.key === "e") {
@@ -914,6 +1007,8 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#btn-stop").addEventListener("click", () => control("stop", "Stop klbr-core? Running work is interrupted and it exits."));
   setupControls();
   setupKeys();
+  setupConversation();
+  setupPanels();
   setInterval(tick, 1000);
   connect();
 });

@@ -1,0 +1,380 @@
+// The home around the conversation: the banner that says in words why the
+// agent cannot run (and the control that undoes it), the views, and the
+// panels — Discord conversations and attention items, the behavior
+// release, history search and summaries, and the places where jobs and
+// child agents will show.
+"use strict";
+
+// --- views ----------------------------------------------------------------------
+
+let view = new URLSearchParams(location.search).get("view") === "lanes" ? "lanes" : "conversation";
+
+function setView(v) {
+  view = v;
+  const lanes = v === "lanes";
+  if (lanes) buildLanes();
+  $("#lanes").hidden = !lanes;
+  $("#conv").hidden = lanes;
+  $("#view-conv").setAttribute("aria-pressed", String(!lanes));
+  $("#view-lanes").setAttribute("aria-pressed", String(lanes));
+  document.body.dataset.view = v;
+  const q = new URLSearchParams(location.search);
+  if (lanes) q.set("view", "lanes"); else q.delete("view");
+  const qs = q.toString();
+  history.replaceState(null, "", location.pathname + (qs ? "?" + qs : ""));
+  if (!lanes) conv.list.scrollToEnd();
+  // The lanes want the width; the panels come back with the conversation.
+  if (!phone()) togglePanels(!lanes);
+}
+
+function phone() { return window.matchMedia("(max-width: 760px)").matches; }
+
+function togglePanels(show) {
+  const home = $("#home");
+  const open = show === undefined ? home.dataset.panels === "off" : show;
+  home.dataset.panels = open ? "on" : "off";
+  $("#btn-panels").setAttribute("aria-expanded", String(open));
+  if (open) refreshPanels();
+  conv.list.schedule();
+}
+
+function toggleControls() {
+  const c = $("#controls");
+  const collapsed = c.dataset.collapsed !== "true";
+  c.dataset.collapsed = String(collapsed);
+  $("#btn-controls").setAttribute("aria-expanded", String(!collapsed));
+  conv.list.schedule();
+}
+
+// --- banner ---------------------------------------------------------------------
+// One banner, in words, for what stops the agent: no route, the route down
+// (retrying at a time), a request the route rejects, storage failing; and
+// for a paused or stopped session, with the button that undoes it.
+
+let bannerState = null; // what the last status said
+
+function updateBanner(st, s) {
+  bannerState = { st, s };
+  drawBanner();
+}
+
+function drawBanner() {
+  const b = $("#banner");
+  if (!bannerState) { b.hidden = true; return; }
+  const { st, s } = bannerState;
+  const msgs = [];
+  if (st.storage) {
+    msgs.push({ cls: "bad", kind: "storage", text: `Storage is failing (since ${clock(Date.parse(st.storage.since))}): ${st.storage.reason}. New work waits; klbr goes on by itself once writes succeed.` });
+  }
+  if (typeof st.agent === "string" && st.agent.startsWith("not running")) {
+    const why = st.agent.replace(/^not running:\s*/, "");
+    const noRoute = /no \[routes\./.test(why);
+    msgs.push({ cls: "bad", kind: noRoute ? "no-route" : "agent", text: noRoute
+      ? `No one will answer: the agent has no model route (${why}). Messages you send are kept and answered once a route is configured and klbr-core restarts.`
+      : `The agent cannot run: ${why}.` });
+  }
+  if (s && s.retry) {
+    const r = s.retry;
+    const at = deadlineMs(r.next_at);
+    const left = at - Date.now();
+    const when = at ? `${clock(at)} (${left > 0 ? "in " + duration(left) : "now"})` : "soon";
+    if (r.state === "retrying") {
+      msgs.push({ cls: "warn", kind: "route-down", text: `The model route ${r.route || ""} is not answering${r.url ? " (" + r.url + ")" : ""}: ${r.last_error}. klbr retries by itself at ${when}; ${plural(r.in_a_row, "attempt")} failed in a row.` });
+    } else {
+      msgs.push({ cls: "bad", kind: "rejected", text: `The model route ${r.route || ""} rejected the request: ${r.last_error}.${r.fix ? " Fix: " + r.fix + "." : ""} Retrying will not help; the next input after ${when} starts a new attempt.` });
+    }
+  }
+  if (s && (s.state === "paused" || s.state === "stopped")) {
+    msgs.push({ cls: s.state === "paused" ? "warn" : "bad", kind: "session-" + s.state,
+      text: `Session ${SESSION} is ${s.state}${s.state_reason ? ": " + s.state_reason : ""}. Inputs are kept; the agent does nothing until it is started.`,
+      action: { label: "Start the session", send: { type: "session_start" } } });
+  } else if (s && s.draining) {
+    msgs.push({ cls: "warn", kind: "draining", text: `Session ${SESSION} is draining: accepted work finishes, then it stops.` });
+  }
+  b.replaceChildren();
+  b.hidden = msgs.length === 0;
+  for (const m of msgs) {
+    const line = el("div", "banner-line " + m.cls);
+    line.dataset.kind = m.kind;
+    line.appendChild(el("span", "banner-text", m.text));
+    if (m.action) {
+      const btn = el("button", "banner-action", m.action.label);
+      btn.type = "button";
+      btn.addEventListener("click", () => sendControl(m.action.send));
+      line.appendChild(btn);
+    }
+    b.appendChild(line);
+  }
+  // The box says it too, where the message is typed.
+  const noOne = msgs.some((m) => m.kind === "no-route" || m.kind === "agent");
+  $("#composer").placeholder = noOne ? "The agent is not running: what you send is kept until it is"
+    : "Message the agent — Enter sends, Shift+Enter for a new line, ? for keys";
+}
+
+// --- Discord ----------------------------------------------------------------------
+
+let discordOpen = null; // the alias whose log is shown
+const conversationCounts = new Map(); // alias → {key, messages}: the last list's counts
+
+// The unread count is per browser: the messages a conversation had when
+// this browser last opened it are kept in localStorage.
+function seenCount(key) {
+  try { return parseInt(localStorage.getItem("klbr.seen." + SESSION + "." + key), 10) || 0; } catch (_) { return 0; }
+}
+function markSeen(alias) {
+  const c = conversationCounts.get(alias);
+  if (!c) return;
+  try { localStorage.setItem("klbr.seen." + SESSION + "." + c.key, String(c.messages)); } catch (_) { /* private mode: no unread counts */ }
+}
+const discordNames = new Map(); // conversation key (discord:<channel id>) → "d1 · #general"
+
+async function getJSON(url) {
+  const res = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error(body.error || `${res.status}`);
+  return body;
+}
+
+function kindLabel(c) {
+  if (c.kind === "dm") return "DM";
+  return (c.kind === "thread" ? "thread " : "#") + (c.name || c.channel_id);
+}
+
+async function refreshDiscord() {
+  let v;
+  try { v = await getJSON(`/v2/discord?session=${encodeURIComponent(SESSION)}`); } catch (e) {
+    $("#discord-convs").replaceChildren(el("p", "meta", `cannot load: ${e.message}`));
+    return;
+  }
+  const list = $("#discord-convs");
+  list.replaceChildren();
+  if (!v.conversations.length) list.appendChild(el("p", "meta", "no Discord conversation yet"));
+  let waiting = 0;
+  let named = false;
+  for (const c of v.conversations) {
+    const name = `${c.alias} · ${kindLabel(c)}`;
+    if (discordNames.get(c.key) !== name) { discordNames.set(c.key, name); named = true; }
+    waiting += c.pending;
+    const row = el("button", "conv-row");
+    row.type = "button";
+    row.setAttribute("role", "listitem");
+    row.dataset.alias = c.alias;
+    const unread = Math.max(0, (c.messages || 0) - seenCount(c.key));
+    conversationCounts.set(c.alias, { key: c.key, messages: c.messages || 0 });
+    row.setAttribute("aria-label", `${c.alias}, ${kindLabel(c)}${unread ? ", " + unread + " unread" : ""}${c.pending ? ", " + plural(c.pending, "message") + " waiting for attention" : ""}`);
+    row.appendChild(el("span", "alias", c.alias));
+    row.appendChild(el("span", "cname", kindLabel(c)));
+    if (unread) { const u = el("span", "unread", `${unread} unread`); u.title = "admitted since this browser last opened the conversation"; row.appendChild(u); }
+    if (c.pending) { const p = el("span", "count", String(c.pending)); p.title = "waiting for attention"; row.appendChild(p); }
+    row.addEventListener("click", () => openDiscord(c.alias));
+    list.appendChild(row);
+  }
+  const badgeEl = $("#discord-badge");
+  badgeEl.hidden = !waiting;
+  badgeEl.textContent = String(waiting);
+  badgeEl.title = `${plural(waiting, "message")} waiting for attention`;
+  drawItems(v.items);
+  if (discordOpen) openDiscord(discordOpen, true);
+  if (named) { // the conversation names Discord inputs by alias now
+    for (let i = conv.list.start; i < conv.list.end && i < conv.list.entries.length; i++) conv.list.entries[i].node = null;
+    conv.list.schedule();
+  }
+}
+
+const ITEM_TEXT = { pending: "pending", seen: "seen", acted: "acted", ignored: "ignored" };
+
+function drawItems(items) {
+  const box = $("#discord-items");
+  box.replaceChildren();
+  if (!items.length) { box.appendChild(el("p", "meta", "nothing waits for attention")); return; }
+  for (const it of items) {
+    const row = el("div", `item st-${it.status}`);
+    row.dataset.item = it.id;
+    row.appendChild(el("span", "alias", it.conversation));
+    row.appendChild(el("span", `badge st-${it.status}`, ITEM_TEXT[it.status] || it.status));
+    const by = it.decision_origin ? `by ${it.decision_origin}` : "no decision yet";
+    row.appendChild(el("span", "meta", `item ${it.id} · message ${it.message_id} · ${by}${it.note ? " — " + it.note : ""}`));
+    const acts = el("span", "item-acts");
+    const moves = it.status === "acted" || it.status === "ignored" ? [["pending", "Reopen"]]
+      : [["acted", "Mark acted"], ["ignored", "Ignore"]].concat(it.status === "pending" ? [["seen", "Mark seen"]] : []);
+    for (const [to, label] of moves) {
+      const b = el("button", "", label);
+      b.type = "button";
+      b.dataset.mark = to;
+      b.setAttribute("aria-label", `${label}: item ${it.id} in ${it.conversation}`);
+      b.addEventListener("click", () => markItem(it.id, to));
+      acts.appendChild(b);
+    }
+    row.appendChild(acts);
+    box.appendChild(row);
+  }
+}
+
+async function markItem(id, status) {
+  try {
+    const res = await fetch(`/v2/items/${id}/mark`, { method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json" }, body: JSON.stringify({ status, note: "marked from the browser" }) });
+    const body = await res.json().catch(() => ({}));
+    if (!res.ok) ctlStatus(`mark: ${body.error || res.status}`, true);
+    else ctlStatus(`item ${id}: ${body.status} (by the operator)`);
+  } catch (e) { ctlStatus(`mark: ${e}`, true); }
+  refreshDiscord();
+}
+
+async function openDiscord(alias, quiet) {
+  discordOpen = alias;
+  let v;
+  try { v = await getJSON(`/v2/discord/${encodeURIComponent(alias)}`); } catch (e) {
+    if (!quiet) ctlStatus(`Discord ${alias}: ${e.message}`, true);
+    return;
+  }
+  $("#discord-convs").hidden = true;
+  $("#discord-conv").hidden = false;
+  markSeen(alias);
+  $("#discord-title").textContent = `${v.conversation.alias} · ${kindLabel(v.conversation)}`;
+  const log = $("#discord-log");
+  log.replaceChildren();
+  if (!v.messages.length) log.appendChild(el("p", "meta", "nothing admitted here yet"));
+  for (const m of v.messages) {
+    if (m.effect_id) {
+      const state = { confirmed: "sent", failed: "failed", unknown: "unknown", pending: "pending", attempting: "pending" }[m.state] || m.state;
+      const row = el("div", `dmsg out st-${state}`);
+      row.appendChild(el("div", "who", `agent · ${clock(Date.parse(m.at))}`));
+      if (m.kind === "react") row.appendChild(el("div", "text", `reaction ${m.emoji}`));
+      else row.appendChild(renderMarkdown(m.text));
+      const receipt = state === "sent" ? `delivered · message ${m.message_id}${m.reply_reference ? " · as a reply" : ""}`
+        : state === "failed" ? `not delivered: ${[m.error_code, m.error].filter(Boolean).join(" ")}`
+          : state === "unknown" ? `delivery unknown — it may or may not have arrived${m.evidence ? ": " + m.evidence : ""}` : "sending…";
+      row.appendChild(el("div", "receipt", receipt));
+      log.appendChild(row);
+    } else {
+      const directed = m.mode === "dm" || m.mode === "mention";
+      const row = el("div", `dmsg in ${directed ? "directed" : "ambient"}`);
+      let text = "";
+      try { text = JSON.parse(JSON.stringify(m.content)).text || ""; } catch (_) { /* shown empty */ }
+      const who = el("div", "who", `${m.author} · ${clock(Date.parse(m.at))} · `);
+      who.appendChild(badge(directed ? (m.mode === "dm" ? "directed · DM" : "directed · mention") : "ambient", directed ? "warn" : ""));
+      if (m.item_id) who.appendChild(el("span", "meta", ` item ${m.item_id}`));
+      row.appendChild(who);
+      row.appendChild(el("div", "text", text));
+      log.appendChild(row);
+    }
+  }
+  log.scrollTop = log.scrollHeight;
+}
+
+// --- releases --------------------------------------------------------------------
+
+async function refreshReleases() {
+  const box = $("#releases");
+  let v;
+  try { v = await getJSON(`/v2/releases?session=${encodeURIComponent(SESSION)}`); } catch (e) {
+    box.replaceChildren(el("p", "meta", `cannot load: ${e.message}`));
+    return;
+  }
+  box.replaceChildren();
+  const dl = el("dl", "kv");
+  const row = (k, val, title) => { dl.appendChild(el("dt", "", k)); const d = el("dd", "mono", val); if (title) d.title = title; dl.appendChild(d); };
+  row("active", v.active ? `${v.active.slice(0, 12)} · epoch ${v.epoch}` : "none", v.active);
+  row("last good", v.last_good ? `${v.last_good.release.slice(0, 12)} · epoch ${v.last_good.epoch}` : "none earlier", v.last_good ? v.last_good.release : "");
+  row("pending", v.pending ? "a candidate waits" : "no activation pending");
+  box.appendChild(dl);
+  if (v.last_good) {
+    const b = el("button", "", "Roll back to last good");
+    b.type = "button";
+    b.addEventListener("click", () => sendControl({ type: "rollback" }, `Roll ${SESSION} back to ${v.last_good.release.slice(0, 12)} (epoch ${v.last_good.epoch})?`));
+    box.appendChild(b);
+  }
+  if (v.activations.length) {
+    const ol = el("ol", "acts");
+    for (const a of v.activations.slice(0, 8)) {
+      const li = el("li", "", `epoch ${a.epoch} · ${a.kind} ${a.release.slice(0, 12)} · ${a.reason}`);
+      li.title = a.release;
+      ol.appendChild(li);
+    }
+    box.appendChild(ol);
+  }
+  box.appendChild(el("p", "meta placeholder", "The diff of a pending activation shows here once releases are staged before activation."));
+}
+
+// --- history ----------------------------------------------------------------------
+
+async function searchHistory(q) {
+  const box = $("#history-results");
+  box.replaceChildren(el("p", "meta", "searching…"));
+  let v;
+  try { v = await getJSON(`/v2/history?session=${encodeURIComponent(SESSION)}&q=${encodeURIComponent(q)}`); } catch (e) {
+    box.replaceChildren(el("p", "meta", `cannot search: ${e.message}`));
+    return;
+  }
+  box.replaceChildren();
+  if (!v.results.length) box.appendChild(el("p", "meta", "nothing found"));
+  for (const h of v.results) {
+    const b = el("button", "hit");
+    b.type = "button";
+    b.appendChild(el("span", "meta", `${h.ref} · ${h.kind} · ${clock(Date.parse(h.at))}`));
+    b.appendChild(el("span", "hit-text", h.preview));
+    b.addEventListener("click", () => readHistory(h.ref, b));
+    box.appendChild(b);
+  }
+  if (v.truncated) box.appendChild(el("p", "meta", "more results: narrow the search, or klbr-core history search"));
+}
+
+async function readHistory(ref, after) {
+  let v;
+  try { v = await getJSON(`/v2/history/${encodeURIComponent(ref)}`); } catch (e) { ctlStatus(`history ${ref}: ${e.message}`, true); return; }
+  const pre = el("pre", "history-read", (v.text || JSON.stringify(v, null, 2)) + (v.truncated ? "\n…" : ""));
+  after.after(pre);
+}
+
+const summaries = [];
+
+// panelsNote hears every record: compactions feed the summaries, Discord
+// records refresh the Discord panel.
+function panelsNote(r, c) {
+  if (r.kind === "context.compacted") {
+    summaries.push({ r, c });
+    if (summaries.length > 50) summaries.shift();
+    drawSummaries();
+  }
+  if (conn.caughtUp && (r.kind.startsWith("discord.") || r.kind === "revision.activated")) refreshPanelsSoon();
+}
+
+function drawSummaries() {
+  const box = $("#history-summaries");
+  box.replaceChildren();
+  for (const { r, c } of summaries.slice().reverse()) {
+    const d = el("details", "sum");
+    d.appendChild(el("summary", "", `${c.summary} · ${c.items} records · ${clock(r.at)}`));
+    d.appendChild(renderMarkdown(c.text || ""));
+    box.appendChild(d);
+  }
+}
+
+let panelsTimer = null;
+function refreshPanelsSoon() { clearTimeout(panelsTimer); panelsTimer = setTimeout(refreshPanels, 400); }
+
+function refreshPanels() {
+  if ($("#home").dataset.panels === "off") return;
+  refreshDiscord();
+  refreshReleases();
+}
+
+function setupPanels() {
+  $("#view-conv").addEventListener("click", () => setView("conversation"));
+  $("#view-lanes").addEventListener("click", () => setView("lanes"));
+  $("#btn-panels").addEventListener("click", () => togglePanels());
+  $("#btn-controls").addEventListener("click", toggleControls);
+  $("#discord-back").addEventListener("click", () => { discordOpen = null; $("#discord-conv").hidden = true; $("#discord-convs").hidden = false; refreshDiscord(); });
+  $("#history-form").addEventListener("submit", (e) => { e.preventDefault(); const q = $("#history-q").value.trim(); if (q) searchHistory(q); });
+  // A phone starts with the panels and the controls folded away.
+  if (phone()) {
+    $("#home").dataset.panels = "off";
+    $("#btn-panels").setAttribute("aria-expanded", "false");
+    $("#controls").dataset.collapsed = "true";
+    $("#btn-controls").setAttribute("aria-expanded", "false");
+  } else $("#home").dataset.panels = "on";
+  setView(view);
+  setInterval(() => { if (conn.caughtUp) refreshPanels(); }, 15000);
+  refreshPanels();
+}
