@@ -42,7 +42,7 @@ func validSequence(req modeltest.Request) error {
 // valid sequence, the summarizer is asked once per compaction, and the
 // originals stay searchable and readable exactly.
 func TestLongSessionUnderSmallBudget(t *testing.T) {
-	const steps, budget = 500, 4000
+	const steps, budget = 500, 6000
 	model := modeltest.New()
 	defer model.Close()
 	var step atomic.Int32
@@ -130,7 +130,7 @@ func TestLongSessionUnderSmallBudget(t *testing.T) {
 		t.Fatalf("status context: %+v %+v", st.Context, st.Context.ContextState)
 	}
 	metrics := a.scrape()
-	for _, want := range []string{`klbr_context_budget_tokens{session="default"} 4000`, `klbr_context_compactions_total{kind="normal",session="default"}`,
+	for _, want := range []string{`klbr_context_budget_tokens{session="default"} 6000`, `klbr_context_compactions_total{kind="normal",session="default"}`,
 		`klbr_summarizer_requests_total{outcome="ok",route="main"}`,
 		`klbr_hook_invocation_duration_seconds_count{outcome="ok",slot="compaction.plan"}`,
 		`klbr_hook_invocation_duration_seconds_count{outcome="ok",slot="summary.prepare"}`} {
