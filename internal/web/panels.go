@@ -29,6 +29,8 @@ func (b *browser) panelRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v2/releases", b.guard(http.StatusUnauthorized, b.handleReleases))
 	mux.HandleFunc("GET /v2/history", b.guard(http.StatusUnauthorized, b.handleHistory))
 	mux.HandleFunc("GET /v2/history/{ref}", b.guard(http.StatusUnauthorized, b.handleHistoryRead))
+	mux.HandleFunc("GET /v2/jobs", b.guard(http.StatusUnauthorized, b.handleJobs))
+	mux.HandleFunc("GET /v2/releases/diff", b.guard(http.StatusUnauthorized, b.handleReleaseDiff))
 }
 
 func writeJSONStatus(w http.ResponseWriter, status int, v any) {

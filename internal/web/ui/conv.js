@@ -233,8 +233,12 @@ function convInput(e) {
   const { r, c } = e;
   const discord = c.source_kind === "discord" || r.kind === "discord.input";
   const where = c.conversation ? (typeof discordNames !== "undefined" && discordNames.get(c.conversation)) || c.conversation : "";
-  const who = discord ? `${c.author || "someone"} on Discord${where ? " · " + where : ""}` : "you";
-  const box = entryBox("msg in" + (discord ? " discord" : ""), `${discord ? "Discord message from " + (c.author || "someone") : "your message"}, ${clock(r.at)}`);
+  // A job's end and a source's events are the host's, not the operator's.
+  const host = c.source_kind === "job" || c.source_kind === "source";
+  const who = discord ? `${c.author || "someone"} on Discord${where ? " · " + where : ""}` :
+    host ? (c.source_kind === "job" ? "klbr · job" : `klbr · source ${c.author || ""}`.trim()) : "you";
+  const label = discord ? "Discord message from " + (c.author || "someone") : host ? (c.source_kind === "job" ? "a job's end" : "a source's event") : "your message";
+  const box = entryBox("msg in" + (discord ? " discord" : "") + (host ? " host" : ""), `${label}, ${clock(r.at)}`);
   const b = el("div", "bubble");
   b.appendChild(el("div", "who", `${who} · ${clock(r.at)}`));
   b.appendChild(el("div", "text", typeof c.text === "string" ? c.text : JSON.stringify(c)));

@@ -1,7 +1,7 @@
 // The home around the conversation: the banner that says in words why the
 // agent cannot run (and the control that undoes it), the views, and the
 // panels — Discord conversations and attention items, the behavior
-// release, history search and summaries, and the places where jobs and
+// release and its diffs, history search and summaries, jobs, and the place where
 // child agents will show.
 "use strict";
 
@@ -294,7 +294,98 @@ async function refreshReleases() {
     }
     box.appendChild(ol);
   }
-  box.appendChild(el("p", "meta placeholder", "The diff of a pending activation shows here once releases are staged before activation."));
+  // Before an activation: the diff of a published release against the
+  // active one (or against the last good one, after an activation).
+  const form = el("form", "diff-form");
+  form.setAttribute("role", "search");
+  const input = el("input", "mono");
+  input.id = "diff-release";
+  input.placeholder = "release id to compare with the active one";
+  input.setAttribute("aria-label", "release id to compare with the active release");
+  input.autocomplete = "off";
+  const go = el("button", "", "Diff");
+  go.type = "submit";
+  form.append(input, go);
+  form.addEventListener("submit", (e) => { e.preventDefault(); const id = input.value.trim(); if (id && v.active) showDiff(v.active, id); });
+  box.appendChild(form);
+  if (v.last_good && v.active) {
+    const b = el("button", "", "Diff: last good → active");
+    b.type = "button";
+    b.addEventListener("click", () => showDiff(v.last_good.release, v.active));
+    box.appendChild(b);
+  }
+  const out = el("div", "");
+  out.id = "release-diff";
+  box.appendChild(out);
+}
+
+async function showDiff(from, to) {
+  const box = $("#release-diff");
+  box.replaceChildren(el("p", "meta", "loading the diff…"));
+  let v;
+  try { v = await getJSON(`/v2/releases/diff?from=${encodeURIComponent(from)}&to=${encodeURIComponent(to)}`); } catch (e) {
+    box.replaceChildren(el("p", "meta", `no diff: ${e.message}`));
+    return;
+  }
+  box.replaceChildren(el("p", "meta", `${from.slice(0, 12)} → ${to.slice(0, 12)}`));
+  if (!v.diff) { box.appendChild(el("p", "meta", "the trees are the same")); return; }
+  const pre = el("pre", "diff");
+  for (const line of v.diff.split("\n")) {
+    const cls = line.startsWith("+++") || line.startsWith("---") ? "d-file" : line.startsWith("+") ? "d-add" :
+      line.startsWith("-") ? "d-del" : line.startsWith("@@") ? "d-hunk" : "";
+    pre.appendChild(el("span", cls, line + "\n"));
+  }
+  box.appendChild(pre);
+  if (v.truncated) box.appendChild(el("p", "meta", "the diff is cut here: klbr-core releases diff prints all of it"));
+}
+
+// --- jobs -------------------------------------------------------------------------
+
+const JOB_CLASS = { succeeded: "ok", failed: "warn", unknown: "warn", cancelled: "", pending: "live", running: "live" };
+
+function jobTitle(j) {
+  const spec = j.spec || {};
+  if (Array.isArray(spec.argv)) return spec.argv.join(" ");
+  return spec.entry || j.kind;
+}
+
+async function refreshJobs() {
+  const box = $("#jobs");
+  let v;
+  try { v = await getJSON(`/v2/jobs?session=${encodeURIComponent(SESSION)}`); } catch (e) {
+    box.replaceChildren(el("p", "meta", `cannot load: ${e.message}`));
+    return;
+  }
+  box.replaceChildren();
+  if (!v.jobs.length) { box.appendChild(el("p", "meta", "no job yet: the agent starts them with jobs.run and jobs.schedule")); return; }
+  for (const j of v.jobs) {
+    const d = el("details", "job");
+    d.dataset.state = j.state;
+    const s = el("summary", "");
+    s.appendChild(el("span", "mono", `job ${j.id}`));
+    s.appendChild(badge(j.state, JOB_CLASS[j.state] || ""));
+    s.appendChild(el("span", "job-title", `${j.kind} · ${jobTitle(j)}`));
+    d.appendChild(s);
+    const dl = el("dl", "kv");
+    const row = (k, val) => { if (val !== undefined && val !== null && val !== "") { dl.appendChild(el("dt", "", k)); dl.appendChild(el("dd", "mono", String(val))); } };
+    row("runs", j.runs);
+    row("recovery", j.recovery);
+    if (j.next_due) row("next", new Date(j.next_due).toLocaleString());
+    if (j.finished_at) row("ended", new Date(j.finished_at).toLocaleString());
+    row("error", j.error);
+    if (j.result !== undefined && j.result !== null) row("result", JSON.stringify(j.result));
+    d.appendChild(dl);
+    if (j.output_preview) d.appendChild(el("pre", "job-output", j.output_preview));
+    const sha = (j.output_artifact || "").replace(/^a/, ""); // a history ref: a<sha256>
+    if (/^[0-9a-f]{64}$/.test(sha)) {
+      const a = el("a", "", `full output (${j.output_bytes} bytes)`);
+      a.href = `/v2/artifacts/${sha}`;
+      a.target = "_blank";
+      a.rel = "noopener";
+      d.appendChild(a);
+    }
+    box.appendChild(d);
+  }
 }
 
 // --- history ----------------------------------------------------------------------
@@ -337,7 +428,9 @@ function panelsNote(r, c) {
     if (summaries.length > 50) summaries.shift();
     drawSummaries();
   }
-  if (conn.caughtUp && (r.kind.startsWith("discord.") || r.kind === "revision.activated")) refreshPanelsSoon();
+  // A cell may have started a job; a job's end arrives as its input.
+  if (conn.caughtUp && (r.kind.startsWith("discord.") || r.kind === "revision.activated" || r.kind === "cell.finished" ||
+    (c && (c.source_kind === "job" || c.source_kind === "source")))) refreshPanelsSoon();
 }
 
 function drawSummaries() {
@@ -358,6 +451,7 @@ function refreshPanels() {
   if ($("#home").dataset.panels === "off") return;
   refreshDiscord();
   refreshReleases();
+  refreshJobs();
 }
 
 function setupPanels() {
