@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/jobs"
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
@@ -129,6 +130,7 @@ var slotFixtures = map[string]slotFixture{
 	hooks.SlotCompactionPlan: {input: hooks.CompactionInput{Reason: "threshold", Need: 100, Threshold: 80, Budget: 120, CompactAt: 0.8,
 		Candidates: []hooks.CompactionCandidate{{Index: 0, Entries: 4, Units: 2, Tokens: 60, FirstAt: 1, LastAt: 2}}}},
 	hooks.SlotSummaryPrepare: {input: hooks.PrepareInput{Prompt: "Summarize the run.", SourceBytes: 1000, Entries: 4, Depth: 1}},
+	hooks.SlotJobPlan:        {input: jobs.PlanInput{Kind: "command", Spec: json.RawMessage(`{"argv":["true"]}`), Recovery: "manual"}},
 }
 
 // suiteReport is what klbr_runtime.validate prints.

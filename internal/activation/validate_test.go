@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	shipped "github.com/klbr-dev/klbr/behavior"
 	"github.com/klbr-dev/klbr/internal/hooks"
 )
 
@@ -173,4 +174,44 @@ func FuzzParseSuite(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The shipped behavior tree passes the host's suite, and every slot it
+// binds has a fixture the suite checks (a slot added to the host without
+// one would be reported "no fixture" here).
+func TestShippedTreeEverySlotChecked(t *testing.T) {
+	f := newFixture(t, 2*time.Second)
+	ctx := context.Background()
+	good := f.publish(t, allowHooks, "# soul\n")
+	if _, err := f.svc.Boot(ctx, "s", good); err != nil {
+		t.Fatal(err)
+	}
+	m, err := f.rel.Publish(shipped.Tree())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, _ := f.st.Session(ctx, "s")
+	if _, err := f.svc.Activate(ctx, "s", sess.BehaviorEpoch, m.ID, "the shipped tree"); err != nil {
+		t.Fatal(err)
+	}
+	v, err := f.st.ReleaseValidation(ctx, "s", m.ID)
+	if err != nil || !v.OK {
+		t.Fatalf("the shipped tree's report: %v %s", err, v.Report)
+	}
+	var rep Report
+	if err := json.Unmarshal(v.Report, &rep); err != nil {
+		t.Fatal(err)
+	}
+	checked := map[string]bool{}
+	for _, c := range rep.Slots {
+		if !c.OK || strings.Contains(c.Detail, "no fixture") {
+			t.Errorf("slot %s: %+v", c.Name, c)
+		}
+		checked[c.Name] = true
+	}
+	for _, slot := range []string{hooks.SlotReview, hooks.SlotPlan, hooks.SlotJobPlan} {
+		if !checked[slot] {
+			t.Errorf("the shipped tree's %s was not checked: %+v", slot, rep.Slots)
+		}
+	}
 }
