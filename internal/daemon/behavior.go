@@ -12,6 +12,7 @@ import (
 	behaviortree "github.com/klbr-dev/klbr/behavior"
 	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/code"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/delivery"
 	"github.com/klbr-dev/klbr/internal/hooks"
@@ -59,6 +60,7 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 	d.bench.SetOps("local.", delivery.NewLocal(d.store, d.hooks))
 	d.bench.SetOps("discord.", ingress.NewOps(d.store, d.hooks, d.ingress))
 	d.bench.SetSkills(d.skillsFor(cfg.Paths.DataDir, rel))
+	d.bench.SetOps("code.", code.NewOps(rel, behaviortree.Tree()))
 	if err := d.behavior.Publish(ctx, man); err != nil {
 		return err
 	}
