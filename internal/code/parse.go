@@ -67,16 +67,16 @@ type QueryResult struct {
 
 // Result is one parse of a source.
 type Result struct {
-	Language           string        `json:"language"`
-	Grammar            string        `json:"grammar"`
-	Errors             []Diagnostic  `json:"errors"`
-	ErrorsTruncated    bool          `json:"errors_truncated,omitempty"`
-	Queries            []QueryResult `json:"queries"`
-	RootNode           string        `json:"root_node"`
-	ParseMicros        int64         `json:"parse_us"`
-	QueryMicros        int64         `json:"query_us"`
-	DetectedBy         string        `json:"detected_by,omitempty"`
-	Bytes              int           `json:"bytes"`
+	Language        string        `json:"language"`
+	Grammar         string        `json:"grammar"`
+	Errors          []Diagnostic  `json:"errors"`
+	ErrorsTruncated bool          `json:"errors_truncated,omitempty"`
+	Queries         []QueryResult `json:"queries"`
+	RootNode        string        `json:"root_node"`
+	ParseMicros     int64         `json:"parse_us"`
+	QueryMicros     int64         `json:"query_us"`
+	DetectedBy      string        `json:"detected_by,omitempty"`
+	Bytes           int           `json:"bytes"`
 }
 
 // Query is a compiled query and where it came from.
