@@ -14,6 +14,9 @@
   lossless history; originals stay readable after compaction).
 - ``klbr.discord``: ``current``, ``conversations``, ``conversation``, ``mark``;
   a conversation's ``history``, ``send`` (a Receipt) and ``react``.
+- ``klbr.code``: ``open`` (a parsed source snapshot with ``symbols``),
+  symbol ``replace_declaration``/``replace_body`` patches with ``diff`` and a
+  checked ``apply``, raw ``query``, best-effort ``references``.
 
 ``PRELUDE_MODULES`` are bound by name in every cell. All of it is a thin facade
 over ``klbr._sdk``; klbr.behavior and klbr.hooks load ``klbr._behavior`` on
@@ -22,9 +25,9 @@ first use, and klbr.skills reads its file on first use.
 
 from ._sdk import SDK_VERSION as __version__
 from ._sdk import DraftEscape, HostError, NoExecutionScope, WorkspaceEscape, Yielded
-from . import behavior, discord, history, hooks, host, local, runtime, skills, workspace
+from . import behavior, code, discord, history, hooks, host, local, runtime, skills, workspace
 
-PRELUDE_MODULES = ("local", "runtime", "workspace", "behavior", "hooks", "skills", "discord", "history")
+PRELUDE_MODULES = ("local", "runtime", "workspace", "behavior", "hooks", "skills", "discord", "history", "code")
 
 __all__ = ["DraftEscape", "HostError", "NoExecutionScope", "WorkspaceEscape", "Yielded",
-           "PRELUDE_MODULES", "behavior", "discord", "history", "hooks", "host", "local", "runtime", "skills", "workspace"]
+           "PRELUDE_MODULES", "behavior", "code", "discord", "history", "hooks", "host", "local", "runtime", "skills", "workspace"]
