@@ -116,7 +116,7 @@ func (o *Ops) HandleRequest(ctx context.Context, req worker.Request) (json.RawMe
 		if err != nil {
 			return nil, err
 		}
-		return json.Marshal(res)
+		return fit(res)
 	case "code.languages":
 		tree, name := o.tree(ctx)
 		type entry struct {
@@ -176,6 +176,37 @@ func (o *Ops) parse(ctx context.Context, raw json.RawMessage) (*Result, error) {
 	}
 	res.DetectedBy = how
 	return res, nil
+}
+
+// MaxReplyBytes bounds a code.parse reply below the protocol frame's 1 MiB:
+// a larger reply could not be sent at all.
+const MaxReplyBytes = 960 << 10
+
+// fit encodes res, dropping the last matches of its largest query (and
+// marking it truncated) until the reply fits MaxReplyBytes.
+func fit(res *Result) (json.RawMessage, error) {
+	for {
+		b, err := json.Marshal(res)
+		if err != nil || len(b) <= MaxReplyBytes {
+			return b, err
+		}
+		big := -1
+		for i, q := range res.Queries {
+			if big < 0 || len(q.Matches) > len(res.Queries[big].Matches) {
+				big = i
+			}
+		}
+		if big < 0 || len(res.Queries[big].Matches) == 0 {
+			if len(res.Errors) > 0 {
+				res.Errors, res.ErrorsTruncated = res.Errors[:len(res.Errors)/2], true
+				continue
+			}
+			return nil, reqErr("failed", "code.parse: the reply is %d bytes, over %d", len(b), MaxReplyBytes)
+		}
+		q := &res.Queries[big]
+		keep := len(q.Matches) * MaxReplyBytes / len(b) * 9 / 10
+		q.Matches, q.Truncated = q.Matches[:keep], true
+	}
 }
 
 func queryErr(err error) error {

@@ -2,6 +2,7 @@ package code
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -63,6 +64,43 @@ type QueryResult struct {
 	PatternLines []int   `json:"pattern_lines"`
 	Matches      []Match `json:"matches"`
 	Truncated    bool    `json:"truncated,omitempty"`
+}
+
+// MarshalJSON writes a query result compactly: capture names and node
+// kinds once, in tables, and each match as [pattern, [[name, node,
+// start_byte, end_byte, start_row, start_col, end_row, end_col], ...]]
+// (indexes into the tables). A 10,000-line file's symbols then fit a
+// protocol frame with room to spare.
+func (qr QueryResult) MarshalJSON() ([]byte, error) {
+	var names, nodes []string
+	nameIdx, nodeIdx := map[string]int{}, map[string]int{}
+	index := func(m map[string]int, list *[]string, s string) int {
+		i, ok := m[s]
+		if !ok {
+			i = len(*list)
+			m[s] = i
+			*list = append(*list, s)
+		}
+		return i
+	}
+	matches := make([][2]any, 0, len(qr.Matches))
+	for _, m := range qr.Matches {
+		caps := make([][8]uint, 0, len(m.Captures))
+		for _, c := range m.Captures {
+			caps = append(caps, [8]uint{uint(index(nameIdx, &names, c.Name)), uint(index(nodeIdx, &nodes, c.Node)),
+				c.StartByte, c.EndByte, c.Start[0], c.Start[1], c.End[0], c.End[1]})
+		}
+		matches = append(matches, [2]any{m.Pattern, caps})
+	}
+	return json.Marshal(struct {
+		Name         string   `json:"name"`
+		From         string   `json:"from"`
+		PatternLines []int    `json:"pattern_lines"`
+		CaptureNames []string `json:"capture_names"`
+		NodeKinds    []string `json:"node_kinds"`
+		Matches      [][2]any `json:"matches"`
+		Truncated    bool     `json:"truncated,omitempty"`
+	}{qr.Name, qr.From, qr.PatternLines, names, nodes, matches, qr.Truncated})
 }
 
 // Result is one parse of a source.

@@ -19,18 +19,20 @@ import (
 // repositories of internal/code/testdata/repos; cells run through the
 // control socket, as the operator's `klbr-core exec` does.
 type codeLab struct {
-	t  *testing.T
+	t  testing.TB
 	c  *localclient.Client
 	ws string
 	d  *child
 }
 
-func startCodeLab(t *testing.T) *codeLab {
+func startCodeLab(t testing.TB) *codeLab {
 	t.Helper()
 	if os.Getenv(childEnv) != "" {
 		t.Skip("in the child")
 	}
-	requirePython(t)
+	if _, err := exec.LookPath("python3"); err != nil {
+		citest.SkipOrFail(t, "python3 is missing")
+	}
 	data, env := instance(t)
 	ws := filepath.Join(filepath.Dir(data), "ws")
 	if err := os.CopyFS(ws, os.DirFS("../code/testdata/repos")); err != nil {
@@ -374,5 +376,50 @@ a = await behavior.activate(r.release, reason="class attributes as symbols")
 (src.symbols.names(), s.kind, s.query)`)
 	if !strings.HasPrefix(got, "(['Config', 'Config.retries', 'Config.load'], 'attribute', 'queries/python/symbols.scm:") {
 		t.Fatalf("after activation: %s", got)
+	}
+}
+
+// BenchmarkCodeOpen10kLines measures code.open (read, hash, the host's
+// parse and symbols query, the symbol table in Python) on a 10,000-line
+// file from a cell, against open_file (read and decode only) of the same
+// file, side by side. Each op is one call inside one cell: the cell's own
+// round trip is amortized over b.N calls.
+func BenchmarkCodeOpen10kLines(b *testing.B) {
+	l := startCodeLab(b)
+	l.cell(`
+blocks = []
+for i in range(1000):
+    blocks.append(f"class C{i}:\n    \"\"\"Doc {i}.\"\"\"\n\n    def m{i}(self, x):\n        y = x * {i}\n        return y + 1\n\ndef f{i}(a, b):\n    return C{i}().m{i}(a) - b\n\n")
+await (await open_file("big/big.py")).write("".join(blocks))
+blocks = []
+for i in range(1000):
+    blocks.append(f"type T{i} struct{{ A int }}\n\nfunc (t T{i}) M{i}(x int) int {{\n\ty := x * {i}\n\treturn y + t.A\n}}\n\nfunc F{i}(a, b int) int {{\n\treturn T{i}{{A: a}}.M{i}(b)\n}}\n")
+await (await open_file("big/big.go")).write("package big\n\n" + "".join(blocks))
+`)
+	for _, file := range []string{"big/big.py", "big/big.go"} {
+		for _, op := range []string{"code.open", "open_file"} {
+			b.Run(file+"/"+op, func(b *testing.B) {
+				call := "(await code.open(%q)).symbols"
+				if op == "open_file" {
+					call = "(await open_file(%q)).text"
+				}
+				got := l.cell(fmt.Sprintf("n = 0\nfor _ in range(%d):\n    n = len("+call+")\n"+
+					"src = await code.open(%q)\n(n, src.bytes.count(b'\\n'), len(src.bytes), src.provenance['parse_us'], src.provenance['query_us'])",
+					b.N, file, file))
+				b.StopTimer()
+				var n, lines, size, parseUS, queryUS int
+				fmt.Sscanf(got, "(%d, %d, %d, %d, %d)", &n, &lines, &size, &parseUS, &queryUS)
+				if lines < 10000 {
+					b.Fatalf("%s has %d lines: %s", file, lines, got)
+				}
+				b.ReportMetric(float64(lines), "lines")
+				b.ReportMetric(float64(size)/1024, "KiB")
+				if op == "code.open" {
+					b.ReportMetric(float64(n), "symbols")
+					b.ReportMetric(float64(parseUS)/1000, "host-parse-ms")
+					b.ReportMetric(float64(queryUS)/1000, "host-query-ms")
+				}
+			})
+		}
 	}
 }

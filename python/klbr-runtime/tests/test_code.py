@@ -43,10 +43,20 @@ def parse_reply(text):
         {"pattern": 0, "captures": [cap("definition.function", "function_definition", text, fn),
                                     cap("name", "identifier", text, "run", 1), cap("body", "block", text, "return 'ü'")]},
     ]
+    names, nodes = [], []
+
+    def idx(table, v):
+        if v not in table:
+            table.append(v)
+        return table.index(v)
+    compact = [[m["pattern"], [[idx(names, c["name"]), idx(nodes, c["node"]), c["start_byte"], c["end_byte"],
+                                c["start"][0], c["start"][1], c["end"][0], c["end"][1]] for c in m["captures"]]]
+               for m in matches]
     return {"ok": True, "result": {"language": "python", "grammar": "tree-sitter-python v0.25.0", "detected_by": "extension .py",
                                    "errors": [], "root_node": "module", "bytes": len(text.encode()),
                                    "queries": [{"name": "symbols", "from": "queries/python/symbols.scm",
-                                                "pattern_lines": [3, 9, 14], "matches": matches}]}}
+                                                "pattern_lines": [3, 9, 14], "capture_names": names,
+                                                "node_kinds": nodes, "matches": compact}]}}
 
 
 class CodeTest(peer.HostRequestsTest):

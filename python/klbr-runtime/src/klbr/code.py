@@ -177,6 +177,19 @@ def _parse_args(data, path, language, queries=(), raw=None):
     return args
 
 
+def _expand(qr):
+    """A query result from the host's compact form (tables of capture names
+    and node kinds; each match [pattern, [[name, node, start_byte, end_byte,
+    start_row, start_col, end_row, end_col], ...]]) to dicts."""
+    names, nodes = qr.get("capture_names") or [], qr.get("node_kinds") or []
+    matches = []
+    for pattern, caps in qr.get("matches") or []:
+        matches.append({"pattern": pattern, "captures": [
+            {"name": names[c[0]], "node": nodes[c[1]], "start_byte": c[2], "end_byte": c[3],
+             "start": (c[4], c[5]), "end": (c[6], c[7])} for c in caps]})
+    return dict(qr, matches=matches)
+
+
 # -- results ----------------------------------------------------------------------
 
 
@@ -370,11 +383,15 @@ class Symbols:
     """A selection of symbols, in file order. Narrow it with ``exact``,
     ``match`` and ``kind``; take the single one with ``one()``."""
 
+    truncated = False  # the host's reply bound cut the symbol list short (a huge file)
+
     def __init__(self, source, items, desc):
         self.source, self.items, self.desc = source, list(items), desc
 
     def _sub(self, items, what):
-        return Symbols(self.source, items, f"{self.desc}.{what}")
+        sub = Symbols(self.source, items, f"{self.desc}.{what}")
+        sub.truncated = self.truncated
+        return sub
 
     def exact(self, name):
         """Symbols whose name or qualified name is exactly ``name``."""
@@ -402,6 +419,8 @@ class Symbols:
             target = re.findall(r"\((?:'|\")(.*?)(?:'|\")\)", self.desc)
             close = difflib.get_close_matches(target[-1], names, n=5) if target else []
             hint = f"; close names: {', '.join(close)}" if close else ""
+            if self.truncated:
+                hint += " (the symbol list is truncated: the file is too large for one reply)"
             raise SymbolNotFound(f"no symbol in {self.source.path} for {self.desc}{hint}", close)
         lines = "\n".join(f"  {s!r}" for s in self.items[:30])
         raise AmbiguousSymbol(
@@ -424,7 +443,7 @@ class Symbols:
         return bool(self.items)
 
     def __repr__(self):
-        head = f"<Symbols {self.desc}: {len(self.items)}>"
+        head = f"<Symbols {self.desc}: {len(self.items)}" + (", truncated>" if self.truncated else ">")
         body = [f"  {s.kind:<10} {s.qualname}  (lines {s.line}-{s.end_line})" for s in self.items[:60]]
         if len(self.items) > 60:
             body.append(f"  ... {len(self.items) - 60} more; narrow with .match() or .kind()")
@@ -519,9 +538,10 @@ class Source:
         self.errors_truncated = bool(res.get("errors_truncated"))
         self._symbols_error = symbols_error
         self._symbols = None
-        qs = {q["name"]: q for q in res.get("queries") or []}
+        qs = {q["name"]: _expand(q) for q in res.get("queries") or []}
         if "symbols" in qs:
             self._symbols = Symbols(self, _build_symbols(self, qs["symbols"]), "symbols")
+            self._symbols.truncated = bool(qs["symbols"].get("truncated"))
             self._symbols_from = qs["symbols"]["from"]
         else:
             self._symbols_from = None
@@ -557,7 +577,7 @@ class Source:
         args = _parse_args(self.bytes, self.path, language or self.language,
                            queries=[q] if named else (), raw=None if named else q)
         res = await _host("code.parse", args)
-        return QueryResult(self, res["queries"][0])
+        return QueryResult(self, _expand(res["queries"][0]))
 
     def line_of(self, byte_offset):
         """The 1-based line holding ``byte_offset``."""
@@ -593,7 +613,16 @@ async def open(path, language=None, workspace=None):
     except MissingQuery as e:
         symbols_error = str(e)
         res = await _host("code.parse", _parse_args(data, rel, language))
-    return Source(ws, rel, real, data, st, res, symbols_error, requested=_sdk._fspath(path))
+    # Thousands of small objects at once: the cyclic GC would walk the whole
+    # heap several times over while they are made, for nothing (no cycles).
+    import gc
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return Source(ws, rel, real, data, st, res, symbols_error, requested=_sdk._fspath(path))
+    finally:
+        if paused:
+            gc.enable()
 
 
 async def languages():
@@ -886,7 +915,7 @@ async def _classify(data, rel, name, textual_only):
         textual_only[rel] = f"{res['language']} has no references query (definitions only)"
     kinds = {}
     target = name.encode()
-    for qr in res["queries"]:
+    for qr in map(_expand, res["queries"]):
         for m in qr["matches"]:
             label = None
             for c in m["captures"]:
