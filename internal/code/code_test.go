@@ -169,6 +169,27 @@ func TestQueryErrors(t *testing.T) {
 	}
 }
 
+// Queries that crash tree-sitter's C query parser are refused before it
+// sees them; their harmless look-alikes still compile.
+func TestQueriesThatCrashTheCParserAreRefused(t *testing.T) {
+	l, _ := Lookup("python")
+	for _, q := range []string{"name:(#0)", "name: (#eq? @a \"b\")", "(function_definition name: ; c\n ( #eq? @n \"x\"))"} {
+		var qe *QueryError
+		if _, err := Compile(l, "raw", "raw", q); !errors.As(err, &qe) || qe.Kind != "refused" {
+			t.Errorf("%q: %v", q, err)
+		}
+	}
+	for _, q := range []string{`((identifier) @a (#eq? @a "name: (#x"))`, "; name: (#x)\n(identifier) @i",
+		`(function_definition name: (identifier) @n (#match? @n "^t"))`} {
+		q, err := Compile(l, "raw", "raw", q)
+		if err != nil {
+			t.Errorf("a valid query refused: %v", err)
+			continue
+		}
+		q.Close()
+	}
+}
+
 func TestDetect(t *testing.T) {
 	for _, c := range []struct{ path, src, want, how string }{
 		{"x.py", "", "python", "extension .py"},

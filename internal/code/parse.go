@@ -158,6 +158,9 @@ func Compile(l *Language, name, from, text string) (*Query, error) {
 	if len(text) > MaxQueryBytes {
 		return nil, &QueryError{Language: l.Name, From: from, Kind: "too large", Message: fmt.Sprintf("over %d bytes", MaxQueryBytes)}
 	}
+	if why := unsafeQuery(text); why != "" {
+		return nil, &QueryError{Language: l.Name, From: from, Kind: "refused", Row: 1, Col: 1, Message: why}
+	}
 	q, qerr := sitter.NewQuery(l.ts, text)
 	if qerr != nil {
 		msg := qerr.Message

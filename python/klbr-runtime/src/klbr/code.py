@@ -41,8 +41,6 @@ changes within one workspace, and give separate agents separate worktrees.
 """
 
 import builtins
-import difflib
-import hashlib
 import os
 import re
 import time
@@ -150,6 +148,7 @@ async def _host(op, args):
 
 
 def _sha(data):
+    import hashlib
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
@@ -417,6 +416,7 @@ class Symbols:
         if not self.items:
             names = sorted({s.qualname for s in self.source.symbols.items} | {s.name for s in self.source.symbols.items})
             target = re.findall(r"\((?:'|\")(.*?)(?:'|\")\)", self.desc)
+            import difflib
             close = difflib.get_close_matches(target[-1], names, n=5) if target else []
             hint = f"; close names: {', '.join(close)}" if close else ""
             if self.truncated:
@@ -653,6 +653,7 @@ class _FilePatch:
         return b"".join(out)
 
     def diff(self):
+        import difflib
         old = _decode(self.base_bytes).splitlines(keepends=True)
         new = _decode(self.result()).splitlines(keepends=True)
         lines = list(difflib.unified_diff(old, new, f"a/{self.path}", f"b/{self.path}", n=3))
@@ -799,7 +800,8 @@ def combine(*patches):
 
 
 class Reference(tuple):
-    """One occurrence: (path, line, column, kind, text). ``kind`` is
+    """One occurrence: (path, line, column, kind, text, start_byte); the
+    column and start_byte count UTF-8 bytes. ``kind`` is
     ``definition:<kind>`` (the symbols query), ``call``, ``type``, ... (the
     language's references query), or ``text`` (a whole-word textual match
     the queries did not classify: a comment, a string, or a language
