@@ -18,6 +18,7 @@ const (
 	MaxQueryBytes  = 64 << 10
 	MaxCaptures    = 50000 // per query, across its matches
 	MaxDiagnostics = 200
+	MaxQueryTime   = 5 * time.Second // one query's matching, per request
 )
 
 // parseChunk is how much of the source one read of the lexer gets.
@@ -252,10 +253,19 @@ func Parse(ctx context.Context, l *Language, src []byte, queries []*Query) (*Res
 	return res, nil
 }
 
-func run(ctx context.Context, q *Query, root *sitter.Node, src []byte) (QueryResult, error) {
-	qr := QueryResult{Name: q.Name, From: q.From, PatternLines: patternLines(q), Matches: []Match{}}
+func run(ctx context.Context, q *Query, root *sitter.Node, src []byte) (qr QueryResult, err error) {
+	qr = QueryResult{Name: q.Name, From: q.From, PatternLines: patternLines(q), Matches: []Match{}}
 	qc := sitter.NewQueryCursor()
 	defer qc.Close()
+	// A pathological pattern can take exponential time: bound it, and say
+	// the result is cut short when it was.
+	qc.SetTimeoutMicros(uint64(MaxQueryTime.Microseconds()))
+	start := time.Now()
+	defer func() {
+		if time.Since(start) >= MaxQueryTime {
+			qr.Truncated = true
+		}
+	}()
 	names := q.q.CaptureNames()
 	ms := qc.Matches(q.q, root, src)
 	total := 0
