@@ -173,13 +173,15 @@ func TestQueryErrors(t *testing.T) {
 // sees them; their harmless look-alikes still compile.
 func TestQueriesThatCrashTheCParserAreRefused(t *testing.T) {
 	l, _ := Lookup("python")
-	for _, q := range []string{"name:(#0)", "name: (#eq? @a \"b\")", "(function_definition name: ; c\n ( #eq? @n \"x\"))"} {
+	for _, q := range []string{"name:(#0)", "name: (#eq? @a \"b\")", "(function_definition name: ; c\n ( #eq? @n \"x\"))",
+		"(identifier)*+", "(M)*+0", "(identifier) ? *"} {
 		var qe *QueryError
 		if _, err := Compile(l, "raw", "raw", q); !errors.As(err, &qe) || qe.Kind != "refused" {
 			t.Errorf("%q: %v", q, err)
 		}
 	}
-	for _, q := range []string{`((identifier) @a (#eq? @a "name: (#x"))`, "; name: (#x)\n(identifier) @i",
+	for _, q := range []string{`((identifier) @a (#eq? @a "name: (#x"))`, "; name: (#x)\n(identifier) @i", "(block (_)* @s)",
+		"((identifier)+ @i (#eq? @i \"*+\"))", "(call arguments: (argument_list (_)? @first))",
 		`(function_definition name: (identifier) @n (#match? @n "^t"))`} {
 		q, err := Compile(l, "raw", "raw", q)
 		if err != nil {

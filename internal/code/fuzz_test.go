@@ -59,3 +59,28 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzQuery compiles query text for every language and runs it over a small
+// source: a query from a cell or a draft may be refused, never crash the
+// host (tree-sitter's C query parser has crashed on malformed ones).
+func FuzzQuery(f *testing.F) {
+	for _, s := range []string{
+		"(identifier) @id", "name:(#0)", `((identifier) @a (#eq? @a "x"))`, "(function_definition name: (identifier) @n body: (_) @b) @d",
+		"[(string) (comment)] @x", "(call (_)* @args)", "((_) @a . (_) @b)", "(ERROR) @e (MISSING) @m", "!name",
+	} {
+		f.Add(s)
+	}
+	src := []byte("def f(x):\n    return g(x, 'ü')\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		for _, l := range Languages() {
+			q, err := Compile(l, "raw", "raw", text)
+			if err != nil {
+				continue
+			}
+			if _, err := Parse(context.Background(), l, src, []*Query{q}); err != nil {
+				t.Fatal(err)
+			}
+			q.Close()
+		}
+	})
+}

@@ -1,11 +1,13 @@
 package code
 
-// The tree-sitter C library (0.25) crashes the process, not the query, on
-// some malformed queries: a field name followed by a predicate
-// ("name: (#eq? ...)") dereferences a step that does not exist. Queries
-// come from cells and from behavior drafts, and a segfault would take
-// klbr-core down with them, so such text is refused before it reaches C.
-// FuzzParseRequest found this one; it keeps looking for others.
+// The tree-sitter C library (0.25) crashes or hangs the process, not the
+// query, on some malformed queries: a field name followed by a predicate
+// ("name: (#eq? ...)") dereferences a step that does not exist, and two
+// quantifiers in a row ("(identifier)*+") loop forever in ts_query_new.
+// Queries come from cells and from behavior drafts, and a segfault or a
+// spinning C call would take klbr-core down with them, so such text is
+// refused before it reaches C. FuzzParseRequest and FuzzQuery found these;
+// they keep looking for others.
 
 // unsafeQuery returns a description of the first construct in text known to
 // crash the C query parser, or "".
@@ -14,6 +16,11 @@ func unsafeQuery(text string) string {
 	for i := 0; i+3 < len(toks); i++ {
 		if toks[i].kind == 'w' && toks[i+1].kind == ':' && toks[i+2].kind == '(' && toks[i+3].kind == '#' {
 			return "a field name followed by a predicate (" + toks[i].text + ": (#...)): a field applies to a node pattern"
+		}
+	}
+	for i := 0; i+1 < len(toks); i++ {
+		if isQuantifier(toks[i]) && isQuantifier(toks[i+1]) {
+			return "two quantifiers in a row (" + toks[i].text + toks[i+1].text + "): one of *, + or ? per pattern"
 		}
 	}
 	return ""
@@ -60,6 +67,10 @@ func queryTokens(text string) []queryToken {
 		}
 	}
 	return out
+}
+
+func isQuantifier(t queryToken) bool {
+	return t.kind == '*' || t.kind == '+' || t.kind == 'w' && t.text == "?"
 }
 
 func isWord(c byte) bool {
