@@ -51,7 +51,15 @@ buildGo126Module {
   # nix/vendorhash_test.go recomputes it on every `make test` and prints the
   # new value when a dependency (or an import) changes; nix prints it too, as
   # "got: sha256-…", on the first build after such a change.
-  vendorHash = "sha256-ofa0Xo4JB0KIgI/mIFBy2v+buuxt5gkIU5lAEK0w+pc=";
+  vendorHash = "sha256-y2aMkvaqkEy+TAI6m9FwZ501EcV4bGCwC4Sc6xKf3Y0=";
+
+  # `go mod vendor` copies only each package's own directory, but the
+  # tree-sitter cgo packages (the grammars klbr.code parses with) include C
+  # sources from elsewhere in their modules: copy those into the vendor tree
+  # (part of vendorHash; nix/vendorhash_test.go runs the same script).
+  modPostBuild = ''
+    bash ${./vendor-cgo.sh} vendor
+  '';
 
   subPackages = [
     "cmd/klbr-core"

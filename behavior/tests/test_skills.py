@@ -5,7 +5,7 @@ import klbr_skills
 from tests import ROOT
 
 SKILLS = os.path.join(ROOT, "skills")
-BUILTIN = {"workspace", "maintenance", "discord"}
+BUILTIN = {"workspace", "maintenance", "discord", "code"}
 
 
 def read(path):

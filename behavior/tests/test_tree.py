@@ -1,4 +1,4 @@
-"""The tree as the host will publish it: only .md/.py/.toml/.json files, no
+"""The tree as the host will publish it: only .md/.py/.toml/.json/.scm files, no
 symlinks, no bytecode, nothing over 256 KiB, plain file names; every source
 parses. The rules mirror klbr-core's publisher (internal/behavior), which
 refuses a tree that breaks them."""
@@ -12,7 +12,7 @@ import unittest
 
 from tests import ROOT
 
-ALLOWED = (".md", ".py", ".toml", ".json")
+ALLOWED = (".md", ".py", ".toml", ".json", ".scm")   # .scm: tree-sitter queries (queries/)
 FILE_MAX = 256 * 1024
 TREE_MAX = 8 << 20
 INSTRUCTIONS_MAX = 8 * 1024   # read on every turn: keep it small
@@ -78,6 +78,11 @@ class TreeTest(unittest.TestCase):
                     tomllib.loads(text)
                 elif rel.endswith(".json"):
                     json.loads(text)
+                elif rel.endswith(".scm"):
+                    self.assertTrue(rel.startswith("queries/") and rel.count("/") == 2,
+                                    f"{rel}: a query lives at queries/<language>/<name>.scm")
+                    self.assertEqual(text.count("(") - text.count("\\("), text.count(")") - text.count("\\)"),
+                                     f"{rel}: unbalanced parentheses")
 
     def test_documents(self):
         for rel in ("soul.md", "instructions.md", "README.md"):

@@ -157,7 +157,7 @@ a = await behavior.activate(pub.release, reason="stricter reviews")
 st = await behavior.status()
 t = await hooks.test("delivery.review", {"channel": "local", "text": "hi", "session": "default"})
 (kept, st.epoch, t.result["decision"], sorted(dir(skills)))`)
-	if strings.TrimSpace(out) != "('set before the edit', 2, 'hold', ['discord', 'maintenance', 'workspace'])" {
+	if strings.TrimSpace(out) != "('set before the edit', 2, 'hold', ['code', 'discord', 'maintenance', 'workspace'])" {
 		t.Fatalf("the next cell: %q", out)
 	}
 	// A broken candidate from a cell is refused; the active release stays.

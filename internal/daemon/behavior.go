@@ -14,6 +14,7 @@ import (
 	behaviortree "github.com/klbr-dev/klbr/behavior"
 	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/code"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/delivery"
 	"github.com/klbr-dev/klbr/internal/hooks"
@@ -75,6 +76,7 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 		}
 	})
 	d.logSkills(man.ID)
+	d.bench.SetOps("code.", code.NewOps(rel, behaviortree.Tree()))
 	if err := d.behavior.Publish(ctx, man); err != nil {
 		return err
 	}

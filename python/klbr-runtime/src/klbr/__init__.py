@@ -16,6 +16,9 @@
   a conversation's ``history``, ``send`` (a Receipt) and ``react``.
 - ``klbr.jobs``: ``run``, ``schedule``, ``get``, ``list``, ``cancel``; inside a
   routine ``current``, ``checkpoint`` and ``source`` (durable jobs).
+- ``klbr.code``: ``open`` (a parsed source snapshot with ``symbols``),
+  symbol ``replace_declaration``/``replace_body`` patches with ``diff`` and a
+  checked ``apply``, raw ``query``, best-effort ``references``.
 
 ``PRELUDE_MODULES`` are bound by name in every cell. All of it is a thin facade
 over ``klbr._sdk``; klbr.behavior and klbr.hooks load ``klbr._behavior`` on
@@ -24,9 +27,9 @@ first use, and klbr.skills reads its file on first use.
 
 from ._sdk import SDK_VERSION as __version__
 from ._sdk import DraftEscape, HostError, NoExecutionScope, WorkspaceEscape, Yielded
-from . import behavior, discord, history, hooks, host, jobs, local, runtime, skills, workspace
+from . import behavior, code, discord, history, hooks, host, jobs, local, runtime, skills, workspace
 
-PRELUDE_MODULES = ("local", "runtime", "workspace", "behavior", "hooks", "skills", "discord", "history", "jobs")
+PRELUDE_MODULES = ("local", "runtime", "workspace", "behavior", "hooks", "skills", "discord", "history", "jobs", "code")
 
 __all__ = ["DraftEscape", "HostError", "NoExecutionScope", "WorkspaceEscape", "Yielded",
-           "PRELUDE_MODULES", "behavior", "discord", "history", "hooks", "host", "jobs", "local", "runtime", "skills", "workspace"]
+           "PRELUDE_MODULES", "behavior", "code", "discord", "history", "hooks", "host", "jobs", "local", "runtime", "skills", "workspace"]

@@ -1,0 +1,12 @@
+(call_expression
+  function: [
+    (identifier) @name
+    (member_expression property: (property_identifier) @name)
+  ]) @reference.call
+
+(new_expression
+  constructor: (identifier) @name) @reference.class
+
+(property_identifier) @name @reference.property
+
+(identifier) @name @reference.name
