@@ -49,9 +49,55 @@ SAMPLES = {
         {"prompt": "Summarize.", "source_bytes": 1000, "entries": 3, "depth": 1},
         {"prompt": "Summarize.", "source_bytes": 1000, "entries": 3, "depth": 3},
     ],
+    "turn.prepare": [
+        {"session": "default", "wake": "input", "inputs": [
+            {"id": 1, "source_kind": "operator", "directed": True, "conversation": "operator"}], "deferred": 0},
+        {"session": "default", "wake": "deadline", "inputs": [], "deferred": 2},
+    ],
+    "turn.next": [
+        {"session": "default", "attempt": 3, "steps": 2, "tokens": 900, "elapsed_seconds": 4.5, "calls": 1,
+         "pending": 0, "budgets": {"max_steps": 40, "max_tokens": 2000000, "max_turn_seconds": 3600}},
+    ],
+    "execution.review": [
+        {"session": "default", "code": "print(1)", "call": "c1", "step": 4, "attempt": 2},
+    ],
+    "context.prepare": [
+        {"session": "default", "attempt": 1, "step": 1, "additions": []},
+        {"session": "default", "attempt": 1, "step": 2, "additions": ["a note"]},
+    ],
+    "delivery.prepare": [
+        {"channel": "discord", "destination": "d1", "session": "default", "limit": 2000, "parts": ["x " * 2500]},
+        {"channel": "local", "session": "default", "limit": 65536, "parts": ["hello"]},
+    ],
+    "result.present": [
+        {"session": "default", "status": "ok", "text": "status: ok\nvalue: 2"},
+    ],
 }
 
 VALIDATORS = {
+    "turn.prepare": lambda test, out: (
+        test.assertIn(out["decision"], ("start", "defer")),
+        test.assertIsInstance(out["reason"], str),
+    ),
+    "turn.next": lambda test, out: (
+        test.assertIn(out["decision"], ("continue", "wait", "end")),
+        test.assertIsInstance(out["reason"], str),
+    ),
+    "execution.review": lambda test, out: (
+        test.assertEqual(set(out), {"decision", "reason"}),
+        test.assertIn(out["decision"], ("allow", "hold")),
+    ),
+    "context.prepare": lambda test, out: (
+        test.assertEqual(set(out), {"additions"}),
+        test.assertLessEqual(len(out["additions"]), 8),
+    ),
+    "delivery.prepare": lambda test, out: (
+        test.assertEqual(set(out), {"parts"}),
+        test.assertTrue(all(0 < len(p.encode()) <= 2000 for p in out["parts"]) or out["parts"] == ["hello"]),
+    ),
+    "result.present": lambda test, out: (
+        test.assertEqual(set(out), {"text"}),
+    ),
     "model.plan": lambda test, out: (
         test.assertEqual(set(out), {"routes", "reason"}),
         test.assertIsInstance(out["routes"], list),
@@ -97,7 +143,9 @@ class SlotsTest(unittest.TestCase):
         # optional (without them the host applies its default).
         self.assertLessEqual({"attention.plan", "delivery.review"}, set(klbr_hooks.SLOTS))
         self.assertLessEqual(set(klbr_hooks.SLOTS),
-                             {"attention.plan", "delivery.review", "model.plan", "compaction.plan", "summary.prepare"})
+                             {"attention.plan", "delivery.review", "model.plan", "compaction.plan", "summary.prepare",
+                              "turn.prepare", "turn.next", "execution.review",
+                              "context.prepare", "delivery.prepare", "result.present"})
         for slot, fn in klbr_hooks.SLOTS.items():
             with self.subTest(slot=slot):
                 self.assertIsInstance(slot, str)

@@ -143,12 +143,6 @@ func (s *Service) activate(ctx context.Context, session string, parent int64, re
 	return res, nil
 }
 
-// fixtures are the inputs a candidate's slots must answer well.
-var fixtures = map[string]any{
-	hooks.SlotReview: hooks.ReviewInput{Channel: "local", Text: "candidate check", Session: "check"},
-	hooks.SlotPlan:   hooks.PlanInput{Items: []hooks.PlanItem{{ID: 1, SourceKind: "operator", Conversation: "operator", ReceivedAt: 1}}, Now: 2},
-}
-
 // check starts release in a candidate hook worker and has every slot answer
 // a fixture with a well-formed result. The candidate's own claims count for
 // nothing: only the host's reading of its answers does.
@@ -166,18 +160,11 @@ func (s *Service) checkSlots(ctx context.Context, session, release string) (*wor
 	if err != nil {
 		return nil, fmt.Errorf("%w: its hook worker did not start: %v", ErrCandidate, err)
 	}
-	for slot, in := range fixtures {
-		b, _ := json.Marshal(in)
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		out, err := w.Invoke(cctx, slot, b)
-		cancel()
-		if err == nil {
-			err = hooks.CheckResult(slot, in, out)
-		}
-		if err != nil {
-			w.Kill()
-			return nil, fmt.Errorf("%w: %s: %v", ErrCandidate, slot, err)
-		}
+	// Every slot the registry has a fixture for, and the release's [hooks]
+	// binding (hooks.CheckCandidate).
+	if err := hooks.CheckCandidate(ctx, w, s.releases.Tree(release)); err != nil {
+		w.Kill()
+		return nil, fmt.Errorf("%w: %v", ErrCandidate, err)
 	}
 	return w, nil
 }

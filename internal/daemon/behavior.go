@@ -17,7 +17,10 @@ import (
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/ingress"
 	"github.com/klbr-dev/klbr/internal/metrics"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/turn"
 	"github.com/klbr-dev/klbr/internal/workbench"
+	"github.com/klbr-dev/klbr/internal/worker"
 )
 
 // behaviorSource is the tree published as the default release: the
@@ -59,6 +62,7 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 	d.bench.SetOps("local.", delivery.NewLocal(d.store, d.hooks))
 	d.bench.SetOps("discord.", ingress.NewOps(d.store, d.hooks, d.ingress))
 	d.bench.SetSkills(d.skillsFor(cfg.Paths.DataDir, rel))
+	d.bench.SetPresent(presentResult(d.hooks))
 	if err := d.behavior.Publish(ctx, man); err != nil {
 		return err
 	}
@@ -111,5 +115,14 @@ func (d *daemon) skillsFor(dataDir string, rel *behavior.Releases) workbench.Ski
 			return set, "", err
 		}
 		return set, file, os.Rename(tmp, file)
+	}
+}
+
+// presentResult is result.present over the host's rendering of an outcome.
+func presentResult(h *hooks.Dispatcher) workbench.PresentFunc {
+	return func(ctx context.Context, session string, pin store.Pin, out *worker.Outcome) (string, bool) {
+		text := turn.RenderOutcome(*out)
+		got := h.PresentResultAt(context.WithoutCancel(ctx), session, &pin, hooks.PresentInput{Session: session, Status: out.Status, Text: text})
+		return got, got != text
 	}
 }

@@ -53,8 +53,13 @@ type Config struct {
 type Dispatcher struct {
 	cfg Config
 
-	mu     sync.Mutex // guards pinned, retiring, gen, closed, noModelPlan
+	mu     sync.Mutex // guards pinned, retiring, gen, closed, noModelPlan, absent, bindings
 	pinned map[string]*pinned
+	// absent holds release+"\x00"+slot of optional slots a release's SLOTS
+	// does not bind: the host's default applies without asking.
+	absent   map[string]bool
+	bindings map[string]Binding // by release
+	stats    *Stats
 	// noModelPlan holds the releases whose SLOTS have no model.plan: the
 	// host's default applies without asking (model.plan is optional).
 	noModelPlan map[string]bool
@@ -85,7 +90,8 @@ func New(cfg Config) *Dispatcher {
 	if cfg.Observe == nil {
 		cfg.Observe = func(string, string, time.Duration) {}
 	}
-	return &Dispatcher{cfg: cfg, pinned: map[string]*pinned{}, retiring: map[*worker.Worker]struct{}{}, noModelPlan: map[string]bool{}}
+	return &Dispatcher{cfg: cfg, pinned: map[string]*pinned{}, retiring: map[*worker.Worker]struct{}{}, noModelPlan: map[string]bool{},
+		absent: map[string]bool{}, bindings: map[string]Binding{}, stats: newStats()}
 }
 
 // Config returns what the dispatcher was made with.
@@ -207,6 +213,12 @@ func (d *Dispatcher) invoke(ctx context.Context, session, slot string, input any
 // When the pin is not the session's live epoch (the cell started before an
 // activation), a worker of the pinned release answers, then goes.
 func (d *Dispatcher) invokeAt(ctx context.Context, session string, pin *store.Pin, slot string, input any, deadline time.Duration) *call {
+	return d.invokeHandler(ctx, session, pin, slot, slot, input, deadline)
+}
+
+// invokeHandler is invokeAt calling handler (a key of the release's SLOTS:
+// one of a transform's chain, an observer) for slot.
+func (d *Dispatcher) invokeHandler(ctx context.Context, session string, pin *store.Pin, slot, handler string, input any, deadline time.Duration) *call {
 	in, _ := json.Marshal(input)
 	sum := sha256.Sum256(in)
 	start := time.Now()
@@ -225,7 +237,7 @@ func (d *Dispatcher) invokeAt(ctx context.Context, session string, pin *store.Pi
 	}
 	if err == nil {
 		c.rec.Release, c.rec.Epoch = p.release, p.epoch
-		c.result, err = p.w.Invoke(ctx, slot, in)
+		c.result, err = p.w.Invoke(ctx, handler, in)
 	}
 	switch {
 	case err == nil:
@@ -246,6 +258,7 @@ func (d *Dispatcher) invokeAt(ctx context.Context, session string, pin *store.Pi
 // finish stores the invocation's record, outside the caller's deadline.
 func (d *Dispatcher) finish(c *call) {
 	d.cfg.Observe(c.rec.Slot, c.rec.Outcome, c.rec.Latency)
+	d.stats.add(c.rec.Slot, c.rec.Outcome, c.rec.Fallback, c.rec.Latency)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := d.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.RecordHookInvocation(c.rec) }); err != nil {
@@ -321,6 +334,16 @@ func CheckResult(slot string, input any, out json.RawMessage) error {
 		if err := json.Unmarshal(out, &r); err != nil || r.Prompt == nil || *r.Prompt == "" {
 			return fmt.Errorf("answered %s, not {prompt}", truncate(out))
 		}
+	case SlotTurnPrepare:
+		in, _ := input.(PrepareTurnInput)
+		_, err := decodeTurnPrep(in, out)
+		return err
+	case SlotTurnNext:
+		_, err := decodeNext(out)
+		return err
+	case SlotExecutionReview:
+		_, _, err := decodeVerdict(slot, out)
+		return err
 	default:
 		return fmt.Errorf("unknown slot %q", slot)
 	}

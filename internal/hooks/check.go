@@ -1,0 +1,59 @@
+package hooks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/worker"
+)
+
+// CheckCandidate has a candidate release's hook worker answer: every
+// required slot's fixture well; every optional decision slot it binds, too
+// (one it does not bind gets the host's default); each transform handler
+// and observer its [hooks] table names must exist. tree is the release's.
+func CheckCandidate(ctx context.Context, w *worker.Worker, tree string) error {
+	b, err := ReadBinding(tree)
+	if err != nil {
+		return err
+	}
+	ask := func(handler string, in any) (json.RawMessage, error) {
+		raw, _ := json.Marshal(in)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return w.Invoke(cctx, handler, raw)
+	}
+	for _, s := range registry {
+		if s.Kind != KindDecision || s.Fixture == nil {
+			continue
+		}
+		out, err := ask(s.Name, s.Fixture)
+		if err != nil && s.Optional && strings.Contains(err.Error(), "UnknownSlot") && !b.IsRequired(s.Name) {
+			continue
+		}
+		if err == nil {
+			err = CheckResult(s.Name, s.Fixture, out)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %v", s.Name, err)
+		}
+	}
+	for slot, chain := range b.Transforms {
+		s, _ := Lookup(slot)
+		for _, h := range chain {
+			if _, err := ask(h, s.Fixture); err != nil && strings.Contains(err.Error(), "UnknownSlot") {
+				return fmt.Errorf("%s: handler %s is not in klbr_hooks.SLOTS", slot, h)
+			}
+		}
+	}
+	for _, o := range b.Observers {
+		// Not called (observers act on real events); only looked up, with an
+		// input no handler is meant to accept.
+		if _, err := ask(o.Handler, map[string]any{"check": true}); err != nil && strings.Contains(err.Error(), "UnknownSlot") {
+			return fmt.Errorf("observer %s is not in klbr_hooks.SLOTS", o.Handler)
+		}
+	}
+	return nil
+}
