@@ -62,6 +62,8 @@ type Status struct {
 	// read-only file system): new work waits until they succeed again.
 	Storage  *store.Fault    `json:"storage,omitempty"`
 	Sessions []SessionStatus `json:"sessions"`
+	// Hooks is the hooks' diagnostics (nil when no hook worker can run).
+	Hooks *HooksStatus `json:"hooks,omitempty"`
 }
 
 // Browser is where the running daemon's browser UI is, with the operator

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/worker"
 )
 
@@ -56,4 +57,56 @@ func CheckCandidate(ctx context.Context, w *worker.Worker, tree string) error {
 		}
 	}
 	return nil
+}
+
+// Validate checks out, a handler's answer to input (JSON) for slot, as the
+// host would before using it (hooks.test reports it). Transforms and
+// observers are checked for their shape.
+func Validate(slot string, input, out json.RawMessage) error {
+	s, ok := Lookup(slot)
+	if !ok {
+		return fmt.Errorf("unknown slot %q", slot)
+	}
+	switch s.Kind {
+	case KindObserver:
+		_, err := decodeAnswer(out)
+		return err
+	case KindTransform:
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(out, &m); err != nil {
+			return fmt.Errorf("answered %s, not an object", truncate(out))
+		}
+		key := map[string]string{SlotContextPrepare: "additions", SlotDeliveryPrepare: "parts", SlotResultPresent: "text"}[slot]
+		if _, ok := m[key]; !ok {
+			return fmt.Errorf("answered %s, without %q", truncate(out), key)
+		}
+		return nil
+	}
+	var typed any
+	switch slot {
+	case SlotPlan:
+		var in PlanInput
+		err := json.Unmarshal(input, &in)
+		typed = in
+		if err != nil {
+			return fmt.Errorf("input: %v", err)
+		}
+	case SlotModelPlan:
+		var in provider.PlanInput
+		if err := json.Unmarshal(input, &in); err != nil {
+			return fmt.Errorf("input: %v", err)
+		}
+		typed = in
+	case SlotCompactionPlan:
+		var in CompactionInput
+		if err := json.Unmarshal(input, &in); err != nil {
+			return fmt.Errorf("input: %v", err)
+		}
+		typed = in
+	case SlotTurnPrepare:
+		var in PrepareTurnInput
+		json.Unmarshal(input, &in)
+		typed = in
+	}
+	return CheckResult(slot, typed, out)
 }

@@ -26,7 +26,9 @@ type Metrics struct {
 	placement  *prometheus.GaugeVec
 	workers    *prometheus.CounterVec
 	hooks      *prometheus.HistogramVec
-	model      *model
+	// observerLatency is set by WatchHooks.
+	observerLatency *prometheus.HistogramVec
+	model           *model
 }
 
 // New registers klbr-core's metrics, reading store-backed values from st at
