@@ -80,8 +80,8 @@ type Config struct {
 	// Policy is turn.prepare, turn.next, execution.review and
 	// context.prepare (nil: the host's defaults).
 	Policy Policy
-	Model    Model
-	Route    string // the route's name, for records and metrics
+	Model  Model
+	Route  string // the route's name, for records and metrics
 	// URL and ModelName are the route's, for notices and status.
 	URL, ModelName string
 	Prompt         Prompt
