@@ -181,9 +181,10 @@ func TestRequiredExecutionReviewFailsClosed(t *testing.T) {
 		!strings.Contains(err.Error(), "execution.review") {
 		t.Fatalf("activation requiring an unbound execution.review: %v", err)
 	}
-	// So is a binding naming a handler SLOTS lacks, or a malformed one.
+	// So is a binding naming an observer SLOTS lacks, or a malformed one.
 	for _, settings := range []string{
-		"[hooks.transforms]\n\"delivery.prepare\" = [\"nope\"]\n",
+		"[[hooks.observers]]\nhandler = \"nope\"\nevents = [\"input.accepted\"]\n",
+		"[[hooks.observers]]\nhandler = \"turn.next\"\nevents = [\"turn.next\"]\n",
 		"[hooks.transforms]\n\"turn.next\" = [\"x\"]\n",
 		"[hooks]\nrequired = [\"context.prepare\"]\n",
 	} {
