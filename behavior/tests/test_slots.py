@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import json
 import os
+import tomllib
 import unittest
 
 import klbr_hooks
@@ -125,6 +126,29 @@ VALIDATORS = {
 }
 
 
+with open(os.path.join(ROOT, "settings.toml"), "rb") as _f:
+    _HOOKS = tomllib.load(_f).get("hooks", {})
+# Handlers settings.toml binds beyond the slot names: each link of a transform
+# chain is called like its slot; each observer with an event and its state.
+CHAINED = {h: slot for slot, chain in _HOOKS.get("transforms", {}).items() for h in chain}
+OBSERVERS = {o["handler"] for o in _HOOKS.get("observers", [])}
+OBSERVER_SAMPLE = {"event": {"id": 7, "kind": "input.accepted", "session": "default", "depth": 0,
+                             "data": {"input_id": 1, "source_kind": "operator", "text": "hi"}},
+                   "state": {}, "state_version": 0}
+
+
+def samples(key):
+    if key in OBSERVERS:
+        return [OBSERVER_SAMPLE]
+    return SAMPLES[CHAINED.get(key, key)]
+
+
+def validator(key):
+    if key in OBSERVERS:
+        return lambda test, out: test.assertLessEqual(set(out), {"state", "commands"})
+    return VALIDATORS[CHAINED.get(key, key)]
+
+
 def invoke(fn, data):
     """Call a handler the way the hook worker does: one dict in; an awaitable
     result is awaited."""
@@ -145,7 +169,7 @@ class SlotsTest(unittest.TestCase):
         self.assertLessEqual(set(klbr_hooks.SLOTS),
                              {"attention.plan", "delivery.review", "model.plan", "compaction.plan", "summary.prepare",
                               "turn.prepare", "turn.next", "execution.review",
-                              "context.prepare", "delivery.prepare", "result.present"})
+                              "context.prepare", "delivery.prepare", "result.present"} | set(CHAINED) | OBSERVERS)
         for slot, fn in klbr_hooks.SLOTS.items():
             with self.subTest(slot=slot):
                 self.assertIsInstance(slot, str)
@@ -153,11 +177,11 @@ class SlotsTest(unittest.TestCase):
                 inspect.signature(fn).bind({})   # takes exactly one positional input
 
     def test_every_slot_has_samples(self):
-        self.assertLessEqual(set(klbr_hooks.SLOTS), set(SAMPLES))
+        self.assertLessEqual(set(klbr_hooks.SLOTS), set(SAMPLES) | set(CHAINED) | OBSERVERS)
 
     def test_results_are_json_objects_within_the_frame_bound(self):
         for slot, fn in klbr_hooks.SLOTS.items():
-            for data in SAMPLES[slot]:
+            for data in samples(slot):
                 with self.subTest(slot=slot, data=data):
                     with no_effects() as attempts:
                         out = invoke(fn, data)
@@ -166,7 +190,7 @@ class SlotsTest(unittest.TestCase):
                     encoded = json.dumps(out, allow_nan=False).encode()
                     self.assertLessEqual(len(encoded), FRAME_MAX)
                     self.assertEqual(json.loads(encoded), out)
-                    VALIDATORS[slot](self, out)
+                    validator(slot)(self, out)
 
     def test_bad_input_is_a_value_error_not_an_effect(self):
         for slot, fn in klbr_hooks.SLOTS.items():

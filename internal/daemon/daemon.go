@@ -194,6 +194,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi")).WithHistory(d.history(cfg), d.compact)
 	if d.bench != nil {
 		ctl.WithWorkbench(d.countCells(d.bench), nil).WithBehavior(d.behavior, d.releases)
+		if d.observers != nil {
+			ctl.WithReplay(d.replay)
+		}
 	} else {
 		ctl.WithWorkbench(nil, d.benchErr)
 	}

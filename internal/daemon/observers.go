@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/observe"
@@ -57,4 +60,28 @@ func (d *daemon) observerSamples() []metrics.ObserverSample {
 			Dead: s.DeadLetters, Commands: s.Commands, Refused: s.Refused, OldestPending: s.OldestPending})
 	}
 	return out
+}
+
+// replay is the operator API's observer replay: fake effects only.
+func (d *daemon) replay(ctx context.Context, session string, req api.ReplayRequest) (api.Replay, error) {
+	res := api.Replay{Session: session, Handler: req.Handler, Effects: "fake", Events: []api.Replayed{}}
+	if d.observers == nil {
+		return res, fmt.Errorf("observers do not run: cells cannot run")
+	}
+	got, err := d.observers.Replay(ctx, session, req.Handler, req.From, req.To)
+	if err != nil {
+		return res, err
+	}
+	for _, r := range got {
+		e := api.Replayed{Event: r.Event, Kind: r.Kind, Problem: r.Problem, Commands: []json.RawMessage{}}
+		for _, c := range r.Commands {
+			b, _ := json.Marshal(c)
+			e.Commands = append(e.Commands, b)
+		}
+		if r.State != nil {
+			e.State, _ = json.Marshal(r.State)
+		}
+		res.Events = append(res.Events, e)
+	}
+	return res, nil
 }
