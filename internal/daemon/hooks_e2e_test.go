@@ -41,7 +41,9 @@ func TestSelfEditThePolicyRetainTheWorkbench(t *testing.T) {
 		// The next attempt runs under the new policy: it ends after this step.
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "e3", Code: "print('under the new policy', kept)"}}},
 	)
-	model.Otherwise(func(int) modeltest.Reply { return modeltest.Reply{Text: "an extra step the new turn.next should have prevented"} })
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Text: "an extra step the new turn.next should have prevented"}
+	})
 	a := startAgent(t, model, "")
 	a.send("make your turns shorter")
 	a.eventually("the first attempt waits", func() bool { return model.Count() == 3 && a.session().State == store.StateWaiting })

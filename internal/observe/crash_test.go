@@ -49,7 +49,7 @@ func runChild(dir string) {
 	hk := hooks.New(hooks.Config{Store: st, Releases: rel, Kernel: os.Getenv("KLBR_T_KERNEL"), Python: os.Getenv("KLBR_T_PYTHON"),
 		RuntimeSrc: os.Getenv("KLBR_T_RUNTIME"), Workspace: dir, Placer: placer})
 	r := New(Config{Store: st, Hooks: hk, Backoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, MaxAttempts: 1000,
-		Limits: store.LoopLimits{MaxDepth: 3, Quota: 1000, Window: time.Minute},
+		Limits:  store.LoopLimits{MaxDepth: 3, Quota: 1000, Window: time.Minute},
 		Observe: func(_, outcome string, _ time.Duration) { fmt.Println("delivered", outcome) }})
 	r.Start("s")
 	fmt.Println("ready")
