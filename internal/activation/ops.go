@@ -355,6 +355,7 @@ func (o *Ops) hooksTrace(ctx context.Context, session string, args json.RawMessa
 	if a.Limit <= 0 || a.Limit > 500 {
 		a.Limit = 20
 	}
+	o.svc.hooks.Flush()
 	all, err := o.svc.store.HookInvocations(ctx, session)
 	if err != nil {
 		return nil, err

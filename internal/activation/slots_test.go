@@ -212,7 +212,7 @@ func TestUnboundSlotsGetDefaults(t *testing.T) {
 			t.Fatalf("execution.review unbound: %+v", d)
 		}
 	}
-	recs, _ := f.st.HookInvocations(ctx, "s")
+	recs, _ := func() ([]store.HookInvocationRecord, error) { f.hk.Flush(); return f.st.HookInvocations(ctx, "s") }()
 	asked := 0
 	for _, r := range recs {
 		if r.Slot == hooks.SlotTurnNext {

@@ -60,6 +60,7 @@ type Dispatcher struct {
 	absent   map[string]bool
 	bindings map[string]Binding // by release
 	stats    *Stats
+	rec      *recorder
 	// noModelPlan holds the releases whose SLOTS have no model.plan: the
 	// host's default applies without asking (model.plan is optional).
 	noModelPlan map[string]bool
@@ -90,8 +91,10 @@ func New(cfg Config) *Dispatcher {
 	if cfg.Observe == nil {
 		cfg.Observe = func(string, string, time.Duration) {}
 	}
-	return &Dispatcher{cfg: cfg, pinned: map[string]*pinned{}, retiring: map[*worker.Worker]struct{}{}, noModelPlan: map[string]bool{},
+	d := &Dispatcher{cfg: cfg, pinned: map[string]*pinned{}, retiring: map[*worker.Worker]struct{}{}, noModelPlan: map[string]bool{},
 		absent: map[string]bool{}, bindings: map[string]Binding{}, stats: newStats()}
+	d.startRecorder()
+	return d
 }
 
 // Config returns what the dispatcher was made with.
@@ -255,15 +258,12 @@ func (d *Dispatcher) invokeHandler(ctx context.Context, session string, pin *sto
 	return c
 }
 
-// finish stores the invocation's record, outside the caller's deadline.
+// finish records the invocation, outside the caller's deadline and off its
+// path (see recorder).
 func (d *Dispatcher) finish(c *call) {
 	d.cfg.Observe(c.rec.Slot, c.rec.Outcome, c.rec.Latency)
 	d.stats.add(c.rec.Slot, c.rec.Outcome, c.rec.Fallback, c.rec.Latency)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := d.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.RecordHookInvocation(c.rec) }); err != nil {
-		d.cfg.Log.Error("hooks: record invocation", "slot", c.rec.Slot, "error", err)
-	}
+	d.record(c.rec)
 }
 
 // Close stops every hook worker and waits, bounded, until their trees are
@@ -284,6 +284,7 @@ func (d *Dispatcher) Close() {
 		w.Stop()
 	}
 	worker.WaitDone(ws, 5*time.Second)
+	d.closeRecorder()
 }
 
 // CheckResult validates a slot's answer to input as the host would.
