@@ -65,6 +65,12 @@ type Runner struct {
 
 	mu       sync.Mutex
 	sessions map[string]bool
+	// bound is the release each session's bindings were last recorded
+	// for, and projected the newest event projected: a pass with nothing new
+	// writes nothing.
+	bound     map[string]string
+	projected map[string]int64
+	paused    map[string]map[string]bool // by session, handler
 }
 
 // New returns a Runner; Start runs a session's observers.
@@ -97,7 +103,8 @@ func New(cfg Config) *Runner {
 		cfg.Observe = func(string, string, time.Duration) {}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Runner{cfg: cfg, ctx: ctx, cancel: cancel, sessions: map[string]bool{}}
+	return &Runner{cfg: cfg, ctx: ctx, cancel: cancel, sessions: map[string]bool{}, bound: map[string]string{}, projected: map[string]int64{},
+		paused: map[string]map[string]bool{}}
 }
 
 // Limits are the loop limits in force (status shows them).
@@ -159,7 +166,30 @@ func (r *Runner) Pass(ctx context.Context, session string) (time.Time, error) {
 	}
 	b := r.cfg.Hooks.Binding(s.PolicyRevision)
 	var next time.Time
+	r.mu.Lock()
+	rebind := r.bound[session] != s.PolicyRevision
+	r.mu.Unlock()
+	last, err := st.LastObserverEvent(ctx, session)
+	if err != nil {
+		return next, err
+	}
+	r.mu.Lock()
+	project := rebind || last > r.projected[session]
+	r.mu.Unlock()
+	if rebind {
+		keep := []string{}
+		for _, ob := range b.Observers {
+			keep = append(keep, ob.Handler)
+		}
+		if err := st.Write(ctx, func(tx *store.Tx) error { return tx.UnbindObservers(session, s.PolicyRevision, keep) }); err != nil {
+			return next, err
+		}
+	}
+	paused := map[string]bool{}
 	for _, ob := range b.Observers {
+		if !rebind {
+			continue
+		}
 		var bound store.ObserverBinding
 		if err := st.Write(ctx, func(tx *store.Tx) (err error) {
 			bound, err = tx.BindObserver(session, ob.Handler, s.PolicyRevision, ob.Events, ob.StateVersion, ob.MigratesFrom)
@@ -167,10 +197,21 @@ func (r *Runner) Pass(ctx context.Context, session string) (time.Time, error) {
 		}); err != nil {
 			return next, err
 		}
-		if bound.Paused != "" {
+		paused[ob.Handler] = bound.Paused != ""
+	}
+	if rebind {
+		r.mu.Lock()
+		r.bound[session], r.paused[session] = s.PolicyRevision, paused
+		r.mu.Unlock()
+	}
+	for _, ob := range b.Observers {
+		r.mu.Lock()
+		isPaused := r.paused[session][ob.Handler]
+		r.mu.Unlock()
+		if isPaused {
 			continue
 		}
-		for {
+		for project {
 			var n int
 			if err := st.Write(ctx, func(tx *store.Tx) (err error) {
 				n, err = tx.ProjectObserver(session, ob.Handler, 500)
@@ -187,6 +228,11 @@ func (r *Runner) Pass(ctx context.Context, session string) (time.Time, error) {
 			return next, err
 		}
 		next = earliest(next, due)
+	}
+	if project {
+		r.mu.Lock()
+		r.projected[session] = last
+		r.mu.Unlock()
 	}
 	return next, r.commands(ctx, session)
 }

@@ -60,6 +60,16 @@ func (t *Tx) BindObserver(session, handler, release string, events []string, ver
 		!errors.Is(err, sql.ErrNoRows) {
 		return b, fmt.Errorf("bind observer: %w", err)
 	}
+	if strings.HasPrefix(oldPaused, unboundPrefix) {
+		// Bound again after a release that did not bind it: what happened
+		// meanwhile is history, not delivered.
+		if err := t.queryRow(`SELECT COALESCE(MAX(id), 0) FROM observer_events`).Scan(&b.Cursor); err != nil {
+			return b, fmt.Errorf("bind observer: %w", err)
+		}
+		if _, err := t.exec(`UPDATE observer_bindings SET cursor = ? WHERE session_id = ? AND handler = ?`, b.Cursor, session, handler); err != nil {
+			return b, fmt.Errorf("bind observer: %w", err)
+		}
+	}
 	if stored.Valid && int(stored.Int64) != version && !slices.Contains(migratesFrom, int(stored.Int64)) {
 		b.Paused = fmt.Sprintf("its state has schema version %d; release %.12s declares version %d without migrating from %d (migrates_from)",
 			stored.Int64, release, version, stored.Int64)
@@ -70,7 +80,7 @@ func (t *Tx) BindObserver(session, handler, release string, events []string, ver
 	if _, err := t.exec(`INSERT INTO observer_bindings (session_id, handler, release_id, events, cursor, state_version, paused, bound_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (session_id, handler) DO UPDATE SET release_id = excluded.release_id, events = excluded.events,
-			state_version = excluded.state_version, paused = excluded.paused, bound_at = excluded.bound_at`,
+			state_version = excluded.state_version, paused = excluded.paused, bound_at = excluded.bound_at, cursor = excluded.cursor`,
 		session, handler, release, string(ev), b.Cursor, version, b.Paused, t.now.UnixMilli()); err != nil {
 		return b, fmt.Errorf("bind observer: %w", err)
 	}
@@ -542,4 +552,26 @@ func (s *Store) ObserverBindings(ctx context.Context, session string) ([]Observe
 // IsDeliverySettled reports an ErrDeliverySettled.
 func IsDeliverySettled(err error) bool {
 	return err != nil && (errors.Is(err, ErrDeliverySettled) || strings.Contains(err.Error(), "settles once") || strings.Contains(err.Error(), "carried out once"))
+}
+
+// unboundPrefix starts the paused reason of a binding the active release
+// no longer names.
+const unboundPrefix = "unbound: "
+
+// UnbindObservers pauses session's bindings whose handler the active
+// release does not name (keep): nothing is delivered to them. Bound again
+// later, a handler starts at the newest event, like a new one.
+func (t *Tx) UnbindObservers(session, release string, keep []string) error {
+	k, _ := json.Marshal(keep)
+	_, err := t.exec(`UPDATE observer_bindings SET paused = ? WHERE session_id = ? AND paused NOT LIKE 'unbound: %'
+		AND handler NOT IN (SELECT value FROM json_each(?))`,
+		fmt.Sprintf("%srelease %.12s does not bind it", unboundPrefix, release), session, string(k))
+	return err
+}
+
+// LastObserverEvent is the newest observer event's id of session (0: none).
+func (s *Store) LastObserverEvent(ctx context.Context, session string) (int64, error) {
+	var id int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM observer_events WHERE session_id = ?`, session).Scan(&id)
+	return id, err
 }
