@@ -391,7 +391,28 @@ func (r *Runner) carryOut(ctx context.Context, c store.ObserverCommand) error {
 		}
 		return err
 	case "discord.mark":
-		return r.refuse(ctx, c, "discord.mark is not carried out for observers yet: mark items from a cell")
+		switch a.Status {
+		case store.ItemPending, store.ItemSeen, store.ItemActed, store.ItemIgnored:
+		default:
+			return r.refuse(ctx, c, fmt.Sprintf("discord.mark: status %q is not pending, seen, acted or ignored", a.Status))
+		}
+		if len(a.Note) > 1024 || !utf8.ValidString(a.Note) {
+			return r.refuse(ctx, c, "discord.mark: note is at most 1024 bytes of UTF-8")
+		}
+		it, err := st.AttentionItem(ctx, a.ItemID)
+		if err != nil || it.Session != c.Session {
+			return r.refuse(ctx, c, fmt.Sprintf("discord.mark: item %d is not an attention item of %s", a.ItemID, c.Session))
+		}
+		return st.Write(wctx, func(tx *store.Tx) error {
+			before, err := tx.Mark(a.ItemID, a.Status, store.OriginModel, "observer "+c.Handler+": "+a.Note, 0)
+			if errors.Is(err, store.ErrAttentionMove) || errors.Is(err, store.ErrUnknownItem) {
+				return tx.FinishObserverCommand(c.ID, "refused", map[string]string{"reason": err.Error()}, 0)
+			}
+			if err != nil {
+				return err
+			}
+			return tx.FinishObserverCommand(c.ID, "done", map[string]any{"item_id": a.ItemID, "from": before.Status, "to": a.Status}, 0)
+		})
 	}
 	return r.refuse(ctx, c, "unknown op "+c.Op)
 }

@@ -315,3 +315,68 @@ SLOTS["flaky.obs"] = flaky
 		t.Errorf("state %s", st)
 	}
 }
+
+// An observer's Discord commands go through the outbox under the key
+// o<command id>: carried out once however often the runner looks, held by
+// delivery.review like a cell's, and, with no transport to settle them,
+// honestly pending (not delivered). A mark is recorded with its observer.
+func TestObserverDiscordCommands(t *testing.T) {
+	f := newFixture(t)
+	f.release(`
+def relay(inp):
+    d = inp["event"]["data"]
+    if d.get("source_kind") != "discord":
+        return {}
+    return {"commands": [
+        {"op": "discord.send", "args": {"conversation": d["conversation"], "text": "relayed: " + d["text"]}},
+        {"op": "discord.send", "args": {"conversation": d["conversation"], "text": "   "}},
+        {"op": "discord.mark", "args": {"item_id": 1, "status": "seen", "note": "relayed"}},
+    ]}
+SLOTS["relay.obs"] = relay
+SLOTS["delivery.review"] = lambda i: {"decision": "hold" if not i["text"].strip() else "allow", "reason": "policy"}
+`, "[[hooks.observers]]\nhandler = \"relay.obs\"\nevents = [\"input.accepted\"]\n")
+	r := New(Config{Store: f.st, Hooks: f.hk})
+	f.drain(r)
+	ctx := context.Background()
+	if err := f.st.Write(ctx, func(tx *store.Tx) error {
+		now := tx.Now()
+		a, err := tx.AdmitInput(store.NewInput{Session: "s", SourceKind: "discord", SourceKey: "discord:5001",
+			Conversation: store.ConversationKey("77"), Author: "u1", Directed: true, OccurredAt: now, ReceivedAt: now, Body: "hello"})
+		if err != nil {
+			return err
+		}
+		_, err = tx.RecordDiscordMessage(a, store.DiscordMessage{Session: "s", MessageID: "5001", ChannelID: "77", ChannelKind: "dm",
+			AuthorID: "u1", Mode: "dm"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.drain(r)
+	f.drain(r)
+	cmds, _ := f.st.ObserverCommands(ctx, "s")
+	if len(cmds) != 3 {
+		t.Fatalf("commands: %+v", cmds)
+	}
+	for _, c := range cmds {
+		if c.State != "done" || c.Handler != "relay.obs" || c.CauseEvent == 0 {
+			t.Errorf("command: %+v", c)
+		}
+	}
+	sent, err := f.st.Effect(ctx, cmds[0].EffectID)
+	if err != nil || sent.State != store.EffectPending || sent.Text != "relayed: hello" {
+		t.Errorf("the relayed send: %+v %v (pending: no transport has it, so not delivered)", sent, err)
+	}
+	held, err := f.st.Effect(ctx, cmds[1].EffectID)
+	if err != nil || held.State != store.EffectFailed || held.ErrorCode != "held" {
+		t.Errorf("the blank send: %+v %v, want held by delivery.review", held, err)
+	}
+	it, _ := f.st.AttentionItem(ctx, 1)
+	if it.Status != store.ItemSeen || !strings.Contains(it.Note, "observer relay.obs") {
+		t.Errorf("the item: %+v", it)
+	}
+	// The held send's receipt is an event one level deeper, with its cause.
+	evs, _ := f.st.ObserverEvents(ctx, "s", []string{"delivery.receipt"}, 0, 0, 10)
+	if len(evs) != 1 || evs[0].Depth != 1 || evs[0].CauseCommand != cmds[1].ID {
+		t.Errorf("receipt events: %+v", evs)
+	}
+}
