@@ -152,3 +152,83 @@ func TestDeliveryPrepareSplitsALongDiscordMessage(t *testing.T) {
 }
 
 func pyQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", "\\'") + "'" }
+
+// breakHooks is a cell that activates a release whose turn.prepare raises,
+// turn.next hangs, execution.review raises, and whose context.prepare and
+// result.present answer nonsense. They behave for the candidate check's
+// example inputs (session "check"), or it would refuse the release, and its
+// own slot tests are emptied.
+const breakHooks = `d = await behavior.draft()
+await d.write("klbr_hooks/bad.py", '''
+import time
+def prepare(inp):
+    if inp.get("session") == "check":
+        return {"decision": "start", "reason": "fine for the check"}
+    raise RuntimeError("turn.prepare bug")
+def next_step(inp):
+    if inp.get("session") == "check":
+        return {"decision": "continue", "reason": "fine for the check"}
+    time.sleep(3)
+    return {"decision": "end", "reason": "too late"}
+def review(inp):
+    if inp.get("session") == "check":
+        return {"decision": "allow", "reason": "fine for the check"}
+    raise RuntimeError("execution.review bug")
+def present(inp):
+    return {"text": 42}
+def context(inp):
+    return {"additions": "not a list"}
+''')
+for slot, fn in (("turn.prepare", "prepare"), ("turn.next", "next_step"), ("execution.review", "review"),
+                 ("result.present", "present"), ("context.prepare", "context")):
+    await hooks.bind(d, slot, "bad", fn)
+await d.write("tests/test_slots.py", "")
+await behavior.activate((await behavior.publish(d)).release, reason="broken on purpose")
+await runtime.wait(None, reason='broke my hooks')`
+
+// Every new slot of the loop failing, hanging or answering nonsense at
+// once: the loop goes on with the host's defaults (the cell runs, the model
+// sees the host's rendering, the attempt continues), status answers
+// meanwhile and counts the fallbacks.
+func TestBrokenHooksFallBackInTheLoop(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "b1", Code: breakHooks}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "b2", Code: "print('ran despite the hooks')"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "b3", Code: "await runtime.wait(None, reason='done')"}}},
+	)
+	a := startAgent(t, model, "")
+	a.send("break your hooks")
+	a.eventually("the broken release is active", func() bool { return model.Count() == 1 && a.session().State == store.StateWaiting })
+	a.send("go on")
+	a.eventually("the second step", func() bool { return model.Count() >= 2 })
+	// While turn.next hangs, the operator's controls answer.
+	if _, err := a.c.Status(a.t.Context()); err != nil {
+		t.Fatalf("status while a hook hangs: %v", err)
+	}
+	a.eventually("the third request and the wait", func() bool { return model.Count() == 3 && a.session().State == store.StateWaiting })
+	msgs := model.Requests()[2].Messages
+	last := content(msgs[len(msgs)-1])
+	if !strings.Contains(last, "status: ok") || !strings.Contains(last, "ran despite the hooks") {
+		t.Fatalf("the model saw %q for the cell", last)
+	}
+	for _, m := range msgs {
+		if strings.Contains(content(m), "[klbr context.prepare]") {
+			t.Fatalf("a nonsense context.prepare reached the request: %q", content(m))
+		}
+	}
+	st, err := a.c.Status(a.t.Context())
+	if err != nil || st.Hooks == nil {
+		t.Fatalf("status: %+v %v", st.Hooks, err)
+	}
+	fell := map[string]int64{}
+	for _, s := range st.Hooks.Slots {
+		fell[s.Slot] = s.Fallbacks
+	}
+	for _, slot := range []string{"turn.prepare", "turn.next", "execution.review", "result.present", "context.prepare"} {
+		if fell[slot] == 0 {
+			t.Errorf("%s: no fallback counted (%v)", slot, fell)
+		}
+	}
+}

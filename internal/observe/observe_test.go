@@ -380,3 +380,36 @@ SLOTS["delivery.review"] = lambda i: {"decision": "hold" if not i["text"].strip(
 		t.Errorf("receipt events: %+v", evs)
 	}
 }
+
+// turn.completed and revision.activated reach a bound observer, each once,
+// with their data.
+func TestTurnAndRevisionEvents(t *testing.T) {
+	f := newFixture(t)
+	code := `
+def seen(inp):
+    kinds = inp["state"].get("kinds", [])
+    d = inp["event"]["data"]
+    return {"state": {"kinds": kinds + [inp["event"]["kind"] + ":" + str(d.get("state") or d.get("kind"))]}}
+SLOTS["log.seen"] = seen
+`
+	settings := "[[hooks.observers]]\nhandler = \"log.seen\"\nevents = [\"turn.completed\", \"revision.activated\"]\n"
+	f.release(code, settings)
+	r := New(Config{Store: f.st, Hooks: f.hk})
+	f.drain(r)
+	ctx := context.Background()
+	if err := f.st.Write(ctx, func(tx *store.Tx) error {
+		id, _, err := tx.StartAttempt(store.NewAttempt{Session: "s", WakeReason: "test"})
+		if err != nil {
+			return err
+		}
+		return tx.FinishAttempt(id, store.AttemptIdle, "done")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.release(code+"\n# next revision\n", settings) // the handler stays bound: it sees this activation
+	f.drain(r)
+	st, _, _ := f.st.HookState(ctx, "s", "log.seen")
+	if string(st) != `{"kinds":["turn.completed:idle","revision.activated:hooks"]}` {
+		t.Errorf("state %s", st)
+	}
+}
