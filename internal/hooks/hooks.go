@@ -125,7 +125,18 @@ func (d *Dispatcher) StartWorker(ctx context.Context, session, release string) (
 // current returns the session's hook worker for its active release,
 // starting one if needed.
 func (d *Dispatcher) current(ctx context.Context, session string) (*pinned, error) {
-	m, _ := d.startMu.LoadOrStore(session, &sync.Mutex{})
+	return d.currentKey(ctx, session, session)
+}
+
+// observerKey is where a session's observer worker is pinned: observers
+// run in a worker of their own, so a slow observer never holds up (or has
+// killed) the turn loop's hooks.
+func observerKey(session string) string { return session + "\x00observers" }
+
+// currentKey is current for the worker pinned at key (the session's, or
+// its observers').
+func (d *Dispatcher) currentKey(ctx context.Context, session, key string) (*pinned, error) {
+	m, _ := d.startMu.LoadOrStore(key, &sync.Mutex{})
 	mu := m.(*sync.Mutex)
 	mu.Lock()
 	defer mu.Unlock()
@@ -134,7 +145,7 @@ func (d *Dispatcher) current(ctx context.Context, session string) (*pinned, erro
 		return nil, err
 	}
 	d.mu.Lock()
-	p := d.pinned[session]
+	p := d.pinned[key]
 	closed := d.closed
 	d.mu.Unlock()
 	if closed {
@@ -155,7 +166,7 @@ func (d *Dispatcher) current(ctx context.Context, session string) (*pinned, erro
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	np := &pinned{w: w, release: sess.PolicyRevision, epoch: sess.BehaviorEpoch}
-	d.install(session, np)
+	d.install(key, np)
 	return np, nil
 }
 
@@ -222,13 +233,18 @@ func (d *Dispatcher) invokeAt(ctx context.Context, session string, pin *store.Pi
 // invokeHandler is invokeAt calling handler (a key of the release's SLOTS:
 // one of a transform's chain, an observer) for slot.
 func (d *Dispatcher) invokeHandler(ctx context.Context, session string, pin *store.Pin, slot, handler string, input any, deadline time.Duration) *call {
+	return d.invokeKey(ctx, session, session, pin, slot, handler, input, deadline)
+}
+
+// invokeKey is invokeHandler on the worker pinned at key.
+func (d *Dispatcher) invokeKey(ctx context.Context, session, key string, pin *store.Pin, slot, handler string, input any, deadline time.Duration) *call {
 	in, _ := json.Marshal(input)
 	sum := sha256.Sum256(in)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	c := &call{rec: store.HookInvocation{Session: session, Slot: slot, InputDigest: hex.EncodeToString(sum[:]), Outcome: "ok"}}
-	p, err := d.current(ctx, session)
+	p, err := d.currentKey(ctx, session, key)
 	if err == nil && pin != nil && pin.Epoch != p.epoch && pin.Release != "" {
 		var w *worker.Worker
 		if w, err = d.StartWorker(ctx, session, pin.Release); err == nil {

@@ -77,11 +77,12 @@ type Observation struct {
 }
 
 // Observe calls an observer handler with an event and its state, under the
-// session's active behavior. The invocation is recorded under the event's
+// session's active behavior, in the session's observer worker (not the one
+// the turn loop's hooks use). The invocation is recorded under the event's
 // kind as slot.
 func (d *Dispatcher) Observe(ctx context.Context, session, handler string, in ObserveInput) Observation {
 	s, _ := Lookup(in.Event.Kind)
-	c := d.invokeHandler(ctx, session, nil, in.Event.Kind, handler, in, s.Deadline)
+	c := d.invokeKey(ctx, session, observerKey(session), nil, in.Event.Kind, handler, in, s.Deadline)
 	o := Observation{Release: c.rec.Release}
 	switch {
 	case c.rec.Outcome != "ok":

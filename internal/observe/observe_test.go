@@ -413,3 +413,31 @@ SLOTS["log.seen"] = seen
 		t.Errorf("state %s", st)
 	}
 }
+
+// A slow observer runs in a worker of its own: the turn loop's hooks are
+// answered meanwhile, and none of them is timed out (or its worker killed).
+func TestSlowObserverDoesNotHoldUpTheLoopsHooks(t *testing.T) {
+	f := newFixture(t)
+	f.release(`
+def slow(inp):
+    time.sleep(1.5)
+    return {}
+SLOTS["slow.obs"] = slow
+`, "[[hooks.observers]]\nhandler = \"slow.obs\"\nevents = [\"input.accepted\"]\n")
+	r := New(Config{Store: f.st, Hooks: f.hk})
+	f.drain(r)
+	f.admit("x")
+	done := make(chan struct{})
+	go func() { defer close(done); f.drain(r) }()
+	time.Sleep(300 * time.Millisecond) // the observer sleeps in its worker
+	start := time.Now()
+	p := f.hk.Plan(context.Background(), "s", hooks.PlanInput{Now: 2, Items: []hooks.PlanItem{{ID: 1, SourceKind: "operator", ReceivedAt: 1}}})
+	if p.Fallback || time.Since(start) > time.Second {
+		t.Errorf("attention.plan during a slow observer: %+v after %s", p, time.Since(start))
+	}
+	<-done
+	stats, _ := f.st.ObserverStats(context.Background())
+	if len(stats) != 1 || stats[0].Done != 1 {
+		t.Errorf("stats: %+v", stats)
+	}
+}
