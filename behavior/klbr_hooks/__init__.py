@@ -8,9 +8,16 @@ host's default.
 
 Hooks have no effect scope: they decide, they do not act. Keep them pure and
 fast (the host gives each invocation a deadline).
+
+
+Decision slots have one handler each (``turn.prepare``, ``turn.next``,
+``execution.review`` and the ones above). Transforms (``context.prepare``,
+``delivery.prepare``, ``result.present``) are chains of handlers named, in
+order, by settings.toml's ``[hooks.transforms]``; observers are bound by its
+``[[hooks.observers]]``. Every handler is a key of SLOTS.
 """
 
-from . import compaction, jobs, model
+from . import compaction, execution, jobs, model, shaping, turn
 from .attention import plan
 from .delivery import review
 
@@ -21,6 +28,13 @@ SLOTS = {
     "compaction.plan": compaction.plan,
     "summary.prepare": compaction.prepare,
     "job.plan": jobs.plan,
+    "turn.prepare": turn.prepare,
+    "turn.next": turn.next_step,
+    "execution.review": execution.review,
+    # Transform handlers (see [hooks.transforms] in settings.toml).
+    "context.prepare": shaping.context,
+    "delivery.prepare": shaping.delivery,
+    "result.present": shaping.present,
 }
 
-__all__ = ["SLOTS", "compaction", "jobs", "model", "plan", "review"]
+__all__ = ["SLOTS", "compaction", "execution", "jobs", "model", "plan", "review", "shaping", "turn"]

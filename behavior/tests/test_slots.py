@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import json
 import os
+import tomllib
 import unittest
 
 import klbr_hooks
@@ -54,9 +55,55 @@ SAMPLES = {
         {"prompt": "Summarize.", "source_bytes": 1000, "entries": 3, "depth": 1},
         {"prompt": "Summarize.", "source_bytes": 1000, "entries": 3, "depth": 3},
     ],
+    "turn.prepare": [
+        {"session": "default", "wake": "input", "inputs": [
+            {"id": 1, "source_kind": "operator", "directed": True, "conversation": "operator"}], "deferred": 0},
+        {"session": "default", "wake": "deadline", "inputs": [], "deferred": 2},
+    ],
+    "turn.next": [
+        {"session": "default", "attempt": 3, "steps": 2, "tokens": 900, "elapsed_seconds": 4.5, "calls": 1,
+         "pending": 0, "budgets": {"max_steps": 40, "max_tokens": 2000000, "max_turn_seconds": 3600}},
+    ],
+    "execution.review": [
+        {"session": "default", "code": "print(1)", "call": "c1", "step": 4, "attempt": 2},
+    ],
+    "context.prepare": [
+        {"session": "default", "attempt": 1, "step": 1, "additions": []},
+        {"session": "default", "attempt": 1, "step": 2, "additions": ["a note"]},
+    ],
+    "delivery.prepare": [
+        {"channel": "discord", "destination": "d1", "session": "default", "limit": 2000, "parts": ["x " * 2500]},
+        {"channel": "local", "session": "default", "limit": 65536, "parts": ["hello"]},
+    ],
+    "result.present": [
+        {"session": "default", "status": "ok", "text": "status: ok\nvalue: 2"},
+    ],
 }
 
 VALIDATORS = {
+    "turn.prepare": lambda test, out: (
+        test.assertIn(out["decision"], ("start", "defer")),
+        test.assertIsInstance(out["reason"], str),
+    ),
+    "turn.next": lambda test, out: (
+        test.assertIn(out["decision"], ("continue", "wait", "end")),
+        test.assertIsInstance(out["reason"], str),
+    ),
+    "execution.review": lambda test, out: (
+        test.assertEqual(set(out), {"decision", "reason"}),
+        test.assertIn(out["decision"], ("allow", "hold")),
+    ),
+    "context.prepare": lambda test, out: (
+        test.assertEqual(set(out), {"additions"}),
+        test.assertLessEqual(len(out["additions"]), 8),
+    ),
+    "delivery.prepare": lambda test, out: (
+        test.assertEqual(set(out), {"parts"}),
+        test.assertTrue(all(0 < len(p.encode()) <= 2000 for p in out["parts"]) or out["parts"] == ["hello"]),
+    ),
+    "result.present": lambda test, out: (
+        test.assertEqual(set(out), {"text"}),
+    ),
     "model.plan": lambda test, out: (
         test.assertEqual(set(out), {"routes", "reason"}),
         test.assertIsInstance(out["routes"], list),
@@ -89,6 +136,29 @@ VALIDATORS = {
 }
 
 
+with open(os.path.join(ROOT, "settings.toml"), "rb") as _f:
+    _HOOKS = tomllib.load(_f).get("hooks", {})
+# Handlers settings.toml binds beyond the slot names: each link of a transform
+# chain is called like its slot; each observer with an event and its state.
+CHAINED = {h: slot for slot, chain in _HOOKS.get("transforms", {}).items() for h in chain}
+OBSERVERS = {o["handler"] for o in _HOOKS.get("observers", [])}
+OBSERVER_SAMPLE = {"event": {"id": 7, "kind": "input.accepted", "session": "default", "depth": 0,
+                             "data": {"input_id": 1, "source_kind": "operator", "text": "hi"}},
+                   "state": {}, "state_version": 0}
+
+
+def samples(key):
+    if key in OBSERVERS:
+        return [OBSERVER_SAMPLE]
+    return SAMPLES[CHAINED.get(key, key)]
+
+
+def validator(key):
+    if key in OBSERVERS:
+        return lambda test, out: test.assertLessEqual(set(out), {"state", "commands"})
+    return VALIDATORS[CHAINED.get(key, key)]
+
+
 def invoke(fn, data):
     """Call a handler the way the hook worker does: one dict in; an awaitable
     result is awaited."""
@@ -108,7 +178,9 @@ class SlotsTest(unittest.TestCase):
         self.assertLessEqual({"attention.plan", "delivery.review"}, set(klbr_hooks.SLOTS))
         self.assertLessEqual(set(klbr_hooks.SLOTS),
                              {"attention.plan", "delivery.review", "model.plan", "compaction.plan", "summary.prepare",
-                              "job.plan"})
+                              "job.plan",
+                              "turn.prepare", "turn.next", "execution.review",
+                              "context.prepare", "delivery.prepare", "result.present"} | set(CHAINED) | OBSERVERS)
         for slot, fn in klbr_hooks.SLOTS.items():
             with self.subTest(slot=slot):
                 self.assertIsInstance(slot, str)
@@ -116,11 +188,11 @@ class SlotsTest(unittest.TestCase):
                 inspect.signature(fn).bind({})   # takes exactly one positional input
 
     def test_every_slot_has_samples(self):
-        self.assertLessEqual(set(klbr_hooks.SLOTS), set(SAMPLES))
+        self.assertLessEqual(set(klbr_hooks.SLOTS), set(SAMPLES) | set(CHAINED) | OBSERVERS)
 
     def test_results_are_json_objects_within_the_frame_bound(self):
         for slot, fn in klbr_hooks.SLOTS.items():
-            for data in SAMPLES[slot]:
+            for data in samples(slot):
                 with self.subTest(slot=slot, data=data):
                     with no_effects() as attempts:
                         out = invoke(fn, data)
@@ -129,7 +201,7 @@ class SlotsTest(unittest.TestCase):
                     encoded = json.dumps(out, allow_nan=False).encode()
                     self.assertLessEqual(len(encoded), FRAME_MAX)
                     self.assertEqual(json.loads(encoded), out)
-                    VALIDATORS[slot](self, out)
+                    validator(slot)(self, out)
 
     def test_bad_input_is_a_value_error_not_an_effect(self):
         for slot, fn in klbr_hooks.SLOTS.items():

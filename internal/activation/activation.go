@@ -197,21 +197,11 @@ func (s *Service) checkSlots(ctx context.Context, session, release string) (*wor
 	if err != nil {
 		return nil, fmt.Errorf("%w: its hook worker did not start: %v", ErrCandidate, err)
 	}
-	for slot, f := range slotFixtures {
-		if !f.required {
-			continue
-		}
-		b, _ := json.Marshal(f.input)
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		out, err := w.Invoke(cctx, slot, b)
-		cancel()
-		if err == nil {
-			err = f.check(slot, out)
-		}
-		if err != nil {
-			w.Kill()
-			return nil, fmt.Errorf("%w: %s: %v", ErrCandidate, slot, err)
-		}
+	// Every slot the registry has a fixture for, and the release's [hooks]
+	// binding (hooks.CheckCandidate).
+	if err := hooks.CheckCandidate(ctx, w, s.releases.Tree(release)); err != nil {
+		w.Kill()
+		return nil, fmt.Errorf("%w: %v", ErrCandidate, err)
 	}
 	return w, nil
 }

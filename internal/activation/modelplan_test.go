@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/provider"
+	"github.com/klbr-dev/klbr/internal/store"
 )
 
 const planHooks = `
@@ -58,7 +59,7 @@ func TestModelPlan(t *testing.T) {
 			t.Errorf("%+v: %+v", tc.in.RequestMeta, p)
 		}
 	}
-	invs, err := f.st.HookInvocations(ctx, "s")
+	invs, err := func() ([]store.HookInvocationRecord, error) { f.hk.Flush(); return f.st.HookInvocations(ctx, "s") }()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func TestModelPlanAbsent(t *testing.T) {
 			t.Fatalf("%+v", p)
 		}
 	}
-	invs, _ := f.st.HookInvocations(ctx, "s")
+	invs, _ := func() ([]store.HookInvocationRecord, error) { f.hk.Flush(); return f.st.HookInvocations(ctx, "s") }()
 	n := 0
 	for _, inv := range invs {
 		if inv.Slot == "model.plan" {

@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -331,18 +333,30 @@ func (o *Ops) hooksList(ctx context.Context, session string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"release": sess.PolicyRevision, "epoch": sess.BehaviorEpoch, "slots": []string{hooks.SlotPlan, hooks.SlotReview}}, nil
-}
-
-var slotDocs = map[string]map[string]string{
-	hooks.SlotPlan: {
-		"doc":      "Orders the inputs waiting for attention. Operator input first; DMs and mentions before ambient chatter; ambient items may be deferred.",
-		"contract": `{"items":[{"id","source_kind","directed","conversation","received_at"}],"now"} -> {"order":[ids],"defer":[{"id","until"}],"reason"}; on failure the host's default plan is used`,
-	},
-	hooks.SlotReview: {
-		"doc":      "Reviews an explicit send before it is delivered. Fails closed: anything but a well-formed decision holds the send.",
-		"contract": `{"channel","text","destination","session","frame"} -> {"decision":"allow"|"hold","reason"}`,
-	},
+	b := o.svc.hooks.Binding(sess.PolicyRevision)
+	type entry struct {
+		hooks.Slot
+		Handlers []string `json:"handlers"` // what the release binds, in order
+		Required bool     `json:"required,omitempty"`
+	}
+	var slots []entry
+	for _, s := range hooks.Slots() {
+		e := entry{Slot: s, Handlers: []string{}, Required: !s.Optional || b.IsRequired(s.Name)}
+		switch s.Kind {
+		case hooks.KindTransform:
+			e.Handlers = append(e.Handlers, b.Transforms[s.Name]...)
+		case hooks.KindObserver:
+			for _, ob := range b.Observers {
+				if slices.Contains(ob.Events, s.Name) {
+					e.Handlers = append(e.Handlers, ob.Handler)
+				}
+			}
+		default:
+			e.Handlers = append(e.Handlers, s.Name)
+		}
+		slots = append(slots, e)
+	}
+	return map[string]any{"release": sess.PolicyRevision, "epoch": sess.BehaviorEpoch, "slots": slots, "observers": b.Observers}, nil
 }
 
 func (o *Ops) hooksDescribe(args json.RawMessage) (any, error) {
@@ -350,11 +364,13 @@ func (o *Ops) hooksDescribe(args json.RawMessage) (any, error) {
 		Slot string `json:"slot"`
 	}
 	json.Unmarshal(args, &a)
-	d, ok := slotDocs[a.Slot]
+	s, ok := hooks.Lookup(a.Slot)
 	if !ok {
-		return nil, invalid("unknown slot %q (slots: %s, %s)", a.Slot, hooks.SlotPlan, hooks.SlotReview)
+		return nil, invalid("unknown slot %q (slots: %s)", a.Slot, strings.Join(hooks.SlotNames(), ", "))
 	}
-	return map[string]any{"slot": a.Slot, "doc": d["doc"], "contract": d["contract"]}, nil
+	return map[string]any{"slot": s.Name, "kind": s.Kind, "doc": s.Doc, "input": s.Input, "output": s.Output,
+		"deadline_ms": s.DeadlineMS, "failure": s.Failure, "default": s.Default, "optional": s.Optional,
+		"example_input": s.Fixture, "contract": s.Input + " -> " + s.Output + "; " + s.Failure}, nil
 }
 
 // hooksTest invokes a slot in a fresh worker of the given (or active)
@@ -362,14 +378,23 @@ func (o *Ops) hooksDescribe(args json.RawMessage) (any, error) {
 func (o *Ops) hooksTest(ctx context.Context, session string, args json.RawMessage) (any, error) {
 	var a struct {
 		Slot    string          `json:"slot"`
+		Handler string          `json:"handler"`
 		Input   json.RawMessage `json:"input"`
 		Release string          `json:"release"`
 	}
 	if err := json.Unmarshal(args, &a); err != nil {
 		return nil, invalid("hooks.test: %v", err)
 	}
-	if _, ok := slotDocs[a.Slot]; !ok {
-		return nil, invalid("unknown slot %q", a.Slot)
+	handler := a.Slot
+	if _, ok := hooks.Lookup(a.Slot); !ok {
+		// A handler of a transform chain or an observer (a key of SLOTS)
+		// may be tested by its own name.
+		if a.Handler == "" {
+			return nil, invalid("unknown slot %q (slots: %s)", a.Slot, strings.Join(hooks.SlotNames(), ", "))
+		}
+	}
+	if a.Handler != "" {
+		handler = a.Handler
 	}
 	rel := a.Release
 	if pin, ok := workbench.PinFrom(ctx); ok && rel == "" {
@@ -394,12 +419,21 @@ func (o *Ops) hooksTest(ctx context.Context, session string, args json.RawMessag
 	start := time.Now()
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	out, err := w.Invoke(ictx, a.Slot, a.Input)
+	out, err := w.Invoke(ictx, handler, a.Input)
 	lat := float64(time.Since(start).Microseconds()) / 1000
 	if err != nil {
 		return map[string]any{"ok": false, "outcome": "error", "error": err.Error(), "latency_ms": lat}, nil
 	}
-	return map[string]any{"ok": true, "outcome": "ok", "result": out, "latency_ms": lat}, nil
+	res := map[string]any{"ok": true, "outcome": "ok", "result": out, "latency_ms": lat, "effects": "fake"}
+	if _, known := hooks.Lookup(a.Slot); known {
+		// The host's own reading of the answer: what it would use or refuse.
+		if verr := hooks.Validate(a.Slot, a.Input, out); verr != nil {
+			res["valid"], res["invalid"] = false, verr.Error()
+		} else {
+			res["valid"] = true
+		}
+	}
+	return res, nil
 }
 
 func (o *Ops) hooksTrace(ctx context.Context, session string, args json.RawMessage) (any, error) {
@@ -412,7 +446,9 @@ func (o *Ops) hooksTrace(ctx context.Context, session string, args json.RawMessa
 		a.Limit = 20
 	}
 	// Newest first, each with its time, release, epoch, slot, latency,
-	// outcome and the ref (digest) of its stored input.
+	// outcome and the ref (digest) of its stored input; the records still
+	// batched in memory are written first.
+	o.svc.hooks.Flush()
 	all, err := o.svc.store.HookTrace(ctx, session, a.Limit, a.Inputs)
 	if err != nil {
 		return nil, err

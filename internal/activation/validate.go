@@ -133,6 +133,25 @@ var slotFixtures = map[string]slotFixture{
 	hooks.SlotJobPlan:        {input: jobs.PlanInput{Kind: "command", Spec: json.RawMessage(`{"argv":["true"]}`), Recovery: "manual"}},
 }
 
+// The slots of the hooks registry (hooks.Slots) that the table above does
+// not name get the registry's example input, checked as hooks.test checks an
+// answer: a slot added to the host is validated and replayed without an
+// entry here. Observers are not called with a fixture (they act on real
+// events); hooks.CheckCandidate looks them up.
+func init() {
+	for _, sl := range hooks.Slots() {
+		if _, ok := slotFixtures[sl.Name]; ok || sl.Fixture == nil || sl.Kind == hooks.KindObserver {
+			continue
+		}
+		name, in := sl.Name, sl.Fixture
+		raw, err := json.Marshal(in)
+		if err != nil {
+			panic(fmt.Sprintf("hooks registry: %s's example input: %v", name, err))
+		}
+		slotFixtures[name] = slotFixture{input: in, shape: func(out json.RawMessage) error { return hooks.Validate(name, raw, out) }}
+	}
+}
+
 // suiteReport is what klbr_runtime.validate prints.
 type suiteReport struct {
 	OK       bool     `json:"ok"`
@@ -302,6 +321,12 @@ func (s *Service) Validate(ctx context.Context, session, release string) (Report
 			return refuse("%s: %v", slot, err)
 		}
 		rep.Slots = append(rep.Slots, Check{Name: slot, OK: true})
+	}
+	// The release's [hooks] binding: the slots it requires answer (and are
+	// bound), the observers it names exist.
+	if err := hooks.CheckCandidate(ctx, w, s.releases.Tree(release)); err != nil {
+		rep.Slots = append(rep.Slots, Check{Name: "[hooks]", Detail: err.Error()})
+		return refuse("%v", err)
 	}
 
 	rstart := time.Now()

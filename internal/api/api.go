@@ -76,6 +76,8 @@ type Status struct {
 	Sessions []SessionStatus    `json:"sessions"`
 	// Jobs are the durable jobs running now and the scheduler's next wake-up.
 	Jobs *JobsStatus `json:"jobs,omitempty"`
+	// Hooks is the hooks' diagnostics (nil when no hook worker can run).
+	Hooks *HooksStatus `json:"hooks,omitempty"`
 }
 
 // JobsStatus is the jobs part of status.

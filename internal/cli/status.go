@@ -69,6 +69,7 @@ func newStatus(g *globals) *cobra.Command {
 			printJobsStatus(g, st.Jobs)
 			fmt.Fprintln(g.env.Stdout)
 			printSessions(g, st.Sessions)
+			printHooks(g, st.Hooks)
 			return nil
 		},
 	}
@@ -155,4 +156,36 @@ func downgrade(s store.SchemaStatus) string {
 		return fmt.Sprintf("a klbr-core of schema %d can still run on it", s.ReadableBy)
 	}
 	return "no downgrade: an older klbr-core refuses it; restore a backup to go back"
+}
+
+// printHooks prints the slots that were called or fell back, every observer
+// binding, and the loop limits.
+func printHooks(g *globals, h *api.HooksStatus) {
+	if h == nil {
+		return
+	}
+	fmt.Fprintln(g.env.Stdout)
+	fmt.Fprintf(g.env.Stdout, "hooks: observer loop limits: causal depth %d, %d commands per %gs per session\n",
+		h.Limits.MaxDepth, h.Limits.Quota, h.Limits.WindowSeconds)
+	tw := tabwriter.NewWriter(g.env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SLOT\tCALLS\tFALLBACKS\tFAILED\tDEFAULTED\tMEAN")
+	for _, s := range h.Slots {
+		if s.Invocations == 0 && s.Skipped == 0 {
+			continue
+		}
+		mean := time.Duration(0)
+		if s.Invocations > 0 {
+			mean = s.Latency / time.Duration(s.Invocations)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", s.Slot, s.Invocations, s.Fallbacks, s.Failures, s.Skipped, mean.Round(time.Microsecond))
+	}
+	tw.Flush()
+	for _, o := range h.Observers {
+		fmt.Fprintf(g.env.Stdout, "%s observer %s: backlog %d, done %d, dead letters %d, commands %d (%d refused by the loop limits)",
+			o.Session, o.Handler, o.Backlog, o.Done, o.DeadLetters, o.Commands, o.Refused)
+		if o.Paused != "" {
+			fmt.Fprintf(g.env.Stdout, "; PAUSED: %s", o.Paused)
+		}
+		fmt.Fprintln(g.env.Stdout)
+	}
 }

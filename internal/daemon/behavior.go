@@ -22,7 +22,9 @@ import (
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/pyenv"
 	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/turn"
 	"github.com/klbr-dev/klbr/internal/workbench"
+	"github.com/klbr-dev/klbr/internal/worker"
 )
 
 // behaviorSource is the tree published as the default release: the
@@ -77,6 +79,7 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 	})
 	d.logSkills(man.ID)
 	d.bench.SetOps("code.", code.NewOps(rel, behaviortree.Tree()))
+	d.bench.SetPresent(presentResult(d.hooks))
 	if err := d.behavior.Publish(ctx, man); err != nil {
 		return err
 	}
@@ -241,5 +244,14 @@ func (d *daemon) skillsFor(dataDir string, rel *behavior.Releases) workbench.Ski
 			return set, "", err
 		}
 		return set, file, os.Rename(tmp, file)
+	}
+}
+
+// presentResult is result.present over the host's rendering of an outcome.
+func presentResult(h *hooks.Dispatcher) workbench.PresentFunc {
+	return func(ctx context.Context, session string, pin store.Pin, out *worker.Outcome) (string, bool) {
+		text := turn.RenderOutcome(*out)
+		got := h.PresentResultAt(context.WithoutCancel(ctx), session, &pin, hooks.PresentInput{Session: session, Status: out.Status, Text: text})
+		return got, got != text
 	}
 }

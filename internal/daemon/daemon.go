@@ -33,6 +33,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/localapi"
 	"github.com/klbr-dev/klbr/internal/metrics"
+	"github.com/klbr-dev/klbr/internal/observe"
 	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/pyenv"
@@ -86,7 +87,9 @@ type daemon struct {
 	turns    *turn.Loop       // nil when the agent does not run
 	routes   *provider.Router // the turns' routes; nil when the agent does not run
 	jobs     *jobs.Manager    // nil when cells cannot run
-	agent    string           // whether the agent runs, for status
+	// observers runs the durable observers (nil when cells cannot run).
+	observers *observe.Runner
+	agent     string // whether the agent runs, for status
 
 	ingress *ingress.Server // the ingress API (klbr-discord)
 
@@ -193,6 +196,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err := d.startTurns(ctx, cfg, m, resume); err != nil {
 		return fmt.Errorf("serve: agent: %w", err)
 	}
+	if err := d.startObservers(ctx, m); err != nil {
+		return fmt.Errorf("serve: observers: %w", err)
+	}
+	if d.observers != nil {
+		defer d.observers.Close()
+	}
 	if d.turns != nil {
 		defer d.turns.Close()
 	}
@@ -205,6 +214,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		ctl.WithWorkbench(d.countCells(d.bench), nil).WithBehavior(d.behavior, d.releases)
 		if d.jobs != nil {
 			ctl.WithJobs(d.jobs)
+		}
+		if d.observers != nil {
+			ctl.WithReplay(d.replay)
 		}
 	} else {
 		ctl.WithWorkbench(nil, d.benchErr)
@@ -355,6 +367,9 @@ func (d *daemon) drain(timeout time.Duration, ls *listeners, servers ...*http.Se
 	if d.bench != nil {
 		d.bench.Close()
 	}
+	if d.observers != nil {
+		d.observers.Close() // a delivery in flight stays pending: retried at the next start
+	}
 	if d.hooks != nil {
 		d.hooks.Close()
 	}
@@ -446,6 +461,17 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 			}
 		}
 		st.Sessions = append(st.Sessions, ss)
+	}
+	if d.hooks != nil {
+		obs, err := d.store.ObserverStats(ctx)
+		if err != nil {
+			return api.Status{}, err
+		}
+		st.Hooks = &api.HooksStatus{Slots: d.hooks.Stats(), Observers: obs}
+		if d.observers != nil {
+			l := d.observers.Limits()
+			st.Hooks.Limits = api.LoopLimits{MaxDepth: l.MaxDepth, Quota: l.Quota, WindowSeconds: l.Window.Seconds()}
+		}
 	}
 	return st, nil
 }

@@ -74,7 +74,7 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		return err
 	}
 	d.turns = turn.New(turn.Config{
-		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Model: model, Route: a.Route,
+		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Policy: d.hooks, Model: model, Route: a.Route,
 		URL: route.URL, ModelName: route.Model,
 		Prompt: releasePrompt(d.releases.Tree, d.skillIndex), Maintenance: d.maintenanceSkill, Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),
 		Compactor: compactor, Estimator: est, Compaction: d.hooks,

@@ -50,8 +50,34 @@ func (l *Local) HandleRequest(ctx context.Context, r worker.Request) (json.RawMe
 	if session == "" || !pinned || err != nil {
 		return nil, &worker.RequestError{Code: "invalid", Message: "local.send outside a journaled cell"}
 	}
+	// delivery.prepare may make several sends of it, each reviewed and
+	// receipted on its own (a part after the first is its own request).
+	parts := l.hooks.PrepareDeliveryAt(ctx, session, &pin, hooks.DeliveryInput{Channel: "local", Session: session, Limit: MaxSendBytes, Parts: []string{a.Text}})
+	var receipts []store.Receipt
+	for i, part := range parts {
+		req := r.ID
+		if i > 0 {
+			req = -(r.ID*hooks.MaxParts + int64(i))
+		}
+		rc, err := l.sendOne(ctx, session, pin, exec, req, part)
+		if err != nil {
+			return nil, err
+		}
+		receipts = append(receipts, rc)
+	}
+	if len(receipts) == 1 {
+		return json.Marshal(receipts[0])
+	}
+	return json.Marshal(struct {
+		store.Receipt
+		Parts []store.Receipt `json:"parts"`
+	}{receipts[0], receipts})
+}
+
+// sendOne reviews and records one send.
+func (l *Local) sendOne(ctx context.Context, session string, pin store.Pin, exec, req int64, text string) (store.Receipt, error) {
 	// The review runs outside any transaction, under the cell's own behavior.
-	dec := l.hooks.ReviewAt(ctx, session, &pin, hooks.ReviewInput{Channel: "local", Text: a.Text, Session: session})
+	dec := l.hooks.ReviewAt(ctx, session, &pin, hooks.ReviewInput{Channel: "local", Text: text, Session: session})
 	status := "held"
 	if dec.Allow {
 		status = "confirmed"
@@ -59,14 +85,10 @@ func (l *Local) HandleRequest(ctx context.Context, r worker.Request) (json.RawMe
 	var rc store.Receipt
 	// The receipt is recorded even if the cell is being interrupted: the
 	// review happened, and a retry must find it.
-	wctx := context.WithoutCancel(ctx)
-	err = l.store.Write(wctx, func(tx *store.Tx) (err error) {
-		rc, err = tx.RecordLocalSend(store.LocalSend{Session: session, Execution: exec, Request: r.ID, Text: a.Text,
+	err := l.store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) (err error) {
+		rc, err = tx.RecordLocalSend(store.LocalSend{Session: session, Execution: exec, Request: req, Text: text,
 			Status: status, Reason: dec.Reason, Epoch: pin.Epoch, Release: pin.Release, Fallback: dec.Fallback})
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(rc)
+	return rc, err
 }

@@ -58,8 +58,14 @@ type Config struct {
 type Dispatcher struct {
 	cfg Config
 
-	mu     sync.Mutex // guards pinned, retiring, gen, closed, noModelPlan
+	mu     sync.Mutex // guards pinned, retiring, gen, closed, noModelPlan, absent, bindings
 	pinned map[string]*pinned
+	// absent holds release+"\x00"+slot of optional slots a release's SLOTS
+	// does not bind: the host's default applies without asking.
+	absent   map[string]bool
+	bindings map[string]Binding // by release
+	stats    *Stats
+	rec      *recorder
 	// noModelPlan holds the releases whose SLOTS have no model.plan: the
 	// host's default applies without asking (model.plan is optional).
 	noModelPlan map[string]bool
@@ -110,7 +116,10 @@ func New(cfg Config) *Dispatcher {
 	if cfg.WorkerEvent == nil {
 		cfg.WorkerEvent = func(string) {}
 	}
-	return &Dispatcher{cfg: cfg, pinned: map[string]*pinned{}, retiring: map[*worker.Worker]struct{}{}, noModelPlan: map[string]bool{}}
+	d := &Dispatcher{cfg: cfg, pinned: map[string]*pinned{}, retiring: map[*worker.Worker]struct{}{}, noModelPlan: map[string]bool{},
+		absent: map[string]bool{}, bindings: map[string]Binding{}, stats: newStats()}
+	d.startRecorder()
+	return d
 }
 
 // Config returns what the dispatcher was made with.
@@ -147,7 +156,18 @@ func (d *Dispatcher) StartWorker(ctx context.Context, session, release string) (
 // current returns the session's hook worker for its active release,
 // starting one if needed.
 func (d *Dispatcher) current(ctx context.Context, session string) (*pinned, error) {
-	m, _ := d.startMu.LoadOrStore(session, &sync.Mutex{})
+	return d.currentKey(ctx, session, session)
+}
+
+// observerKey is where a session's observer worker is pinned: observers
+// run in a worker of their own, so a slow observer never holds up (or has
+// killed) the turn loop's hooks.
+func observerKey(session string) string { return session + "\x00observers" }
+
+// currentKey is current for the worker pinned at key (the session's, or
+// its observers').
+func (d *Dispatcher) currentKey(ctx context.Context, session, key string) (*pinned, error) {
+	m, _ := d.startMu.LoadOrStore(key, &sync.Mutex{})
 	mu := m.(*sync.Mutex)
 	mu.Lock()
 	defer mu.Unlock()
@@ -156,7 +176,7 @@ func (d *Dispatcher) current(ctx context.Context, session string) (*pinned, erro
 		return nil, err
 	}
 	d.mu.Lock()
-	p := d.pinned[session]
+	p := d.pinned[key]
 	closed := d.closed
 	d.mu.Unlock()
 	if closed {
@@ -178,7 +198,7 @@ func (d *Dispatcher) current(ctx context.Context, session string) (*pinned, erro
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	np := &pinned{w: w, release: sess.PolicyRevision, epoch: sess.BehaviorEpoch}
-	d.install(session, np)
+	d.install(key, np)
 	return np, nil
 }
 
@@ -239,13 +259,24 @@ func (d *Dispatcher) invoke(ctx context.Context, session, slot string, input any
 // When the pin is not the session's live epoch (the cell started before an
 // activation), a worker of the pinned release answers, then goes.
 func (d *Dispatcher) invokeAt(ctx context.Context, session string, pin *store.Pin, slot string, input any, deadline time.Duration) *call {
+	return d.invokeHandler(ctx, session, pin, slot, slot, input, deadline)
+}
+
+// invokeHandler is invokeAt calling handler (a key of the release's SLOTS:
+// one of a transform's chain, an observer) for slot.
+func (d *Dispatcher) invokeHandler(ctx context.Context, session string, pin *store.Pin, slot, handler string, input any, deadline time.Duration) *call {
+	return d.invokeKey(ctx, session, session, pin, slot, handler, input, deadline)
+}
+
+// invokeKey is invokeHandler on the worker pinned at key.
+func (d *Dispatcher) invokeKey(ctx context.Context, session, key string, pin *store.Pin, slot, handler string, input any, deadline time.Duration) *call {
 	in, _ := json.Marshal(input)
 	sum := sha256.Sum256(in)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	c := &call{rec: store.HookInvocation{Session: session, Slot: slot, InputDigest: hex.EncodeToString(sum[:]), Outcome: "ok", Input: in}}
-	p, err := d.current(ctx, session)
+	p, err := d.currentKey(ctx, session, key)
 	if err == nil && pin != nil && pin.Epoch != p.epoch && pin.Release != "" {
 		var w *worker.Worker
 		if w, err = d.StartWorker(ctx, session, pin.Release); err == nil {
@@ -257,7 +288,7 @@ func (d *Dispatcher) invokeAt(ctx context.Context, session string, pin *store.Pi
 	}
 	if err == nil {
 		c.rec.Release, c.rec.Epoch = p.release, p.epoch
-		c.result, err = p.w.Invoke(ctx, slot, in)
+		c.result, err = p.w.Invoke(ctx, handler, in)
 	}
 	switch {
 	case err == nil:
@@ -275,26 +306,12 @@ func (d *Dispatcher) invokeAt(ctx context.Context, session string, pin *store.Pi
 	return c
 }
 
-// finish stores the invocation's record, outside the caller's deadline.
+// finish records the invocation, outside the caller's deadline and off its
+// path (see recorder).
 func (d *Dispatcher) finish(c *call) {
 	d.cfg.Observe(c.rec.Slot, c.rec.Outcome, c.rec.Latency)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	d.slots.Store(c.rec.Slot, struct{}{})
-	prune := d.recorded.Add(1)%pruneEvery == 0
-	if err := d.cfg.Store.Write(ctx, func(tx *store.Tx) error {
-		if err := tx.RecordHookInvocation(c.rec); err != nil {
-			return err
-		}
-		if prune {
-			// Inputs are kept for replay: the newest KeepInputs of each slot.
-			_, err := tx.PruneHookInputs(d.seenSlots(c.rec.Slot), KeepInputs)
-			return err
-		}
-		return nil
-	}); err != nil {
-		d.cfg.Log.Error("hooks: record invocation", "slot", c.rec.Slot, "error", err)
-	}
+	d.stats.add(c.rec.Slot, c.rec.Outcome, c.rec.Fallback, c.rec.Latency)
+	d.record(c.rec)
 }
 
 // Close stops every hook worker and waits, bounded, until their trees are
@@ -315,6 +332,7 @@ func (d *Dispatcher) Close() {
 		w.Stop()
 	}
 	worker.WaitDone(ws, 5*time.Second)
+	d.closeRecorder()
 }
 
 // CheckResult validates a slot's answer to input as the host would.
@@ -368,6 +386,16 @@ func CheckResult(slot string, input any, out json.RawMessage) error {
 		if err := json.Unmarshal(out, &r); err != nil || r.Prompt == nil || *r.Prompt == "" {
 			return fmt.Errorf("answered %s, not {prompt}", truncate(out))
 		}
+	case SlotTurnPrepare:
+		in, _ := input.(PrepareTurnInput)
+		_, err := decodeTurnPrep(in, out)
+		return err
+	case SlotTurnNext:
+		_, err := decodeNext(out)
+		return err
+	case SlotExecutionReview:
+		_, _, err := decodeVerdict(slot, out)
+		return err
 	default:
 		return fmt.Errorf("unknown slot %q", slot)
 	}

@@ -272,8 +272,13 @@ func receipt(e store.Effect) Receipt {
 		MessageID: e.MessageID, ReplyReference: e.ReplyReference, ItemID: e.ItemID, ErrorCode: e.ErrorCode, Error: e.Error, Repeat: e.Repeat}
 }
 
+// Preparer is delivery.prepare (package hooks): the parts a send is made of.
+type Preparer interface {
+	PrepareDeliveryAt(ctx context.Context, session string, pin *store.Pin, in hooks.DeliveryInput) []string
+}
+
 func (o *Ops) send(ctx context.Context, session string, r worker.Request, ref, text, replyTo string, itemID int64) (json.RawMessage, error) {
-	if text == "" || len(text) > MaxSendBytes || !utf8.ValidString(text) {
+	if text == "" || len(text) > MaxSendBytes*hooks.MaxParts || !utf8.ValidString(text) {
 		return nil, refuse("invalid", "discord send: text must be 1 to %d bytes of UTF-8", MaxSendBytes)
 	}
 	if replyTo != "" && !isSnowflake(replyTo) {
@@ -303,15 +308,58 @@ func (o *Ops) send(ctx context.Context, session string, r worker.Request, ref, t
 	if call, ok := workbench.CallFrom(ctx); ok {
 		frame = call.Frame
 	}
-	// Reviewed outside any transaction, under the cell's own behavior; a
-	// review that does not decide holds the send.
-	dec := o.review.ReviewAt(ctx, session, &pin, hooks.ReviewInput{Channel: "discord", Text: text, Destination: c.Alias, Session: session})
-	n := store.NewEffect{Session: session, Kind: store.EffectSend, ConversationID: c.ID, IdempotencyKey: fmt.Sprintf("x%d/r%d", exec, r.ID),
-		Nonce: newNonce(), Text: text, Target: replyTo, ItemID: itemID, Execution: exec, Frame: frame, Epoch: pin.Epoch}
-	if !dec.Allow {
-		n.Held, n.Reason = true, "held by delivery.review: "+dec.Reason
+	// delivery.prepare shapes the text into parts (Discord takes 2,000
+	// bytes a message); each part is reviewed, sent and receipted on its own,
+	// to the same destination.
+	parts := []string{text}
+	if p, ok := o.review.(Preparer); ok {
+		parts = p.PrepareDeliveryAt(ctx, session, &pin, hooks.DeliveryInput{Channel: "discord", Destination: c.Alias, Session: session,
+			Limit: MaxSendBytes, Parts: parts})
 	}
-	return o.enqueueAndWait(ctx, session, n)
+	for _, part := range parts {
+		if len(part) > MaxSendBytes {
+			return nil, refuse("invalid", "discord send: text must be 1 to %d bytes of UTF-8 (delivery.prepare did not split %d bytes)", MaxSendBytes, len(text))
+		}
+	}
+	var first json.RawMessage
+	var receipts []json.RawMessage
+	for i, part := range parts {
+		// Reviewed outside any transaction, under the cell's own behavior; a
+		// review that does not decide holds the send.
+		dec := o.review.ReviewAt(ctx, session, &pin, hooks.ReviewInput{Channel: "discord", Text: part, Destination: c.Alias, Session: session})
+		key := fmt.Sprintf("x%d/r%d", exec, r.ID)
+		n := store.NewEffect{Session: session, Kind: store.EffectSend, ConversationID: c.ID, IdempotencyKey: key,
+			Nonce: newNonce(), Text: part, Target: replyTo, ItemID: itemID, Execution: exec, Frame: frame, Epoch: pin.Epoch}
+		if i > 0 {
+			// Only the first part replies or answers an item.
+			n.IdempotencyKey, n.Target, n.ItemID = fmt.Sprintf("%s/p%d", key, i), "", 0
+		}
+		if !dec.Allow {
+			n.Held, n.Reason = true, "held by delivery.review: "+dec.Reason
+		}
+		rc, err := o.enqueueAndWait(ctx, session, n)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			first = rc
+		}
+		receipts = append(receipts, rc)
+	}
+	if len(parts) == 1 {
+		return first, nil
+	}
+	return withParts(first, receipts)
+}
+
+// withParts is the first part's receipt with every part's under "parts".
+func withParts(first json.RawMessage, parts []json.RawMessage) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(first, &m); err != nil {
+		return nil, err
+	}
+	m["parts"], _ = json.Marshal(parts)
+	return json.Marshal(m)
 }
 
 func (o *Ops) react(ctx context.Context, session string, r worker.Request, ref, messageID, emoji string) (json.RawMessage, error) {

@@ -58,6 +58,7 @@ type Server struct {
 	benchErr error
 
 	activation *activation.Service // nil when releases are unavailable
+	replay     Replayer            // nil when observers do not run
 	releases   *behavior.Releases
 	daemon     Daemon
 	history    *history.Reader // nil: no history endpoints
@@ -158,6 +159,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/releases", s.handlePublish)
 	mux.HandleFunc("POST /v1/sessions/{session}/activate", s.handleActivate)
 	mux.HandleFunc("POST /v1/sessions/{session}/rollback", s.handleRollback)
+	mux.HandleFunc("POST /v1/sessions/{session}/hooks/replay", s.handleReplay)
 	mux.HandleFunc("POST /v1/drain", s.handleShutdown(false))
 	mux.HandleFunc("POST /v1/stop", s.handleShutdown(true))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

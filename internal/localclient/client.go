@@ -308,6 +308,13 @@ func (c *Client) Rollback(ctx context.Context, session string) (activation.Resul
 	return r, err
 }
 
+// Replay delivers an observer's events again with fake effects.
+func (c *Client) Replay(ctx context.Context, session string, req api.ReplayRequest) (api.Replay, error) {
+	var r api.Replay
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/hooks/replay", req, &r)
+	return r, err
+}
+
 // Publish publishes the tree at an absolute path as a release.
 func (c *Client) Publish(ctx context.Context, path string) (api.Release, error) {
 	var r api.Release

@@ -27,7 +27,9 @@ type Metrics struct {
 	placement  *prometheus.GaugeVec
 	workers    *prometheus.CounterVec
 	hooks      *prometheus.HistogramVec
-	model      *model
+	// observerLatency is set by WatchHooks.
+	observerLatency *prometheus.HistogramVec
+	model           *model
 
 	backoffsMu sync.Mutex
 	backoffs   func() []Backoff // set by WatchAgent

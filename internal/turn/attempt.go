@@ -87,8 +87,13 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 		}
 		a.pin = store.Pin{Epoch: s.BehaviorEpoch, Release: s.PolicyRevision}
 		a.id, _, err = tx.StartAttempt(store.NewAttempt{Session: r.session, Frame: a.frame, WakeReason: wake})
+		if err == nil && r.guidance != "" {
+			// turn.prepare's guidance: the attempt's model sees it first.
+			_, err = tx.Notice(r.session, "turn.guidance", map[string]any{"attempt": a.id, "guidance": r.guidance}, true)
+		}
 		return err
 	})
+	r.guidance = ""
 	if err != nil {
 		return fmt.Errorf("start attempt: %w", err)
 	}
@@ -158,6 +163,11 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 		case err != nil:
 			return r.pause(a, "context assembly failed: "+err.Error())
 		}
+		if adds := r.additions(ctx, a); len(adds) > 0 {
+			// context.prepare's additions ride on this request only, after
+			// the history, labeled as the policy's: nothing is removed.
+			msgs = append(msgs, provider.Message{Role: "user", Content: "[klbr context.prepare]\n" + strings.Join(adds, "\n\n")})
+		}
 		a.steps++
 		started := cfg.Clock()
 		phase, end := pre.phase(ctx)
@@ -217,6 +227,14 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 				r.retryAt = cfg.Clock().Add(b.backoff(r.cellErrors))
 			}
 			return r.finish(a, store.AttemptInterrupted, interruption(interrupted, ctx))
+		}
+		if w == nil {
+			switch n := r.next(ctx, a, len(resp.ToolCalls)); n.Decision {
+			case "end":
+				return r.endByPolicy(ctx, a, n.Reason)
+			case "wait":
+				w = &wait{seconds: n.Seconds, reason: "turn.next: " + clip(n.Reason, 200)}
+			}
 		}
 		if w != nil {
 			waited, err := r.commitWait(ctx, a, w)
@@ -524,6 +542,14 @@ func (r *runner) runCalls(ctx context.Context, pre *preemption, a *attempt, step
 		}
 		if state != "" {
 			if err := r.closeCall(ctx, step, c.ID, state, msg); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		if held := r.reviewCell(ctx, a, step, c.ID, code); held != "" {
+			if err := r.l.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
+				return tx.HoldToolCall(r.session, step, c.ID, held)
+			}); err != nil {
 				return nil, nil, err
 			}
 			continue

@@ -252,6 +252,8 @@ func renderNotice(kind string, content json.RawMessage) string {
 		return "[klbr] " + str("text")
 	case "turn.ended":
 		return "[klbr] Your last attempt was ended by a loop guard: " + str("reason") + ". This is a new attempt."
+	case "turn.guidance":
+		return "[klbr turn.prepare] " + str("guidance")
 	case "turn.resumed":
 		return "[klbr] " + str("reason") + ". Check what state your work is in before you go on."
 	}
@@ -272,6 +274,15 @@ func renderResult(it store.ContextItem) string {
 	if json.Unmarshal(it.Content, &o) != nil {
 		return string(it.Content)
 	}
+	if o.Presented != nil {
+		return *o.Presented // result.present's, chosen when the cell finished
+	}
+	return RenderOutcome(o)
+}
+
+// RenderOutcome is the host's rendering of a cell's outcome for the model:
+// what result.present is given.
+func RenderOutcome(o worker.Outcome) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "status: %s\n", o.Status)
 	for _, c := range o.Output.Preview {

@@ -77,8 +77,11 @@ type Config struct {
 	Sessions *session.Manager
 	Bench    Bench
 	Planner  Planner // nil: hooks.DefaultPlan
-	Model    Model
-	Route    string // the route's name, for records and metrics
+	// Policy is turn.prepare, turn.next, execution.review and
+	// context.prepare (nil: the host's defaults).
+	Policy Policy
+	Model  Model
+	Route  string // the route's name, for records and metrics
 	// URL and ModelName are the route's, for notices and status.
 	URL, ModelName string
 	Prompt         Prompt
@@ -210,6 +213,12 @@ type runner struct {
 	cellErrors   int // consecutive cells that could not run, across attempts
 	selfWakes    int // attempts in a row woken by a deadline, without input
 
+	// turn.prepare: the start it deferred, how often in a row, and the
+	// guidance the next attempt starts with.
+	prepUntil  time.Time
+	prepDefers int
+	guidance   string
+
 	// unfinished is an attempt whose end could not be recorded (a write
 	// failed); the next tick ends it before anything else.
 	unfinished    int64
@@ -318,6 +327,9 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 		if r.resume {
 			wake = "input, after klbr-core restarted during an attempt"
 		}
+		if until := r.prepare(ctx, ready, wake, now); !until.IsZero() {
+			return earliest(next, until), nil
+		}
 		return next, r.attempt(ctx, ready, wake, w != nil)
 	}
 	if w != nil {
@@ -331,6 +343,9 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 			r.selfWakes = 0
 			return next, r.endWaiting(ctx, fmt.Sprintf("%d wakes by deadline in a row without input (agent.max_steps): "+
 				"the agent is polling itself; the next input starts a new attempt", r.l.cfg.Budgets.MaxSteps))
+		}
+		if until := r.prepare(ctx, nil, "deadline", now); !until.IsZero() {
+			return earliest(next, until), nil
 		}
 		r.selfWakes++
 		return next, r.attempt(ctx, nil, "deadline", true)
@@ -354,11 +369,14 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 	if again := r.lastResume.Add(r.l.cfg.Budgets.ErrorBackoff); now.Before(again) {
 		return earliest(next, again), nil // an attempt that keeps ending at once is not retried in a tight loop
 	}
-	r.lastResume = now
 	wake := fmt.Sprintf("resumed: the last attempt ended %s (%s)", turn.Attempt.State, turn.Attempt.Outcome)
 	if r.resume {
 		wake = "klbr-core restarted during an attempt; it was interrupted"
 	}
+	if until := r.prepare(ctx, nil, wake, now); !until.IsZero() {
+		return earliest(next, until), nil
+	}
+	r.lastResume = now
 	return next, r.attempt(ctx, nil, wake, false)
 }
 

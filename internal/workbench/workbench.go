@@ -72,10 +72,13 @@ type Manager struct {
 	stopCtx context.Context // ends when the daemon stops: running cells are interrupted
 	stopAll context.CancelFunc
 
-	extMu   sync.Mutex                // guards ops, skills, crashed
+	extMu   sync.Mutex                // guards ops, skills, crashed, present
 	ops     map[string]worker.Handler // by op prefix ("behavior.", "hooks.", "local."): what commands does not answer
 	skills  SkillsFunc
 	crashed CrashFunc
+	// present is result.present: the text the model is shown for an
+	// outcome, and whether it differs from the host's rendering.
+	present PresentFunc
 }
 
 // CrashFunc is told, off the cell's path, that a generation died unasked
@@ -87,6 +90,22 @@ func (m *Manager) SetCrashed(f CrashFunc) {
 	m.extMu.Lock()
 	defer m.extMu.Unlock()
 	m.crashed = f
+}
+
+// PresentFunc shapes how a finished cell's outcome is shown to the model.
+type PresentFunc func(ctx context.Context, session string, pin store.Pin, out *worker.Outcome) (text string, changed bool)
+
+// SetPresent installs result.present.
+func (m *Manager) SetPresent(f PresentFunc) {
+	m.extMu.Lock()
+	defer m.extMu.Unlock()
+	m.present = f
+}
+
+func (m *Manager) presenter() PresentFunc {
+	m.extMu.Lock()
+	defer m.extMu.Unlock()
+	return m.present
 }
 
 // SetOps installs the handler of the requests whose op starts with prefix.
@@ -230,6 +249,14 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 		// The worker died between the check and the cell: nothing ran.
 		out = &worker.Outcome{Execution: "x" + strconv.FormatInt(execID, 10), Generation: w.Generation(),
 			Status: "error", Reset: true, Error: &worker.ErrorInfo{Type: "WorkerDied", Message: err.Error()}}
+	}
+	out.Presented = nil // the host's alone to set, never the worker's
+	if present := m.presenter(); present != nil {
+		// result.present, under the cell's behavior, before the outcome is
+		// recorded: the model sees its text, the record keeps everything.
+		if text, changed := present(ctx, sessionID, pin, out); changed {
+			out.Presented = &text
+		}
 	}
 	record, _ := json.Marshal(out)
 	// The outcome is recorded even when the caller has gone: it happened.

@@ -114,6 +114,9 @@ type Outcome struct {
 	// Reset is set when the worker was killed or died during the cell: its
 	// Python heap is gone and the next cell needs a new generation.
 	Reset bool `json:"reset,omitempty"`
+	// Presented, when set, is how the model is shown this outcome
+	// (result.present); the rest of the outcome is stored regardless.
+	Presented *string `json:"presented,omitempty"`
 }
 
 // Worker is one generation of one role of one session.

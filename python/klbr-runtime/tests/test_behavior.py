@@ -220,7 +220,7 @@ class HostOpsTest(unittest.TestCase):
         self.assertEqual(outcome["status"], "ok", outcome)
         text = peer.text_of(out)
         self.assertIn("activate(release, expected_epoch=None, reason='')", text)
-        self.assertIn("test(slot, input, release=None)", text)
+        self.assertIn("test(slot, input, release=None, handler=None)", text)
 
 
 class NoScopeTest(unittest.TestCase):

@@ -385,7 +385,9 @@ def _check_slot(slot):
 
 
 async def hooks_list():
-    """``hooks.list``: the slots of the active release. A Record
+    """``hooks.list``: every slot (decision, transform, observer) with its
+    kind, input and output shapes, deadline, failure contract, default and the
+    handlers the active release binds. A Record
     ``{release, epoch, slots: [...]}``."""
     return _record(await request("hooks.list", {}))
 
@@ -396,17 +398,23 @@ async def hooks_describe(slot):
     return _record(await request("hooks.describe", {"slot": _check_slot(slot)}))
 
 
-async def hooks_test(slot, input, release=None):
+async def hooks_test(slot, input, release=None, handler=None):
     """``hooks.test``: call a slot with ``input`` (a dict) in a fresh hook
-    worker with fake effects, from ``release`` (a release id or a publish
-    result; None for the active one). A Record
-    ``{ok, outcome, result | error, latency_ms}``."""
+    worker with fake effects (nothing it answers is carried out; an
+    observer's commands are only returned), from ``release`` (a release id or
+    a publish result; None for the active one). ``handler`` names one handler
+    of a transform chain or an observer (a key of SLOTS) instead of the slot's
+    own. A Record ``{ok, outcome, result | error, latency_ms, valid,
+    invalid}``: ``valid`` is the host's own reading of the answer (what it
+    would use or refuse)."""
     args = {"slot": _check_slot(slot)}
     if not isinstance(input, dict):
         raise TypeError(f"input must be a dict (the hook's input object), not {type(input).__name__}")
     args["input"] = input
     if release is not None:
         args["release"] = _release_id(release)
+    if handler is not None:
+        args["handler"] = _check_slot(handler)
     return _record(await request("hooks.test", args))
 
 

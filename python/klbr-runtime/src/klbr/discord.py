@@ -28,10 +28,13 @@ STATUSES = ("pending", "seen", "acted", "ignored")
 class Receipt:
     """What happened to a send or reaction. ``delivered`` is True only when
     Discord confirmed it (``state == "confirmed"``); a receipt is truthy only
-    then. ``state`` is one of pending, attempting, confirmed, failed, unknown."""
+    then. ``state`` is one of pending, attempting, confirmed, failed, unknown.
+    A send that delivery.prepare split into several messages has one receipt
+    per message in ``parts`` (this one is the first's); it is delivered only
+    when every part is."""
 
     __slots__ = ("effect_id", "kind", "state", "conversation", "message_id", "reply_reference",
-                 "item_id", "error_code", "error", "repeat", "note", "raw")
+                 "item_id", "error_code", "error", "repeat", "note", "parts", "raw")
 
     def __init__(self, r):
         if not isinstance(r, dict):
@@ -48,9 +51,13 @@ class Receipt:
         self.error = r.get("error") or None
         self.repeat = bool(r.get("repeat"))
         self.note = r.get("note") or None
+        parts = r.get("parts")
+        self.parts = [Receipt(p) for p in parts] if isinstance(parts, list) else []
 
     @property
     def delivered(self):
+        if self.parts:
+            return all(p.state == "confirmed" for p in self.parts)
         return self.state == "confirmed"
 
     def __bool__(self):

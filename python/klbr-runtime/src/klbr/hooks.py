@@ -1,11 +1,16 @@
 """The policy hooks the host calls (``klbr_hooks.SLOTS`` of a release).
 
-- ``await hooks.list()``: ``{release, epoch, slots: [...]}`` of the active release.
-- ``await hooks.describe(slot)``: ``{slot, doc, contract}``.
-- ``await hooks.test(slot, input, release=None)``: call a slot with ``input``
-  (a dict) in a fresh hook worker with fake effects, from a published release
-  (a release id or a ``behavior.publish`` result; None for the active one):
-  ``{ok, outcome, result | error, latency_ms}``.
+- ``await hooks.list()``: ``{release, epoch, slots: [...], observers: [...]}``:
+  every slot with its ``kind`` (decision, transform, observer), ``input`` and
+  ``output`` shapes, ``deadline_ms``, ``failure`` contract, ``default`` and
+  the ``handlers`` the active release binds to it.
+- ``await hooks.describe(slot)``: one slot's entry, with ``doc`` and an
+  ``example_input``.
+- ``await hooks.test(slot, input, release=None, handler=None)``: call a slot
+  (or one ``handler`` of a transform chain or an observer) with ``input`` (a
+  dict) in a fresh hook worker with fake effects, from a published release (a
+  release id or a ``behavior.publish`` result; None for the active one):
+  ``{ok, outcome, result | error, latency_ms, valid, invalid}``.
 - ``await hooks.trace(limit=20, inputs=False)``: recent invocations, newest
   first: ``{invocations: [{id, at, slot, release, epoch, outcome, fallback,
   latency_ms, error, input_ref, input_kept, result}]}`` (``inputs=True`` adds
