@@ -330,6 +330,7 @@ func (s *Service) Validate(ctx context.Context, session, release string) (Report
 	}
 
 	rstart := time.Now()
+	s.hooks.Flush() // the invocations still batched in memory are replayed too
 	for _, slot := range suite.Slots {
 		if _, known := slotFixtures[slot]; !known {
 			continue

@@ -130,6 +130,7 @@ func TestReplayReportsChangedDecisions(t *testing.T) {
 	// hooks.trace: newest first, each with time, release, epoch, slot,
 	// latency, outcome and a ref to its stored input.
 	f.review("after")
+	f.hk.Flush() // invocation records are written in batches
 	tr, err := f.st.HookTrace(ctx, "s", 2, true)
 	if err != nil || len(tr) != 2 {
 		t.Fatal(tr, err)

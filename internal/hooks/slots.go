@@ -1,8 +1,11 @@
 package hooks
 
 import (
+	"encoding/json"
 	"sort"
 	"time"
+
+	"github.com/klbr-dev/klbr/internal/jobs"
 )
 
 // Kind is how a slot is bound and called.
@@ -55,6 +58,7 @@ const (
 	ObserveDeliveryReceipt   = "delivery.receipt"
 	ObserveTurnCompleted     = "turn.completed"
 	ObserveRevisionActivated = "revision.activated"
+	ObserveJobCompleted      = "job.completed"
 )
 
 const (
@@ -96,6 +100,13 @@ var registry = []Slot{
 		Output:  `{"prompt"}`,
 		Failure: "falls back to the prompt it was given",
 		Default: "the release's prompts/summary.md"},
+	{Name: SlotJobPlan, Kind: KindDecision, Deadline: decisionDeadline, Optional: true,
+		Doc:     "Admits a new job (jobs.run, jobs.schedule) or refuses it, and gives its priority among jobs due at once.",
+		Input:   `{"kind":"command"|"routine"|"source","spec":{...},"schedule"?:{...},"recovery","running":n}`,
+		Output:  `{"admit":bool,"priority":-100..100,"reason"}`,
+		Failure: "falls back: admitted at priority 0",
+		Default: "admitted at priority 0",
+		Fixture: jobs.PlanInput{Kind: "command", Spec: json.RawMessage(`{"argv":["true"]}`), Recovery: "manual"}},
 	{Name: SlotTurnPrepare, Kind: KindDecision, Deadline: decisionDeadline, Optional: true,
 		Doc:     "Before an attempt starts: start now, defer (bounded; never with operator input), or start with extra guidance the model sees.",
 		Input:   `{"session","wake","inputs":[{"id","source_kind","directed","conversation"}],"deferred":n}`,
@@ -146,6 +157,9 @@ var registry = []Slot{
 		Doc: "Called durably when an attempt ends.", Input: observerIn, Output: observerOut, Failure: observerFailure, Default: "no observer bound"},
 	{Name: ObserveRevisionActivated, Kind: KindObserver, Deadline: observerDeadline, Optional: true,
 		Doc: "Called durably when a behavior release is activated.", Input: observerIn, Output: observerOut, Failure: observerFailure, Default: "no observer bound"},
+	{Name: ObserveJobCompleted, Kind: KindObserver, Deadline: observerDeadline, Optional: true,
+		Doc:   "Called durably when a job's run ends: its state (succeeded, failed, cancelled, unknown; pending when a recurring job's run ended and it waits for its next deadline), run, error, result (up to 4 KiB), output preview and artifact.",
+		Input: observerIn, Output: observerOut, Failure: observerFailure, Default: "no observer bound"},
 }
 
 const (

@@ -441,3 +441,51 @@ SLOTS["slow.obs"] = slow
 		t.Errorf("stats: %+v", stats)
 	}
 }
+
+// A job's run that ends is a job.completed event, committed with the end: an
+// observer bound to it sees a recurring job's run (back to pending) and a
+// one-shot's failure, with their state, run, result and output.
+func TestJobCompletedEvents(t *testing.T) {
+	f := newFixture(t)
+	code := `
+def job(inp):
+    d = inp["event"]["data"]
+    seen = inp["state"].get("seen", [])
+    return {"state": {"seen": seen + ["%s:%s:%s:%s:%s" % (d["job"], d["state"], d["run"], d.get("result"), d["output_preview"])]}}
+SLOTS["jobs.seen"] = job
+`
+	f.release(code, "[[hooks.observers]]\nhandler = \"jobs.seen\"\nevents = [\"job.completed\"]\n")
+	r := New(Config{Store: f.st, Hooks: f.hk})
+	f.drain(r)
+	ctx := context.Background()
+	var every, once int64
+	if err := f.st.Write(ctx, func(tx *store.Tx) (err error) {
+		if every, err = tx.InsertJob(store.NewJob{Kind: "routine", Session: "s", Spec: json.RawMessage(`{"entry":"a:b","input":{}}`),
+			Recovery: "retry_safe", Schedule: json.RawMessage(`{"every":60000}`)}); err != nil {
+			return err
+		}
+		once, err = tx.InsertJob(store.NewJob{Kind: "command", Session: "s", Spec: json.RawMessage(`{"argv":["false"]}`), Recovery: "manual"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.Write(ctx, func(tx *store.Tx) error {
+		for _, id := range []int64{every, once} {
+			if _, err := tx.StartJob(id); err != nil {
+				return err
+			}
+		}
+		if err := tx.EndJob(store.JobEnd{ID: every, To: store.JobPending, Result: json.RawMessage(`{"n":1}`), NextDue: time.Now().Add(time.Minute)}); err != nil {
+			return err
+		}
+		return tx.EndJob(store.JobEnd{ID: once, To: store.JobFailed, Error: "exit status 1", Preview: "it broke", OutputBytes: 8})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.drain(r)
+	st, _, _ := f.st.HookState(ctx, "s", "jobs.seen")
+	want := fmt.Sprintf(`{"seen":["%d:pending:1:{'n': 1}:","%d:failed:1:None:it broke"]}`, every, once)
+	if string(st) != want {
+		t.Errorf("state %s, want %s", st, want)
+	}
+}
