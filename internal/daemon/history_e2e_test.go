@@ -215,7 +215,7 @@ func TestCompactionSurvivesSIGKILL(t *testing.T) {
 		}
 		return modeltest.Reply{Text: "The agent printed z."}
 	})
-	a := startAgent(t, model, "context_budget_tokens = 4000\nmax_steps = 10000\nmax_turn_seconds = 600\n")
+	a := startAgent(t, model, "context_budget_tokens = 6000\nmax_steps = 10000\nmax_turn_seconds = 600\n")
 	a.send("print until stopped")
 	check := func(what string, i int) {
 		t.Helper()

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -69,25 +73,47 @@ func execLimited(args []string) int {
 	if note != "" {
 		fmt.Fprintf(os.Stderr, "klbr-kernel: %s\n", note)
 	}
-	if as := uint64(spec.AS); as > 0 {
-		if err := unix.Setrlimit(unix.RLIMIT_AS, &unix.Rlimit{Cur: as, Max: as}); err != nil {
-			return fail(ExitKernel, fmt.Errorf("setrlimit RLIMIT_AS %d: %w", as, err))
-		}
-	}
 	if spec.Nproc > 0 && spec.Sandbox.DropCaps && !spec.Sandbox.DropUser && os.Getuid() == 0 {
 		// Without CAP_SYS_RESOURCE the limit would count every process of uid 0 on the
 		// machine, not the tree's: the child could not fork at all. Root's tree was never
 		// bounded by it (rlimit mode says so); it is not now.
 		spec.Nproc = 0
 	}
-	if nproc := uint64(spec.Nproc); nproc > 0 {
-		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: nproc, Max: nproc}); err != nil {
-			return fail(ExitKernel, fmt.Errorf("setrlimit RLIMIT_NPROC %d: %w", nproc, err))
+	// Under the limits this process may not map another page: RLIMIT_AS is usually
+	// below what the Go runtime has reserved already, and a heap that must grow dies
+	// with "runtime: out of memory". So everything the exec needs is allocated first,
+	// no collection runs in between, and from the first limit to the exec only raw
+	// system calls are made (unix.Exec would allocate its C strings after the limits).
+	pathp, err := syscall.BytePtrFromString(path)
+	if err != nil {
+		return fail(ExitCannotRun, fmt.Errorf("exec %q: %w", path, err))
+	}
+	argvp, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return fail(ExitCannotRun, fmt.Errorf("exec %q: %w", path, err))
+	}
+	envp, err := syscall.SlicePtrFromStrings(os.Environ())
+	if err != nil {
+		return fail(ExitCannotRun, fmt.Errorf("exec %q: %w", path, err))
+	}
+	asLimit := unix.Rlimit{Cur: uint64(spec.AS), Max: uint64(spec.AS)}
+	nprocLimit := unix.Rlimit{Cur: uint64(spec.Nproc), Max: uint64(spec.Nproc)}
+	runtime.LockOSThread()
+	debug.SetGCPercent(-1)
+	if spec.AS > 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRLIMIT, unix.RLIMIT_AS, uintptr(unsafe.Pointer(&asLimit)), 0); e != 0 {
+			return fail(ExitKernel, fmt.Errorf("setrlimit RLIMIT_AS %d: %w", spec.AS, e))
 		}
 	}
-	err := unix.Exec(path, argv, os.Environ())
-	if errors.Is(err, unix.ENOENT) {
-		return fail(ExitNotFound, fmt.Errorf("exec %q: %w", path, err))
+	if spec.Nproc > 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRLIMIT, unix.RLIMIT_NPROC, uintptr(unsafe.Pointer(&nprocLimit)), 0); e != 0 {
+			return fail(ExitKernel, fmt.Errorf("setrlimit RLIMIT_NPROC %d: %w", spec.Nproc, e))
+		}
 	}
-	return fail(ExitCannotRun, fmt.Errorf("exec %q: %w", path, err))
+	_, _, e := unix.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(pathp)),
+		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
+	if e == unix.ENOENT {
+		return fail(ExitNotFound, fmt.Errorf("exec %q: %w", path, e))
+	}
+	return fail(ExitCannotRun, fmt.Errorf("exec %q: %w", path, e))
 }
