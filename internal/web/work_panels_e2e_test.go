@@ -106,4 +106,6 @@ func TestBrowserJobsAndReleaseDiff(t *testing.T) {
 	}
 }
 
-func jsString(s string) string { return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'" }
+func jsString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
