@@ -18,6 +18,11 @@
 }:
 
 let
+  # The pinned interpreter, with pip: a release that declares dependencies
+  # (dependencies.json) has them staged under it before activation, with
+  # pip --no-index from <data>/wheels only (docs/operating.md).
+  python = python3.withPackages (ps: [ ps.pip ]);
+
   # The source: the whole repository minus build output. go.mod, go.sum,
   # every Go package and everything go:embed reaches must be in it. It must
   # hold every Go file `go mod vendor` sees in a checkout, or the vendored
@@ -124,12 +129,12 @@ buildGo126Module {
     # $out/bin under the wrapper's name. Drafts are git working trees: the
     # host runs git for behavior.diff, behavior.rebase and `releases diff`.
     wrapProgram $out/bin/klbr-core \
-      --set-default KLBR_PYTHON ${python3.interpreter} \
+      --set-default KLBR_PYTHON ${python.interpreter} \
       --suffix PATH : ${lib.makeBinPath [ git ]}
   '';
 
   passthru = {
-    python = python3;
+    inherit python;
     inherit hasDiscord;
   };
 
