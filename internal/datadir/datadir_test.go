@@ -222,8 +222,8 @@ func TestRestoreRefusesLiveOrNonEmpty(t *testing.T) {
 }
 
 // TestCheckFindings: check finds a deleted artifact, a modified release
-// file and a forged outbox state, each with its own line, and a clean
-// directory has none.
+// file, a forged outbox state and forged job states, each with its own
+// line, and a clean directory has none.
 func TestCheckFindings(t *testing.T) {
 	dir := newDataDir(t)
 	rel, err := behavior.Open(filepath.Join(dir, "releases"))
@@ -265,6 +265,11 @@ func TestCheckFindings(t *testing.T) {
 	mustExec(t, db, `INSERT INTO discord_outbox (session_id, kind, conversation_id, idempotency_key, nonce, state, text, created_at, settled_at)
 		VALUES ('default', 'send', 1, 'forged', 'n1', 'confirmed', 'hi', 0, 0)`)
 	writeFile(t, filepath.Join(dir, "artifacts", "sha256", strings.Repeat("ab", 32)), "stray")
+	// Jobs forged past the scheduler: running with no start, pending with no
+	// deadline, succeeded with no run.
+	mustExec(t, db, `INSERT INTO jobs (kind, session_id, spec, recovery, state, created_at, updated_at) VALUES ('command', 'default', '{}', 'manual', 'running', 0, 0)`)
+	mustExec(t, db, `INSERT INTO jobs (kind, session_id, spec, recovery, state, created_at, updated_at) VALUES ('command', 'default', '{}', 'manual', 'pending', 0, 0)`)
+	mustExec(t, db, `INSERT INTO jobs (kind, session_id, spec, recovery, state, finished_at, created_at, updated_at) VALUES ('command', 'default', '{}', 'manual', 'succeeded', 1, 0, 0)`)
 
 	cr, err := Check(context.Background(), dir)
 	if err != nil {
@@ -282,6 +287,9 @@ func TestCheckFindings(t *testing.T) {
 		"outbox a confirmed send has no Discord message id",
 		"outbox an effect moved past pending without a claim by the transport",
 		"artifacts present but no record refers to it",
+		"jobs a running job has no start time",
+		"jobs a pending job has no deadline: it never runs",
+		"jobs a job succeeded or failed without ever running",
 	} {
 		if _, ok := lines[want]; !ok {
 			t.Errorf("no finding %q in %v", want, cr.Findings)
