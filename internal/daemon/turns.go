@@ -86,6 +86,9 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		Observe:      m.ObserveModel,
 		QuietAmbient: !cfg.File.Discord.AmbientWake,
 	})
+	if d.agents != nil {
+		d.turns.SetIdle(d.agents.Idle)
+	}
 	m.WatchContext(func() []metrics.ContextSample {
 		var out []metrics.ContextSample
 		for id, st := range d.turns.ContextStates() {
