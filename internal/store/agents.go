@@ -51,6 +51,9 @@ type Spawned struct {
 	Depth   int    `json:"depth"`
 }
 
+// ChildTaskConversation is the conversation of a child's task input.
+const ChildTaskConversation = "parent"
+
 // ChildSessionID is the session id of child job id.
 func ChildSessionID(job int64) string { return fmt.Sprintf("child-%d", job) }
 
@@ -119,7 +122,7 @@ func (t *Tx) SpawnChild(c NewChild) (Spawned, error) {
 		}
 	}
 	if _, err := t.AdmitInput(NewInput{Session: child, SourceKind: "job", SourceKey: fmt.Sprintf("child:%d:task", id),
-		Conversation: "parent", Author: c.Parent, Directed: true, OccurredAt: t.now, ReceivedAt: t.now,
+		Conversation: ChildTaskConversation, Author: c.Parent, Directed: true, OccurredAt: t.now, ReceivedAt: t.now,
 		Body: ChildTaskText(id, c.Parent, c.Task, c.Refs, c.Delegate)}); err != nil {
 		return Spawned{}, err
 	}

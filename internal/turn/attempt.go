@@ -307,6 +307,9 @@ type addressedInput struct {
 // address notes the addressed inputs of a frame the attempt took in.
 func (a *attempt) address(inputs []store.PendingInput, now time.Time) {
 	for _, in := range inputs {
+		if in.Conversation == store.ChildTaskConversation {
+			continue // a child answers its task with agents.finish, not a send
+		}
 		if in.Directed || in.SourceKind == "operator" {
 			a.addressed = append(a.addressed, &addressedInput{id: in.ID, operator: in.SourceKind == "operator",
 				conversation: in.Conversation, afterStep: a.lastStep, takenAt: now})

@@ -1,0 +1,138 @@
+package daemon
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/modeltest"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// lastMessage is the content of a request's last message.
+func lastMessage(req modeltest.Request) string {
+	return content(req.Messages[len(req.Messages)-1])
+}
+
+// childRecords reads a session's records.
+func (a *agent) sessionRecords(session string) []store.Record {
+	a.t.Helper()
+	page, err := a.c.Records(a.t.Context(), session, 0, 1000)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return page.Records
+}
+
+// The root spawns a child and waits; the child, refused local.send without
+// delegation, finishes with a result; the root is woken once by it and
+// reads the result from the record.
+func TestChildAgentReportsBackOnce(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		// 1, the root: spawn and wait.
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "child = await agents.spawn(task='count the widgets', refs=['e1'])\n" +
+			"print('SPAWNED', child.id, child.session, child.state)\n" +
+			"await runtime.wait(None, reason=f'child {child.id}')"}}},
+		// 2, the child: its task; it tries to speak to the operator.
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "try:\n    await local.send('hello from the child')\n    print('SENT')\n" +
+			"except Exception as e:\n    print('REFUSED', e)"}}},
+		// 3, the child: it finishes.
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k2", Code: "await agents.finish({'widgets': 3})"}}},
+		// 4, the root, woken: it reads the result.
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "r2", Code: "c = await agents.get(1)\n" +
+			"print('RESULT', c.state, c.session, c.result_value['widgets'], await c.result(timeout=5))"}}},
+		modeltest.Reply{Text: "Three widgets.", Calls: []modeltest.Call{{ID: "r3", Code: "await runtime.wait(None)"}}},
+	)
+	a := startJobsAgent(t, model)
+	a.send("delegate the widget count")
+	a.eventually("the root read the result", func() bool { return model.Count() == 5 })
+	reqs := model.Requests()
+	if got := lastMessage(reqs[1]); !strings.Contains(got, "count the widgets") || !strings.Contains(got, "e1") {
+		t.Fatalf("the child's first request ends with %q, want its task", got)
+	}
+	for _, m := range reqs[1].Messages {
+		if strings.Contains(content(m), "delegate the widget count") {
+			t.Fatalf("the child saw the root's input: %q", content(m))
+		}
+	}
+	if got := lastMessage(reqs[2]); !strings.Contains(got, "REFUSED refused") || !strings.Contains(got, "did not delegate local.send") {
+		t.Fatalf("the child's local.send: %q, want refused", got)
+	}
+	if woke := lastUser(reqs[3]); !strings.HasPrefix(woke, "[klbr] child 1 succeeded") || !strings.Contains(woke, `{"widgets":3}`) {
+		t.Fatalf("the root woke to %q", woke)
+	}
+	if got := lastMessage(reqs[4]); !strings.Contains(got, "RESULT succeeded child-1 3 {'widgets': 3}") {
+		t.Fatalf("the root read %q", got)
+	}
+	a.eventually("the root waits again", a.state(store.StateWaiting))
+	time.Sleep(time.Second)
+	if n := model.Count(); n != 5 {
+		t.Fatalf("%d model requests, want 5", n)
+	}
+	if in := a.jobInputs(); len(in) != 1 {
+		t.Fatalf("child notifications %q, want one", in)
+	}
+	j, err := a.c.Job(t.Context(), 1)
+	if err != nil || j.Kind != "child" || j.State != store.JobSucceeded || string(j.Result) != `{"widgets":3}` || j.Session != "default" {
+		t.Fatalf("child job %+v, %v", j, err)
+	}
+	cs, err := a.c.Session(t.Context(), "child-1")
+	if err != nil || cs.ParentID != "default" || cs.PolicyRevision == "" || cs.PolicyRevision != a.session().PolicyRevision {
+		t.Fatalf("child session %+v, %v; want parent default, the root's release", cs.Session, err)
+	}
+	for _, r := range a.sessionRecords("child-1") {
+		if r.Lane == store.LaneSpeech {
+			t.Fatalf("the child spoke: %s %s", r.Kind, r.Content)
+		}
+	}
+	for _, r := range a.records() {
+		if r.Lane == store.LaneSpeech && strings.Contains(string(r.Content), "hello from the child") {
+			t.Fatalf("the child's text reached the root's lane: %s", r.Content)
+		}
+	}
+}
+
+// With local.send delegated, the child's send is delivered on its own
+// speech lane and its receipt names the child.
+func TestDelegatedSendNamesTheChild(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "child = await agents.spawn(task='greet', delegate=['local.send'])\n" +
+			"await runtime.wait(None)"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "r = await local.send('hello from the child')\nprint('RECEIPT', r.status, r['child'])"}}},
+		// The child ends its turn without agents.finish: its text is the result.
+		modeltest.Reply{Text: "I greeted the operator."},
+		modeltest.Reply{Text: "The child greeted.", Calls: []modeltest.Call{{ID: "r2", Code: "await runtime.wait(None)"}}},
+	)
+	a := startJobsAgent(t, model)
+	a.send("greet through a child")
+	a.eventually("the root was woken", func() bool { return model.Count() == 4 })
+	reqs := model.Requests()
+	if got := lastMessage(reqs[2]); !strings.Contains(got, "RECEIPT confirmed") || !strings.Contains(got, "'session': 'child-1'") {
+		t.Fatalf("the delegated send: %q", got)
+	}
+	if woke := lastUser(reqs[3]); !strings.HasPrefix(woke, "[klbr] child 1 succeeded") || !strings.Contains(woke, "without agents.finish") {
+		t.Fatalf("the root woke to %q", woke)
+	}
+	var spoke bool
+	for _, r := range a.sessionRecords("child-1") {
+		if r.Lane == store.LaneSpeech && strings.Contains(string(r.Content), "hello from the child") {
+			spoke = true
+		}
+	}
+	if !spoke {
+		t.Fatal("the delegated send is not on the child's speech lane")
+	}
+	j, err := a.c.Job(t.Context(), 1)
+	var res struct {
+		Text     string
+		Implicit bool
+	}
+	if err != nil || json.Unmarshal(j.Result, &res) != nil || !res.Implicit || res.Text != "I greeted the operator." {
+		t.Fatalf("child job %+v (%s), %v", j, j.Result, err)
+	}
+}
