@@ -119,6 +119,12 @@ func (a *Agents) HandleRequest(ctx context.Context, r worker.Request) (json.RawM
 			return nil, &worker.RequestError{Code: "failed", Message: err.Error()}
 		}
 		return json.Marshal(map[string]any{"children": js})
+	case "agents.current":
+		j, err := a.cfg.Store.ChildJobOf(ctx, session)
+		if errors.Is(err, store.ErrNoJob) {
+			return json.RawMessage("null"), nil
+		}
+		return answer(j, err)
 	case "agents.finish":
 		var args struct {
 			Result json.RawMessage `json:"result"`

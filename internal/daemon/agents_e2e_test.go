@@ -33,11 +33,15 @@ func TestChildAgentReportsBackOnce(t *testing.T) {
 	defer model.Close()
 	model.Then(
 		// 1, the root: spawn and wait.
-		modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "child = await agents.spawn(task='count the widgets', refs=['e1'])\n" +
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "hits = [h for h in await history.search('widget', scope={'lane': 'input'})]\n" +
+			"child = await agents.spawn(task='count the widgets', refs=[hits[0].ref])\n" +
 			"print('SPAWNED', child.id, child.session, child.state)\n" +
 			"await runtime.wait(None, reason=f'child {child.id}')"}}},
 		// 2, the child: its task; it tries to speak to the operator.
-		modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "try:\n    await local.send('hello from the child')\n    print('SENT')\n" +
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "me = await agents.current()\n" +
+			"print('GRANTED', me.refs, (await history.read(me.refs[0])).text)\n" +
+			"try:\n    await history.read('e1')\n    print('READ e1')\nexcept Exception as e:\n    print('DENIED e1', e)\n" +
+			"try:\n    await local.send('hello from the child')\n    print('SENT')\n" +
 			"except Exception as e:\n    print('REFUSED', e)"}}},
 		// 3, the child: it finishes.
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "k2", Code: "await agents.finish({'widgets': 3})"}}},
@@ -50,7 +54,7 @@ func TestChildAgentReportsBackOnce(t *testing.T) {
 	a.send("delegate the widget count")
 	a.eventually("the root read the result", func() bool { return model.Count() == 5 })
 	reqs := model.Requests()
-	if got := lastMessage(reqs[1]); !strings.Contains(got, "count the widgets") || !strings.Contains(got, "e1") {
+	if got := lastMessage(reqs[1]); !strings.Contains(got, "count the widgets") || !strings.Contains(got, "history.read") {
 		t.Fatalf("the child's first request ends with %q, want its task", got)
 	}
 	for _, m := range reqs[1].Messages {
@@ -58,8 +62,16 @@ func TestChildAgentReportsBackOnce(t *testing.T) {
 			t.Fatalf("the child saw the root's input: %q", content(m))
 		}
 	}
-	if got := lastMessage(reqs[2]); !strings.Contains(got, "REFUSED refused") || !strings.Contains(got, "did not delegate local.send") {
+	got := lastMessage(reqs[2])
+	if !strings.Contains(got, "REFUSED refused") || !strings.Contains(got, "did not delegate local.send") {
 		t.Fatalf("the child's local.send: %q, want refused", got)
+	}
+	// The ref it was granted reads; another of the root's records does not.
+	if !strings.Contains(got, "GRANTED ['e") || !strings.Contains(got, "delegate the widget count") {
+		t.Fatalf("the child's granted read: %q", got)
+	}
+	if !strings.Contains(got, "DENIED e1") && !strings.Contains(got, "GRANTED ['e1']") {
+		t.Fatalf("the child read a record of the root it was not granted: %q", got)
 	}
 	if woke := lastUser(reqs[3]); !strings.HasPrefix(woke, "[klbr] child 1 succeeded") || !strings.Contains(woke, `{"widgets":3}`) {
 		t.Fatalf("the root woke to %q", woke)

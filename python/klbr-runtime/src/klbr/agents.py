@@ -12,7 +12,8 @@
 - ``await agents.get(id)``, ``await agents.list(state=None)``,
   ``await agents.cancel(id)``, ``await child.result(timeout=None)``. After a
   kernel reset, ``agents.get(id)`` rebuilds the handle from the record.
-- Inside a child: ``await agents.finish(result)`` (any JSON value) ends it
+- Inside a child: ``me = await agents.current()`` (its own record: ``me.task``,
+  ``me.refs``, ``me["delegate"]``; None in a root) and ``await agents.finish(result)`` (any JSON value) ends it
   with that result and ends the cell, like ``runtime.wait``. A child that ends
   its turn without it ends with its last text as the result, marked
   ``{"implicit": true, ...}``.
@@ -23,7 +24,7 @@ import json as _json
 from ._sdk import request, wait
 from .jobs import Job
 
-__all__ = ["spawn", "get", "list", "cancel", "finish", "Child"]
+__all__ = ["spawn", "get", "list", "cancel", "current", "finish", "Child"]
 
 _list = list
 
@@ -35,6 +36,7 @@ class Child(Job):
 
     session = property(lambda self: (self.raw.get("spec") or {}).get("session"))
     task = property(lambda self: (self.raw.get("spec") or {}).get("task"))
+    refs = property(lambda self: (self.raw.get("spec") or {}).get("refs") or [])
 
     async def refresh(self):
         self.raw = await request("agents.get", {"id": self.id})
@@ -95,6 +97,12 @@ async def list(state=None, limit=100):
 
 async def cancel(id):
     return Child(await request("agents.cancel", {"id": int(id)}))
+
+
+async def current():
+    """This child agent's own record (a Child), or None in a root session."""
+    r = await request("agents.current", {})
+    return Child(r) if r else None
 
 
 async def finish(result=None):
