@@ -147,46 +147,64 @@ func (a *Agents) HandleRequest(ctx context.Context, r worker.Request) (json.RawM
 	return nil, &worker.RequestError{Code: "unsupported", Message: fmt.Sprintf("%s is not served here", r.Op)}
 }
 
-func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Request) (json.RawMessage, error) {
-	var args struct {
-		Task      string          `json:"task"`
-		Refs      []string        `json:"refs"`
-		Budget    json.RawMessage `json:"budget"`
-		Delegate  []string        `json:"delegate"`
-		Profile   string          `json:"profile"`
-		Workspace string          `json:"workspace"`
+// spawnArgs are agents.spawn's arguments.
+type spawnArgs struct {
+	Task      string          `json:"task"`
+	Refs      []string        `json:"refs"`
+	Budget    json.RawMessage `json:"budget"`
+	Delegate  []string        `json:"delegate"`
+	Profile   string          `json:"profile"`
+	Workspace string          `json:"workspace"`
+}
+
+// parseSpawn decodes and checks agents.spawn's arguments (a cell's, bounded).
+func parseSpawn(raw json.RawMessage) (spawnArgs, error) {
+	var args spawnArgs
+	if len(raw) > MaxArgs {
+		return args, invalid("agents.spawn: arguments larger than %d bytes", MaxArgs)
 	}
-	if err := decode(r, &args); err != nil {
-		return nil, err
+	if err := decode(worker.Request{Op: "agents.spawn", Args: raw}, &args); err != nil {
+		return args, err
 	}
 	switch {
 	case strings.TrimSpace(args.Task) == "":
-		return nil, invalid("agents.spawn: task is empty")
+		return args, invalid("agents.spawn: task is empty")
 	case len(args.Task) > MaxTaskBytes || !utf8.ValidString(args.Task):
-		return nil, invalid("agents.spawn: task must be valid UTF-8 of at most %d bytes", MaxTaskBytes)
+		return args, invalid("agents.spawn: task must be valid UTF-8 of at most %d bytes", MaxTaskBytes)
 	case len(args.Refs) > MaxRefs:
-		return nil, invalid("agents.spawn: at most %d refs", MaxRefs)
+		return args, invalid("agents.spawn: at most %d refs", MaxRefs)
+	case len(args.Delegate) > len(Delegable):
+		return args, invalid("agents.spawn: at most %d delegated ops", len(Delegable))
 	case args.Profile != "":
-		return nil, invalid("agents.spawn: profiles are not supported yet; leave profile unset")
+		return args, invalid("agents.spawn: profiles are not supported yet; leave profile unset")
 	case args.Workspace != "" && args.Workspace != "shared":
-		return nil, invalid("agents.spawn: workspace %q is not supported yet: a child works in the shared workspace", args.Workspace)
+		return args, invalid("agents.spawn: workspace %q is not supported yet: a child works in the shared workspace", args.Workspace)
 	}
 	for _, ref := range args.Refs {
 		if ref == "" || len(ref) > MaxRefLen || !utf8.ValidString(ref) {
-			return nil, invalid("agents.spawn: a ref is a non-empty string of at most %d bytes", MaxRefLen)
+			return args, invalid("agents.spawn: a ref is a non-empty string of at most %d bytes", MaxRefLen)
 		}
 	}
 	for _, d := range args.Delegate {
 		if !slices.Contains(Delegable, d) {
-			return nil, invalid("agents.spawn: %q cannot be delegated; delegable: %s", d, strings.Join(Delegable, ", "))
+			return args, invalid("agents.spawn: %q cannot be delegated; delegable: %s", d, strings.Join(Delegable, ", "))
 		}
 	}
+	args.Delegate = slices.Compact(slices.Sorted(slices.Values(args.Delegate)))
 	if len(args.Budget) == 0 || string(args.Budget) == "null" {
 		args.Budget = json.RawMessage("{}")
 	}
 	var budget map[string]json.RawMessage
-	if err := json.Unmarshal(args.Budget, &budget); err != nil {
-		return nil, invalid("agents.spawn: budget is a dict: %v", err)
+	if err := json.Unmarshal(args.Budget, &budget); err != nil || budget == nil {
+		return args, invalid("agents.spawn: budget is a dict")
+	}
+	return args, nil
+}
+
+func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Request) (json.RawMessage, error) {
+	args, err := parseSpawn(r.Args)
+	if err != nil {
+		return nil, err
 	}
 	if release == "" {
 		if s, err := a.cfg.Store.Session(ctx, session); err == nil {
@@ -194,9 +212,9 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 		}
 	}
 	var sp store.Spawned
-	err := a.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
+	err = a.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
 		sp, err = tx.SpawnChild(store.NewChild{Parent: session, Release: release, Task: args.Task, Refs: args.Refs,
-			Delegate: slices.Compact(slices.Sorted(slices.Values(args.Delegate))), Budget: args.Budget, Limits: a.cfg.Limits})
+			Delegate: args.Delegate, Budget: args.Budget, Limits: a.cfg.Limits})
 		return err
 	})
 	if err != nil {
@@ -233,9 +251,15 @@ func (a *Agents) Cancel(ctx context.Context, j store.Job) (store.Job, error) {
 		return stopSession(tx, spec.Session, fmt.Sprintf("child %d was cancelled", j.ID))
 	})
 	if err == nil {
-		a.cfg.Jobs.Ended(j.ID)
+		a.ended(j.ID)
 	}
 	return j, err
+}
+
+func (a *Agents) ended(id int64) {
+	if a.cfg.Jobs != nil {
+		a.cfg.Jobs.Ended(id)
+	}
 }
 
 func stopSession(tx *store.Tx, id, reason string) error {
@@ -270,7 +294,7 @@ func (a *Agents) end(ctx context.Context, session string, to store.JobState, res
 		return err
 	})
 	if err == nil {
-		a.cfg.Jobs.Ended(j.ID)
+		a.ended(j.ID)
 	}
 	return j, err
 }
