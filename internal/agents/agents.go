@@ -236,16 +236,18 @@ func (a *Agents) own(ctx context.Context, session string, id int64) (store.Job, 
 	return j, err
 }
 
-// Cancel cancels running child job j: it ends cancelled (its parent is not
-// notified: it asked) and its session is stopped, which cuts off its model
-// request or cell at once.
+// Cancel cancels running child job j (asked by its parent or the
+// operator): it ends cancelled, its parent is told once, as of any job's
+// end, and its session is stopped, which cuts off its model request or
+// cell at once.
 func (a *Agents) Cancel(ctx context.Context, j store.Job) (store.Job, error) {
 	spec, err := store.ChildSpecOf(j)
 	if err != nil {
 		return j, err
 	}
 	err = a.cfg.Store.Write(ctx, func(tx *store.Tx) error {
-		if j, err = tx.EndChild(spec.Session, store.JobCancelled, nil, "cancelled", ""); err != nil {
+		notice := Notice(j.ID, spec.Session, store.JobCancelled, "its session was stopped", nil, "")
+		if j, err = tx.EndChild(spec.Session, store.JobCancelled, nil, "cancelled", notice); err != nil {
 			return err
 		}
 		return stopSession(tx, spec.Session, fmt.Sprintf("child %d was cancelled", j.ID))

@@ -25,6 +25,21 @@ func (a *agent) sessionRecords(session string) []store.Record {
 	return page.Records
 }
 
+// cellSaid reports whether a cell of session printed text (false while the
+// session does not exist).
+func (a *agent) cellSaid(session, text string) bool {
+	page, err := a.c.Records(a.t.Context(), session, 0, 1000)
+	if err != nil {
+		return false
+	}
+	for _, r := range page.Records {
+		if r.Lane == store.LaneCell && strings.Contains(string(r.Content), text) {
+			return true
+		}
+	}
+	return false
+}
+
 // The root spawns a child and waits; the child, refused local.send without
 // delegation, finishes with a result; the root is woken once by it and
 // reads the result from the record.
@@ -146,5 +161,84 @@ func TestDelegatedSendNamesTheChild(t *testing.T) {
 	}
 	if err != nil || json.Unmarshal(j.Result, &res) != nil || !res.Implicit || res.Text != "I greeted the operator." {
 		t.Fatalf("child job %+v (%s), %v", j, j.Result, err)
+	}
+}
+
+// SIGKILL of klbr-core while a child's cell runs: after the restart the
+// child's job is still running, its session resumes with a new attempt,
+// it finishes, and the parent is woken exactly once.
+func TestChildSurvivesKillAndReportsOnce(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "child = await agents.spawn(task='take your time')\n" +
+			"await runtime.wait(None, reason=f'child {child.id}')"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "import asyncio\nprint('WORKING', flush=True)\nawait asyncio.sleep(120)"}}},
+		// After the restart the child's interrupted attempt resumes.
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k2", Code: "await agents.finish('done after a restart')"}}},
+		modeltest.Reply{Text: "The child is done.", Calls: []modeltest.Call{{ID: "r2", Code: "await runtime.wait(None)"}}},
+	)
+	a := startJobsAgent(t, model)
+	a.send("start a slow child")
+	a.eventually("the child's cell runs", func() bool { return a.cellSaid("child-1", "WORKING") })
+	a.kill()
+	if n := model.Count(); n != 2 {
+		t.Fatalf("%d model requests before the restart, want 2", n)
+	}
+	a.start()
+	if j, err := a.c.Job(t.Context(), 1); err != nil || j.State != store.JobRunning {
+		t.Fatalf("after the restart the child's job is %+v, %v; want running", j, err)
+	}
+	a.eventually("the root was woken", func() bool { return model.Count() == 4 })
+	reqs := model.Requests()
+	if woke := lastUser(reqs[3]); !strings.HasPrefix(woke, "[klbr] child 1 succeeded") || !strings.Contains(woke, "done after a restart") {
+		t.Fatalf("the root woke to %q", woke)
+	}
+	a.eventually("the root waits again", a.state(store.StateWaiting))
+	time.Sleep(time.Second)
+	if in := a.jobInputs(); len(in) != 1 || model.Count() != 4 {
+		t.Fatalf("notifications %q, %d model requests; want one and 4", in, model.Count())
+	}
+	if j, _ := a.c.Job(t.Context(), 1); j.State != store.JobSucceeded || string(j.Result) != `"done after a restart"` {
+		t.Fatalf("child job %+v", j)
+	}
+}
+
+// The operator cancels a busy child: its cell is cut off, its session
+// stops, it makes no more model requests, and its parent is told once.
+func TestCancelStopsABusyChild(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "child = await agents.spawn(task='spin')\n" +
+			"await runtime.wait(None, reason=f'child {child.id}')"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "import asyncio\nprint('SPINNING', flush=True)\nawait asyncio.sleep(120)"}}},
+		modeltest.Reply{Text: "The child was cancelled.", Calls: []modeltest.Call{{ID: "r2", Code: "await runtime.wait(None)"}}},
+	)
+	a := startJobsAgent(t, model)
+	a.send("start a child that spins")
+	a.eventually("the child's cell runs", func() bool { return a.cellSaid("child-1", "SPINNING") })
+	j, err := a.c.CancelJob(t.Context(), 1)
+	if err != nil || j.State != store.JobCancelled {
+		t.Fatalf("cancel: %+v, %v", j, err)
+	}
+	a.eventually("the root was told", func() bool { return model.Count() == 3 })
+	if woke := lastUser(model.Requests()[2]); !strings.HasPrefix(woke, "[klbr] child 1 cancelled") {
+		t.Fatalf("the root woke to %q", woke)
+	}
+	cs, err := a.c.Session(t.Context(), "child-1")
+	if err != nil || cs.State != store.StateStopped {
+		t.Fatalf("the child's session %+v, %v; want stopped", cs.Session, err)
+	}
+	a.eventually("the child's cell ended", func() bool {
+		cs, err := a.c.Session(t.Context(), "child-1")
+		return err == nil && cs.Attempt != nil && cs.Attempt.State != store.AttemptRunning
+	})
+	time.Sleep(time.Second)
+	if n := model.Count(); n != 3 {
+		t.Fatalf("%d model requests, want 3: the cancelled child went on", n)
+	}
+	if in := a.jobInputs(); len(in) != 1 {
+		t.Fatalf("notifications %q, want one", in)
 	}
 }
