@@ -82,6 +82,13 @@ type Agents struct {
 	MaxConcurrent  int `toml:"max_concurrent"`  // running children of one parent; 1..64
 }
 
+// Defaults of [agents].
+const (
+	DefaultAgentsMaxDepth       = 2
+	DefaultAgentsMaxDescendants = 32
+	DefaultAgentsMaxConcurrent  = 4
+)
+
 // Resolved returns a with each omitted (zero) field at its default.
 func (a Agents) Resolved() Agents {
 	if a.MaxDepth == 0 {
@@ -256,35 +263,32 @@ const (
 
 // Defaults of the fields the file leaves out.
 const (
-	DefaultAgentRoute           = "main"
-	DefaultMaxSteps             = 40
-	DefaultMaxTokens            = 2000000
-	DefaultMaxTurnSeconds       = 3600
-	DefaultMaxEmpty             = 3
-	DefaultMaxErrors            = 3
-	DefaultRetryBackoffMillis   = 2000
-	DefaultReserveOutput        = 4096
-	DefaultCompactAt            = 0.75
-	DefaultSummaryTimeout       = 120
-	DefaultMaxRetryBackoff      = 5 * 60 * 1000
-	DefaultContextBudget        = 100000
-	DefaultRouteTimeoutSeconds  = 120
-	DefaultDiscordAPIBase       = "https://discord.com/api/v9"
-	DefaultPendingAgingSeconds  = 600
-	DefaultMemoryMax            = "2G"
-	DefaultTasksMax             = 256
-	DefaultCPUQuota             = "200%"
-	DefaultJobsConcurrent       = 4
-	DefaultAgentsMaxDepth       = 2
-	DefaultAgentsMaxDescendants = 32
-	DefaultAgentsMaxConcurrent  = 4
-	DefaultJobsWallSeconds      = 86400
-	DefaultJobsOutputBytes      = 16 << 20
-	DefaultJobsMemoryMax        = "2G"
-	DefaultJobsTasksMax         = 128
-	DefaultJobsCPUQuota         = "100%"
-	DefaultCookieDays           = 30
-	maxCookieDays               = 3650
+	DefaultAgentRoute          = "main"
+	DefaultMaxSteps            = 40
+	DefaultMaxTokens           = 2000000
+	DefaultMaxTurnSeconds      = 3600
+	DefaultMaxEmpty            = 3
+	DefaultMaxErrors           = 3
+	DefaultRetryBackoffMillis  = 2000
+	DefaultReserveOutput       = 4096
+	DefaultCompactAt           = 0.75
+	DefaultSummaryTimeout      = 120
+	DefaultMaxRetryBackoff     = 5 * 60 * 1000
+	DefaultContextBudget       = 100000
+	DefaultRouteTimeoutSeconds = 120
+	DefaultDiscordAPIBase      = "https://discord.com/api/v9"
+	DefaultPendingAgingSeconds = 600
+	DefaultMemoryMax           = "2G"
+	DefaultTasksMax            = 256
+	DefaultCPUQuota            = "200%"
+	DefaultJobsConcurrent      = 4
+	DefaultJobsWallSeconds     = 86400
+	DefaultJobsOutputBytes     = 16 << 20
+	DefaultJobsMemoryMax       = "2G"
+	DefaultJobsTasksMax        = 128
+	DefaultJobsCPUQuota        = "100%"
+	DefaultCookieDays          = 30
+	maxCookieDays              = 3650
 )
 
 // Defaults returns the File an empty klbr.toml means.
