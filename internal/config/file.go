@@ -19,6 +19,7 @@ type File struct {
 	Discord Discord          `toml:"discord"`
 	Limits  Limits           `toml:"limits"`
 	Jobs    Jobs             `toml:"jobs"`
+	Agents  Agents           `toml:"agents"`
 	Browser Browser          `toml:"browser"`
 	// Retention is the [retention] section: what `klbr-core gc` may remove.
 	Retention Retention `toml:"retention"`
@@ -71,6 +72,35 @@ func (j Jobs) Resolved() Jobs {
 // ScopeLimits returns the limits of one job's scope in [limits] form.
 func (j Jobs) ScopeLimits() Limits {
 	return Limits{MemoryMax: j.MemoryMax, TasksMax: j.TasksMax, CPUQuota: j.CPUQuota}
+}
+
+// Agents is the [agents] section: the bounds of a session tree, checked
+// at each spawn. Omitted fields take their defaults (Resolved).
+type Agents struct {
+	MaxDepth       int `toml:"max_depth"`       // a root's children are at depth 1; 1..16
+	MaxDescendants int `toml:"max_descendants"` // sessions under a root, finished ones included; 1..10000
+	MaxConcurrent  int `toml:"max_concurrent"`  // running children of one parent; 1..64
+}
+
+// Defaults of [agents].
+const (
+	DefaultAgentsMaxDepth       = 2
+	DefaultAgentsMaxDescendants = 32
+	DefaultAgentsMaxConcurrent  = 4
+)
+
+// Resolved returns a with each omitted (zero) field at its default.
+func (a Agents) Resolved() Agents {
+	if a.MaxDepth == 0 {
+		a.MaxDepth = DefaultAgentsMaxDepth
+	}
+	if a.MaxDescendants == 0 {
+		a.MaxDescendants = DefaultAgentsMaxDescendants
+	}
+	if a.MaxConcurrent == 0 {
+		a.MaxConcurrent = DefaultAgentsMaxConcurrent
+	}
+	return a
 }
 
 // Agent is the [agent] section.

@@ -56,6 +56,7 @@ func validate(name string, index *keyIndex, f *File) []*Error {
 	v.discord(&f.Discord)
 	v.limits(&f.Limits)
 	v.jobs(&f.Jobs)
+	v.agents(&f.Agents)
 	if f.Retention.ArtifactDays < 0 {
 		v.fail("retention.artifact_days", fmt.Sprintf("%d is negative; 0 keeps every artifact", f.Retention.ArtifactDays), "retention")
 	}
@@ -316,6 +317,19 @@ func (v *validator) jobs(given *Jobs) {
 	}
 	if _, err := l.CPUQuotaPercent(); err != nil {
 		v.fail("jobs.cpu_quota", err.Error(), "jobs")
+	}
+}
+
+// agents checks the [agents] section.
+func (v *validator) agents(given *Agents) {
+	a := given.Resolved()
+	for _, c := range []struct {
+		key      string
+		n, limit int
+	}{{"agents.max_depth", a.MaxDepth, 16}, {"agents.max_descendants", a.MaxDescendants, 10000}, {"agents.max_concurrent", a.MaxConcurrent, 64}} {
+		if c.n < 1 || c.n > c.limit {
+			v.fail(c.key, fmt.Sprintf("%d is out of range 1..%d", c.n, c.limit), "agents")
+		}
 	}
 }
 

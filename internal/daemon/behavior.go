@@ -13,6 +13,7 @@ import (
 
 	behaviortree "github.com/klbr-dev/klbr/behavior"
 	"github.com/klbr-dev/klbr/internal/activation"
+	"github.com/klbr-dev/klbr/internal/agents"
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/code"
 	"github.com/klbr-dev/klbr/internal/config"
@@ -66,8 +67,9 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 	}
 	d.bench.SetOps("behavior.", ops)
 	d.bench.SetOps("hooks.", ops)
-	d.bench.SetOps("local.", delivery.NewLocal(d.store, d.hooks))
-	d.bench.SetOps("discord.", ingress.NewOps(d.store, d.hooks, d.ingress))
+	// A child agent speaks on these only where its spawn delegated them.
+	d.bench.SetOps("local.", agents.Guard(d.store, delivery.NewLocal(d.store, d.hooks)))
+	d.bench.SetOps("discord.", agents.Guard(d.store, ingress.NewOps(d.store, d.hooks, d.ingress)))
 	d.bench.SetSkills(d.skillsFor(cfg.Paths.DataDir, rel))
 	svc := d.behavior
 	d.bench.SetCrashed(func(session string, pin store.Pin, reason string) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/admission"
+	"github.com/klbr-dev/klbr/internal/agents"
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/behavior"
@@ -87,6 +88,7 @@ type daemon struct {
 	turns    *turn.Loop       // nil when the agent does not run
 	routes   *provider.Router // the turns' routes; nil when the agent does not run
 	jobs     *jobs.Manager    // nil when cells cannot run
+	agents   *agents.Agents   // child agents; nil when cells cannot run
 	// observers runs the durable observers (nil when cells cannot run).
 	observers *observe.Runner
 	agent     string // whether the agent runs, for status
@@ -193,6 +195,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if d.jobs != nil {
 		defer d.jobs.Close()
 	}
+	d.agents = d.newAgents(cfg)
 	if err := d.startTurns(ctx, cfg, m, resume); err != nil {
 		return fmt.Errorf("serve: agent: %w", err)
 	}

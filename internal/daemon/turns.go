@@ -86,6 +86,9 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		Observe:      m.ObserveModel,
 		QuietAmbient: !cfg.File.Discord.AmbientWake,
 	})
+	if d.agents != nil {
+		d.turns.SetIdle(d.agents.Idle)
+	}
 	m.WatchContext(func() []metrics.ContextSample {
 		var out []metrics.ContextSample
 		for id, st := range d.turns.ContextStates() {
@@ -111,7 +114,15 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 
 // history returns the history reader over the store and the artifacts.
 func (d *daemon) history(cfg *config.Config) *history.Reader {
-	r := &history.Reader{Store: d.store}
+	r := &history.Reader{Store: d.store, Granted: func(ctx context.Context, caller, ref string) bool {
+		// A child agent reads exactly the refs its spawn granted it.
+		j, err := d.store.ChildJobOf(ctx, caller)
+		if err != nil {
+			return false
+		}
+		spec, err := store.ChildSpecOf(j)
+		return err == nil && slices.Contains(spec.Refs, ref)
+	}}
 	if arts, err := artifacts.New(filepath.Join(cfg.Paths.DataDir, "artifacts")); err == nil {
 		r.Artifacts = arts
 	}

@@ -20,6 +20,9 @@ import (
 type Reader struct {
 	Store     *store.Store
 	Artifacts *artifacts.Store // nil: artifacts cannot be opened
+	// Granted, if set, reports whether caller was granted ref of another
+	// session explicitly (a child agent, by the refs of its spawn).
+	Granted func(ctx context.Context, caller, ref string) bool
 }
 
 // Bounds of reads.
@@ -96,7 +99,7 @@ func (r *Reader) Describe(ctx context.Context, caller, ref string) (store.Descri
 	if err != nil {
 		return d, err
 	}
-	if caller != "" && d.Session != "" && d.Session != caller {
+	if caller != "" && d.Session != "" && d.Session != caller && (r.Granted == nil || !r.Granted(ctx, caller, ref)) {
 		return store.Described{}, fmt.Errorf("%s: %w", ref, ErrOutOfScope)
 	}
 	return d, nil

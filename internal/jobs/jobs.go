@@ -32,7 +32,7 @@ const (
 	KindCommand = "command"
 	KindRoutine = "routine"
 	KindSource  = "source"
-	KindChild   = "child" // child agents (later), on the same model
+	KindChild   = "child" // child agents: their sessions run in the turn loop (package agents)
 )
 
 // Recovery policies: what a restart does with a job it finds running.
@@ -141,6 +141,9 @@ type Manager struct {
 	gen     atomic.Int64
 	started atomic.Bool
 
+	// cancelChild cancels a running child agent (package agents); nil: none run.
+	cancelChild func(ctx context.Context, j store.Job) (store.Job, error)
+
 	// execHook, when set (benchmarks), runs instead of a job's real run.
 	execHook func(ctx context.Context, j store.Job, due time.Time) *store.JobEnd
 }
@@ -236,6 +239,17 @@ func (m *Manager) poke() {
 	}
 }
 
+// SetChildCancel installs how a running child agent's job is cancelled.
+func (m *Manager) SetChildCancel(f func(ctx context.Context, j store.Job) (store.Job, error)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cancelChild = f
+}
+
+// Ended wakes whoever waits for job id: a job ended outside the manager (a
+// child agent, by package agents).
+func (m *Manager) Ended(id int64) { m.ended(id) }
+
 // ended wakes whoever waits for job id.
 func (m *Manager) ended(id int64) {
 	m.mu.Lock()
@@ -301,6 +315,14 @@ func (m *Manager) Cancel(ctx context.Context, id int64) (store.Job, error) {
 	if err != nil {
 		return j, err
 	}
+	if j.Kind == KindChild && j.State == store.JobRunning {
+		m.mu.Lock()
+		f := m.cancelChild
+		m.mu.Unlock()
+		if f != nil {
+			return f(ctx, j)
+		}
+	}
 	if j.State == store.JobPending {
 		err := m.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.CancelPendingJob(id, "") })
 		if errors.Is(err, store.ErrJobState) {
@@ -325,6 +347,11 @@ func (m *Manager) recover(ctx context.Context) error {
 		return err
 	}
 	for _, j := range jobs {
+		if j.Kind == KindChild {
+			// A child is its session, which the turn loop resumes like any
+			// other: its job stays running until the child ends.
+			continue
+		}
 		to, reason, notice := store.JobPending, "", ""
 		switch {
 		case j.Kind == KindCommand && j.Recovery != RetrySafe:

@@ -372,6 +372,7 @@ func (t *Tx) Job(id int64) (Job, error) {
 type JobFilter struct {
 	Session string
 	State   JobState
+	Kind    string
 	Limit   int // 0 means 100; at most 1000
 }
 
@@ -382,8 +383,8 @@ func (s *Store) Jobs(ctx context.Context, f JobFilter) ([]Job, error) {
 	}
 	f.Limit = min(f.Limit, 1000)
 	rows, err := s.rdb.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs
-		WHERE (? = '' OR session_id = ?) AND (? = '' OR state = ?) ORDER BY id DESC LIMIT ?`,
-		f.Session, f.Session, f.State, f.State, f.Limit)
+		WHERE (? = '' OR session_id = ?) AND (? = '' OR state = ?) AND (? = '' OR kind = ?) ORDER BY id DESC LIMIT ?`,
+		f.Session, f.Session, f.State, f.State, f.Kind, f.Kind, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
 	}

@@ -36,7 +36,8 @@ type attempt struct {
 	// addressed holds the addressed inputs (operator input, DMs, mentions)
 	// taken in by this attempt that no answer has answered yet.
 	addressed []*addressedInput
-	lastStep  int64 // the id of the attempt's last recorded step
+	lastStep  int64  // the id of the attempt's last recorded step
+	lastText  string // the text of the last response without a tool call
 }
 
 // wait is a terminal wait a cell asked for.
@@ -204,6 +205,7 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 				continue
 			}
 			a.empties = 0
+			a.lastText = resp.Content
 			done, err := r.endOfTurn(ctx, a)
 			if done || err != nil {
 				return err
@@ -305,6 +307,9 @@ type addressedInput struct {
 // address notes the addressed inputs of a frame the attempt took in.
 func (a *attempt) address(inputs []store.PendingInput, now time.Time) {
 	for _, in := range inputs {
+		if in.Conversation == store.ChildTaskConversation {
+			continue // a child answers its task with agents.finish, not a send
+		}
 		if in.Directed || in.SourceKind == "operator" {
 			a.addressed = append(a.addressed, &addressedInput{id: in.ID, operator: in.SourceKind == "operator",
 				conversation: in.Conversation, afterStep: a.lastStep, takenAt: now})
@@ -367,12 +372,16 @@ func (r *runner) endOfTurn(ctx context.Context, a *attempt) (done bool, err erro
 	if n := len(a.addressed); n > 0 {
 		reason = fmt.Sprintf("idle: the model ended its turn after a reminder, with %d addressed input(s) unanswered", n)
 	}
-	return true, st.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
+	err = st.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 		if err := tx.FinishAttempt(a.id, store.AttemptIdle, reason); err != nil {
 			return err
 		}
 		return tx.TransitionSession(r.session, store.StateRunning, store.StateReady, reason)
 	})
+	if err == nil && r.l.cfg.Idle != nil {
+		r.l.cfg.Idle(context.WithoutCancel(ctx), r.session, a.lastText)
+	}
+	return true, err
 }
 
 // reminderText names each unanswered input and how to answer it.

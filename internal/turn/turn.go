@@ -105,6 +105,10 @@ type Config struct {
 	Budgets      Budgets
 	Clock        func() time.Time
 	Log          *slog.Logger
+	// Idle, if set, is told when an attempt of session ends idle (the model
+	// ended its turn without waiting), with the text it ended with: a
+	// child agent that did not call agents.finish ends so.
+	Idle func(ctx context.Context, session, text string)
 	// Observe is told of each model request's outcome and usage (metrics).
 	Observe func(route, outcome string, usage provider.Usage)
 }
@@ -162,6 +166,9 @@ func New(cfg Config) *Loop {
 	return &Loop{cfg: cfg, runners: map[string]*runner{}, ctx: ctx, cancel: cancel, compactor: cfg.Compactor,
 		est: cfg.Estimator, ctxState: map[string]ContextState{}, earlier: map[string]float64{}}
 }
+
+// SetIdle installs Config.Idle; call it before Start.
+func (l *Loop) SetIdle(f func(ctx context.Context, session, text string)) { l.cfg.Idle = f }
 
 // Start runs session's loop until Close. resume is set for a session a
 // previous run left in the middle of an attempt: it continues with a new

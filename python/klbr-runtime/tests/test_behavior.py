@@ -77,7 +77,7 @@ class HostOpsTest(unittest.TestCase):
         v, _ = self.value("import klbr\n(behavior is klbr.behavior, hooks is klbr.hooks, skills is klbr.skills,"
                           " local is klbr.local, workspace is klbr.workspace, klbr.PRELUDE_MODULES)", [])
         self.assertEqual(v, "(True, True, True, True, True, "
-                            "('local', 'runtime', 'workspace', 'behavior', 'hooks', 'skills', 'discord', 'history', 'jobs', 'code'))")
+                            "('local', 'runtime', 'workspace', 'behavior', 'hooks', 'skills', 'discord', 'history', 'jobs', 'code', 'agents'))")
 
     def test_status(self):
         reply = {"epoch": 3, "release": "sha256:bb", "history": HISTORY}

@@ -118,7 +118,7 @@ class BasicsTest(WorkbenchCase):
                          "(True, True, True)")
         self.assertEqual(self.value("all(globals()[n] is getattr(klbr, n) for n in klbr.PRELUDE_MODULES)"), "True")
         self.assertEqual(self.value("klbr.PRELUDE_MODULES"),
-                         "('local', 'runtime', 'workspace', 'behavior', 'hooks', 'skills', 'discord', 'history', 'jobs', 'code')")
+                         "('local', 'runtime', 'workspace', 'behavior', 'hooks', 'skills', 'discord', 'history', 'jobs', 'code', 'agents')")
 
     def test_real_main_module(self):
         self.assertEqual(self.value(

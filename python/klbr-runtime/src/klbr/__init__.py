@@ -16,6 +16,8 @@
   a conversation's ``history``, ``send`` (a Receipt) and ``react``.
 - ``klbr.jobs``: ``run``, ``schedule``, ``get``, ``list``, ``cancel``; inside a
   routine ``current``, ``checkpoint`` and ``source`` (durable jobs).
+- ``klbr.agents``: ``spawn``, ``get``, ``list``, ``cancel``; inside a child
+  ``finish`` (child agents that report back).
 - ``klbr.code``: ``open`` (a parsed source snapshot with ``symbols``),
   symbol ``replace_declaration``/``replace_body`` patches with ``diff`` and a
   checked ``apply``, raw ``query``, best-effort ``references``.
@@ -27,9 +29,10 @@ first use, and klbr.skills reads its file on first use.
 
 from ._sdk import SDK_VERSION as __version__
 from ._sdk import DraftEscape, HostError, NoExecutionScope, WorkspaceEscape, Yielded
-from . import behavior, code, discord, history, hooks, host, jobs, local, runtime, skills, workspace
+from . import agents, behavior, code, discord, history, hooks, host, jobs, local, runtime, skills, workspace
 
-PRELUDE_MODULES = ("local", "runtime", "workspace", "behavior", "hooks", "skills", "discord", "history", "jobs", "code")
+PRELUDE_MODULES = ("local", "runtime", "workspace", "behavior", "hooks", "skills", "discord", "history", "jobs", "code",
+                   "agents")
 
 __all__ = ["DraftEscape", "HostError", "NoExecutionScope", "WorkspaceEscape", "Yielded",
-           "PRELUDE_MODULES", "behavior", "code", "discord", "history", "hooks", "host", "jobs", "local", "runtime", "skills", "workspace"]
+           "PRELUDE_MODULES", "agents", "behavior", "code", "discord", "history", "hooks", "host", "jobs", "local", "runtime", "skills", "workspace"]

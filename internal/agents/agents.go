@@ -1,0 +1,356 @@
+// Package agents runs child agents: a session spawns a child with a task
+// and the refs it grants; the child is a session of its own (parent_id set,
+// its own history and workbench generation, pinned to the parent's behavior
+// release at spawn) driven by the same turn loop as the root, and a job of
+// kind child owned by the parent, which carries its state and result. The
+// child's end commits its result and wakes the parent once (the jobs
+// completion path). A child does not speak on the root's channels unless
+// the spawn delegated them (Guard).
+package agents
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/klbr-dev/klbr/internal/jobs"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/workbench"
+	"github.com/klbr-dev/klbr/internal/worker"
+)
+
+// Bounds of what a cell may ask for.
+const (
+	MaxTaskBytes   = 64 << 10
+	MaxRefs        = 100
+	MaxRefLen      = 200
+	MaxResultBytes = jobs.MaxInputBytes
+	MaxArgs        = 256 << 10
+	// MaxWaitSeconds bounds one agents.wait request; child.result() asks again.
+	MaxWaitSeconds = jobs.MaxWaitSeconds
+	// noticePreview bounds the result quoted in the parent's notification.
+	noticePreview = 2000
+)
+
+// Delegable lists the speech ops a spawn may delegate to a child.
+var Delegable = []string{"local.send", "discord.send", "discord.react", "discord.mark"}
+
+// Config is what the agents run with.
+type Config struct {
+	Store  *store.Store
+	Jobs   *jobs.Manager // its Wait serves child.result(); Ended is told of each end
+	Limits store.ChildLimits
+	// Start starts a spawned child's turn loop.
+	Start func(session string)
+	Clock func() time.Time
+}
+
+// Agents answers the agents.* host requests and ends children.
+type Agents struct{ cfg Config }
+
+// New returns the child agents' service; it installs itself as the way the
+// jobs manager cancels a child.
+func New(cfg Config) *Agents {
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	a := &Agents{cfg: cfg}
+	if cfg.Jobs != nil {
+		cfg.Jobs.SetChildCancel(a.Cancel)
+	}
+	return a
+}
+
+// HandleRequest implements worker.Handler for agents.*.
+func (a *Agents) HandleRequest(ctx context.Context, r worker.Request) (json.RawMessage, error) {
+	session := workbench.SessionFrom(ctx)
+	if session == "" {
+		return nil, &worker.RequestError{Code: "unsupported", Message: r.Op + " needs a session"}
+	}
+	if len(r.Args) > MaxArgs {
+		return nil, invalid("%s: arguments larger than %d bytes", r.Op, MaxArgs)
+	}
+	switch r.Op {
+	case "agents.spawn":
+		release := ""
+		if p, ok := workbench.PinFrom(ctx); ok {
+			release = p.Release
+		}
+		return a.spawn(ctx, session, release, r)
+	case "agents.get", "agents.cancel", "agents.wait":
+		var args struct {
+			ID      int64   `json:"id"`
+			Since   int64   `json:"since"`
+			Timeout float64 `json:"timeout"`
+		}
+		if err := decode(r, &args); err != nil {
+			return nil, err
+		}
+		j, err := a.own(ctx, session, args.ID)
+		if err != nil {
+			return answer(j, err)
+		}
+		switch r.Op {
+		case "agents.cancel":
+			j, err = a.Cancel(ctx, j)
+		case "agents.wait":
+			if math.IsNaN(args.Timeout) || args.Timeout <= 0 || args.Timeout > MaxWaitSeconds {
+				args.Timeout = MaxWaitSeconds
+			}
+			j, err = a.cfg.Jobs.Wait(ctx, j.ID, args.Since, time.Duration(args.Timeout*float64(time.Second)))
+		}
+		return answer(j, err)
+	case "agents.list":
+		var args struct {
+			State string `json:"state"`
+			Limit int    `json:"limit"`
+		}
+		if err := decode(r, &args); err != nil {
+			return nil, err
+		}
+		js, err := a.cfg.Store.Jobs(ctx, store.JobFilter{Session: session, Kind: jobs.KindChild, State: store.JobState(args.State), Limit: args.Limit})
+		if err != nil {
+			return nil, &worker.RequestError{Code: "failed", Message: err.Error()}
+		}
+		return json.Marshal(map[string]any{"children": js})
+	case "agents.current":
+		j, err := a.cfg.Store.ChildJobOf(ctx, session)
+		if errors.Is(err, store.ErrNoJob) {
+			return json.RawMessage("null"), nil
+		}
+		return answer(j, err)
+	case "agents.finish":
+		var args struct {
+			Result json.RawMessage `json:"result"`
+		}
+		if err := decode(r, &args); err != nil {
+			return nil, err
+		}
+		if len(args.Result) == 0 {
+			args.Result = json.RawMessage("null")
+		}
+		if len(args.Result) > MaxResultBytes {
+			return nil, invalid("agents.finish: the result is larger than %d bytes; put it in a file or the history and return a reference", MaxResultBytes)
+		}
+		j, err := a.end(ctx, session, store.JobSucceeded, args.Result, "", "finished")
+		if errors.Is(err, store.ErrNoJob) {
+			return nil, &worker.RequestError{Code: "unsupported", Message: "agents.finish: this session is no child agent"}
+		}
+		return answer(j, err)
+	}
+	return nil, &worker.RequestError{Code: "unsupported", Message: fmt.Sprintf("%s is not served here", r.Op)}
+}
+
+// spawnArgs are agents.spawn's arguments.
+type spawnArgs struct {
+	Task      string          `json:"task"`
+	Refs      []string        `json:"refs"`
+	Budget    json.RawMessage `json:"budget"`
+	Delegate  []string        `json:"delegate"`
+	Profile   string          `json:"profile"`
+	Workspace string          `json:"workspace"`
+}
+
+// parseSpawn decodes and checks agents.spawn's arguments (a cell's, bounded).
+func parseSpawn(raw json.RawMessage) (spawnArgs, error) {
+	var args spawnArgs
+	if len(raw) > MaxArgs {
+		return args, invalid("agents.spawn: arguments larger than %d bytes", MaxArgs)
+	}
+	if err := decode(worker.Request{Op: "agents.spawn", Args: raw}, &args); err != nil {
+		return args, err
+	}
+	switch {
+	case strings.TrimSpace(args.Task) == "":
+		return args, invalid("agents.spawn: task is empty")
+	case len(args.Task) > MaxTaskBytes || !utf8.ValidString(args.Task):
+		return args, invalid("agents.spawn: task must be valid UTF-8 of at most %d bytes", MaxTaskBytes)
+	case len(args.Refs) > MaxRefs:
+		return args, invalid("agents.spawn: at most %d refs", MaxRefs)
+	case len(args.Delegate) > len(Delegable):
+		return args, invalid("agents.spawn: at most %d delegated ops", len(Delegable))
+	case args.Profile != "":
+		return args, invalid("agents.spawn: profiles are not supported yet; leave profile unset")
+	case args.Workspace != "" && args.Workspace != "shared":
+		return args, invalid("agents.spawn: workspace %q is not supported yet: a child works in the shared workspace", args.Workspace)
+	}
+	for _, ref := range args.Refs {
+		if ref == "" || len(ref) > MaxRefLen || !utf8.ValidString(ref) {
+			return args, invalid("agents.spawn: a ref is a non-empty string of at most %d bytes", MaxRefLen)
+		}
+	}
+	for _, d := range args.Delegate {
+		if !slices.Contains(Delegable, d) {
+			return args, invalid("agents.spawn: %q cannot be delegated; delegable: %s", d, strings.Join(Delegable, ", "))
+		}
+	}
+	args.Delegate = slices.Compact(slices.Sorted(slices.Values(args.Delegate)))
+	if len(args.Budget) == 0 || string(args.Budget) == "null" {
+		args.Budget = json.RawMessage("{}")
+	}
+	var budget map[string]json.RawMessage
+	if err := json.Unmarshal(args.Budget, &budget); err != nil || budget == nil {
+		return args, invalid("agents.spawn: budget is a dict")
+	}
+	return args, nil
+}
+
+func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Request) (json.RawMessage, error) {
+	args, err := parseSpawn(r.Args)
+	if err != nil {
+		return nil, err
+	}
+	if release == "" {
+		if s, err := a.cfg.Store.Session(ctx, session); err == nil {
+			release = s.PolicyRevision
+		}
+	}
+	var sp store.Spawned
+	err = a.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
+		sp, err = tx.SpawnChild(store.NewChild{Parent: session, Release: release, Task: args.Task, Refs: args.Refs,
+			Delegate: args.Delegate, Budget: args.Budget, Limits: a.cfg.Limits})
+		return err
+	})
+	if err != nil {
+		return answer(store.Job{}, err)
+	}
+	if a.cfg.Start != nil {
+		a.cfg.Start(sp.Session)
+	}
+	j, err := a.cfg.Store.Job(ctx, sp.Job)
+	return answer(j, err)
+}
+
+// own reads child job id if session owns it.
+func (a *Agents) own(ctx context.Context, session string, id int64) (store.Job, error) {
+	j, err := a.cfg.Store.Job(ctx, id)
+	if err == nil && (j.Session != session || j.Kind != jobs.KindChild) {
+		return store.Job{}, fmt.Errorf("%w: no child %d of %s", store.ErrNoJob, id, session)
+	}
+	return j, err
+}
+
+// Cancel cancels running child job j (asked by its parent or the
+// operator): it ends cancelled, its parent is told once, as of any job's
+// end, and its session is stopped, which cuts off its model request or
+// cell at once.
+func (a *Agents) Cancel(ctx context.Context, j store.Job) (store.Job, error) {
+	spec, err := store.ChildSpecOf(j)
+	if err != nil {
+		return j, err
+	}
+	err = a.cfg.Store.Write(ctx, func(tx *store.Tx) error {
+		notice := Notice(j.ID, spec.Session, store.JobCancelled, "its session was stopped", nil, "")
+		if j, err = tx.EndChild(spec.Session, store.JobCancelled, nil, "cancelled", notice); err != nil {
+			return err
+		}
+		return stopSession(tx, spec.Session, fmt.Sprintf("child %d was cancelled", j.ID))
+	})
+	if err == nil {
+		a.ended(j.ID)
+	}
+	return j, err
+}
+
+func (a *Agents) ended(id int64) {
+	if a.cfg.Jobs != nil {
+		a.cfg.Jobs.Ended(id)
+	}
+}
+
+func stopSession(tx *store.Tx, id, reason string) error {
+	s, err := tx.Session(id)
+	if err != nil || s.State == store.StateStopped {
+		return err
+	}
+	return tx.TransitionSession(id, s.State, store.StateStopped, reason)
+}
+
+// Idle is the turn loop's report of an attempt that ended idle: a child
+// that ends its turn without agents.finish ends with its last text as the
+// result, marked so.
+func (a *Agents) Idle(ctx context.Context, session, text string) {
+	if !strings.HasPrefix(session, "child-") {
+		return
+	}
+	res, _ := json.Marshal(map[string]any{"text": text, "implicit": true,
+		"note": "the child ended its turn without agents.finish: this is its last scratchpad text"})
+	_, _ = a.end(ctx, session, store.JobSucceeded, res, "", "ended its turn without agents.finish")
+}
+
+// end ends session's child job with result and wakes its parent once.
+func (a *Agents) end(ctx context.Context, session string, to store.JobState, result json.RawMessage, errText, how string) (store.Job, error) {
+	var j store.Job
+	err := a.cfg.Store.Write(ctx, func(tx *store.Tx) error {
+		cur, err := tx.ChildJobOf(session)
+		if err != nil {
+			return err
+		}
+		j, err = tx.EndChild(session, to, result, errText, Notice(cur.ID, session, to, how, result, errText))
+		return err
+	})
+	if err == nil {
+		a.ended(j.ID)
+	}
+	return j, err
+}
+
+// Notice is the parent's notification of child id's end.
+func Notice(id int64, session string, to store.JobState, how string, result json.RawMessage, errText string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[klbr] child %d %s (session %s, %s).", id, to, session, how)
+	if errText != "" {
+		fmt.Fprintf(&b, " Error: %s.", errText)
+	}
+	if len(result) > 0 {
+		r := string(result)
+		if len(r) > noticePreview {
+			cut := noticePreview
+			for cut > 0 && !utf8.RuneStart(r[cut]) {
+				cut--
+			}
+			r = r[:cut] + fmt.Sprintf(" … (%d bytes in all)", len(result))
+		}
+		fmt.Fprintf(&b, " Result: %s", r)
+	}
+	fmt.Fprintf(&b, "\nThe whole record is in `await agents.get(%d)`.", id)
+	return b.String()
+}
+
+func answer(j store.Job, err error) (json.RawMessage, error) {
+	var re *worker.RequestError
+	switch {
+	case err == nil:
+		return json.Marshal(j)
+	case errors.As(err, &re):
+		return nil, err
+	case errors.Is(err, store.ErrNoJob):
+		return nil, &worker.RequestError{Code: "not_found", Message: err.Error()}
+	case errors.Is(err, store.ErrChildBudget):
+		return nil, &worker.RequestError{Code: "refused", Message: "agents.spawn: " + err.Error()}
+	case errors.Is(err, store.ErrJobState):
+		return nil, &worker.RequestError{Code: "state", Message: err.Error()}
+	default:
+		return nil, &worker.RequestError{Code: "failed", Message: err.Error()}
+	}
+}
+
+func decode(r worker.Request, v any) error {
+	if len(r.Args) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(r.Args, v); err != nil {
+		return invalid("%s: %v", r.Op, err)
+	}
+	return nil
+}
+
+func invalid(format string, a ...any) error {
+	return &worker.RequestError{Code: "invalid", Message: fmt.Sprintf(format, a...)}
+}

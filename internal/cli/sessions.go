@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// SessionNode is one session of the tree `klbr-core sessions` prints: a
+// child carries its job (state, result).
+type SessionNode struct {
+	store.Session
+	Job      *store.Job     `json:"job,omitempty"`
+	Children []*SessionNode `json:"children,omitempty"`
+}
+
+func newSessions(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "sessions",
+		Short: "List the sessions as a tree: each child agent under its parent, with its state, job and result",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			st, err := c.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			js, err := c.Jobs(cmd.Context(), "", "", 1000)
+			if err != nil {
+				return err
+			}
+			roots := SessionTree(st.Sessions, js.Jobs)
+			if asJSON {
+				return printJSON(g.env.Stdout, roots)
+			}
+			for _, r := range roots {
+				printNode(g.env.Stdout, r, 0)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+// SessionTree arranges sessions by parent; a child's job is found by the
+// session its spec names.
+func SessionTree(sessions []api.SessionStatus, jobs []store.Job) []*SessionNode {
+	byJob := map[string]*store.Job{}
+	for i := range jobs {
+		if spec, err := store.ChildSpecOf(jobs[i]); err == nil {
+			byJob[spec.Session] = &jobs[i]
+		}
+	}
+	nodes := map[string]*SessionNode{}
+	for _, s := range sessions {
+		nodes[s.ID] = &SessionNode{Session: s.Session, Job: byJob[s.ID]}
+	}
+	var roots []*SessionNode
+	for _, s := range sessions {
+		n := nodes[s.ID]
+		if p := nodes[s.ParentID]; p != nil {
+			p.Children = append(p.Children, n)
+		} else {
+			roots = append(roots, n)
+		}
+	}
+	return roots
+}
+
+func printNode(w io.Writer, n *SessionNode, depth int) {
+	line := fmt.Sprintf("%s%s  %s", strings.Repeat("  ", depth), n.ID, n.State)
+	if j := n.Job; j != nil {
+		line += fmt.Sprintf("  job %d %s", j.ID, j.State)
+		if j.Error != "" {
+			line += ": " + j.Error
+		}
+		if len(j.Result) > 0 {
+			r := string(j.Result)
+			var compact bytes.Buffer
+			if json.Compact(&compact, j.Result) == nil {
+				r = compact.String()
+			}
+			line += "  result " + clipLine(r, 120)
+		}
+	}
+	fmt.Fprintln(w, line)
+	for _, c := range n.Children {
+		printNode(w, c, depth+1)
+	}
+}
+
+func clipLine(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}

@@ -1,0 +1,116 @@
+"""``klbr.agents``: child agents, delegated sessions that report back.
+
+- ``child = await agents.spawn(task="...", refs=[...], budget={...},
+  delegate=[])``: creates the child's session and its job (kind ``child``)
+  in one transaction and returns once it is admitted, not finished. The child
+  has its own history and workbench generation, is pinned to your behavior
+  release, and sees its task and the refs you name (as text), not your
+  scratchpad. It reports through its result; ``local.send`` and
+  ``discord.send``/``react``/``mark`` are refused to it unless you delegate
+  them (``delegate=["local.send"]``). Its end wakes you once with
+  ``[klbr] child N ...``.
+- ``await agents.get(id)``, ``await agents.list(state=None)``,
+  ``await agents.cancel(id)``, ``await child.result(timeout=None)``. After a
+  kernel reset, ``agents.get(id)`` rebuilds the handle from the record.
+- Inside a child: ``me = await agents.current()`` (its own record: ``me.task``,
+  ``me.refs``, ``me["delegate"]``; None in a root) and ``await agents.finish(result)`` (any JSON value) ends it
+  with that result and ends the cell, like ``runtime.wait``. A child that ends
+  its turn without it ends with its last text as the result, marked
+  ``{"implicit": true, ...}``.
+"""
+
+import json as _json
+
+from ._sdk import request, wait
+from .jobs import Job
+
+__all__ = ["spawn", "get", "list", "cancel", "current", "finish", "Child"]
+
+_list = list
+
+
+class Child(Job):
+    """A child agent's job record as last read: ``id``, ``state``,
+    ``session`` (the child's session id), ``task``, ``result_value``,
+    ``error``; ``child["field"]`` reads any field of the record."""
+
+    session = property(lambda self: (self.raw.get("spec") or {}).get("session"))
+    task = property(lambda self: (self.raw.get("spec") or {}).get("task"))
+    refs = property(lambda self: (self.raw.get("spec") or {}).get("refs") or [])
+
+    async def refresh(self):
+        self.raw = await request("agents.get", {"id": self.id})
+        return self
+
+    async def result(self, timeout=None):
+        """Wait until the child ends and return its result; raises
+        TimeoutError after ``timeout`` seconds (the child keeps running)."""
+        import time
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        while not self.done:
+            left = 600.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"child {self.id} is still {self.state}")
+            self.raw = await request("agents.wait", {"id": self.id, "timeout": min(left, 600.0)})
+        return self.raw.get("result")
+
+    async def cancel(self):
+        self.raw = await request("agents.cancel", {"id": self.id})
+        return self
+
+    def __repr__(self):
+        extra = f" error={self.error!r}" if self.error else ""
+        return f"<child {self.id} {self.session} {self.state}{extra}>"
+
+
+async def spawn(task, refs=None, budget=None, delegate=None, profile=None, workspace=None):
+    if not isinstance(task, str) or not task.strip():
+        raise TypeError("agents.spawn: task is a non-empty str")
+    args = {"task": task, "refs": [str(r) for r in (refs or [])]}
+    if budget is not None:
+        if not isinstance(budget, dict):
+            raise TypeError("agents.spawn: budget is a dict")
+        _json.dumps(budget)
+        args["budget"] = budget
+    if delegate:
+        if isinstance(delegate, str):
+            delegate = [delegate]
+        args["delegate"] = [str(d) for d in delegate]
+    if profile is not None:
+        args["profile"] = str(profile)
+    if workspace is not None:
+        args["workspace"] = str(workspace)
+    return Child(await request("agents.spawn", args))
+
+
+async def get(id):
+    return Child(await request("agents.get", {"id": int(id)}))
+
+
+async def list(state=None, limit=100):
+    args = {"limit": int(limit)}
+    if state is not None:
+        args["state"] = str(state)
+    r = await request("agents.list", args)
+    return [Child(j) for j in r.get("children") or []]
+
+
+async def cancel(id):
+    return Child(await request("agents.cancel", {"id": int(id)}))
+
+
+async def current():
+    """This child agent's own record (a Child), or None in a root session."""
+    r = await request("agents.current", {})
+    return Child(r) if r else None
+
+
+async def finish(result=None):
+    """End this child agent with ``result`` (JSON-serializable): the parent
+    is woken with it. The cell ends here, as with ``runtime.wait``."""
+    try:
+        _json.dumps(result)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"agents.finish: the result must be JSON-serializable: {e}") from None
+    r = await request("agents.finish", {"result": result})
+    await wait(None, reason=f"finished: child {r.get('id')} reported its result")
