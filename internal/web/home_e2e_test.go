@@ -21,6 +21,20 @@ const convEntries = `[...document.querySelectorAll('#conv .entry')].map(e => (e.
 	e.classList.contains('in') ? 'in' : e.classList.contains('out') ? 'out:' + [...e.classList].find(c => c.startsWith('st-')) : 'other') +
 	'|' + e.innerText.replace(/\s+/g, ' ').slice(0, 160))`
 
+// openAndSend opens the page signed in to c, waits for its live stream and
+// sends text from the composer as the operator types it.
+func openAndSend(t *testing.T, ctx context.Context, c *core, text string) {
+	t.Helper()
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(c.url+"/?token="+c.token),
+		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
+		chromedp.Click(chromedp.CSS(`#composer`)),
+		chromedp.SendKeys(chromedp.CSS(`#composer`), text+kb.Enter),
+	); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The conversation view against a real klbr-core and the scripted model: a
 // dialogue reads in order, the agent's work (scratchpad with Markdown,
 // reasoning, cells with code and output) sits between the messages
@@ -40,14 +54,7 @@ func TestBrowserConversation(t *testing.T) {
 	ctx := browserCtx(t)
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(c.url+"/?token="+c.token),
-		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
-		chromedp.Click(chromedp.CSS(`#composer`)),
-		chromedp.SendKeys(chromedp.CSS(`#composer`), "what is six times seven?"+kb.Enter),
-	); err != nil {
-		t.Fatal(err)
-	}
+	openAndSend(t, ctx, c, "what is six times seven?")
 	if err := poll(ctx, `document.querySelector('#h-state').textContent === 'waiting' &&
 		document.querySelectorAll('#conv .entry.out').length === 2`); err != nil {
 		t.Fatalf("the exchange: %v\n%s", err, eval[string](t, ctx, `document.querySelector('#conv').innerText`))
@@ -237,14 +244,7 @@ func TestBrowserRouteBanners(t *testing.T) {
 	ctx := browserCtx(t)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(c.url+"/?token="+c.token),
-		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
-		chromedp.Click(chromedp.CSS(`#composer`)),
-		chromedp.SendKeys(chromedp.CSS(`#composer`), "hello?"+kb.Enter),
-	); err != nil {
-		t.Fatal(err)
-	}
+	openAndSend(t, ctx, c, "hello?")
 	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.querySelector('#banner [data-kind="route-down"]') !== null`,
 		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 		t.Fatalf("no route-down banner: %v\n%s", err, eval[string](t, ctx, `document.body.innerText`))
@@ -262,14 +262,7 @@ func TestBrowserRouteBanners(t *testing.T) {
 		return modeltest.Reply{Status: 400, Body: `{"error":{"message":"model 'fake' does not exist"}}`}
 	})
 	c2 := startCoreConf(t, "[agent]\nroute = \"main\"\n\n[routes.main]\nurl = \""+bad.URL()+"\"\nmodel = \"fake\"\n")
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(c2.url+"/?token="+c2.token),
-		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
-		chromedp.Click(chromedp.CSS(`#composer`)),
-		chromedp.SendKeys(chromedp.CSS(`#composer`), "hello?"+kb.Enter),
-	); err != nil {
-		t.Fatal(err)
-	}
+	openAndSend(t, ctx, c2, "hello?")
 	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.querySelector('#banner [data-kind="rejected"]') !== null`,
 		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 		t.Fatalf("no rejected banner: %v\n%s", err, eval[string](t, ctx, `document.body.innerText`))

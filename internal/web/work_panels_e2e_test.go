@@ -49,14 +49,7 @@ func TestBrowserJobsAndReleaseDiff(t *testing.T) {
 	ctx := browserCtx(t)
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(c.url+"/?token="+c.token),
-		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
-		chromedp.Click(chromedp.CSS(`#composer`)),
-		chromedp.SendKeys(chromedp.CSS(`#composer`), "build it"+kb.Enter),
-	); err != nil {
-		t.Fatal(err)
-	}
+	openAndSend(t, ctx, c, "build it")
 	// The job ends and wakes the agent; the panel shows it succeeded, with
 	// its output.
 	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.querySelector('#jobs details.job[data-state="succeeded"]') !== null`,
