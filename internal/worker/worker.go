@@ -525,5 +525,16 @@ func (w *Worker) reply(req *Frame, res json.RawMessage, err error) error {
 			r.Error = &ErrorInfo{Code: "failed", Message: err.Error()}
 		}
 	}
+	if ok && len(res) > MaxFrameBytes/2 {
+		// An answer over the frame bound would kill the worker at the write;
+		// the cell gets an error it can act on instead.
+		if b, merr := json.Marshal(r); merr != nil || len(b) > MaxFrameBytes {
+			no := false
+			r.OK, r.Result = &no, nil
+			r.Error = &ErrorInfo{Code: "too_large", Message: fmt.Sprintf(
+				"%s: the answer is %d bytes, over the %d-byte bound of one host reply; ask for less (a smaller limit or max_bytes)",
+				req.Op, len(res), MaxFrameBytes)}
+		}
+	}
 	return w.send(r)
 }

@@ -181,6 +181,8 @@ func TestHostRequests(t *testing.T) {
 		switch r.Op {
 		case "test.echo":
 			return r.Args, nil
+		case "test.huge":
+			return json.Marshal(map[string]string{"text": strings.Repeat("x", MaxFrameBytes)})
 		default:
 			return nil, &RequestError{Code: "unsupported", Message: "no op " + r.Op}
 		}
@@ -194,6 +196,14 @@ func TestHostRequests(t *testing.T) {
 	o, _ = w.Execute(ctx, "r2", "from klbr import host\nawait host.request('nope', {})", h)
 	if o.Status != "error" || o.Error == nil || !strings.Contains(o.Error.Message, "unsupported") {
 		t.Fatalf("unknown op: %+v", o.Error)
+	}
+	// An answer over the frame bound is an error for the cell; the worker lives.
+	o, _ = w.Execute(ctx, "r2b", "from klbr import host\ntry:\n    await host.request('test.huge', {})\nexcept Exception as e:\n    print(e.code)", h)
+	if o.Status != "ok" || !strings.Contains(text(o), "too_large") {
+		t.Fatalf("huge answer: %+v", o)
+	}
+	if o := run(t, w, "r2c", "1+1"); o.Value == nil || *o.Value != "2" {
+		t.Fatalf("worker after a huge answer: %+v", o)
 	}
 	// A request from a background task after its cell finished is refused as stale.
 	w.Execute(ctx, "r3", `import asyncio, klbr
