@@ -128,7 +128,7 @@ func TestFinishAndIdle(t *testing.T) {
 
 func TestParseSpawnRefuses(t *testing.T) {
 	for _, args := range []string{
-		`{}`, `{"task":"  "}`, `{"task":"x","profile":"researcher"}`, `{"task":"x","workspace":"worktree"}`,
+		`{}`, `{"task":"  "}`, `{"task":"x","profile":"researcher"}`, `{"task":"x","workspace":"private"}`, `{"task":"x","workspace":1}`,
 		`{"task":"x","delegate":["runtime.wakeup"]}`, `{"task":"x","budget":[1]}`, `{"task":"x","refs":[""]}`,
 		`{"task":"x","refs":"e1"}`, `[1]`,
 	} {
@@ -138,6 +138,11 @@ func TestParseSpawnRefuses(t *testing.T) {
 	}
 	if a, err := parseSpawn(json.RawMessage(`{"task":"x","workspace":"shared","budget":null}`)); err != nil || string(a.Budget) != "{}" {
 		t.Fatalf("parseSpawn: %+v, %v", a, err)
+	}
+	for _, mode := range []string{"worktree", "read_only"} {
+		if a, err := parseSpawn(json.RawMessage(`{"task":"x","workspace":"` + mode + `"}`)); err != nil || a.Workspace != mode {
+			t.Fatalf("parseSpawn(workspace %s): %+v, %v", mode, a, err)
+		}
 	}
 }
 
