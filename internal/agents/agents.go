@@ -87,6 +87,22 @@ func (a *Agents) HandleRequest(ctx context.Context, r worker.Request) (json.RawM
 			release = p.Release
 		}
 		return a.spawn(ctx, session, release, r)
+	case "agents.remove_workspace":
+		var args struct {
+			ID int64 `json:"id"`
+		}
+		if err := decode(r, &args); err != nil {
+			return nil, err
+		}
+		j, err := a.own(ctx, session, args.ID)
+		if err != nil {
+			return answer(j, err)
+		}
+		w, err := a.RemoveWorkspace(ctx, j)
+		if err != nil {
+			return answer(j, err)
+		}
+		return json.Marshal(map[string]any{"id": j.ID, "removed": w.Dir, "branch": w.Branch})
 	case "agents.get", "agents.cancel", "agents.wait":
 		var args struct {
 			ID      int64   `json:"id"`
@@ -267,6 +283,28 @@ func (a *Agents) place(ctx context.Context, session, mode string) (p *store.Chil
 		out = ws.Inherit(parent)
 	}
 	return &out, made, nil
+}
+
+// RemoveWorkspace removes the worktree or copy of child job j, which has
+// ended, and returns it; a git worktree's branch stays (the child's
+// commits are there for the parent to merge). Removing it again is no
+// error. The spec keeps naming it: a finished job's record does not change.
+func (a *Agents) RemoveWorkspace(ctx context.Context, j store.Job) (store.ChildWorkspace, error) {
+	spec, err := store.ChildSpecOf(j)
+	if err != nil {
+		return store.ChildWorkspace{}, err
+	}
+	w := spec.Workspace
+	switch {
+	case a.cfg.Workspaces == nil || w == nil || w.Mode != store.WorkspaceWorktree:
+		return store.ChildWorkspace{}, &worker.RequestError{Code: "invalid", Message: fmt.Sprintf("agents.remove_workspace: child %d has no worktree of its own", j.ID)}
+	case j.State == store.JobRunning || j.State == store.JobPending:
+		return *w, &worker.RequestError{Code: "state", Message: fmt.Sprintf("agents.remove_workspace: child %d is %s; cancel it or wait for its end first", j.ID, j.State)}
+	}
+	if err := a.cfg.Workspaces.Remove(ctx, *w); err != nil {
+		return *w, &worker.RequestError{Code: "failed", Message: "agents.remove_workspace: " + err.Error()}
+	}
+	return *w, nil
 }
 
 // own reads child job id if session owns it.

@@ -118,7 +118,9 @@ func TestWorktreeChildrenDoNotCollide(t *testing.T) {
 			"b = await agents.spawn(task='from b', workspace='worktree')\n" +
 			"c = await agents.spawn(task='from c', workspace='read_only')\n" +
 			"print('SPECS', a['spec']['workspace']['dir'], b['spec']['workspace']['dir'], c['spec']['workspace']['mode'])\n" +
-			"print('DONE', await a.result(timeout=120), await b.result(timeout=120), await c.result(timeout=120))"}}},
+			"print('DONE', await a.result(timeout=120), await b.result(timeout=120), await c.result(timeout=120))\n" +
+			"print('REMOVED', (await agents.remove_workspace(a.id))['removed'] == a['spec']['workspace']['dir'])\n" +
+			"try:\n    await agents.remove_workspace(c.id)\nexcept Exception as e:\n    print('NOT REMOVED', e)"}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: childWork}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "k2", Code: childWork}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "k3", Code: childWork}}},
@@ -142,7 +144,11 @@ func TestWorktreeChildrenDoNotCollide(t *testing.T) {
 		if r.Mode != "worktree" || r.Dir != w.Dir || r.Cwd != w.Dir || r.Out != "wrote" || r.Run != 0 || r.Git != 0 {
 			t.Fatalf("child %d did %+v in %+v", id, r, w)
 		}
-		if got, _ := os.ReadFile(filepath.Join(w.Dir, "notes.txt")); string(got) != spec.Task+"\n" {
+		// The first child's worktree was removed by the root after its end.
+		if _, err := os.Stat(w.Dir); id == 1 && err == nil {
+			t.Fatalf("child 1's removed worktree: %+v, %v", w, err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(w.Dir, "notes.txt")); id == 2 && string(got) != spec.Task+"\n" {
 			t.Fatalf("child %d's notes.txt: %q", id, got)
 		}
 		if got := gitIn(t, ws, "show", w.Branch+":notes.txt"); got != spec.Task {
@@ -183,12 +189,13 @@ func TestWorktreeChildrenDoNotCollide(t *testing.T) {
 	// The parent sees where each child works in the record spawn returns.
 	var saw bool
 	for _, m := range model.Requests()[len(model.Requests())-1].Messages {
-		if got := content(m); strings.Contains(got, "SPECS "+worktrees) && strings.Contains(got, "read_only") {
+		if got := content(m); strings.Contains(got, "SPECS "+worktrees) && strings.Contains(got, "read_only") &&
+			strings.Contains(got, "REMOVED True") && strings.Contains(got, "NOT REMOVED invalid") {
 			saw = true
 		}
 	}
 	if !saw {
-		t.Fatal("the root did not see its children's workspaces")
+		t.Fatalf("the root did not see its children's workspaces, nor removed one: %v", model.Requests()[len(model.Requests())-1].Messages)
 	}
 }
 
