@@ -52,7 +52,7 @@ type Config struct {
 	// Workspaces makes a child's own workspace (workspace="worktree") and
 	// says where each session works; nil: every child shares the workspace.
 	Workspaces *workspace.Workspaces
-	Clock func() time.Time
+	Clock      func() time.Time
 }
 
 // Agents answers the agents.* host requests and ends children.
