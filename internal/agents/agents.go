@@ -49,10 +49,11 @@ type Config struct {
 	Limits store.ChildLimits
 	// Start starts a spawned child's turn loop.
 	Start func(session string)
+	Clock func() time.Time
+
 	// Workspaces makes a child's own workspace (workspace="worktree") and
 	// says where each session works; nil: every child shares the workspace.
 	Workspaces *workspace.Workspaces
-	Clock      func() time.Time
 }
 
 // Agents answers the agents.* host requests and ends children.
