@@ -35,12 +35,8 @@ type Config struct {
 	RuntimeSrc  string // materialized klbr-runtime src
 	RuntimeHash string
 	Workspace   string
-	// Workspaces, when set, says where each session works (a child's
-	// worktree, a read-only workspace) and what its workers may write;
-	// nil: every session works in Workspace under Sandbox.
-	Workspaces *workspace.Workspaces
-	Placer     placement.Placer
-	Limits     placement.Limits
+	Placer      placement.Placer
+	Limits      placement.Limits
 	// Sandbox is what every worker and command of the workbench runs without (see
 	// kernel.Sandbox): the daemon hides its data directory and, as root, drops the uid.
 	Sandbox kernel.Sandbox
@@ -50,6 +46,11 @@ type Config struct {
 	Log            *slog.Logger
 	// Observe, if set, is told of worker starts and resets (for metrics).
 	Observe func(event string)
+
+	// Workspaces, when set, says where each session works (a child's
+	// worktree, a read-only workspace) and what its workers may write;
+	// nil: every session works in Workspace under Sandbox.
+	Workspaces *workspace.Workspaces
 }
 
 // SkillsFunc returns the skill set a new generation of session is offered
