@@ -149,6 +149,8 @@ func TestParseSpawnRefuses(t *testing.T) {
 func FuzzParseSpawn(f *testing.F) {
 	f.Add([]byte(`{"task":"count the widgets","refs":["e1","s2"],"budget":{"tokens":10},"delegate":["local.send"]}`))
 	f.Add([]byte(`{"task":"\u0000","refs":[]}`))
+	f.Add([]byte(`{"task":"edit","workspace":"worktree"}`))
+	f.Add([]byte(`{"task":"read","workspace":"read_only"}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		a, err := parseSpawn(raw)
 		if err != nil {
@@ -156,6 +158,9 @@ func FuzzParseSpawn(f *testing.F) {
 				t.Fatalf("error %v is not invalid", err)
 			}
 			return
+		}
+		if ws := a.Workspace; ws != "" && ws != "shared" && ws != "worktree" && ws != "read_only" {
+			t.Fatalf("accepted workspace %q", ws)
 		}
 		if strings.TrimSpace(a.Task) == "" || len(a.Task) > MaxTaskBytes || len(a.Refs) > MaxRefs || len(a.Delegate) > len(Delegable) {
 			t.Fatalf("accepted out of bounds: %+v", a)
