@@ -63,7 +63,11 @@ func (w *Workspaces) Make(ctx context.Context, from Place, hint string) (Place, 
 		return Place{}, err
 	}
 	var p Place
-	if w.inRepository(ctx, from.Dir) {
+	inRepo, err := w.inRepository(ctx, from.Dir)
+	if err != nil {
+		return Place{}, err
+	}
+	if inRepo {
 		p, err = w.worktree(ctx, from, name, top)
 	} else {
 		p, err = w.copy(from, top)
@@ -102,10 +106,22 @@ func (w *Workspaces) reserve(hint string) (name, top string, err error) {
 	return "", "", errors.New("no free worktree name")
 }
 
-// inRepository reports whether dir lies in a git work tree.
-func (w *Workspaces) inRepository(ctx context.Context, dir string) bool {
+// inRepository reports whether dir lies in a git work tree. Without git
+// on the PATH, a directory with a .git on its way up is refused rather
+// than copied as if it were no repository.
+func (w *Workspaces) inRepository(ctx context.Context, dir string) (bool, error) {
+	if _, err := exec.LookPath("git"); err != nil {
+		for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+			if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
+				return false, fmt.Errorf("%s lies in a git repository (%s), but git is not on klbr-core's PATH: install it, or spawn with workspace=\"shared\" or \"read_only\"", dir, filepath.Join(d, ".git"))
+			}
+			if d == filepath.Dir(d) {
+				return false, nil
+			}
+		}
+	}
 	out, err := git(ctx, dir, "rev-parse", "--is-inside-work-tree")
-	return err == nil && strings.TrimSpace(out) == "true"
+	return err == nil && strings.TrimSpace(out) == "true", nil
 }
 
 func (w *Workspaces) worktree(ctx context.Context, from Place, name, top string) (Place, error) {

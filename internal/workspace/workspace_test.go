@@ -261,3 +261,20 @@ func TestEnforcement(t *testing.T) {
 		t.Fatalf("in /tmp: %q", got)
 	}
 }
+
+// Without git on the PATH a repository is refused, not copied; a plain
+// directory is still copied.
+func TestWithoutGit(t *testing.T) {
+	requireGit(t) // to make the repository
+	root := repo(t)
+	plain := t.TempDir()
+	t.Setenv("PATH", t.TempDir())
+	w := &Workspaces{Root: root, Dir: filepath.Join(t.TempDir(), "worktrees")}
+	if _, err := w.Make(t.Context(), w.Shared(), "default"); err == nil || !strings.Contains(err.Error(), "git is not on klbr-core's PATH") {
+		t.Fatalf("a repository without git: %v", err)
+	}
+	w.Root = plain
+	if p, err := w.Make(t.Context(), w.Shared(), "default"); err != nil || p.Kind != "copy" {
+		t.Fatalf("a plain directory without git: %+v, %v", p, err)
+	}
+}
