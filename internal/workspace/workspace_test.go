@@ -278,3 +278,17 @@ func TestWithoutGit(t *testing.T) {
 		t.Fatalf("a plain directory without git: %+v, %v", p, err)
 	}
 }
+
+// A shared child inherits its parent's place: a worktree as the parent
+// has it, read-only when the parent's is (with what is enforced).
+func TestInherit(t *testing.T) {
+	w := &Workspaces{Root: "/srv/ws", Sandbox: kernel.Sandbox{Deny: []string{"/data"}, ReadWrite: []string{"/srv/ws"}}}
+	wt := Place{Mode: store.WorkspaceWorktree, Kind: "git", Dir: "/data/worktrees/x", GitDir: "/srv/ws/.git", Branch: "klbr/x"}
+	if p := w.Inherit(wt); p.Mode != store.WorkspaceShared || p.Dir != wt.Dir || p.GitDir != wt.GitDir || p.ReadOnly {
+		t.Fatalf("a shared child of a worktree child: %+v", p)
+	}
+	p := w.Inherit(w.ReadOnly(wt))
+	if p.Mode != store.WorkspaceShared || !p.ReadOnly || p.Enforced == "" || len(w.SandboxFor(p).ReadWrite) != 0 {
+		t.Fatalf("a shared child of a read-only child: %+v", p)
+	}
+}
