@@ -23,6 +23,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
 	"github.com/klbr-dev/klbr/internal/worker"
+	"github.com/klbr-dev/klbr/internal/workspace"
 )
 
 // Bounds of what a cell may ask for.
@@ -49,6 +50,10 @@ type Config struct {
 	// Start starts a spawned child's turn loop.
 	Start func(session string)
 	Clock func() time.Time
+
+	// Workspaces makes a child's own workspace (workspace="worktree") and
+	// says where each session works; nil: every child shares the workspace.
+	Workspaces *workspace.Workspaces
 }
 
 // Agents answers the agents.* host requests and ends children.
@@ -83,6 +88,22 @@ func (a *Agents) HandleRequest(ctx context.Context, r worker.Request) (json.RawM
 			release = p.Release
 		}
 		return a.spawn(ctx, session, release, r)
+	case "agents.remove_workspace":
+		var args struct {
+			ID int64 `json:"id"`
+		}
+		if err := decode(r, &args); err != nil {
+			return nil, err
+		}
+		j, err := a.own(ctx, session, args.ID)
+		if err != nil {
+			return answer(j, err)
+		}
+		w, err := a.RemoveWorkspace(ctx, j)
+		if err != nil {
+			return answer(j, err)
+		}
+		return json.Marshal(map[string]any{"id": j.ID, "removed": w.Dir, "branch": w.Branch})
 	case "agents.get", "agents.cancel", "agents.wait":
 		var args struct {
 			ID      int64   `json:"id"`
@@ -177,8 +198,8 @@ func parseSpawn(raw json.RawMessage) (spawnArgs, error) {
 		return args, invalid("agents.spawn: at most %d delegated ops", len(Delegable))
 	case args.Profile != "":
 		return args, invalid("agents.spawn: profiles are not supported yet; leave profile unset")
-	case args.Workspace != "" && args.Workspace != "shared":
-		return args, invalid("agents.spawn: workspace %q is not supported yet: a child works in the shared workspace", args.Workspace)
+	case !slices.Contains([]string{"", store.WorkspaceShared, store.WorkspaceWorktree, store.WorkspaceReadOnly}, args.Workspace):
+		return args, invalid("agents.spawn: workspace is \"shared\" (the default), \"worktree\" or \"read_only\", not %q", args.Workspace)
 	}
 	for _, ref := range args.Refs {
 		if ref == "" || len(ref) > MaxRefLen || !utf8.ValidString(ref) {
@@ -211,13 +232,21 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 			release = s.PolicyRevision
 		}
 	}
+	place, made, err := a.place(ctx, session, args.Workspace)
+	if err != nil {
+		return nil, err
+	}
 	var sp store.Spawned
 	err = a.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
 		sp, err = tx.SpawnChild(store.NewChild{Parent: session, Release: release, Task: args.Task, Refs: args.Refs,
-			Delegate: args.Delegate, Budget: args.Budget, Limits: a.cfg.Limits})
+			Delegate: args.Delegate, Budget: args.Budget, Limits: a.cfg.Limits, Workspace: place})
 		return err
 	})
 	if err != nil {
+		if made {
+			// Nothing of the spawn is stored: its worktree goes too.
+			a.cfg.Workspaces.Remove(context.WithoutCancel(ctx), *place)
+		}
 		return answer(store.Job{}, err)
 	}
 	if a.cfg.Start != nil {
@@ -225,6 +254,58 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 	}
 	j, err := a.cfg.Store.Job(ctx, sp.Job)
 	return answer(j, err)
+}
+
+// place is where a child of session spawned with mode works, made now
+// for a worktree (made reports it, to be removed if the spawn fails).
+// Shared is the parent's place as the parent has it.
+func (a *Agents) place(ctx context.Context, session, mode string) (p *store.ChildWorkspace, made bool, err error) {
+	ws := a.cfg.Workspaces
+	if ws == nil {
+		if mode == store.WorkspaceWorktree || mode == store.WorkspaceReadOnly {
+			return nil, false, &worker.RequestError{Code: "unsupported", Message: "agents.spawn: workspace " + mode + " needs the workspaces, which this daemon has not"}
+		}
+		return nil, false, nil
+	}
+	parent, err := ws.For(ctx, session)
+	if err != nil {
+		return nil, false, &worker.RequestError{Code: "failed", Message: "agents.spawn: " + err.Error()}
+	}
+	var out store.ChildWorkspace
+	switch mode {
+	case store.WorkspaceWorktree:
+		if out, err = ws.Make(ctx, parent, session); err != nil {
+			return nil, false, &worker.RequestError{Code: "refused", Message: "agents.spawn: no worktree for the child: " + err.Error()}
+		}
+		made = true
+	case store.WorkspaceReadOnly:
+		out = ws.ReadOnly(parent)
+	default:
+		out = ws.Inherit(parent)
+	}
+	return &out, made, nil
+}
+
+// RemoveWorkspace removes the worktree or copy of child job j, which has
+// ended, and returns it; a git worktree's branch stays (the child's
+// commits are there for the parent to merge). Removing it again is no
+// error. The spec keeps naming it: a finished job's record does not change.
+func (a *Agents) RemoveWorkspace(ctx context.Context, j store.Job) (store.ChildWorkspace, error) {
+	spec, err := store.ChildSpecOf(j)
+	if err != nil {
+		return store.ChildWorkspace{}, err
+	}
+	w := spec.Workspace
+	switch {
+	case a.cfg.Workspaces == nil || w == nil || w.Mode != store.WorkspaceWorktree:
+		return store.ChildWorkspace{}, &worker.RequestError{Code: "invalid", Message: fmt.Sprintf("agents.remove_workspace: child %d has no worktree of its own", j.ID)}
+	case j.State == store.JobRunning || j.State == store.JobPending:
+		return *w, &worker.RequestError{Code: "state", Message: fmt.Sprintf("agents.remove_workspace: child %d is %s; cancel it or wait for its end first", j.ID, j.State)}
+	}
+	if err := a.cfg.Workspaces.Remove(ctx, *w); err != nil {
+		return *w, &worker.RequestError{Code: "failed", Message: "agents.remove_workspace: " + err.Error()}
+	}
+	return *w, nil
 }
 
 // own reads child job id if session owns it.

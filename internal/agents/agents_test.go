@@ -128,7 +128,7 @@ func TestFinishAndIdle(t *testing.T) {
 
 func TestParseSpawnRefuses(t *testing.T) {
 	for _, args := range []string{
-		`{}`, `{"task":"  "}`, `{"task":"x","profile":"researcher"}`, `{"task":"x","workspace":"worktree"}`,
+		`{}`, `{"task":"  "}`, `{"task":"x","profile":"researcher"}`, `{"task":"x","workspace":"private"}`, `{"task":"x","workspace":1}`,
 		`{"task":"x","delegate":["runtime.wakeup"]}`, `{"task":"x","budget":[1]}`, `{"task":"x","refs":[""]}`,
 		`{"task":"x","refs":"e1"}`, `[1]`,
 	} {
@@ -139,11 +139,18 @@ func TestParseSpawnRefuses(t *testing.T) {
 	if a, err := parseSpawn(json.RawMessage(`{"task":"x","workspace":"shared","budget":null}`)); err != nil || string(a.Budget) != "{}" {
 		t.Fatalf("parseSpawn: %+v, %v", a, err)
 	}
+	for _, mode := range []string{"worktree", "read_only"} {
+		if a, err := parseSpawn(json.RawMessage(`{"task":"x","workspace":"` + mode + `"}`)); err != nil || a.Workspace != mode {
+			t.Fatalf("parseSpawn(workspace %s): %+v, %v", mode, a, err)
+		}
+	}
 }
 
 func FuzzParseSpawn(f *testing.F) {
 	f.Add([]byte(`{"task":"count the widgets","refs":["e1","s2"],"budget":{"tokens":10},"delegate":["local.send"]}`))
 	f.Add([]byte(`{"task":"\u0000","refs":[]}`))
+	f.Add([]byte(`{"task":"edit","workspace":"worktree"}`))
+	f.Add([]byte(`{"task":"read","workspace":"read_only"}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		a, err := parseSpawn(raw)
 		if err != nil {
@@ -151,6 +158,9 @@ func FuzzParseSpawn(f *testing.F) {
 				t.Fatalf("error %v is not invalid", err)
 			}
 			return
+		}
+		if ws := a.Workspace; ws != "" && ws != "shared" && ws != "worktree" && ws != "read_only" {
+			t.Fatalf("accepted workspace %q", ws)
 		}
 		if strings.TrimSpace(a.Task) == "" || len(a.Task) > MaxTaskBytes || len(a.Refs) > MaxRefs || len(a.Delegate) > len(Delegable) {
 			t.Fatalf("accepted out of bounds: %+v", a)

@@ -14,7 +14,7 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 		return nil
 	}
 	l := cfg.File.Agents.Resolved()
-	a := agents.New(agents.Config{Store: d.store, Jobs: d.jobs, Clock: d.clock,
+	a := agents.New(agents.Config{Store: d.store, Jobs: d.jobs, Clock: d.clock, Workspaces: d.bench.Config().Workspaces,
 		Limits: store.ChildLimits{MaxDepth: l.MaxDepth, MaxDescendants: l.MaxDescendants, MaxConcurrent: l.MaxConcurrent},
 		Start: func(session string) {
 			if d.turns != nil {

@@ -57,6 +57,7 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 		Workspace: wb.Workspace, Placer: wb.Placer, Limits: wb.Limits, Sandbox: wb.Sandbox, Log: d.log.With("component", "hooks"),
 		Observe:     func(slot, outcome string, latency time.Duration) { m.HookInvocation(slot, outcome, latency) },
 		WorkerEvent: func(e string) { m.WorkerEvent("hooks", e) },
+		Workspaces:  wb.Workspaces,
 	})
 	d.behavior = activation.New(d.store, rel, d.hooks, d.bench, d.log.With("component", "activation"))
 	d.envs = pyenv.Envs{Root: filepath.Join(cfg.Paths.DataDir, "runtime", "envs"), Wheels: filepath.Join(cfg.Paths.DataDir, "wheels"), Python: wb.Python}

@@ -31,7 +31,7 @@ func (d *daemon) startJobs(ctx context.Context, cfg *config.Config, m *metrics.M
 	cpu, _ := l.CPUQuotaPercent()
 	jcfg := jobs.Config{
 		Store: d.store, Artifacts: wb.Artifacts, Kernel: wb.Kernel, Python: wb.Python, RuntimeSrc: wb.RuntimeSrc,
-		Workspace: wb.Workspace, Placer: wb.Placer, Sandbox: wb.Sandbox, Tree: d.releases.Tree,
+		Workspace: wb.Workspace, Workspaces: wb.Workspaces, Placer: wb.Placer, Sandbox: wb.Sandbox, Tree: d.releases.Tree,
 		Limits:        placement.Limits{MemoryMaxBytes: int64(mem), TasksMax: jc.TasksMax, CPUQuotaPercent: cpu},
 		MaxConcurrent: jc.MaxConcurrent, MaxWall: time.Duration(jc.MaxWallSeconds) * time.Second, MaxOutput: jc.OutputBytes,
 		Clock: d.clock, Log: d.log.With("component", "jobs"),

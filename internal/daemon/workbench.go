@@ -2,19 +2,23 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/sandbox"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
 	"github.com/klbr-dev/klbr/internal/worker"
+	"github.com/klbr-dev/klbr/internal/workspace"
 	"github.com/klbr-dev/klbr/python"
 )
 
@@ -83,9 +87,37 @@ func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sess
 	cpu, _ := l.CPUQuotaPercent()
 	return workbench.New(workbench.Config{
 		Store: st, Sessions: sessions, Kernel: kernel, Python: py, RuntimeSrc: src, RuntimeHash: hash,
-		Workspace: cfg.Paths.Workspace, Placer: placer, Sandbox: sb, SandboxSummary: summary, Artifacts: arts,
+		Workspace: cfg.Paths.Workspace, Workspaces: newWorkspaces(cfg, st, sb),
+		Placer: placer, Sandbox: sb, SandboxSummary: summary, Artifacts: arts,
 		Limits:  placement.Limits{MemoryMaxBytes: int64(mem), TasksMax: l.TasksMax, CPUQuotaPercent: cpu},
 		Log:     log.With("component", "workbench"),
 		Observe: observe,
 	}), placer, nil
+}
+
+// newWorkspaces says where each session works: a root in the workspace,
+// a child where its spawn recorded (its job's spec), with worktrees and
+// copies under <data>/worktrees.
+func newWorkspaces(cfg *config.Config, st *store.Store, sb kernel.Sandbox) *workspace.Workspaces {
+	return &workspace.Workspaces{
+		Root: cfg.Paths.Workspace, Dir: filepath.Join(cfg.Paths.DataDir, "worktrees"), Sandbox: sb,
+		Exclude: []string{cfg.Paths.DataDir},
+		Lookup: func(ctx context.Context, session string) (*workspace.Place, error) {
+			if !strings.HasPrefix(session, "child-") {
+				return nil, nil
+			}
+			j, err := st.ChildJobOf(ctx, session)
+			if errors.Is(err, store.ErrNoJob) {
+				return nil, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			spec, err := store.ChildSpecOf(j)
+			if err != nil {
+				return nil, err
+			}
+			return spec.Workspace, nil
+		},
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/behavior"
@@ -108,8 +109,49 @@ func Check(ctx context.Context, dataDir string) (CheckResult, error) {
 		res.Findings = append(res.Findings, store.Finding{Check: "artifacts", Subject: "artifacts/sha256/" + e.Name(),
 			Problem: "present but no record refers to it", Fix: "harmless; klbr-core gc removes it"})
 	}
+	wf, err := worktreeFindings(ctx, st, dataDir)
+	if err != nil {
+		return res, err
+	}
+	res.Findings = append(res.Findings, wf...)
 	res.Duration = time.Since(start)
 	return res, nil
+}
+
+// worktreeFindings names each directory under <data>/worktrees no child's
+// spec names: left by a spawn klbr-core did not record (it stopped between
+// making the worktree and committing the child).
+func worktreeFindings(ctx context.Context, st *store.Store, dataDir string) ([]store.Finding, error) {
+	dir := filepath.Join(dataDir, "worktrees")
+	ents, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("check: %w", err)
+	}
+	named, err := st.ChildWorkspaceDirs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check: %w", err)
+	}
+	tops := map[string]bool{}
+	for d := range named {
+		if rel, err := filepath.Rel(dir, d); err == nil {
+			first, _, _ := strings.Cut(rel, string(filepath.Separator))
+			tops[first] = true
+		}
+	}
+	var out []store.Finding
+	for _, e := range ents {
+		if tops[e.Name()] {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		out = append(out, store.Finding{Check: "worktrees", Subject: "worktrees/" + e.Name(),
+			Problem: "present but no child agent's record names it (a spawn that was not recorded)",
+			Fix:     "remove it: git -C <workspace> worktree remove --force " + p + " (a copy: rm -rf " + p + "); its branch klbr/" + e.Name() + ", if any, stays"})
+	}
+	return out, nil
 }
 
 // releasesAt is the release directory of dataDir, without creating it.

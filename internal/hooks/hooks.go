@@ -24,6 +24,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
+	"github.com/klbr-dev/klbr/internal/workspace"
 )
 
 // Slots.
@@ -52,6 +53,10 @@ type Config struct {
 	// WorkerEvent, if set, is told of each hook worker lifecycle event
 	// (started, reset, start_failed), for metrics.
 	WorkerEvent func(event string)
+
+	// Workspaces, when set, says where each session's hook worker works
+	// (a child's worktree, a read-only workspace) and under which sandbox.
+	Workspaces *workspace.Workspaces
 }
 
 // Dispatcher owns every session's hook worker.
@@ -138,10 +143,18 @@ func (d *Dispatcher) StartWorker(ctx context.Context, session, release string) (
 	d.gen++
 	gen := d.gen
 	d.mu.Unlock()
+	dir, sb := d.cfg.Workspace, d.cfg.Sandbox
+	if ws := d.cfg.Workspaces; ws != nil {
+		p, err := ws.For(ctx, session)
+		if err != nil {
+			return nil, err
+		}
+		dir, sb = p.Dir, ws.SandboxFor(p)
+	}
 	w, err := worker.Start(ctx, worker.Spec{
 		Role: worker.RoleHooks, Session: session, Generation: gen,
-		Kernel: d.cfg.Kernel, Python: d.cfg.Python, RuntimeSrc: d.cfg.RuntimeSrc, Workspace: d.cfg.Workspace,
-		Behavior: d.cfg.Releases.Tree(release), Placer: d.cfg.Placer, Limits: d.cfg.Limits, Sandbox: d.cfg.Sandbox,
+		Kernel: d.cfg.Kernel, Python: d.cfg.Python, RuntimeSrc: d.cfg.RuntimeSrc, Workspace: dir,
+		Behavior: d.cfg.Releases.Tree(release), Placer: d.cfg.Placer, Limits: d.cfg.Limits, Sandbox: sb,
 		Handshake: 5 * time.Second, Log: d.cfg.Log,
 		NoSite: true, // policy hooks use the standard library only
 	})

@@ -60,8 +60,12 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (store.Job, error) {
 	if len(spec) > MaxArgBytes {
 		return store.Job{}, fmt.Errorf("jobs.run: argv and env are larger than %d bytes", MaxArgBytes)
 	}
+	dir, _, err := m.place(ctx, req.Session)
+	if err != nil {
+		return store.Job{}, fmt.Errorf("jobs.run: %w", err)
+	}
 	return m.submit(ctx, store.NewJob{Kind: KindCommand, Session: req.Session, Parent: req.Parent, Release: req.Release,
-		Workspace: m.cfg.Workspace, Spec: spec, Recovery: req.Recovery,
+		Workspace: dir, Spec: spec, Recovery: req.Recovery,
 		Budget: mustJSON(map[string]any{"timeout": s.Timeout, "output_bytes": m.cfg.MaxOutput, "memory_max": m.cfg.Limits.MemoryMaxBytes, "tasks_max": m.cfg.Limits.TasksMax})})
 }
 
@@ -114,13 +118,17 @@ func (m *Manager) runCommand(ctx context.Context, r *run) *store.JobEnd {
 			m.cfg.Log.Warn("jobs: no output artifact", "job", j.ID, "error", err)
 		}
 	}
+	root, sb, err := m.place(ctx, j.Session)
+	if err != nil {
+		return &store.JobEnd{ID: j.ID, To: store.JobFailed, Error: err.Error()}
+	}
 	dir := s.Cwd
 	if dir == "" {
-		dir = m.cfg.Workspace
+		dir = root
 	}
 	started := time.Now()
 	res, err := worker.RunCommand(ctx, worker.CommandSpec{
-		Kernel: m.cfg.Kernel, Placer: m.cfg.Placer, Limits: m.cfg.Limits, Sandbox: m.cfg.Sandbox,
+		Kernel: m.cfg.Kernel, Placer: m.cfg.Placer, Limits: m.cfg.Limits, Sandbox: sb,
 		Session: j.Session, Seq: 1_000_000 + j.ID, Argv: s.Argv, Dir: dir, Env: s.Env,
 		Timeout: time.Duration(s.Timeout * float64(time.Second)), Output: out,
 	})

@@ -25,6 +25,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/workspace"
 )
 
 // Kinds.
@@ -77,6 +78,9 @@ type Config struct {
 	Python     string
 	RuntimeSrc string
 	Workspace  string
+	// Workspaces, when set, says where each session's jobs work (a
+	// child's worktree, a read-only workspace) and under which sandbox.
+	Workspaces *workspace.Workspaces
 	Placer     placement.Placer
 	Limits     placement.Limits // each job's scope: memory, tasks, CPU
 	Sandbox    kernel.Sandbox
@@ -385,4 +389,16 @@ func (m *Manager) recover(ctx context.Context) error {
 		m.cfg.Log.Warn("job was running when klbr-core stopped", "job", j.ID, "kind", j.Kind, "recovery", j.Recovery, "now", to)
 	}
 	return nil
+}
+
+// place is where session's jobs work and the sandbox they run under.
+func (m *Manager) place(ctx context.Context, session string) (dir string, sb kernel.Sandbox, err error) {
+	if m.cfg.Workspaces == nil {
+		return m.cfg.Workspace, m.cfg.Sandbox, nil
+	}
+	p, err := m.cfg.Workspaces.For(ctx, session)
+	if err != nil {
+		return "", kernel.Sandbox{}, err
+	}
+	return p.Dir, m.cfg.Workspaces.SandboxFor(p), nil
 }

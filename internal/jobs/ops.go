@@ -71,10 +71,13 @@ func (m *Manager) handle(ctx context.Context, r worker.Request, c caller) (json.
 		if math.IsNaN(a.Timeout) || math.IsInf(a.Timeout, 0) {
 			return nil, invalid("jobs.run: timeout must be a number of seconds")
 		}
-		dir := m.cfg.Workspace
+		root, _, err := m.place(ctx, c.session)
+		if err != nil {
+			return nil, &worker.RequestError{Code: "failed", Message: "jobs.run: " + err.Error()}
+		}
+		dir := root
 		if a.Cwd != "" {
-			var err error
-			if dir, err = workbench.Bind(m.cfg.Workspace, a.Cwd); err != nil {
+			if dir, err = workbench.Bind(root, a.Cwd); err != nil {
 				return nil, invalid("jobs.run: %v", err)
 			}
 		}

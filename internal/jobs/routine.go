@@ -80,8 +80,12 @@ func (m *Manager) Schedule(ctx context.Context, req ScheduleRequest) (store.Job,
 	if first.IsZero() {
 		return store.Job{}, errors.New("jobs.schedule: the schedule never fires")
 	}
+	dir, _, err := m.place(ctx, req.Session)
+	if err != nil {
+		return store.Job{}, fmt.Errorf("jobs.schedule: %w", err)
+	}
 	return m.submit(ctx, store.NewJob{Kind: req.Kind, Session: req.Session, Parent: req.Parent, Release: req.Release,
-		Workspace: m.cfg.Workspace, Spec: mustJSON(RoutineSpec{Entry: req.Entry, Input: req.Input}), Recovery: req.Recovery,
+		Workspace: dir, Spec: mustJSON(RoutineSpec{Entry: req.Entry, Input: req.Input}), Recovery: req.Recovery,
 		Schedule: mustJSON(req.Schedule), TZ: req.TZ, NextDue: first,
 		Budget: mustJSON(map[string]any{"wall_seconds": m.cfg.MaxWall.Seconds(), "memory_max": m.cfg.Limits.MemoryMaxBytes, "tasks_max": m.cfg.Limits.TasksMax})})
 }
@@ -176,10 +180,14 @@ func (m *Manager) runRoutine(ctx context.Context, r *run, due time.Time) *store.
 }
 
 func (m *Manager) callRoutine(ctx context.Context, j store.Job, tree, code string, h *routineOps) (*worker.Outcome, error) {
+	dir, sb, err := m.place(ctx, j.Session)
+	if err != nil {
+		return nil, err
+	}
 	w, err := worker.Start(ctx, worker.Spec{
 		Role: RoleRoutine, Session: j.Session, Generation: m.gen.Add(1),
-		Kernel: m.cfg.Kernel, Python: m.cfg.Python, RuntimeSrc: m.cfg.RuntimeSrc, Workspace: m.cfg.Workspace,
-		Behavior: tree, Placer: m.cfg.Placer, Limits: m.cfg.Limits, Sandbox: m.cfg.Sandbox, Artifacts: m.cfg.Artifacts,
+		Kernel: m.cfg.Kernel, Python: m.cfg.Python, RuntimeSrc: m.cfg.RuntimeSrc, Workspace: dir,
+		Behavior: tree, Placer: m.cfg.Placer, Limits: m.cfg.Limits, Sandbox: sb, Artifacts: m.cfg.Artifacts,
 		Log: m.cfg.Log,
 	})
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 // spawned it, and a job of kind child owned by that parent: the job carries
 // the child's state and result, and its end wakes the parent once (EndJob).
 // The job's spec names the child's session: {"session", "task", "refs",
-// "delegate"}.
+// "delegate", "workspace"}.
 
 // ErrChildBudget refuses a spawn that would pass a limit of the tree.
 var ErrChildBudget = errors.New("child budget exhausted")
@@ -34,6 +34,8 @@ type NewChild struct {
 	Delegate []string        // the speech ops the parent lends it (local.send, discord.*)
 	Budget   json.RawMessage // as asked, recorded on the job
 	Limits   ChildLimits
+	// Workspace is where the child works (nil: not recorded, the root's).
+	Workspace *ChildWorkspace
 }
 
 // ChildSpec is a child job's spec.
@@ -42,6 +44,69 @@ type ChildSpec struct {
 	Task     string   `json:"task"`
 	Refs     []string `json:"refs"`
 	Delegate []string `json:"delegate"`
+	// Workspace is where the child works; absent in children spawned
+	// before workspaces were recorded (they work in the root workspace).
+	Workspace *ChildWorkspace `json:"workspace,omitempty"`
+}
+
+// Workspace modes of a child.
+const (
+	WorkspaceShared   = "shared"    // its parent's workspace, as its parent has it
+	WorkspaceWorktree = "worktree"  // a git worktree (or a copy) of its own
+	WorkspaceReadOnly = "read_only" // its parent's workspace, which it may not modify
+)
+
+// ChildWorkspace is where a child's cells, commands and jobs work.
+type ChildWorkspace struct {
+	Mode string `json:"mode"` // shared, worktree or read_only
+	Dir  string `json:"dir"`  // its working directory
+	// A worktree's: Kind "git" (a git worktree on Branch from commit Base,
+	// sharing the repository GitDir) or "copy" (of a directory that is no
+	// repository); Root is the directory it was made from.
+	Kind   string `json:"kind,omitempty"`
+	Branch string `json:"branch,omitempty"`
+	Base   string `json:"base,omitempty"`
+	GitDir string `json:"git_dir,omitempty"`
+	Root   string `json:"root,omitempty"`
+	// ReadOnly: the child may not modify Dir; Enforced says what the
+	// operating system enforces of that, as measured at spawn.
+	ReadOnly bool   `json:"read_only,omitempty"`
+	Enforced string `json:"enforced,omitempty"`
+}
+
+// ChildWorkspaceText is the part of a child's task input that says where
+// it works and what is enforced.
+func ChildWorkspaceText(w *ChildWorkspace) string {
+	if w == nil {
+		return ""
+	}
+	var b strings.Builder
+	switch w.Mode {
+	case WorkspaceWorktree:
+		if w.Kind == "git" {
+			fmt.Fprintf(&b, "\n\nYour workspace is a git worktree of its own, %s, on branch %s (from %s): edit and commit there; your parent merges the branch. Other children do not see your edits, nor you theirs.", w.Dir, w.Branch, short(w.Base))
+		} else {
+			fmt.Fprintf(&b, "\n\nYour workspace is a copy of its own, %s, of %s (no git repository): your parent reads your changes there.", w.Dir, w.Root)
+		}
+	case WorkspaceReadOnly:
+		fmt.Fprintf(&b, "\n\nYour workspace, %s, is your parent's, READ-ONLY to you: do not modify it.", w.Dir)
+	default:
+		fmt.Fprintf(&b, "\n\nYour workspace, %s, is shared with your parent (and its other shared children): your edits are theirs at once.", w.Dir)
+		if w.ReadOnly {
+			b.WriteString(" It is read-only to your parent, and so to you.")
+		}
+	}
+	if w.Enforced != "" {
+		fmt.Fprintf(&b, " Enforced: %s.", w.Enforced)
+	}
+	return b.String()
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
 }
 
 // Spawned is a child as spawned: its job and its session.
@@ -106,7 +171,7 @@ func (t *Tx) SpawnChild(c NewChild) (Spawned, error) {
 		return Spawned{}, err
 	}
 	child := ChildSessionID(id)
-	spec, _ := json.Marshal(ChildSpec{Session: child, Task: c.Task, Refs: c.Refs, Delegate: c.Delegate})
+	spec, _ := json.Marshal(ChildSpec{Session: child, Task: c.Task, Refs: c.Refs, Delegate: c.Delegate, Workspace: c.Workspace})
 	if _, err := t.exec(`UPDATE jobs SET spec = ? WHERE id = ?`, string(spec), id); err != nil {
 		return Spawned{}, fmt.Errorf("spawn: %w", err)
 	}
@@ -123,7 +188,7 @@ func (t *Tx) SpawnChild(c NewChild) (Spawned, error) {
 	}
 	if _, err := t.AdmitInput(NewInput{Session: child, SourceKind: "job", SourceKey: fmt.Sprintf("child:%d:task", id),
 		Conversation: ChildTaskConversation, Author: c.Parent, Directed: true, OccurredAt: t.now, ReceivedAt: t.now,
-		Body: ChildTaskText(id, c.Parent, c.Task, c.Refs, c.Delegate)}); err != nil {
+		Body: ChildTaskText(id, c.Parent, c.Task, c.Refs, c.Delegate) + ChildWorkspaceText(c.Workspace)}); err != nil {
 		return Spawned{}, err
 	}
 	return Spawned{Job: id, Session: child, Depth: depth + 1}, nil

@@ -113,13 +113,17 @@ func (c *commands) run(ctx context.Context, raw json.RawMessage) (json.RawMessag
 	if timeout <= 0 || timeout > MaxRunTimeout {
 		return nil, invalid("workspace.run: timeout must be between 0 and %s", MaxRunTimeout)
 	}
-	dir, err := Bind(c.m.cfg.Workspace, a.Cwd)
+	root, sb, err := c.m.Place(ctx, c.session)
+	if err != nil {
+		return nil, &worker.RequestError{Code: "failed", Message: "workspace.run: " + err.Error()}
+	}
+	dir, err := Bind(root, a.Cwd)
 	if err != nil {
 		return nil, invalid("workspace.run: %v", err)
 	}
 	c.b.commands++
 	res, err := worker.RunCommand(ctx, worker.CommandSpec{
-		Kernel: c.m.cfg.Kernel, Placer: c.m.cfg.Placer, Limits: c.m.cfg.Limits, Sandbox: c.m.cfg.Sandbox,
+		Kernel: c.m.cfg.Kernel, Placer: c.m.cfg.Placer, Limits: c.m.cfg.Limits, Sandbox: sb,
 		Session: c.session, Seq: c.b.commands, Argv: a.Argv, Dir: dir, Env: a.Env,
 		Timeout: timeout, MaxOutput: MaxRunOutput,
 	})

@@ -23,6 +23,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
+	"github.com/klbr-dev/klbr/internal/workspace"
 )
 
 // Config is what every session's workbench is made of.
@@ -45,6 +46,11 @@ type Config struct {
 	Log            *slog.Logger
 	// Observe, if set, is told of worker starts and resets (for metrics).
 	Observe func(event string)
+
+	// Workspaces, when set, says where each session works (a child's
+	// worktree, a read-only workspace) and what its workers may write;
+	// nil: every session works in Workspace under Sandbox.
+	Workspaces *workspace.Workspaces
 }
 
 // SkillsFunc returns the skill set a new generation of session is offered
@@ -402,10 +408,14 @@ func (m *Manager) startGeneration(ctx context.Context, sessionID, release string
 	}); err != nil {
 		return nil, err
 	}
+	dir, sb, err := m.Place(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
 	w, err := worker.Start(ctx, worker.Spec{
 		Role: worker.RoleWorkbench, Session: sessionID, Generation: gen,
-		Kernel: m.cfg.Kernel, Python: m.cfg.Python, RuntimeSrc: m.cfg.RuntimeSrc, Workspace: m.cfg.Workspace,
-		Placer: m.cfg.Placer, Limits: m.cfg.Limits, Sandbox: m.cfg.Sandbox, Artifacts: m.cfg.Artifacts,
+		Kernel: m.cfg.Kernel, Python: m.cfg.Python, RuntimeSrc: m.cfg.RuntimeSrc, Workspace: dir,
+		Placer: m.cfg.Placer, Limits: m.cfg.Limits, Sandbox: sb, Artifacts: m.cfg.Artifacts,
 		Skills: skillsRev, Env: env, Log: m.cfg.Log,
 	})
 	if err != nil {
@@ -417,6 +427,20 @@ func (m *Manager) startGeneration(ctx context.Context, sessionID, release string
 	}
 	m.cfg.Observe("started")
 	return w, nil
+}
+
+// Place is where session's cells and commands work and the sandbox they
+// run under there: its own workspace directory (a child's worktree, a
+// read-only workspace) when Workspaces says so, else Workspace.
+func (m *Manager) Place(ctx context.Context, sessionID string) (dir string, sb kernel.Sandbox, err error) {
+	if m.cfg.Workspaces == nil {
+		return m.cfg.Workspace, m.cfg.Sandbox, nil
+	}
+	p, err := m.cfg.Workspaces.For(ctx, sessionID)
+	if err != nil {
+		return "", kernel.Sandbox{}, err
+	}
+	return p.Dir, m.cfg.Workspaces.SandboxFor(p), nil
 }
 
 // Prepare starts the generation that is to replace session's workbench

@@ -42,6 +42,15 @@ class AgentsTest(peer.HostRequestsTest):
         self.assertEqual(reqs[1][1], {"limit": 100, "state": "running"})
         self.assertEqual(v, "(4, 1, 'cancelled', None)")
 
+    def test_workspace_spawn_and_remove(self):
+        v, reqs = self.value("c = await agents.spawn('edit', workspace='worktree')\n"
+                             "r = await agents.remove_workspace(c.id)\n(c['spec']['workspace']['mode'], r['removed'])",
+                             [ok(dict(CHILD, spec=dict(CHILD["spec"], workspace={"mode": "worktree", "dir": "/w/x"}))),
+                              ok({"id": 4, "removed": "/w/x", "branch": "klbr/x"})])
+        self.assertEqual(reqs[0], ("agents.spawn", {"task": "edit", "refs": [], "workspace": "worktree"}))
+        self.assertEqual(reqs[1], ("agents.remove_workspace", {"id": 4}))
+        self.assertEqual(v, "('worktree', '/w/x')")
+
     def test_refused_before_any_request(self):
         for code, err in [
             ("await agents.spawn('')", "TypeError"),

@@ -17,6 +17,13 @@
   with that result and ends the cell, like ``runtime.wait``. A child that ends
   its turn without it ends with its last text as the result, marked
   ``{"implicit": true, ...}``.
+- ``workspace=``: ``"shared"`` (the default: your workspace, as you have it;
+  two modifying children can collide), ``"worktree"`` (a git worktree of its
+  own on a new branch ``klbr/...`` from HEAD, or a copy of a directory that is
+  no repository; kept after its end, ``agents.remove_workspace(id)`` removes
+  it) or ``"read_only"`` (your workspace, not writable to it where Landlock
+  enforces it). ``child["spec"]["workspace"]`` says where it works and what
+  is enforced.
 """
 
 import json as _json
@@ -24,7 +31,7 @@ import json as _json
 from ._sdk import request, wait
 from .jobs import Job
 
-__all__ = ["spawn", "get", "list", "cancel", "current", "finish", "Child"]
+__all__ = ["spawn", "get", "list", "cancel", "current", "finish", "remove_workspace", "Child"]
 
 _list = list
 
@@ -81,6 +88,13 @@ async def spawn(task, refs=None, budget=None, delegate=None, profile=None, works
     if workspace is not None:
         args["workspace"] = str(workspace)
     return Child(await request("agents.spawn", args))
+
+
+async def remove_workspace(id):
+    """Remove the worktree (or copy) of your ended child ``id``; a git
+    worktree's branch stays, for you to merge or delete. Returns
+    ``{"id", "removed": dir, "branch"}``."""
+    return await request("agents.remove_workspace", {"id": int(id)})
 
 
 async def get(id):
