@@ -287,6 +287,9 @@ in
       # No wantedBy: the first connection to one of its sockets starts it.
       systemd.services.klbr-core = {
         environment.KLBR_CONFIG = "${configFile}";
+        # A child agent's workspace="worktree" runs git (worktree add); cells'
+        # own git commands find it too.
+        path = [ pkgs.git ];
         restartTriggers = [ configFile ];
         # A changed unit is restarted in one step while the socket keeps
         # its listeners, so connections made meanwhile wait, not fail.

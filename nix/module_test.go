@@ -238,6 +238,9 @@ func TestModuleEvaluates(t *testing.T) {
 		if !slices.Contains(strList(core["restartTriggers"]), conf) {
 			t.Errorf("a changed klbr.toml does not restart klbr-core: restartTriggers = %v", core["restartTriggers"])
 		}
+		if !slices.Contains(strList(core["path"]), "/nix/store/22222222222222222222222222222222-git") {
+			t.Errorf("klbr-core.service path = %v, want git on it (worktree children)", core["path"])
+		}
 		if core["stopIfChanged"] != false {
 			t.Errorf("stopIfChanged = %v, want false (restart in one step while the socket holds connections)", core["stopIfChanged"])
 		}

@@ -20,7 +20,7 @@
 }:
 
 let
-  # What the module uses of pkgs: formats.toml, and pkgs.klbr as the
+  # What the module uses of pkgs: formats.toml, git, and pkgs.klbr as the
   # package option's default.
   tomlValue =
     with lib.types;
@@ -43,6 +43,11 @@ let
         type = tomlValue;
         generate = name: value: "/nix/store/00000000000000000000000000000000-${name}";
       };
+    git = {
+      type = "derivation";
+      name = "git";
+      outPath = "/nix/store/22222222222222222222222222222222-git";
+    };
     klbr = {
       type = "derivation";
       name = "klbr";
