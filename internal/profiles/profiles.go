@@ -120,7 +120,9 @@ func Parse(name string, b []byte) (Profile, error) {
 }
 
 func (p Profile) check() error {
-	bad := func(format string, a ...any) error { return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...) }
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...)
+	}
 	switch {
 	case strings.TrimSpace(p.Description) == "":
 		return bad("description is empty; say in a line what a child with this profile is for")
