@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/klbr-dev/klbr/internal/jobs"
+	"github.com/klbr-dev/klbr/internal/profiles"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
 	"github.com/klbr-dev/klbr/internal/worker"
@@ -39,7 +40,7 @@ const (
 )
 
 // Delegable lists the speech ops a spawn may delegate to a child.
-var Delegable = []string{"local.send", "discord.send", "discord.react", "discord.mark"}
+var Delegable = profiles.Delegable
 
 // Config is what the agents run with.
 type Config struct {
@@ -49,6 +50,12 @@ type Config struct {
 	// Start starts a spawned child's turn loop.
 	Start func(session string)
 	Clock func() time.Time
+	// Tree is where a behavior release's files are (its profiles/); nil:
+	// no profiles.
+	Tree func(release string) string
+	// Routes checks that model routes are configured in the running
+	// klbr.toml (a profile's route and fallback); nil: none are.
+	Routes func(names ...string) error
 }
 
 // Agents answers the agents.* host requests and ends children.
@@ -119,6 +126,12 @@ func (a *Agents) HandleRequest(ctx context.Context, r worker.Request) (json.RawM
 			return nil, &worker.RequestError{Code: "failed", Message: err.Error()}
 		}
 		return json.Marshal(map[string]any{"children": js})
+	case "agents.profiles":
+		release := ""
+		if p, ok := workbench.PinFrom(ctx); ok {
+			release = p.Release
+		}
+		return a.listProfiles(ctx, session, release)
 	case "agents.current":
 		j, err := a.cfg.Store.ChildJobOf(ctx, session)
 		if errors.Is(err, store.ErrNoJob) {
@@ -175,8 +188,8 @@ func parseSpawn(raw json.RawMessage) (spawnArgs, error) {
 		return args, invalid("agents.spawn: at most %d refs", MaxRefs)
 	case len(args.Delegate) > len(Delegable):
 		return args, invalid("agents.spawn: at most %d delegated ops", len(Delegable))
-	case args.Profile != "":
-		return args, invalid("agents.spawn: profiles are not supported yet; leave profile unset")
+	case args.Profile != "" && !profiles.NamePattern.MatchString(args.Profile):
+		return args, invalid("agents.spawn: %q is not a profile name (%s)", args.Profile, profiles.NamePattern)
 	case args.Workspace != "" && args.Workspace != "shared":
 		return args, invalid("agents.spawn: workspace %q is not supported yet: a child works in the shared workspace", args.Workspace)
 	}
@@ -211,10 +224,16 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 			release = s.PolicyRevision
 		}
 	}
+	c := store.NewChild{Parent: session, Release: release, Task: args.Task, Refs: args.Refs,
+		Delegate: args.Delegate, Budget: args.Budget, Limits: a.cfg.Limits}
+	if args.Profile != "" {
+		if args, err = a.applyProfile(args, release, &c); err != nil {
+			return nil, err
+		}
+	}
 	var sp store.Spawned
 	err = a.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
-		sp, err = tx.SpawnChild(store.NewChild{Parent: session, Release: release, Task: args.Task, Refs: args.Refs,
-			Delegate: args.Delegate, Budget: args.Budget, Limits: a.cfg.Limits})
+		sp, err = tx.SpawnChild(c)
 		return err
 	})
 	if err != nil {

@@ -34,6 +34,12 @@ type NewChild struct {
 	Delegate []string        // the speech ops the parent lends it (local.send, discord.*)
 	Budget   json.RawMessage // as asked, recorded on the job
 	Limits   ChildLimits
+	// The profile it was spawned with ("": none): its name, its model
+	// route and fallback (recorded in the spec; "" the agent's plan) and
+	// its instructions (added to the task input).
+	Profile, Route string
+	Fallback       []string
+	Instructions   string
 }
 
 // ChildSpec is a child job's spec.
@@ -42,6 +48,11 @@ type ChildSpec struct {
 	Task     string   `json:"task"`
 	Refs     []string `json:"refs"`
 	Delegate []string `json:"delegate"`
+	// The profile it was spawned with, and the model route its requests
+	// go along (then Fallback); unset: the agent's plan.
+	Profile  string   `json:"profile,omitempty"`
+	Route    string   `json:"route,omitempty"`
+	Fallback []string `json:"fallback,omitempty"`
 }
 
 // Spawned is a child as spawned: its job and its session.
@@ -106,7 +117,8 @@ func (t *Tx) SpawnChild(c NewChild) (Spawned, error) {
 		return Spawned{}, err
 	}
 	child := ChildSessionID(id)
-	spec, _ := json.Marshal(ChildSpec{Session: child, Task: c.Task, Refs: c.Refs, Delegate: c.Delegate})
+	spec, _ := json.Marshal(ChildSpec{Session: child, Task: c.Task, Refs: c.Refs, Delegate: c.Delegate,
+		Profile: c.Profile, Route: c.Route, Fallback: c.Fallback})
 	if _, err := t.exec(`UPDATE jobs SET spec = ? WHERE id = ?`, string(spec), id); err != nil {
 		return Spawned{}, fmt.Errorf("spawn: %w", err)
 	}
@@ -123,7 +135,7 @@ func (t *Tx) SpawnChild(c NewChild) (Spawned, error) {
 	}
 	if _, err := t.AdmitInput(NewInput{Session: child, SourceKind: "job", SourceKey: fmt.Sprintf("child:%d:task", id),
 		Conversation: ChildTaskConversation, Author: c.Parent, Directed: true, OccurredAt: t.now, ReceivedAt: t.now,
-		Body: ChildTaskText(id, c.Parent, c.Task, c.Refs, c.Delegate)}); err != nil {
+		Body: ChildTaskText(id, c.Parent, c.Task, c.Refs, c.Delegate) + ChildProfileText(c.Profile, c.Instructions)}); err != nil {
 		return Spawned{}, err
 	}
 	return Spawned{Job: id, Session: child, Depth: depth + 1}, nil
@@ -143,6 +155,18 @@ func ChildTaskText(id int64, parent, task string, refs, delegate []string) strin
 		fmt.Fprintf(&b, "Your parent delegated to you: %s; anything else speaks through your result.", strings.Join(delegate, ", "))
 	}
 	return b.String()
+}
+
+// ChildProfileText is what a child's task input adds for its profile:
+// the profile's instructions ("" without a profile).
+func ChildProfileText(profile, instructions string) string {
+	if profile == "" {
+		return ""
+	}
+	if strings.TrimSpace(instructions) == "" {
+		return fmt.Sprintf("\n\nYou were spawned with profile %s.", profile)
+	}
+	return fmt.Sprintf("\n\nYou were spawned with profile %s. Its instructions:\n%s", profile, strings.TrimSpace(instructions))
 }
 
 // ancestry returns how deep session id is (a root: 0) and its root.
