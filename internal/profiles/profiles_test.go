@@ -173,3 +173,16 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkLoad is what a spawn with a profile adds before its
+// transaction: the profile file read and parsed.
+func BenchmarkLoad(b *testing.B) {
+	tree := b.TempDir()
+	os.MkdirAll(filepath.Join(tree, Dir), 0o755)
+	os.WriteFile(filepath.Join(tree, Dir, "code-review.toml"), []byte(full), 0o644)
+	for range b.N {
+		if _, err := Load(tree, "code-review"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
