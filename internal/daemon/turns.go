@@ -240,26 +240,30 @@ func (d *daemon) router(cfg *config.Config, m *metrics.Metrics) (*provider.Route
 // sessionRoutes returns a session's own default plan: a child agent's
 // profile route, then its fallback, as its job's spec records them (nil:
 // the agent's plan). A spec never changes, so each session is read once.
-func (d *daemon) sessionRoutes() func(session string) []string {
+func (d *daemon) sessionRoutes() func(session string) ([]string, error) {
 	var cache sync.Map // session -> []string
-	return func(session string) []string {
+	return func(session string) ([]string, error) {
 		if v, ok := cache.Load(session); ok {
-			return v.([]string)
+			return v.([]string), nil
 		}
 		var routes []string
 		j, err := d.store.ChildJobOf(context.Background(), session)
-		if errors.Is(err, store.ErrNoJob) && !strings.HasPrefix(session, "child-") {
-			cache.Store(session, routes) // a root: never a child
-			return nil
-		}
-		if err != nil {
-			return nil
-		}
-		if spec, err := store.ChildSpecOf(j); err == nil && spec.Route != "" {
-			routes = append([]string{spec.Route}, spec.Fallback...)
+		switch {
+		case errors.Is(err, store.ErrNoJob):
+			// A root (no child job): the agent's plan.
+		case err != nil:
+			return nil, err
+		default:
+			spec, err := store.ChildSpecOf(j)
+			if err != nil {
+				return nil, err
+			}
+			if spec.Route != "" {
+				routes = append([]string{spec.Route}, spec.Fallback...)
+			}
 		}
 		cache.Store(session, routes)
-		return routes
+		return routes, nil
 	}
 }
 

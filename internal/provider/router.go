@@ -60,8 +60,9 @@ type RouterOptions struct {
 	// agent's profile route, then its fallback), which replaces Default for
 	// that session's requests, model.plan's "default" included; nil or
 	// empty: Default. Its routes are checked at each request: one that is
-	// not configured fails the request, it never falls back to Default.
-	SessionDefault func(session string) []string
+	// not configured, or an error reading the plan, fails the request; it
+	// never falls back to Default.
+	SessionDefault func(session string) ([]string, error)
 	Planner        Planner // nil: always the default plan
 	// Rest is how long a route that failed transiently is passed over
 	// (doubling per failure in a row up to MaxRest). Defaults 10 s, 5 min.
@@ -124,7 +125,11 @@ func NewRouter(opts RouterOptions) (*Router, error) {
 func (r *Router) Plan(ctx context.Context, meta RequestMeta) Plan {
 	now := r.opts.Clock()
 	def, reason := r.opts.Default, "default: agent.route, then agent.fallback"
-	if own := r.sessionDefault(meta); len(own) > 0 {
+	own, err := r.sessionDefault(meta)
+	if err != nil {
+		return Plan{Reason: fmt.Sprintf("session %s's own routes cannot be read: %v", meta.Session, err)}
+	}
+	if len(own) > 0 {
 		if err := r.CheckPlan(Plan{Routes: own}); err != nil {
 			// Never another route than the session's: no plan, and the
 			// request fails saying why.
@@ -160,9 +165,9 @@ func (r *Router) Plan(ctx context.Context, meta RequestMeta) Plan {
 
 // sessionDefault is the session's own default plan, if it has one; a
 // route test (purpose "test") names its route itself.
-func (r *Router) sessionDefault(meta RequestMeta) []string {
+func (r *Router) sessionDefault(meta RequestMeta) ([]string, error) {
 	if r.opts.SessionDefault == nil || meta.Session == "" || meta.Purpose == "test" {
-		return nil
+		return nil, nil
 	}
 	return r.opts.SessionDefault(meta.Session)
 }

@@ -203,9 +203,15 @@ func TestRouterSessionDefault(t *testing.T) {
 	side.Otherwise(func(int) modeltest.Reply { return modeltest.Reply{Text: "from side"} })
 	var seen []PlanInput
 	own := map[string][]string{"child-1": {"side", "main"}, "child-2": {"gone"}}
+	lookup := func(s string) ([]string, error) {
+		if s == "child-3" {
+			return nil, errors.New("the store is down")
+		}
+		return own[s], nil
+	}
 	r, err := NewRouter(RouterOptions{
 		Routes:  map[string]Completer{"main": client(t, main.URL()), "side": client(t, side.URL())},
-		Default: []string{"main"}, SessionDefault: func(s string) []string { return own[s] },
+		Default: []string{"main"}, SessionDefault: lookup,
 		Planner: planner(func(in PlanInput) Plan { seen = append(seen, in); return Plan{Routes: in.Default, Reason: "hook"} })})
 	if err != nil {
 		t.Fatal(err)
@@ -224,6 +230,9 @@ func TestRouterSessionDefault(t *testing.T) {
 	}
 	if _, err := send("child-2"); err == nil || !strings.Contains(err.Error(), `route "gone", which is not configured`) {
 		t.Fatalf("child-2: %v, want refused", err)
+	}
+	if _, err := send("child-3"); err == nil || !strings.Contains(err.Error(), "the store is down") {
+		t.Fatalf("child-3: %v, want failed", err)
 	}
 	if main.Count() != 1 || side.Count() != 1 {
 		t.Fatalf("main %d, side %d requests; want 1 and 1", main.Count(), side.Count())
