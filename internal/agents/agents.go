@@ -5,7 +5,9 @@
 // kind child owned by the parent, which carries its state and result. The
 // child's end commits its result and wakes the parent once (the jobs
 // completion path). A child does not speak on the root's channels unless
-// the spawn delegated them (Guard).
+// the spawn delegated them (Guard). A spawn may name a profile of the
+// release (profiles/<name>.toml): its instructions, model route, budget
+// and delegated ops (profile.go).
 package agents
 
 import (

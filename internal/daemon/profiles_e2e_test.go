@@ -36,6 +36,9 @@ func startProfileAgent(t *testing.T, model, side *modeltest.Server) *agent {
 	if err := os.WriteFile(filepath.Join(tree, "profiles", "reviewer.toml"), []byte(reviewerProfile), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(tree, "profiles", "faraway.toml"), []byte("description = \"far\"\nroute = \"nowhere\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	data, env := instance(t)
 	routes := fmt.Sprintf("[routes.side]\nurl = %q\nmodel = \"fake-side\"\ntimeout_seconds = 30\n", side.URL())
 	return startAgentAt(t, model, routes, "", data, append(env, "KLBR_BEHAVIOR_DIR="+tree))
@@ -53,6 +56,7 @@ func TestChildProfileRouteGoesToItsOwnServer(t *testing.T) {
 	model.Then(
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "print('PROFILES', [p['name'] for p in await agents.profiles()])\n" +
 			"try:\n    await agents.spawn(task='x', profile='nosuch')\nexcept Exception as e:\n    print('NOSUCH', e)\n" +
+			"try:\n    await agents.spawn(task='x', profile='faraway')\nexcept Exception as e:\n    print('FARAWAY', e)\n" +
 			"child = await agents.spawn(task='review the change', profile='reviewer')\n" +
 			"print('SPAWNED', child.id, child['spec']['profile'], child['spec']['route'], child['budget'])\n" +
 			"await runtime.wait(None, reason=f'child {child.id}')"}}},
@@ -109,7 +113,10 @@ func TestChildProfileRouteGoesToItsOwnServer(t *testing.T) {
 	if !strings.Contains(printed, "PROFILES") || !strings.Contains(printed, "reviewer") || !strings.Contains(printed, "code-review") {
 		t.Fatalf("agents.profiles: %s", printed)
 	}
-	if !strings.Contains(printed, `no such profile \"nosuch\"`) || !strings.Contains(printed, "SPAWNED 1 reviewer side {'model_requests': 10}") {
+	if !strings.Contains(printed, `route \"nowhere\" is not configured`) {
+		t.Fatalf("the spawn with an unconfigured route printed %s", printed)
+	}
+	if !strings.Contains(printed, `no such profile \"nosuch\" in the release (it has code-review, faraway, reviewer)`) || !strings.Contains(printed, "SPAWNED 1 reviewer side {'model_requests': 10}") {
 		t.Fatalf("the root's spawns printed %s", printed)
 	}
 	routes := func(recs []store.Record) map[string]int {

@@ -13,7 +13,8 @@ import (
 // spawned it, and a job of kind child owned by that parent: the job carries
 // the child's state and result, and its end wakes the parent once (EndJob).
 // The job's spec names the child's session: {"session", "task", "refs",
-// "delegate"}.
+// "delegate"}, and "profile", "route", "fallback" when it was spawned with
+// a profile.
 
 // ErrChildBudget refuses a spawn that would pass a limit of the tree.
 var ErrChildBudget = errors.New("child budget exhausted")
