@@ -139,4 +139,10 @@ func TestChildProfileRouteGoesToItsOwnServer(t *testing.T) {
 	if in := a.jobInputs(); len(in) != 1 {
 		t.Fatalf("child notifications %q, want one", in)
 	}
+	metrics := a.scrape()
+	for _, want := range []string{`klbr_model_requests_total{outcome="ok",route="main"} 2`, `klbr_model_requests_total{outcome="ok",route="side"} 2`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
