@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"math"
 	"os"
@@ -295,6 +296,39 @@ func List(tree string) ([]Profile, error) {
 			return nil, err
 		}
 		out = append(out, p)
+	}
+	return out, nil
+}
+
+// ListFS reads and checks every profile of a behavior tree given as a
+// file system (a source tree, the embedded default), as publishing would.
+func ListFS(fsys fs.FS) ([]Profile, error) {
+	ents, err := fs.ReadDir(fsys, Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return []Profile{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	for _, e := range ents {
+		p := Dir + "/" + e.Name()
+		if e.IsDir() {
+			files[p+"/"] = nil // refused by CheckFiles
+			continue
+		}
+		if files[p], err = fs.ReadFile(fsys, p); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := CheckFiles(files); err != nil {
+		return nil, err
+	}
+	out := []Profile{}
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		name, _ := nameOf(p)
+		prof, _ := Parse(name, files[p])
+		out = append(out, prof)
 	}
 	return out, nil
 }

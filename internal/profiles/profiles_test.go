@@ -144,6 +144,10 @@ func TestShippedProfiles(t *testing.T) {
 	if err != nil || len(ps) == 0 {
 		t.Fatalf("%+v, %v", ps, err)
 	}
+	fps, err := ListFS(os.DirFS("../../behavior"))
+	if err != nil || len(fps) != len(ps) || fps[0].Name != ps[0].Name || fps[0].Instructions != ps[0].Instructions {
+		t.Fatalf("ListFS: %+v, %v", fps, err)
+	}
 	for _, p := range ps {
 		if p.Route != "" {
 			t.Errorf("shipped profile %s names route %q: it would not work on every install", p.Name, p.Route)
