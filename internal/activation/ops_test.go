@@ -3,6 +3,7 @@ package activation
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,5 +78,34 @@ func TestDraftOpsDiffAndRebase(t *testing.T) {
 	pub := opCall(t, o, "behavior.publish", map[string]any{"draft": clean})
 	if a := opCall(t, o, "behavior.activate", map[string]any{"release": pub["release"]}); a["epoch"].(float64) != 3 {
 		t.Fatalf("activate the rebased draft: %v", a)
+	}
+}
+
+// A draft whose profile does not parse is refused at behavior.publish,
+// naming the file and the reason; with the profile fixed it publishes.
+func TestPublishRefusesABadProfile(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		citest.SkipOrFail(t, "git is not installed")
+	}
+	f := newFixture(t, 2*time.Second)
+	ctx := context.Background()
+	base := f.publishTree(t, map[string]string{"klbr_hooks/__init__.py": allowHooks})
+	if _, err := f.svc.Boot(ctx, "s", base); err != nil {
+		t.Fatal(err)
+	}
+	o := NewOps(f.svc, filepath.Join(t.TempDir(), "drafts"))
+	d := opCall(t, o, "behavior.draft", map[string]any{})
+	path := d["path"].(string)
+	os.MkdirAll(filepath.Join(path, "profiles"), 0o755)
+	os.WriteFile(filepath.Join(path, "profiles", "review.toml"), []byte("description = \"reviews\"\nroute = \"cheap\"\ntemperature = 0.2\n"), 0o644)
+	b, _ := json.Marshal(map[string]any{"draft": d["draft"]})
+	_, err := o.HandleRequest(workbench.WithSession(ctx, "s"), worker.Request{Op: "behavior.publish", Args: b})
+	var re *worker.RequestError
+	if !errors.As(err, &re) || re.Code != "refused" || !strings.Contains(re.Message, "profiles/review.toml") || !strings.Contains(re.Message, "unknown key temperature") {
+		t.Fatalf("publish of a bad profile: %v", err)
+	}
+	os.WriteFile(filepath.Join(path, "profiles", "review.toml"), []byte("description = \"reviews\"\nroute = \"cheap\"\n"), 0o644)
+	if pub := opCall(t, o, "behavior.publish", map[string]any{"draft": d["draft"]}); pub["kind"] != "prompt" {
+		t.Fatalf("publish of a good profile: %v; want a prompt-only activation", pub)
 	}
 }

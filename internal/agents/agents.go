@@ -5,7 +5,9 @@
 // kind child owned by the parent, which carries its state and result. The
 // child's end commits its result and wakes the parent once (the jobs
 // completion path). A child does not speak on the root's channels unless
-// the spawn delegated them (Guard).
+// the spawn delegated them (Guard). A spawn may name a profile of the
+// release (profiles/<name>.toml): its instructions, model route, budget
+// and delegated ops (profile.go).
 package agents
 
 import (
@@ -20,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/klbr-dev/klbr/internal/jobs"
+	"github.com/klbr-dev/klbr/internal/profiles"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
 	"github.com/klbr-dev/klbr/internal/worker"
@@ -40,7 +43,7 @@ const (
 )
 
 // Delegable lists the speech ops a spawn may delegate to a child.
-var Delegable = []string{"local.send", "discord.send", "discord.react", "discord.mark"}
+var Delegable = profiles.Delegable
 
 // Config is what the agents run with.
 type Config struct {
@@ -54,6 +57,12 @@ type Config struct {
 	// Workspaces makes a child's own workspace (workspace="worktree") and
 	// says where each session works; nil: every child shares the workspace.
 	Workspaces *workspace.Workspaces
+	// Tree is where a behavior release's files are (its profiles/); nil:
+	// no profiles.
+	Tree func(release string) string
+	// Routes checks that model routes are configured in the running
+	// klbr.toml (a profile's route and fallback); nil: none are.
+	Routes func(names ...string) error
 }
 
 // Agents answers the agents.* host requests and ends children.
@@ -140,6 +149,12 @@ func (a *Agents) HandleRequest(ctx context.Context, r worker.Request) (json.RawM
 			return nil, &worker.RequestError{Code: "failed", Message: err.Error()}
 		}
 		return json.Marshal(map[string]any{"children": js})
+	case "agents.profiles":
+		release := ""
+		if p, ok := workbench.PinFrom(ctx); ok {
+			release = p.Release
+		}
+		return a.listProfiles(ctx, session, release)
 	case "agents.current":
 		j, err := a.cfg.Store.ChildJobOf(ctx, session)
 		if errors.Is(err, store.ErrNoJob) {
@@ -178,6 +193,11 @@ type spawnArgs struct {
 	Workspace string          `json:"workspace"`
 }
 
+// validWorkspace reports whether mode is a spawn's workspace ("" is shared).
+func validWorkspace(mode string) bool {
+	return slices.Contains([]string{"", store.WorkspaceShared, store.WorkspaceWorktree, store.WorkspaceReadOnly}, mode)
+}
+
 // parseSpawn decodes and checks agents.spawn's arguments (a cell's, bounded).
 func parseSpawn(raw json.RawMessage) (spawnArgs, error) {
 	var args spawnArgs
@@ -196,9 +216,9 @@ func parseSpawn(raw json.RawMessage) (spawnArgs, error) {
 		return args, invalid("agents.spawn: at most %d refs", MaxRefs)
 	case len(args.Delegate) > len(Delegable):
 		return args, invalid("agents.spawn: at most %d delegated ops", len(Delegable))
-	case args.Profile != "":
-		return args, invalid("agents.spawn: profiles are not supported yet; leave profile unset")
-	case !slices.Contains([]string{"", store.WorkspaceShared, store.WorkspaceWorktree, store.WorkspaceReadOnly}, args.Workspace):
+	case args.Profile != "" && !profiles.NamePattern.MatchString(args.Profile):
+		return args, invalid("agents.spawn: %q is not a profile name (%s)", args.Profile, profiles.NamePattern)
+	case !validWorkspace(args.Workspace):
 		return args, invalid("agents.spawn: workspace is \"shared\" (the default), \"worktree\" or \"read_only\", not %q", args.Workspace)
 	}
 	for _, ref := range args.Refs {
@@ -232,14 +252,21 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 			release = s.PolicyRevision
 		}
 	}
+	c := store.NewChild{Parent: session, Release: release, Task: args.Task, Refs: args.Refs,
+		Delegate: args.Delegate, Budget: args.Budget, Limits: a.cfg.Limits}
+	if args.Profile != "" {
+		if args, err = a.applyProfile(args, release, &c); err != nil {
+			return nil, err
+		}
+	}
 	place, made, err := a.place(ctx, session, args.Workspace)
 	if err != nil {
 		return nil, err
 	}
+	c.Workspace = place
 	var sp store.Spawned
 	err = a.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
-		sp, err = tx.SpawnChild(store.NewChild{Parent: session, Release: release, Task: args.Task, Refs: args.Refs,
-			Delegate: args.Delegate, Budget: args.Budget, Limits: a.cfg.Limits, Workspace: place})
+		sp, err = tx.SpawnChild(c)
 		return err
 	})
 	if err != nil {

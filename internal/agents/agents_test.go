@@ -128,7 +128,7 @@ func TestFinishAndIdle(t *testing.T) {
 
 func TestParseSpawnRefuses(t *testing.T) {
 	for _, args := range []string{
-		`{}`, `{"task":"  "}`, `{"task":"x","profile":"researcher"}`, `{"task":"x","workspace":"private"}`, `{"task":"x","workspace":1}`,
+		`{}`, `{"task":"  "}`, `{"task":"x","profile":"Researcher"}`, `{"task":"x","workspace":"private"}`, `{"task":"x","workspace":1}`,
 		`{"task":"x","delegate":["runtime.wakeup"]}`, `{"task":"x","budget":[1]}`, `{"task":"x","refs":[""]}`,
 		`{"task":"x","refs":"e1"}`, `[1]`,
 	} {

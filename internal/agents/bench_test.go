@@ -66,3 +66,45 @@ func BenchmarkJobInsert(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSpawnProfile is BenchmarkSpawn with a profile: the same spawn,
+// plus the profile read and parsed from the release's tree, its route
+// checked, its budget narrowed and its instructions added to the task
+// input (and the parent on a release, so the child is pinned too, as in
+// BenchmarkSpawnPinned, its baseline).
+func BenchmarkSpawnProfile(b *testing.B) {
+	benchSpawnPinned(b, `{"task":"count the widgets in src/","refs":["e1","s2"],"budget":{"tokens":10000},"profile":"review"}`)
+}
+
+// BenchmarkSpawnPinned is BenchmarkSpawn with the parent on a release (the
+// child is pinned to it): the baseline of BenchmarkSpawnProfile.
+func BenchmarkSpawnPinned(b *testing.B) {
+	benchSpawnPinned(b, `{"task":"count the widgets in src/","refs":["e1","s2"],"budget":{"tokens":10000}}`)
+}
+
+func benchSpawnPinned(b *testing.B, args string) {
+	a, st := newProfiled(b, reviewFiles)
+	a.cfg.Limits = store.ChildLimits{MaxDepth: 2, MaxDescendants: 32, MaxConcurrent: 32}
+	a.cfg.Jobs = nil
+	req := worker.Request{Op: "agents.spawn", Args: json.RawMessage(args)}
+	var ctx context.Context
+	b.ResetTimer()
+	for i := range b.N {
+		if i%32 == 0 {
+			root := fmt.Sprintf("root-%d", i)
+			if err := st.Write(context.Background(), func(tx *store.Tx) error {
+				if _, err := tx.EnsureSession(root); err != nil {
+					return err
+				}
+				_, err := tx.Activate(root, 0, testRelease, "initial", "bench")
+				return err
+			}); err != nil {
+				b.Fatal(err)
+			}
+			ctx = workbench.WithSession(context.Background(), root)
+		}
+		if _, err := a.HandleRequest(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -16,6 +16,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/klbr-dev/klbr/internal/profiles"
 )
 
 // Bounds of a behavior tree.
@@ -44,7 +46,7 @@ type File struct {
 // Components are fingerprints of the parts of a release that decide how it
 // is activated.
 type Components struct {
-	Documents   string `json:"documents"`   // soul, instructions and other top-level documents
+	Documents   string `json:"documents"`   // soul, instructions and other top-level documents; profiles/
 	Hooks       string `json:"hooks"`       // klbr_hooks/, settings.toml, tests/
 	Skills      string `json:"skills"`      // skills/ and klbr_skills/
 	Environment string `json:"environment"` // anything else
@@ -128,6 +130,9 @@ func Scan(fsys fs.FS) (Manifest, map[string][]byte, error) {
 	if m.Skills, err = checkSkills(contents); err != nil {
 		return m, nil, err
 	}
+	if _, err := profiles.CheckFiles(contents); err != nil {
+		return m, nil, fmt.Errorf("%w: %v", ErrInvalidTree, err)
+	}
 	m.ID = hashFiles(m.Files)
 	m.Components = components(m.Files)
 	return m, contents, nil
@@ -179,7 +184,10 @@ func components(files []File) Components {
 			hooks = append(hooks, f)
 		case strings.HasPrefix(f.Path, "skills/"), strings.HasPrefix(f.Path, "klbr_skills/"):
 			skills = append(skills, f)
-		case !strings.Contains(f.Path, "/") && path.Ext(f.Path) == ".md":
+		case !strings.Contains(f.Path, "/") && path.Ext(f.Path) == ".md",
+			strings.HasPrefix(f.Path, profiles.Dir+"/"):
+			// Profiles are read at each spawn, like documents at each
+			// model request: no process needs replacing.
 			docs = append(docs, f)
 		default:
 			env = append(env, f)

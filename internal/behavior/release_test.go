@@ -108,6 +108,22 @@ func TestBadTreesAreRefused(t *testing.T) {
 			os.WriteFile(filepath.Join(d, "skills", "Bad Id", "SKILL.md"), []byte("# Bad Id\n"), 0o644)
 		}, "not an allowed file name"},
 		{"dot-dot name", func(d string) { os.WriteFile(filepath.Join(d, "a..b.md"), []byte("x"), 0o644) }, "not an allowed file name"},
+		{"profile unknown key", func(d string) {
+			os.MkdirAll(filepath.Join(d, "profiles"), 0o755)
+			os.WriteFile(filepath.Join(d, "profiles", "review.toml"), []byte("description = \"r\"\nmodel = \"big\"\n"), 0o644)
+		}, "profiles/review.toml: invalid profile: unknown key model"},
+		{"profile bad budget", func(d string) {
+			os.MkdirAll(filepath.Join(d, "profiles"), 0o755)
+			os.WriteFile(filepath.Join(d, "profiles", "review.toml"), []byte("description = \"r\"\n[budget]\ntokens = 0\n"), 0o644)
+		}, "profiles/review.toml: invalid profile: [budget] tokens = 0"},
+		{"profile name", func(d string) {
+			os.MkdirAll(filepath.Join(d, "profiles"), 0o755)
+			os.WriteFile(filepath.Join(d, "profiles", "Review.toml"), []byte("description = \"r\"\n"), 0o644)
+		}, "profiles/Review.toml: invalid profile: \"Review\" is not a profile name"},
+		{"profile not toml", func(d string) {
+			os.MkdirAll(filepath.Join(d, "profiles"), 0o755)
+			os.WriteFile(filepath.Join(d, "profiles", "notes.md"), []byte("x"), 0o644)
+		}, "profiles/ holds only <name>.toml files"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := writeTree(t, baseTree())
@@ -151,6 +167,7 @@ func TestActivationKind(t *testing.T) {
 		{"skill", func(f map[string]string) { f["skills/workspace/SKILL.md"] = "# workspace\nmore\n" }, KindWorkbench},
 		{"settings", func(f map[string]string) { f["settings.toml"] = "" }, KindHooks},
 		{"environment", func(f map[string]string) { f["requirements.txt"] = "numpy\n" }, KindWorkbench},
+		{"profile", func(f map[string]string) { f["profiles/review.toml"] = "description = \"reviews\"\n" }, KindPrompt},
 	} {
 		if got := ActivationKind(orig, scan(tc.edit)); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"errors"
+
 	"github.com/klbr-dev/klbr/internal/agents"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -14,8 +16,19 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 		return nil
 	}
 	l := cfg.File.Agents.Resolved()
-	a := agents.New(agents.Config{Store: d.store, Jobs: d.jobs, Clock: d.clock, Workspaces: d.bench.Config().Workspaces,
+	var tree func(string) string // profiles are read from the release a child is pinned to
+	if d.releases != nil {
+		tree = d.releases.Tree
+	}
+	a := agents.New(agents.Config{Store: d.store, Jobs: d.jobs, Clock: d.clock, Tree: tree, Workspaces: d.bench.Config().Workspaces,
 		Limits: store.ChildLimits{MaxDepth: l.MaxDepth, MaxDescendants: l.MaxDescendants, MaxConcurrent: l.MaxConcurrent},
+		// A profile's routes must be configured in the running klbr.toml.
+		Routes: func(names ...string) error {
+			if d.routes == nil {
+				return errors.New("no model route runs: " + d.agent)
+			}
+			return d.routes.Has(names...)
+		},
 		Start: func(session string) {
 			if d.turns != nil {
 				d.turns.Start(session, false)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -229,10 +230,41 @@ func (d *daemon) router(cfg *config.Config, m *metrics.Metrics) (*provider.Route
 		m.PrepareRoute(name)
 	}
 	opts.Default = cfg.File.StepRoutes()
+	opts.SessionDefault = d.sessionRoutes()
 	if d.hooks != nil {
 		opts.Planner = d.hooks
 	}
 	return provider.NewRouter(opts)
+}
+
+// sessionRoutes returns a session's own default plan: a child agent's
+// profile route, then its fallback, as its job's spec records them (nil:
+// the agent's plan). A spec never changes, so each session is read once.
+func (d *daemon) sessionRoutes() func(session string) ([]string, error) {
+	var cache sync.Map // session -> []string
+	return func(session string) ([]string, error) {
+		if v, ok := cache.Load(session); ok {
+			return v.([]string), nil
+		}
+		var routes []string
+		j, err := d.store.ChildJobOf(context.Background(), session)
+		switch {
+		case errors.Is(err, store.ErrNoJob):
+			// A root (no child job): the agent's plan.
+		case err != nil:
+			return nil, err
+		default:
+			spec, err := store.ChildSpecOf(j)
+			if err != nil {
+				return nil, err
+			}
+			if spec.Route != "" {
+				routes = append([]string{spec.Route}, spec.Fallback...)
+			}
+		}
+		cache.Store(session, routes)
+		return routes, nil
+	}
 }
 
 // releasePrompt reads a release's system prompt: its soul, then its

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -55,7 +56,14 @@ type RouterOptions struct {
 	Routes  map[string]Completer
 	Info    map[string]RouteInfo // model and dialect per route, for the planner
 	Default []string
-	Planner Planner // nil: always the default plan
+	// SessionDefault, if set, returns a session's own default plan (a child
+	// agent's profile route, then its fallback), which replaces Default for
+	// that session's requests, model.plan's "default" included; nil or
+	// empty: Default. Its routes are checked at each request: one that is
+	// not configured, or an error reading the plan, fails the request; it
+	// never falls back to Default.
+	SessionDefault func(session string) ([]string, error)
+	Planner        Planner // nil: always the default plan
 	// Rest is how long a route that failed transiently is passed over
 	// (doubling per failure in a row up to MaxRest). Defaults 10 s, 5 min.
 	Rest, MaxRest time.Duration
@@ -116,15 +124,28 @@ func NewRouter(opts RouterOptions) (*Router, error) {
 // why: the planner's answer, validated, or the default.
 func (r *Router) Plan(ctx context.Context, meta RequestMeta) Plan {
 	now := r.opts.Clock()
+	def, reason := r.opts.Default, "default: agent.route, then agent.fallback"
+	own, err := r.sessionDefault(meta)
+	if err != nil {
+		return Plan{Reason: fmt.Sprintf("session %s's own routes cannot be read: %v", meta.Session, err)}
+	}
+	if len(own) > 0 {
+		if err := r.CheckPlan(Plan{Routes: own}); err != nil {
+			// Never another route than the session's: no plan, and the
+			// request fails saying why.
+			return Plan{Reason: fmt.Sprintf("session %s's routes %v: %v", meta.Session, own, strings.TrimPrefix(err.Error(), "model.plan named "))}
+		}
+		def, reason = own, "default: the session's profile route, then its fallback"
+	}
 	if r.opts.Planner == nil || len(r.opts.Routes) == 1 {
 		// With one route there is nothing to choose: the hook is not asked
 		// (it would cost a hook round trip per step for nothing).
-		return Plan{Routes: r.opts.Default, Reason: "default: agent.route, then agent.fallback"}
+		return Plan{Routes: def, Reason: reason}
 	}
 	if meta.Purpose == "" {
 		meta.Purpose = "turn"
 	}
-	in := PlanInput{RequestMeta: meta, Default: slices.Clone(r.opts.Default)}
+	in := PlanInput{RequestMeta: meta, Default: slices.Clone(def)}
 	r.mu.Lock()
 	for _, name := range slices.Sorted(maps.Keys(r.opts.Routes)) {
 		info := r.opts.Info[name]
@@ -137,9 +158,28 @@ func (r *Router) Plan(ctx context.Context, meta RequestMeta) Plan {
 	r.mu.Unlock()
 	p := r.opts.Planner.PlanModel(ctx, in)
 	if err := r.CheckPlan(p); err != nil {
-		return Plan{Routes: r.opts.Default, Reason: "default (" + err.Error() + ")", Fallback: true}
+		return Plan{Routes: def, Reason: "default (" + err.Error() + ")", Fallback: true}
 	}
 	return p
+}
+
+// sessionDefault is the session's own default plan, if it has one; a
+// route test (purpose "test") names its route itself.
+func (r *Router) sessionDefault(meta RequestMeta) ([]string, error) {
+	if r.opts.SessionDefault == nil || meta.Session == "" || meta.Purpose == "test" {
+		return nil, nil
+	}
+	return r.opts.SessionDefault(meta.Session)
+}
+
+// Has reports whether every route of names is configured and usable.
+func (r *Router) Has(names ...string) error {
+	for _, n := range names {
+		if r.opts.Routes[n] == nil {
+			return fmt.Errorf("route %q is not configured (or cannot be used) in the running klbr.toml", n)
+		}
+	}
+	return nil
 }
 
 // CheckPlan validates a plan: one to 8 known routes, none twice.
@@ -164,6 +204,9 @@ func (r *Router) CheckPlan(p Plan) error {
 // name of the route that answered or failed last.
 func (r *Router) Complete(ctx context.Context, req Request) (*Response, error) {
 	plan := r.Plan(ctx, req.Meta)
+	if len(plan.Routes) == 0 {
+		return nil, fmt.Errorf("provider: no route to send along: %s", plan.Reason)
+	}
 	order := r.order(plan.Routes)
 	var resp *Response
 	var err error

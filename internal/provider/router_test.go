@@ -190,3 +190,60 @@ func TestRouterCanceled(t *testing.T) {
 		t.Fatalf("%v; local asked %d", err, local.Count())
 	}
 }
+
+// A session with a default plan of its own (a child's profile route) goes
+// along it, and model.plan sees it as the default; other sessions keep
+// the agent's; a session whose route is not configured fails, it does not
+// fall back to the agent's.
+func TestRouterSessionDefault(t *testing.T) {
+	main, side := modeltest.New(), modeltest.New()
+	t.Cleanup(main.Close)
+	t.Cleanup(side.Close)
+	main.Otherwise(func(int) modeltest.Reply { return modeltest.Reply{Text: "from main"} })
+	side.Otherwise(func(int) modeltest.Reply { return modeltest.Reply{Text: "from side"} })
+	var seen []PlanInput
+	own := map[string][]string{"child-1": {"side", "main"}, "child-2": {"gone"}}
+	lookup := func(s string) ([]string, error) {
+		if s == "child-3" {
+			return nil, errors.New("the store is down")
+		}
+		return own[s], nil
+	}
+	r, err := NewRouter(RouterOptions{
+		Routes:  map[string]Completer{"main": client(t, main.URL()), "side": client(t, side.URL())},
+		Default: []string{"main"}, SessionDefault: lookup,
+		Planner: planner(func(in PlanInput) Plan { seen = append(seen, in); return Plan{Routes: in.Default, Reason: "hook"} })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(session string) (*Response, error) {
+		return r.Complete(context.Background(), Request{Messages: userMsg("x"), Meta: RequestMeta{Session: session}})
+	}
+	if resp, err := send("child-1"); err != nil || resp.Route != "side" || resp.Content != "from side" {
+		t.Fatalf("child-1: %+v, %v", resp, err)
+	}
+	if resp, err := send("default"); err != nil || resp.Route != "main" {
+		t.Fatalf("default: %+v, %v", resp, err)
+	}
+	if len(seen) != 2 || strings.Join(seen[0].Default, ",") != "side,main" || strings.Join(seen[1].Default, ",") != "main" {
+		t.Fatalf("model.plan saw %+v", seen)
+	}
+	if _, err := send("child-2"); err == nil || !strings.Contains(err.Error(), `route "gone", which is not configured`) {
+		t.Fatalf("child-2: %v, want refused", err)
+	}
+	if _, err := send("child-3"); err == nil || !strings.Contains(err.Error(), "the store is down") {
+		t.Fatalf("child-3: %v, want failed", err)
+	}
+	if main.Count() != 1 || side.Count() != 1 {
+		t.Fatalf("main %d, side %d requests; want 1 and 1", main.Count(), side.Count())
+	}
+	if p := r.Plan(context.Background(), RequestMeta{Session: "child-1", Purpose: "test"}); strings.Join(p.Routes, ",") != "main" {
+		t.Fatalf("a route test of child-1 planned %v", p.Routes)
+	}
+	if err := r.Has("side", "main"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Has("gone"); err == nil || !strings.Contains(err.Error(), `"gone"`) {
+		t.Fatalf("Has(gone): %v", err)
+	}
+}

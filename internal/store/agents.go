@@ -13,7 +13,8 @@ import (
 // spawned it, and a job of kind child owned by that parent: the job carries
 // the child's state and result, and its end wakes the parent once (EndJob).
 // The job's spec names the child's session: {"session", "task", "refs",
-// "delegate", "workspace"}.
+// "delegate", "workspace"}, and "profile", "route", "fallback" when it was
+// spawned with a profile.
 
 // ErrChildBudget refuses a spawn that would pass a limit of the tree.
 var ErrChildBudget = errors.New("child budget exhausted")
@@ -36,6 +37,12 @@ type NewChild struct {
 	Limits   ChildLimits
 	// Workspace is where the child works (nil: not recorded, the root's).
 	Workspace *ChildWorkspace
+	// The profile it was spawned with ("": none): its name, its model
+	// route and fallback (recorded in the spec; "" the agent's plan) and
+	// its instructions (added to the task input).
+	Profile, Route string
+	Fallback       []string
+	Instructions   string
 }
 
 // ChildSpec is a child job's spec.
@@ -47,6 +54,11 @@ type ChildSpec struct {
 	// Workspace is where the child works; absent in children spawned
 	// before workspaces were recorded (they work in the root workspace).
 	Workspace *ChildWorkspace `json:"workspace,omitempty"`
+	// The profile it was spawned with, and the model route its requests
+	// go along (then Fallback); unset: the agent's plan.
+	Profile  string   `json:"profile,omitempty"`
+	Route    string   `json:"route,omitempty"`
+	Fallback []string `json:"fallback,omitempty"`
 }
 
 // Workspace modes of a child.
@@ -171,7 +183,8 @@ func (t *Tx) SpawnChild(c NewChild) (Spawned, error) {
 		return Spawned{}, err
 	}
 	child := ChildSessionID(id)
-	spec, _ := json.Marshal(ChildSpec{Session: child, Task: c.Task, Refs: c.Refs, Delegate: c.Delegate, Workspace: c.Workspace})
+	spec, _ := json.Marshal(ChildSpec{Session: child, Task: c.Task, Refs: c.Refs, Delegate: c.Delegate, Workspace: c.Workspace,
+		Profile: c.Profile, Route: c.Route, Fallback: c.Fallback})
 	if _, err := t.exec(`UPDATE jobs SET spec = ? WHERE id = ?`, string(spec), id); err != nil {
 		return Spawned{}, fmt.Errorf("spawn: %w", err)
 	}
@@ -188,7 +201,7 @@ func (t *Tx) SpawnChild(c NewChild) (Spawned, error) {
 	}
 	if _, err := t.AdmitInput(NewInput{Session: child, SourceKind: "job", SourceKey: fmt.Sprintf("child:%d:task", id),
 		Conversation: ChildTaskConversation, Author: c.Parent, Directed: true, OccurredAt: t.now, ReceivedAt: t.now,
-		Body: ChildTaskText(id, c.Parent, c.Task, c.Refs, c.Delegate) + ChildWorkspaceText(c.Workspace)}); err != nil {
+		Body: ChildTaskText(id, c.Parent, c.Task, c.Refs, c.Delegate) + ChildProfileText(c.Profile, c.Instructions) + ChildWorkspaceText(c.Workspace)}); err != nil {
 		return Spawned{}, err
 	}
 	return Spawned{Job: id, Session: child, Depth: depth + 1}, nil
@@ -208,6 +221,18 @@ func ChildTaskText(id int64, parent, task string, refs, delegate []string) strin
 		fmt.Fprintf(&b, "Your parent delegated to you: %s; anything else speaks through your result.", strings.Join(delegate, ", "))
 	}
 	return b.String()
+}
+
+// ChildProfileText is what a child's task input adds for its profile:
+// the profile's instructions ("" without a profile).
+func ChildProfileText(profile, instructions string) string {
+	if profile == "" {
+		return ""
+	}
+	if strings.TrimSpace(instructions) == "" {
+		return fmt.Sprintf("\n\nYou were spawned with profile %s.", profile)
+	}
+	return fmt.Sprintf("\n\nYou were spawned with profile %s. Its instructions:\n%s", profile, strings.TrimSpace(instructions))
 }
 
 // ancestry returns how deep session id is (a root: 0) and its root.

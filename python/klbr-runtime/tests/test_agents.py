@@ -51,6 +51,17 @@ class AgentsTest(peer.HostRequestsTest):
         self.assertEqual(reqs[1], ("agents.remove_workspace", {"id": 4}))
         self.assertEqual(v, "('worktree', '/w/x')")
 
+    def test_spawn_with_profile_and_list_profiles(self):
+        prof = {"name": "code-review", "description": "reviews", "budget": {"wall_seconds": 1800}}
+        spec = dict(CHILD["spec"], profile="code-review")
+        v, reqs = self.value("ps = await agents.profiles()\n"
+                             "c = await agents.spawn('review', profile=ps[0]['name'])\n"
+                             "(ps[0]['description'], c['spec']['profile'])",
+                             [ok({"release": "r", "profiles": [prof]}), ok(dict(CHILD, spec=spec))])
+        self.assertEqual(reqs[0], ("agents.profiles", {}))
+        self.assertEqual(reqs[1], ("agents.spawn", {"task": "review", "refs": [], "profile": "code-review"}))
+        self.assertEqual(v, "('reviews', 'code-review')")
+
     def test_refused_before_any_request(self):
         for code, err in [
             ("await agents.spawn('')", "TypeError"),

@@ -12,6 +12,11 @@
 - ``await agents.get(id)``, ``await agents.list(state=None)``,
   ``await agents.cancel(id)``, ``await child.result(timeout=None)``. After a
   kernel reset, ``agents.get(id)`` rebuilds the handle from the record.
+- ``child = await agents.spawn(task="...", profile="code-review")`` spawns
+  with a profile of your behavior release (``profiles/<name>.toml``): its
+  instructions are added to the child's task, its model requests go along
+  the profile's route, its budget is the profile's narrowed by yours, and
+  its delegated ops join yours. ``await agents.profiles()`` lists them.
 - Inside a child: ``me = await agents.current()`` (its own record: ``me.task``,
   ``me.refs``, ``me["delegate"]``; None in a root) and ``await agents.finish(result)`` (any JSON value) ends it
   with that result and ends the cell, like ``runtime.wait``. A child that ends
@@ -31,7 +36,7 @@ import json as _json
 from ._sdk import request, wait
 from .jobs import Job
 
-__all__ = ["spawn", "get", "list", "cancel", "current", "finish", "remove_workspace", "Child"]
+__all__ = ["spawn", "get", "list", "cancel", "current", "finish", "profiles", "remove_workspace", "Child"]
 
 _list = list
 
@@ -111,6 +116,14 @@ async def list(state=None, limit=100):
 
 async def cancel(id):
     return Child(await request("agents.cancel", {"id": int(id)}))
+
+
+async def profiles():
+    """The profiles of your behavior release (``profiles/<name>.toml``), as
+    dicts: ``name``, ``description``, ``instructions``, ``route``,
+    ``fallback``, ``budget``, ``delegate``, ``workspace``."""
+    r = await request("agents.profiles", {})
+    return r.get("profiles") or []
 
 
 async def current():
