@@ -191,13 +191,11 @@ func parseSpawn(raw json.RawMessage) (spawnArgs, error) {
 		}
 	}
 	args.Delegate = slices.Compact(slices.Sorted(slices.Values(args.Delegate)))
-	if len(args.Budget) == 0 || string(args.Budget) == "null" {
-		args.Budget = json.RawMessage("{}")
+	budget, err := ParseBudget(args.Budget)
+	if err != nil {
+		return args, invalid("agents.spawn: %v", err)
 	}
-	var budget map[string]json.RawMessage
-	if err := json.Unmarshal(args.Budget, &budget); err != nil || budget == nil {
-		return args, invalid("agents.spawn: budget is a dict")
-	}
+	args.Budget = budget.JSON() // recorded normalized: only the keys set
 	return args, nil
 }
 
