@@ -48,11 +48,23 @@ type Config struct {
 	Limits store.ChildLimits
 	// Start starts a spawned child's turn loop.
 	Start func(session string)
-	Clock func() time.Time
+	// StopKernel, if set, stops a session's workbench generation (its
+	// Python kernel) without waiting: a cancelled or exhausted child's.
+	StopKernel func(session, reason string)
+	// MaxChildWall caps every child's wall time since its spawn
+	// (agents.max_child_wall_seconds; 0: only its budget's wall_seconds).
+	MaxChildWall time.Duration
+	Clock        func() time.Time
 }
 
 // Agents answers the agents.* host requests and ends children.
-type Agents struct{ cfg Config }
+type Agents struct {
+	cfg Config
+
+	kick chan struct{} // a spawn: the wall time sweep looks again
+	stop chan struct{}
+	done chan struct{}
+}
 
 // New returns the child agents' service; it installs itself as the way the
 // jobs manager cancels a child.
@@ -60,7 +72,7 @@ func New(cfg Config) *Agents {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	a := &Agents{cfg: cfg}
+	a := &Agents{cfg: cfg, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if cfg.Jobs != nil {
 		cfg.Jobs.SetChildCancel(a.Cancel)
 	}
@@ -218,6 +230,7 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 	if err != nil {
 		return answer(store.Job{}, err)
 	}
+	a.poke()
 	if a.cfg.Start != nil {
 		a.cfg.Start(sp.Session)
 	}
@@ -243,17 +256,7 @@ func (a *Agents) Cancel(ctx context.Context, j store.Job) (store.Job, error) {
 	if err != nil {
 		return j, err
 	}
-	err = a.cfg.Store.Write(ctx, func(tx *store.Tx) error {
-		notice := Notice(j.ID, spec.Session, store.JobCancelled, "its session was stopped", nil, "")
-		if j, err = tx.EndChild(spec.Session, store.JobCancelled, nil, "cancelled", notice); err != nil {
-			return err
-		}
-		return stopSession(tx, spec.Session, fmt.Sprintf("child %d was cancelled", j.ID))
-	})
-	if err == nil {
-		a.ended(j.ID)
-	}
-	return j, err
+	return a.endTree(ctx, spec.Session, store.JobCancelled, nil, "cancelled", "its session was stopped", true)
 }
 
 func (a *Agents) ended(id int64) {
@@ -282,21 +285,10 @@ func (a *Agents) Idle(ctx context.Context, session, text string) {
 	_, _ = a.end(ctx, session, store.JobSucceeded, res, "", "ended its turn without agents.finish")
 }
 
-// end ends session's child job with result and wakes its parent once.
+// end ends session's child job with result and wakes its parent once; its
+// running children are cancelled with it (endTree).
 func (a *Agents) end(ctx context.Context, session string, to store.JobState, result json.RawMessage, errText, how string) (store.Job, error) {
-	var j store.Job
-	err := a.cfg.Store.Write(ctx, func(tx *store.Tx) error {
-		cur, err := tx.ChildJobOf(session)
-		if err != nil {
-			return err
-		}
-		j, err = tx.EndChild(session, to, result, errText, Notice(cur.ID, session, to, how, result, errText))
-		return err
-	})
-	if err == nil {
-		a.ended(j.ID)
-	}
-	return j, err
+	return a.endTree(ctx, session, to, result, errText, how, false)
 }
 
 // Notice is the parent's notification of child id's end.

@@ -116,7 +116,9 @@ func (b Budget) Narrow(o Budget) Budget {
 }
 
 // IsZero reports whether b bounds nothing.
-func (b Budget) IsZero() bool { return b.Tokens == nil && b.WallSeconds == nil && b.ModelRequests == nil }
+func (b Budget) IsZero() bool {
+	return b.Tokens == nil && b.WallSeconds == nil && b.ModelRequests == nil
+}
 
 // JSON is b as the job records it ({} when it bounds nothing).
 func (b Budget) JSON() json.RawMessage {

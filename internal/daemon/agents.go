@@ -1,6 +1,9 @@
 package daemon
 
 import (
+	"context"
+	"time"
+
 	"github.com/klbr-dev/klbr/internal/agents"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -14,8 +17,23 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 		return nil
 	}
 	l := cfg.File.Agents.Resolved()
+	bench := d.bench
 	a := agents.New(agents.Config{Store: d.store, Jobs: d.jobs, Clock: d.clock,
-		Limits: store.ChildLimits{MaxDepth: l.MaxDepth, MaxDescendants: l.MaxDescendants, MaxConcurrent: l.MaxConcurrent},
+		Limits: store.ChildLimits{MaxDepth: l.MaxDepth, MaxDescendants: l.MaxDescendants, MaxConcurrent: l.MaxConcurrent,
+			MaxTreeTokens: l.MaxTreeTokens},
+		MaxChildWall: time.Duration(l.MaxChildWallSeconds) * time.Second,
+		// A cancelled or exhausted child's kernel is stopped: its session
+		// was stopped first, which cuts off a running cell; Reset then
+		// takes the cell's turn and kills the generation.
+		StopKernel: func(session, reason string) {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := bench.Reset(ctx, session, reason); err != nil {
+					d.log.Warn("could not stop an ended child's kernel", "session", session, "error", err)
+				}
+			}()
+		},
 		Start: func(session string) {
 			if d.turns != nil {
 				d.turns.Start(session, false)
@@ -25,5 +43,7 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 			}
 		}})
 	d.bench.SetOps("agents.", a)
+	// The operator's stop of a session cancels its running children.
+	d.sessions.OnStop(a.Stopped)
 	return a
 }

@@ -59,7 +59,7 @@ func newGateLoop(t *testing.T, m Model, slots *Slots, check func(context.Context
 	}
 	t.Cleanup(func() { st.Close() })
 	l := New(Config{Store: st, Sessions: session.NewManager(st), Model: m, Route: "main", Slots: slots, Check: check,
-		Prompt: func(context.Context, string) (string, error) { return "You are a test.", nil },
+		Prompt:  func(context.Context, string) (string, error) { return "You are a test.", nil },
 		Budgets: Budgets{MaxSteps: 10, MaxTokens: 1 << 30, MaxTurn: time.Hour, MaxEmpty: 3, MaxErrors: 3, ContextTokens: 1 << 30}})
 	t.Cleanup(l.Close)
 	if err := st.Write(context.Background(), func(tx *store.Tx) error { _, err := tx.EnsureSession("default"); return err }); err != nil {
