@@ -40,8 +40,16 @@ type kernels struct {
 	stopped []string
 }
 
-func (k *kernels) stop(session, _ string) { k.mu.Lock(); k.stopped = append(k.stopped, session); k.mu.Unlock() }
-func (k *kernels) list() []string         { k.mu.Lock(); defer k.mu.Unlock(); return append([]string(nil), k.stopped...) }
+func (k *kernels) stop(session, _ string) {
+	k.mu.Lock()
+	k.stopped = append(k.stopped, session)
+	k.mu.Unlock()
+}
+func (k *kernels) list() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]string(nil), k.stopped...)
+}
 
 func newEnforced(t *testing.T, l store.ChildLimits, wall time.Duration, clock func() time.Time) (*Agents, *store.Store, *kernels) {
 	t.Helper()

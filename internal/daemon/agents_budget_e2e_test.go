@@ -191,3 +191,38 @@ func TestStopOfAParentCancelsItsChildren(t *testing.T) {
 		t.Fatalf("%d model requests, want 2", n)
 	}
 }
+
+// A child past its wall time is ended while it waits, across a restart:
+// its deadline is its job's start plus budget.wall_seconds, so the sweep
+// at the next start ends it, and the parent is woken once.
+func TestWallTimeEndsAWaitingChildAcrossARestart(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "child = await agents.spawn(task='wait forever', budget={'wall_seconds': 4})\n" +
+			"await runtime.wait(None, reason=f'child {child.id}')"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "await runtime.wait(None, reason='nothing to do')"}}},
+		modeltest.Reply{Text: "The child timed out.", Calls: []modeltest.Call{{ID: "r2", Code: "await runtime.wait(None)"}}},
+	)
+	a := startAgentsAgent(t, model, "")
+	a.send("start a child that waits")
+	a.eventually("the child waits", func() bool {
+		cs, err := a.c.Session(t.Context(), "child-1")
+		return err == nil && cs.State == store.StateWaiting
+	})
+	a.kill()
+	time.Sleep(4 * time.Second)
+	a.start()
+	a.eventually("the root was told", func() bool { return model.Count() == 3 })
+	if woke := lastUser(model.Requests()[2]); !strings.HasPrefix(woke, "[klbr] child 1 failed (session child-1, budget exhausted). Error: budget exhausted: wall time") ||
+		!strings.Contains(woke, "of 4s (budget.wall_seconds)") {
+		t.Fatalf("the root woke to %q", woke)
+	}
+	a.eventually("the root waits again", a.state(store.StateWaiting))
+	if in := a.jobInputs(); len(in) != 1 || model.Count() != 3 {
+		t.Fatalf("notifications %q, %d requests", in, model.Count())
+	}
+	if cs, err := a.c.Session(t.Context(), "child-1"); err != nil || cs.State != store.StateStopped {
+		t.Fatalf("the child's session %+v, %v", cs.Session, err)
+	}
+}
