@@ -226,3 +226,44 @@ func TestWallTimeEndsAWaitingChildAcrossARestart(t *testing.T) {
 		t.Fatalf("the child's session %+v, %v", cs.Session, err)
 	}
 }
+
+// With model_slots = 2, a child in a model request holds the one slot
+// children may take; its sibling waits for a slot, visibly (its status
+// and /metrics), and the root still answers the operator at once.
+func TestRootAnswersWhileChildrenHoldTheirSlots(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	hold := make(chan struct{})
+	defer close(hold)
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "a = await agents.spawn(task='first')\nb = await agents.spawn(task='second')\n" +
+			"await runtime.wait(None, reason='children')"}}},
+		modeltest.Reply{Text: "thinking", Hold: hold}, // one child's request: it holds the children's slot
+		modeltest.Reply{Text: "I am here.", Calls: []modeltest.Call{{ID: "r2", Code: "await local.send('here')\nawait runtime.wait(None)"}}},
+	)
+	a := startAgentsAgent(t, model, "[agents]\nmodel_slots = 2\n")
+	a.send("spawn two")
+	a.eventually("a child holds the slot and its sibling waits for one", func() bool {
+		return model.Count() == 2 && strings.Contains(a.scrape(), `klbr_model_slots_waiting{holder="child"} 1`)
+	})
+	var waiting string
+	for _, s := range []string{"child-1", "child-2"} {
+		if cs, err := a.c.Session(t.Context(), s); err == nil && cs.Retry != nil && cs.Retry.State == "waiting_for_slot" {
+			waiting = s
+		}
+	}
+	if waiting == "" {
+		t.Fatal("no child's status says it waits for a slot")
+	}
+	a.send("are you there?")
+	a.eventually("the root answered", func() bool { return model.Count() == 3 })
+	if got := lastUser(model.Requests()[2]); !strings.Contains(got, "are you there?") {
+		t.Fatalf("the third request is not the root's: %q", got)
+	}
+	m := a.scrape()
+	for _, want := range []string{`klbr_model_slots 2`, `klbr_model_slots_in_use{holder="child"} 1`, `klbr_model_slots_waiting{holder="child"} 1`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
