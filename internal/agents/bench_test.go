@@ -22,7 +22,7 @@ func BenchmarkSpawn(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	a := New(Config{Store: st, Limits: store.ChildLimits{MaxDepth: 2, MaxDescendants: 32, MaxConcurrent: 32, MaxTreeTokens: 2_000_000}})
+	a := New(Config{Store: st, Limits: store.ChildLimits{MaxDepth: 2, MaxDescendants: 32, MaxConcurrent: 32, MaxTreeTokens: 10_000_000}})
 	req := worker.Request{Op: "agents.spawn", Args: json.RawMessage(`{"task":"count the widgets in src/","refs":["e1","s2"],"budget":{"tokens":10000}}`)}
 	var ctx context.Context
 	b.ResetTimer()

@@ -553,7 +553,7 @@ func TestParseDefaults(t *testing.T) {
 		if a.ModelSlots != 11 || a.MaxTreeTokens != DefaultAgentsMaxTreeTokens || a.MaxChildWallSeconds != DefaultAgentsMaxChildWall || a.MaxConcurrent != DefaultAgentsMaxConcurrent {
 			t.Errorf("Agents = %+v", a)
 		}
-		if d := (Agents{}).Resolved(); d.ModelSlots != 4 || d.MaxTreeTokens != 2_000_000 || d.MaxChildWallSeconds != 3600 {
+		if d := (Agents{}).Resolved(); d.ModelSlots != 4 || d.MaxTreeTokens != 10_000_000 || d.MaxChildWallSeconds != 3600 {
 			t.Errorf("defaults %+v", d)
 		}
 	})

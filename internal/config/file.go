@@ -98,7 +98,7 @@ const (
 	DefaultAgentsMaxDepth       = 2
 	DefaultAgentsMaxDescendants = 32
 	DefaultAgentsMaxConcurrent  = 4
-	DefaultAgentsMaxTreeTokens  = 2_000_000
+	DefaultAgentsMaxTreeTokens  = 10_000_000 // five attempts at agent.max_tokens's default
 	DefaultAgentsMaxChildWall   = 3600
 	DefaultAgentsModelSlots     = 4
 )
