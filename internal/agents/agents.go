@@ -21,6 +21,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/klbr-dev/klbr/internal/budget"
 	"github.com/klbr-dev/klbr/internal/jobs"
 	"github.com/klbr-dev/klbr/internal/profiles"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -52,8 +53,13 @@ type Config struct {
 	Limits store.ChildLimits
 	// Start starts a spawned child's turn loop.
 	Start func(session string)
-	Clock func() time.Time
-
+	// StopKernel, if set, stops a session's workbench generation (its
+	// Python kernel) without waiting: a cancelled or exhausted child's.
+	StopKernel func(session, reason string)
+	// MaxChildWall caps every child's wall time since its spawn
+	// (agents.max_child_wall_seconds; 0: only its budget's wall_seconds).
+	MaxChildWall time.Duration
+	Clock        func() time.Time
 	// Workspaces makes a child's own workspace (workspace="worktree") and
 	// says where each session works; nil: every child shares the workspace.
 	Workspaces *workspace.Workspaces
@@ -66,7 +72,13 @@ type Config struct {
 }
 
 // Agents answers the agents.* host requests and ends children.
-type Agents struct{ cfg Config }
+type Agents struct {
+	cfg Config
+
+	kick chan struct{} // a spawn: the wall time sweep looks again
+	stop chan struct{}
+	done chan struct{}
+}
 
 // New returns the child agents' service; it installs itself as the way the
 // jobs manager cancels a child.
@@ -74,7 +86,7 @@ func New(cfg Config) *Agents {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	a := &Agents{cfg: cfg}
+	a := &Agents{cfg: cfg, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if cfg.Jobs != nil {
 		cfg.Jobs.SetChildCancel(a.Cancel)
 	}
@@ -232,13 +244,11 @@ func parseSpawn(raw json.RawMessage) (spawnArgs, error) {
 		}
 	}
 	args.Delegate = slices.Compact(slices.Sorted(slices.Values(args.Delegate)))
-	if len(args.Budget) == 0 || string(args.Budget) == "null" {
-		args.Budget = json.RawMessage("{}")
+	budget, err := budget.Parse(args.Budget)
+	if err != nil {
+		return args, invalid("agents.spawn: %v", err)
 	}
-	var budget map[string]json.RawMessage
-	if err := json.Unmarshal(args.Budget, &budget); err != nil || budget == nil {
-		return args, invalid("agents.spawn: budget is a dict")
-	}
+	args.Budget = budget.JSON() // recorded normalized: only the keys set
 	return args, nil
 }
 
@@ -276,6 +286,7 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 		}
 		return answer(store.Job{}, err)
 	}
+	a.poke()
 	if a.cfg.Start != nil {
 		a.cfg.Start(sp.Session)
 	}
@@ -353,17 +364,7 @@ func (a *Agents) Cancel(ctx context.Context, j store.Job) (store.Job, error) {
 	if err != nil {
 		return j, err
 	}
-	err = a.cfg.Store.Write(ctx, func(tx *store.Tx) error {
-		notice := Notice(j.ID, spec.Session, store.JobCancelled, "its session was stopped", nil, "")
-		if j, err = tx.EndChild(spec.Session, store.JobCancelled, nil, "cancelled", notice); err != nil {
-			return err
-		}
-		return stopSession(tx, spec.Session, fmt.Sprintf("child %d was cancelled", j.ID))
-	})
-	if err == nil {
-		a.ended(j.ID)
-	}
-	return j, err
+	return a.endTree(ctx, spec.Session, store.JobCancelled, nil, "cancelled", "its session was stopped", true)
 }
 
 func (a *Agents) ended(id int64) {
@@ -392,21 +393,10 @@ func (a *Agents) Idle(ctx context.Context, session, text string) {
 	_, _ = a.end(ctx, session, store.JobSucceeded, res, "", "ended its turn without agents.finish")
 }
 
-// end ends session's child job with result and wakes its parent once.
+// end ends session's child job with result and wakes its parent once; its
+// running children are cancelled with it (endTree).
 func (a *Agents) end(ctx context.Context, session string, to store.JobState, result json.RawMessage, errText, how string) (store.Job, error) {
-	var j store.Job
-	err := a.cfg.Store.Write(ctx, func(tx *store.Tx) error {
-		cur, err := tx.ChildJobOf(session)
-		if err != nil {
-			return err
-		}
-		j, err = tx.EndChild(session, to, result, errText, Notice(cur.ID, session, to, how, result, errText))
-		return err
-	})
-	if err == nil {
-		a.ended(j.ID)
-	}
-	return j, err
+	return a.endTree(ctx, session, to, result, errText, how, false)
 }
 
 // Notice is the parent's notification of child id's end.

@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkSpawn measures agents.spawn as a cell's request: arguments
-// checked, the limits read, and the job, the session and the task input
+// checked (the budget too), the limits read (the tree's tokens too), and the job, the session and the task input
 // committed in one transaction, then the job read back (no release here, so
 // no activation; the child's turn loop is not started). Every 32 spawns use a fresh root, so the tree stays the size
 // [agents] defaults allow.
@@ -22,7 +22,7 @@ func BenchmarkSpawn(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	a := New(Config{Store: st, Limits: store.ChildLimits{MaxDepth: 2, MaxDescendants: 32, MaxConcurrent: 32}})
+	a := New(Config{Store: st, Limits: store.ChildLimits{MaxDepth: 2, MaxDescendants: 32, MaxConcurrent: 32, MaxTreeTokens: 10_000_000}})
 	req := worker.Request{Op: "agents.spawn", Args: json.RawMessage(`{"task":"count the widgets in src/","refs":["e1","s2"],"budget":{"tokens":10000}}`)}
 	var ctx context.Context
 	b.ResetTimer()

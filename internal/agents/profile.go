@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/klbr-dev/klbr/internal/budget"
 	"slices"
 
 	"github.com/klbr-dev/klbr/internal/profiles"
@@ -40,9 +41,11 @@ func (a *Agents) applyProfile(args spawnArgs, release string, c *store.NewChild)
 			return args, refused("profile %q names route %v: %v; add it to klbr.toml or change the profile", args.Profile, routes, err)
 		}
 	}
-	if args.Budget, err = profiles.Narrow(p.Budget, args.Budget); err != nil {
+	own, err := budget.Parse(args.Budget) // parseSpawn checked it
+	if err != nil {
 		return args, invalid("agents.spawn: %v", err)
 	}
+	args.Budget = p.Budget.Narrow(own).JSON()
 	args.Delegate = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(args.Delegate), p.Delegate...))))
 	if args.Workspace == "" && p.Workspace != "" {
 		args.Workspace = p.Workspace

@@ -118,8 +118,8 @@ func TestSpawnProfileRefusals(t *testing.T) {
 	for _, tc := range []struct{ args, code, want string }{
 		{`{"task":"x","profile":"researcher"}`, "refused", `no such profile "researcher" in the release (it has faraway, plain, review)`},
 		{`{"task":"x","profile":"faraway"}`, "refused", `profile "faraway" names route [faraway]: route "faraway" is not configured`},
-		{`{"task":"x","profile":"review","budget":{"cost":1}}`, "invalid", `unknown field "cost"`},
-		{`{"task":"x","profile":"review","budget":{"tokens":-1}}`, "invalid", "tokens = -1"},
+		{`{"task":"x","profile":"review","budget":{"cost":1}}`, "invalid", `"cost" is not a budget key`},
+		{`{"task":"x","profile":"review","budget":{"tokens":-1}}`, "invalid", "budget.tokens: must be an integer > 0"},
 		{`{"task":"x","profile":"../review"}`, "invalid", "not a profile name"},
 	} {
 		if _, err := call(t, a, "default", "agents.spawn", tc.args); code(err) != tc.code || !strings.Contains(err.Error(), tc.want) {

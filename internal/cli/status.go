@@ -127,6 +127,8 @@ func printSessions(g *globals, ss []api.SessionStatus) {
 			switch r.State {
 			case "retrying":
 				fmt.Fprintf(g.env.Stdout, "%s retrying by itself %s (%d failed in a row); last error at %s", s.ID, next, r.InARow, r.LastErrorAt.Local().Format(time.DateTime))
+			case "waiting_for_slot":
+				fmt.Fprintf(g.env.Stdout, "%s waits for a model request slot since %s", s.ID, r.NextAt.Local().Format(time.DateTime))
 			default:
 				fmt.Fprintf(g.env.Stdout, "%s backing off: the next input starts an attempt %s (%d in a row); last at %s", s.ID, next, r.InARow, r.LastErrorAt.Local().Format(time.DateTime))
 			}

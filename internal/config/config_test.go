@@ -406,6 +406,11 @@ func TestParseErrors(t *testing.T) {
 		{"agents depth too deep", "[agents]\nmax_depth = 17\n", 2, 1, "agents.max_depth", "17 is out of range 1..16"},
 		{"agents concurrency too high", "[agents]\nmax_concurrent = 65\n", 2, 1, "agents.max_concurrent", "65 is out of range 1..64"},
 		{"agents descendants negative", "[agents]\nmax_descendants = -1\n", 2, 1, "agents.max_descendants", "-1 is out of range 1..10000"},
+		{"agents tree tokens negative", "[agents]\nmax_tree_tokens = -1\n", 2, 1, "agents.max_tree_tokens", "-1 is out of range 1..1000000000000"},
+		{"agents tree tokens too many", "[agents]\nmax_tree_tokens = 1000000000001\n", 2, 1, "agents.max_tree_tokens", "out of range"},
+		{"agents child wall too long", "[agents]\nmax_child_wall_seconds = 31622401\n", 2, 1, "agents.max_child_wall_seconds", "31622401 is out of range 1..31622400"},
+		{"agents one model slot", "[agents]\nmodel_slots = 1\n", 2, 1, "agents.model_slots", "1 is out of range 2..256: one slot is kept for roots"},
+		{"agents too many model slots", "[agents]\nmodel_slots = 257\n", 2, 1, "agents.model_slots", "out of range 2..256"},
 		{"tasks_max too many", "[limits]\ntasks_max = 100001\n", 2, 1, "limits.tasks_max", "out of range"},
 		{"cookie_days zero", "[browser]\ncookie_days = 0\n", 2, 1, "browser.cookie_days", "0 is out of range 1..3650"},
 		{"cookie_days too many", "[browser]\ncookie_days = 3651\n", 2, 1, "browser.cookie_days", "out of range"},
@@ -537,6 +542,19 @@ func TestParseDefaults(t *testing.T) {
 		want.Routes = map[string]Route{"main": {URL: "http://localhost:8001/v1", Model: "local", TimeoutSeconds: 120}}
 		if !reflect.DeepEqual(f, want) {
 			t.Errorf("got  %+v\nwant %+v", f, want)
+		}
+	})
+	t.Run("agents tree budgets", func(t *testing.T) {
+		f, err := Parse("klbr.toml", []byte("[agents]\nmodel_slots = 11\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := f.Agents.Resolved()
+		if a.ModelSlots != 11 || a.MaxTreeTokens != DefaultAgentsMaxTreeTokens || a.MaxChildWallSeconds != DefaultAgentsMaxChildWall || a.MaxConcurrent != DefaultAgentsMaxConcurrent {
+			t.Errorf("Agents = %+v", a)
+		}
+		if d := (Agents{}).Resolved(); d.ModelSlots != 4 || d.MaxTreeTokens != 10_000_000 || d.MaxChildWallSeconds != 3600 {
+			t.Errorf("defaults %+v", d)
 		}
 	})
 	t.Run("inline discord table keeps the other defaults", func(t *testing.T) {

@@ -80,6 +80,17 @@ type Agents struct {
 	MaxDepth       int `toml:"max_depth"`       // a root's children are at depth 1; 1..16
 	MaxDescendants int `toml:"max_descendants"` // sessions under a root, finished ones included; 1..10000
 	MaxConcurrent  int `toml:"max_concurrent"`  // running children of one parent; 1..64
+	// MaxTreeTokens bounds the model tokens (prompt+completion) of all the
+	// descendants of one root, summed; checked at spawn and before each of
+	// a child's model requests. 1..10^12.
+	MaxTreeTokens int64 `toml:"max_tree_tokens"`
+	// MaxChildWallSeconds caps a child's wall time since its spawn (a
+	// spawn's budget.wall_seconds may only ask for less). 1..31622400.
+	MaxChildWallSeconds int `toml:"max_child_wall_seconds"`
+	// ModelSlots bounds the model requests in flight at once of all
+	// sessions; children hold at most ModelSlots-1, so one is always free
+	// for a root. 2..256.
+	ModelSlots int `toml:"model_slots"`
 }
 
 // Defaults of [agents].
@@ -87,6 +98,9 @@ const (
 	DefaultAgentsMaxDepth       = 2
 	DefaultAgentsMaxDescendants = 32
 	DefaultAgentsMaxConcurrent  = 4
+	DefaultAgentsMaxTreeTokens  = 10_000_000 // five attempts at agent.max_tokens's default
+	DefaultAgentsMaxChildWall   = 3600
+	DefaultAgentsModelSlots     = 4
 )
 
 // Resolved returns a with each omitted (zero) field at its default.
@@ -99,6 +113,15 @@ func (a Agents) Resolved() Agents {
 	}
 	if a.MaxConcurrent == 0 {
 		a.MaxConcurrent = DefaultAgentsMaxConcurrent
+	}
+	if a.MaxTreeTokens == 0 {
+		a.MaxTreeTokens = DefaultAgentsMaxTreeTokens
+	}
+	if a.MaxChildWallSeconds == 0 {
+		a.MaxChildWallSeconds = DefaultAgentsMaxChildWall
+	}
+	if a.ModelSlots == 0 {
+		a.ModelSlots = DefaultAgentsModelSlots
 	}
 	return a
 }

@@ -326,10 +326,17 @@ func (v *validator) agents(given *Agents) {
 	for _, c := range []struct {
 		key      string
 		n, limit int
-	}{{"agents.max_depth", a.MaxDepth, 16}, {"agents.max_descendants", a.MaxDescendants, 10000}, {"agents.max_concurrent", a.MaxConcurrent, 64}} {
+	}{{"agents.max_depth", a.MaxDepth, 16}, {"agents.max_descendants", a.MaxDescendants, 10000}, {"agents.max_concurrent", a.MaxConcurrent, 64},
+		{"agents.max_child_wall_seconds", a.MaxChildWallSeconds, 366 * 24 * 3600}} {
 		if c.n < 1 || c.n > c.limit {
 			v.fail(c.key, fmt.Sprintf("%d is out of range 1..%d", c.n, c.limit), "agents")
 		}
+	}
+	if a.MaxTreeTokens < 1 || a.MaxTreeTokens > 1_000_000_000_000 {
+		v.fail("agents.max_tree_tokens", fmt.Sprintf("%d is out of range 1..1000000000000", a.MaxTreeTokens), "agents")
+	}
+	if a.ModelSlots < 2 || a.ModelSlots > 256 {
+		v.fail("agents.model_slots", fmt.Sprintf("%d is out of range 2..256: one slot is kept for roots, so children need at least a second", a.ModelSlots), "agents")
 	}
 }
 

@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"context"
 	"errors"
+	"time"
 
 	"github.com/klbr-dev/klbr/internal/agents"
 	"github.com/klbr-dev/klbr/internal/config"
@@ -20,14 +22,29 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 	if d.releases != nil {
 		tree = d.releases.Tree
 	}
+	bench := d.bench
 	a := agents.New(agents.Config{Store: d.store, Jobs: d.jobs, Clock: d.clock, Tree: tree, Workspaces: d.bench.Config().Workspaces,
-		Limits: store.ChildLimits{MaxDepth: l.MaxDepth, MaxDescendants: l.MaxDescendants, MaxConcurrent: l.MaxConcurrent},
+		Limits: store.ChildLimits{MaxDepth: l.MaxDepth, MaxDescendants: l.MaxDescendants, MaxConcurrent: l.MaxConcurrent,
+			MaxTreeTokens: l.MaxTreeTokens},
+		MaxChildWall: time.Duration(l.MaxChildWallSeconds) * time.Second,
 		// A profile's routes must be configured in the running klbr.toml.
 		Routes: func(names ...string) error {
 			if d.routes == nil {
 				return errors.New("no model route runs: " + d.agent)
 			}
 			return d.routes.Has(names...)
+		},
+		// A cancelled or exhausted child's kernel is stopped: its session
+		// was stopped first, which cuts off a running cell; Reset then
+		// takes the cell's turn and kills the generation.
+		StopKernel: func(session, reason string) {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := bench.Reset(ctx, session, reason); err != nil {
+					d.log.Warn("could not stop an ended child's kernel", "session", session, "error", err)
+				}
+			}()
 		},
 		Start: func(session string) {
 			if d.turns != nil {
@@ -38,5 +55,7 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 			}
 		}})
 	d.bench.SetOps("agents.", a)
+	// The operator's stop of a session cancels its running children.
+	d.sessions.OnStop(a.Stopped)
 	return a
 }

@@ -196,6 +196,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		defer d.jobs.Close()
 	}
 	d.agents = d.newAgents(cfg)
+	if d.agents != nil {
+		go d.agents.Run() // ends children past their wall time
+		defer d.agents.Close()
+	}
 	if err := d.startTurns(ctx, cfg, m, resume); err != nil {
 		return fmt.Errorf("serve: agent: %w", err)
 	}

@@ -74,7 +74,14 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	if err != nil {
 		return err
 	}
+	// [agents] model_slots: children never take the last model request slot.
+	slots := turn.NewSlots(cfg.File.Agents.Resolved().ModelSlots)
+	var check func(context.Context, string) error
+	if d.agents != nil {
+		check = d.agents.Check // a child's budget, before each of its requests
+	}
 	d.turns = turn.New(turn.Config{
+		Slots: slots, Check: check,
 		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Policy: d.hooks, Model: model, Route: a.Route,
 		URL: route.URL, ModelName: route.Model,
 		Prompt: releasePrompt(d.releases.Tree, d.skillIndex), Maintenance: d.maintenanceSkill, Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),
@@ -90,6 +97,11 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	if d.agents != nil {
 		d.turns.SetIdle(d.agents.Idle)
 	}
+	m.WatchModelSlots(func() metrics.ModelSlots {
+		s := slots.Stats()
+		return metrics.ModelSlots{Size: s.Size, Roots: s.Roots, Children: s.Children, WaitingRoots: s.WaitingRoots,
+			WaitingChildren: s.WaitingChildren, ChildrenWaited: s.ChildrenWaited}
+	})
 	m.WatchContext(func() []metrics.ContextSample {
 		var out []metrics.ContextSample
 		for id, st := range d.turns.ContextStates() {

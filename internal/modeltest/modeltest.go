@@ -39,6 +39,9 @@ type Reply struct {
 	Truncate  bool              // stream the reply, then cut the connection before [DONE]
 	Hold      <-chan struct{}
 	HoldAfter int // with Hold: stream this many content chunks, then hold until Hold closes or the client leaves
+	// Gone, with Hold, is closed when the client leaves while held (its
+	// request was cancelled).
+	Gone chan struct{}
 }
 
 // Request is a request the server received.
@@ -249,6 +252,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	play(w, r, reply, req.Stream, n, s.dialect)
 }
 
+func (r Reply) gone() {
+	if r.Gone != nil {
+		close(r.Gone)
+	}
+}
+
 func play(w http.ResponseWriter, r *http.Request, reply Reply, stream bool, n int, dialect string) {
 	if reply.Drop {
 		if hj, ok := w.(http.Hijacker); ok {
@@ -364,6 +373,7 @@ func play(w http.ResponseWriter, r *http.Request, reply Reply, stream bool, n in
 			select {
 			case <-reply.Hold:
 			case <-r.Context().Done():
+				reply.gone()
 				return
 			}
 		}
@@ -373,6 +383,7 @@ func play(w http.ResponseWriter, r *http.Request, reply Reply, stream bool, n in
 		select {
 		case <-reply.Hold:
 		case <-r.Context().Done():
+			reply.gone()
 			return
 		}
 	}

@@ -8,12 +8,11 @@ package profiles
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/klbr-dev/klbr/internal/budget"
 	"io/fs"
 	"maps"
-	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -58,24 +57,16 @@ var (
 	ErrNotFound = errors.New("no such profile")
 )
 
-// Budget is a child's budget: each key set bounds it. The keys are those
-// of agents.spawn's budget={...}.
-type Budget struct {
-	Tokens        *int64   `toml:"tokens" json:"tokens,omitempty"`
-	WallSeconds   *float64 `toml:"wall_seconds" json:"wall_seconds,omitempty"`
-	ModelRequests *int64   `toml:"model_requests" json:"model_requests,omitempty"`
-}
-
 // Profile is one profiles/<name>.toml.
 type Profile struct {
-	Name         string   `toml:"-" json:"name"`
-	Description  string   `toml:"description" json:"description"`
-	Instructions string   `toml:"instructions" json:"instructions,omitempty"`
-	Route        string   `toml:"route" json:"route,omitempty"`
-	Fallback     []string `toml:"fallback" json:"fallback,omitempty"`
-	Budget       Budget   `toml:"budget" json:"budget"`
-	Delegate     []string `toml:"delegate" json:"delegate,omitempty"`
-	Workspace    string   `toml:"workspace" json:"workspace,omitempty"`
+	Name         string        `toml:"-" json:"name"`
+	Description  string        `toml:"description" json:"description"`
+	Instructions string        `toml:"instructions" json:"instructions,omitempty"`
+	Route        string        `toml:"route" json:"route,omitempty"`
+	Fallback     []string      `toml:"fallback" json:"fallback,omitempty"`
+	Budget       budget.Budget `toml:"budget" json:"budget"`
+	Delegate     []string      `toml:"delegate" json:"delegate,omitempty"`
+	Workspace    string        `toml:"workspace" json:"workspace,omitempty"`
 }
 
 // Routes is the profile's plan: its route, then its fallback; nil when it
@@ -155,54 +146,10 @@ func (p Profile) check() error {
 			return bad("delegate: %q cannot be delegated; delegable: %s", d, strings.Join(Delegable, ", "))
 		}
 	}
-	return p.Budget.check("[budget] ")
-}
-
-func (b Budget) check(where string) error {
-	bad := func(key string, v any) error {
-		return fmt.Errorf("%w: %s%s = %v: it must be > 0", ErrInvalid, where, key, v)
-	}
-	if b.Tokens != nil && *b.Tokens <= 0 {
-		return bad("tokens", *b.Tokens)
-	}
-	if b.WallSeconds != nil && !(*b.WallSeconds > 0 && !math.IsInf(*b.WallSeconds, 1)) {
-		return bad("wall_seconds", *b.WallSeconds)
-	}
-	if b.ModelRequests != nil && *b.ModelRequests <= 0 {
-		return bad("model_requests", *b.ModelRequests)
+	if err := p.Budget.Check("[budget] "); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
-}
-
-// Narrow returns the effective budget of a spawn with profile budget p and
-// the spawn's own budget={...} (a JSON object): each key is the smaller of
-// the two where both set it, either where one does. The spawn's keys are
-// checked as the profile's are (unknown keys are refused).
-func Narrow(p Budget, spawn json.RawMessage) (json.RawMessage, error) {
-	var s Budget
-	if len(spawn) > 0 && string(spawn) != "null" {
-		dec := json.NewDecoder(bytes.NewReader(spawn))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&s); err != nil {
-			return nil, fmt.Errorf("budget: %v (keys: tokens, wall_seconds, model_requests)", strings.TrimPrefix(err.Error(), "json: "))
-		}
-		if err := s.check("budget "); err != nil {
-			return nil, errors.New(strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "))
-		}
-	}
-	out := Budget{Tokens: minOf(p.Tokens, s.Tokens), WallSeconds: minOf(p.WallSeconds, s.WallSeconds),
-		ModelRequests: minOf(p.ModelRequests, s.ModelRequests)}
-	return json.Marshal(out)
-}
-
-func minOf[T int64 | float64](a, b *T) *T {
-	switch {
-	case a == nil:
-		return b
-	case b == nil || *a <= *b:
-		return a
-	}
-	return b
 }
 
 // nameOf returns the profile name of tree path p (profiles/<name>.toml),

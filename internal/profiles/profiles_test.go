@@ -1,7 +1,6 @@
 package profiles
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -37,7 +36,7 @@ func TestParseFull(t *testing.T) {
 		t.Fatalf("budget %+v", p.Budget)
 	}
 	p, err = Parse("plain", []byte(`description = "x"`))
-	if err != nil || p.Routes() != nil || p.Budget != (Budget{}) {
+	if err != nil || p.Routes() != nil || !p.Budget.IsZero() {
 		t.Fatalf("%+v, %v", p, err)
 	}
 }
@@ -69,35 +68,6 @@ func TestParseRefusals(t *testing.T) {
 		_, err := Parse(tc.name, []byte(tc.file))
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.file, err, tc.want)
-		}
-	}
-}
-
-func TestNarrow(t *testing.T) {
-	p, err := Parse("p", []byte("description = \"d\"\n[budget]\ntokens = 1000\nwall_seconds = 60\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct{ spawn, want string }{
-		{``, `{"tokens":1000,"wall_seconds":60}`},
-		{`{}`, `{"tokens":1000,"wall_seconds":60}`},
-		{`{"tokens": 500}`, `{"tokens":500,"wall_seconds":60}`},
-		{`{"tokens": 5000, "wall_seconds": 30.5}`, `{"tokens":1000,"wall_seconds":30.5}`},
-		{`{"model_requests": 3}`, `{"tokens":1000,"wall_seconds":60,"model_requests":3}`},
-	} {
-		got, err := Narrow(p.Budget, json.RawMessage(tc.spawn))
-		if err != nil || string(got) != tc.want {
-			t.Errorf("Narrow(%s) = %s, %v; want %s", tc.spawn, got, err, tc.want)
-		}
-	}
-	for _, tc := range []struct{ spawn, want string }{
-		{`{"cost": 3}`, `unknown field "cost"`},
-		{`{"tokens": 0}`, "budget tokens = 0"},
-		{`{"tokens": 1.5}`, "tokens"},
-		{`[1]`, "budget"},
-	} {
-		if _, err := Narrow(p.Budget, json.RawMessage(tc.spawn)); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Narrow(%s): %v, want %q", tc.spawn, err, tc.want)
 		}
 	}
 }
@@ -172,8 +142,8 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("accepted delegate %q", d)
 			}
 		}
-		if _, err := Narrow(p.Budget, nil); err != nil {
-			t.Fatal(err)
+		if err := p.Budget.Check(""); err != nil {
+			t.Fatalf("accepted budget %s: %v", p.Budget.JSON(), err)
 		}
 	})
 }

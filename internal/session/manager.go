@@ -42,10 +42,19 @@ func Unanswered(s store.Session) string {
 type Manager struct {
 	store *store.Store
 
-	mu       sync.Mutex                 // guards closed, draining and work
+	mu       sync.Mutex                 // guards closed, draining, work and onStop
 	closed   bool                       // the daemon is draining: no new work anywhere
 	draining map[string]bool            // sessions whose admission is closed by a drain
 	work     map[string]*sync.WaitGroup // accepted host work in flight, per session
+	onStop   func(ctx context.Context, id string)
+}
+
+// OnStop installs who is told after a Transition stopped a session (the
+// operator's stop or drain): child agents under it are cancelled.
+func (m *Manager) OnStop(f func(ctx context.Context, id string)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onStop = f
 }
 
 // NewManager returns a Manager over st.
@@ -97,6 +106,12 @@ func (m *Manager) Transition(ctx context.Context, id string, to store.SessionSta
 		return tx.TransitionSession(id, cur.State, to, reason)
 	}); err != nil {
 		return cur, err
+	}
+	m.mu.Lock()
+	onStop := m.onStop
+	m.mu.Unlock()
+	if to == store.StateStopped && onStop != nil {
+		onStop(context.WithoutCancel(ctx), id)
 	}
 	return m.store.Session(ctx, id)
 }

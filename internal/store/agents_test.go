@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func spawn(t *testing.T, s *Store, c NewChild) (Spawned, error) {
@@ -172,5 +173,64 @@ func TestEndChildNotifiesTheParentOnce(t *testing.T) {
 	}
 	if n := count(t, s, `SELECT count(*) FROM events WHERE session_id = 'default' AND kind = 'job.succeeded'`); n != 1 {
 		t.Fatalf("%d job.succeeded events", n)
+	}
+}
+
+// steps records n model steps of session, each with prompt and completion tokens.
+func steps(t *testing.T, s *Store, session string, n, prompt, completion int) {
+	t.Helper()
+	mustWrite(t, s, func(tx *Tx) error {
+		a, _, err := tx.StartAttempt(NewAttempt{Session: session, WakeReason: "test"})
+		if err != nil {
+			return err
+		}
+		for i := range n {
+			if _, err := tx.RecordStep(StepResult{Session: session, Attempt: a, Ordinal: i + 1, Started: time.Now(), Route: "main", State: "completed",
+				Text: "x", Usage: StepUsage{Prompt: &prompt, Completion: &completion}}); err != nil {
+				return err
+			}
+		}
+		return tx.FinishAttempt(a, AttemptIdle, "test")
+	})
+}
+
+// Usage sums a session's steps and a tree's; a spawn in a tree that has
+// spent agents.max_tree_tokens is refused naming the key.
+func TestChildUsageAndTreeTokens(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	l := ChildLimits{MaxTreeTokens: 1000}
+	a, err := spawn(t, s, NewChild{Parent: "default", Task: "a", Limits: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := spawn(t, s, NewChild{Parent: a.Session, Task: "b", Limits: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps(t, s, "default", 3, 500, 500) // the root's own do not count
+	steps(t, s, a.Session, 2, 100, 50)
+	steps(t, s, b.Session, 1, 400, 20)
+	if u, err := s.SessionUsage(ctx, a.Session); err != nil || u != (Usage{Requests: 2, Tokens: 300}) {
+		t.Fatalf("usage of %s: %+v, %v", a.Session, u, err)
+	}
+	if u, err := s.TreeUsage(ctx, "default"); err != nil || u != (Usage{Requests: 3, Tokens: 720}) {
+		t.Fatalf("tree usage: %+v, %v", u, err)
+	}
+	if _, err := spawn(t, s, NewChild{Parent: b.Session, Task: "c", Limits: l}); err != nil {
+		t.Fatalf("spawn under the limit: %v", err)
+	}
+	steps(t, s, b.Session, 1, 280, 0)
+	_, err = spawn(t, s, NewChild{Parent: "default", Task: "d", Limits: l})
+	if !errors.Is(err, ErrChildBudget) || !strings.Contains(err.Error(), "spent 1000 of 1000 tokens (agents.max_tree_tokens)") {
+		t.Fatalf("spawn past the tree's tokens: %v", err)
+	}
+	var running []Job
+	mustWrite(t, s, func(tx *Tx) (err error) { running, err = tx.RunningChildren(a.Session); return err })
+	if len(running) != 1 || running[0].ID != b.Job {
+		t.Fatalf("running children of %s: %+v", a.Session, running)
+	}
+	if all, err := s.RunningChildJobs(ctx); err != nil || len(all) != 3 {
+		t.Fatalf("running child jobs: %d, %v", len(all), err)
 	}
 }

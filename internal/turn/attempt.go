@@ -169,10 +169,23 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 			// the history, labeled as the policy's: nothing is removed.
 			msgs = append(msgs, provider.Message{Role: "user", Content: "[klbr context.prepare]\n" + strings.Join(adds, "\n\n")})
 		}
+		child := s.ParentID != ""
+		if child && cfg.Check != nil {
+			if err := cfg.Check(context.WithoutCancel(ctx), r.session); err != nil {
+				return r.finish(a, store.AttemptInterrupted, "no model request: "+err.Error())
+			}
+		}
+		phase, end := pre.phase(ctx)
+		release, err := r.slot(phase, child)
+		if err != nil {
+			cause := context.Cause(phase)
+			end()
+			return r.finish(a, store.AttemptInterrupted, interruption(cause, ctx))
+		}
 		a.steps++
 		started := cfg.Clock()
-		phase, end := pre.phase(ctx)
 		resp, reqErr := r.request(phase, a, msgs)
+		release()
 		raw := Raw(bytes)
 		cause := context.Cause(phase)
 		end()
@@ -409,6 +422,31 @@ func reminderText(hs []store.InputHandle) string {
 	}
 	b.WriteString("\n" + reminderTail)
 	return b.String()
+}
+
+// slot takes a model-request slot (none: Config.Slots unset); while a child
+// waits for one, its status says so.
+func (r *runner) slot(ctx context.Context, child bool) (release func(), err error) {
+	slots := r.l.cfg.Slots
+	if slots == nil {
+		return func() {}, nil
+	}
+	if st := slots.Stats(); !child || st.Roots+st.Children < st.Size-1 && st.WaitingChildren == 0 {
+		return slots.Acquire(ctx, child) // a root's, or one free at once: no status to show
+	}
+	r.statusMu.Lock()
+	before := r.status
+	r.status = &Retry{State: RetryWaitingSlot, NextAt: r.l.cfg.Clock(), LastError: fmt.Sprintf(
+		"waiting for a model request slot: children hold at most %d of the %d ([agents] model_slots)", slots.Stats().Size-1, slots.Stats().Size)}
+	r.statusMu.Unlock()
+	defer func() {
+		r.statusMu.Lock()
+		if r.status != nil && r.status.State == RetryWaitingSlot {
+			r.status = before
+		}
+		r.statusMu.Unlock()
+	}()
+	return slots.Acquire(ctx, child)
 }
 
 // request sends one model request; deltas go to the live hub.

@@ -25,6 +25,9 @@ const (
 	// RetryBackingOff: the last attempt was rejected by the route or ended
 	// by a loop guard; the next input starts an attempt, not before NextAt.
 	RetryBackingOff = "backing_off"
+	// RetryWaitingSlot: a child agent's model request waits for a model
+	// slot ([agents] model_slots); it is sent as soon as one is free.
+	RetryWaitingSlot = "waiting_for_slot"
 )
 
 // Retry is a session's backoff, as status, the browser and /metrics show it.

@@ -111,6 +111,15 @@ type Config struct {
 	Idle func(ctx context.Context, session, text string)
 	// Observe is told of each model request's outcome and usage (metrics).
 	Observe func(route, outcome string, usage provider.Usage)
+	// Check, if set, is asked before each model request of a child
+	// agent's session (one with a parent): an error keeps the request
+	// from being sent and ends the attempt with it (the checker has ended
+	// the child and stopped its session, saying why: a spent budget).
+	Check func(ctx context.Context, session string) error
+	// Slots, if set, bounds the model requests in flight ([agents]
+	// model_slots): a child's request waits for a slot, a root's always
+	// finds one that children cannot take.
+	Slots *Slots
 }
 
 // Loop runs the sessions' turn loops.

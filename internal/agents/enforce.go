@@ -1,0 +1,291 @@
+package agents
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/budget"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// ErrExhausted is a child's spent budget: it was ended before its next
+// model request.
+var ErrExhausted = errors.New("budget exhausted")
+
+// ErrEnded refuses a model request of a child whose job has ended.
+var ErrEnded = errors.New("the child has ended")
+
+// ended is a child ended by one endTree.
+type endedChild struct {
+	job     int64
+	session string
+	stopped bool // its session was stopped: its kernel is stopped too
+}
+
+// endTree ends session's child job (to, result, errText; how is said in
+// the parent's notice) and, in the same transaction, cancels each of its
+// running descendants (each parent told once, each session stopped). stop
+// stops session too. After the commit, whoever waits for them is told, and
+// the kernels of the stopped sessions are stopped.
+func (a *Agents) endTree(ctx context.Context, session string, to store.JobState, result json.RawMessage, errText, how string, stop bool) (store.Job, error) {
+	var j store.Job
+	var ended []endedChild
+	err := a.cfg.Store.Write(ctx, func(tx *store.Tx) error {
+		ended = ended[:0]
+		cur, err := tx.ChildJobOf(session)
+		if err != nil {
+			return err
+		}
+		if j, err = tx.EndChild(session, to, result, errText, Notice(cur.ID, session, to, how, result, errText)); err != nil {
+			return err
+		}
+		ended = append(ended, endedChild{job: j.ID, session: session, stopped: stop})
+		if stop {
+			if err := stopSession(tx, session, fmt.Sprintf("child %d ended %s: %s", j.ID, to, how)); err != nil {
+				return err
+			}
+		}
+		return cancelBelow(tx, session, &ended)
+	})
+	if err == nil {
+		a.after(ended)
+	}
+	return j, err
+}
+
+// cancelBelow cancels parent's running children and theirs, depth first.
+func cancelBelow(tx *store.Tx, parent string, ended *[]endedChild) error {
+	kids, err := tx.RunningChildren(parent)
+	if err != nil {
+		return err
+	}
+	for _, k := range kids {
+		spec, err := store.ChildSpecOf(k)
+		if err != nil {
+			return err
+		}
+		how := fmt.Sprintf("cancelled with its parent %s", parent)
+		if _, err := tx.EndChild(spec.Session, store.JobCancelled, nil, "cancelled: its parent "+parent+" ended or was stopped",
+			Notice(k.ID, spec.Session, store.JobCancelled, how, nil, "")); err != nil {
+			return err
+		}
+		if err := stopSession(tx, spec.Session, fmt.Sprintf("child %d was %s", k.ID, how)); err != nil {
+			return err
+		}
+		*ended = append(*ended, endedChild{job: k.ID, session: spec.Session, stopped: true})
+		if err := cancelBelow(tx, spec.Session, ended); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Agents) after(ended []endedChild) {
+	for _, e := range ended {
+		a.ended(e.job)
+		if e.stopped && a.cfg.StopKernel != nil {
+			a.cfg.StopKernel(e.session, fmt.Sprintf("child %d ended: its kernel is stopped with it", e.job))
+		}
+	}
+}
+
+// Stopped is told that the operator stopped session: its running children
+// (and theirs) are cancelled, each parent told once, so that no child goes
+// on spending under a stopped parent.
+func (a *Agents) Stopped(ctx context.Context, session string) {
+	var ended []endedChild
+	err := a.cfg.Store.Write(ctx, func(tx *store.Tx) error {
+		ended = ended[:0]
+		return cancelBelow(tx, session, &ended)
+	})
+	if err == nil {
+		a.after(ended)
+	}
+}
+
+// limit is one bound of a child's budget and what it has used.
+type limit struct {
+	what  string // "tokens", "wall time", …
+	key   string // the key that set it
+	used  float64
+	limit float64
+	unit  string
+}
+
+func (l limit) spent() bool { return l.used >= l.limit }
+
+func (l limit) String() string {
+	return fmt.Sprintf("%s %s%s of %s%s (%s)", l.what, num(l.used), l.unit, num(l.limit), l.unit, l.key)
+}
+
+func num(f float64) string {
+	if f == math.Trunc(f) {
+		return fmt.Sprintf("%d", int64(f))
+	}
+	return fmt.Sprintf("%.1f", f)
+}
+
+// Check is asked before each model request of a child agent's session
+// (turn.Config.Check): a child whose budget, or whose tree's, is spent is
+// ended failed with the reason and a result saying so (its parent told
+// once, its session and kernel stopped, its running children cancelled),
+// and the request is refused. A child whose job has already ended makes
+// no more requests: its session is stopped.
+func (a *Agents) Check(ctx context.Context, session string) error {
+	j, err := a.cfg.Store.ChildJobOf(ctx, session)
+	if errors.Is(err, store.ErrNoJob) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if j.State != store.JobRunning {
+		_ = a.cfg.Store.Write(ctx, func(tx *store.Tx) error {
+			return stopSession(tx, session, fmt.Sprintf("child %d has ended (%s): it makes no more model requests", j.ID, j.State))
+		})
+		return fmt.Errorf("%w: child %d is %s; it makes no more model requests", ErrEnded, j.ID, j.State)
+	}
+	limits, err := a.limits(ctx, session, j, true)
+	if err != nil {
+		return err
+	}
+	for _, l := range limits {
+		if l.spent() {
+			return a.exhaust(ctx, session, j, l)
+		}
+	}
+	return nil
+}
+
+// limits are child job j's bounds with what it used; usage also reads the
+// recorded tokens and requests (the wall time needs none).
+func (a *Agents) limits(ctx context.Context, session string, j store.Job, usage bool) ([]limit, error) {
+	b, err := budget.Parse(j.Budget)
+	if err != nil {
+		b = budget.Budget{} // recorded by an older klbr-core: only the tree's limits hold
+	}
+	var out []limit
+	if wall, key := a.wall(b); wall > 0 && j.StartedAt != nil {
+		out = append(out, limit{what: "wall time", key: key, used: a.cfg.Clock().Sub(*j.StartedAt).Seconds(), limit: wall.Seconds(), unit: "s"})
+	}
+	if !usage {
+		return out, nil
+	}
+	if b.Tokens != nil || b.ModelRequests != nil {
+		u, err := a.cfg.Store.SessionUsage(ctx, session)
+		if err != nil {
+			return nil, err
+		}
+		if b.Tokens != nil {
+			out = append(out, limit{what: "tokens", key: "budget.tokens", used: float64(u.Tokens), limit: float64(*b.Tokens)})
+		}
+		if b.ModelRequests != nil {
+			out = append(out, limit{what: "model requests", key: "budget.model_requests", used: float64(u.Requests), limit: float64(*b.ModelRequests)})
+		}
+	}
+	if max := a.cfg.Limits.MaxTreeTokens; max > 0 {
+		_, root, err := a.cfg.Store.Depth(ctx, session)
+		if err != nil {
+			return nil, err
+		}
+		u, err := a.cfg.Store.TreeUsage(ctx, root)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, limit{what: "tree tokens", key: "agents.max_tree_tokens", used: float64(u.Tokens), limit: float64(max)})
+	}
+	return out, nil
+}
+
+// wall is a child's wall time bound and the key that set it.
+func (a *Agents) wall(b budget.Budget) (time.Duration, string) {
+	d, key := a.cfg.MaxChildWall, "agents.max_child_wall_seconds"
+	if b.WallSeconds != nil {
+		if w := time.Duration(*b.WallSeconds * float64(time.Second)); d <= 0 || w < d {
+			d, key = w, "budget.wall_seconds"
+		}
+	}
+	return d, key
+}
+
+// exhaust ends child job j failed by spent limit l.
+func (a *Agents) exhaust(ctx context.Context, session string, j store.Job, l limit) error {
+	reason := "budget exhausted: " + l.String()
+	res, _ := json.Marshal(map[string]any{"budget_exhausted": l.key, "used": math.Round(l.used*10) / 10, "limit": l.limit,
+		"note": fmt.Sprintf("child %d was ended before its next model request: %s", j.ID, reason)})
+	if _, err := a.endTree(ctx, session, store.JobFailed, res, reason, "budget exhausted", true); err != nil && !errors.Is(err, store.ErrJobState) {
+		return err
+	}
+	return fmt.Errorf("%w: %s", ErrExhausted, l.String())
+}
+
+// Run ends every running child past its wall time, now and whenever one's
+// falls due, even while it idles or waits (the deadline is its job's start
+// plus its bound, so it holds across restarts), until Close.
+func (a *Agents) Run() {
+	defer close(a.done)
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		next := a.sweep()
+		t.Stop()
+		if !next.IsZero() {
+			t.Reset(max(time.Until(next), 0))
+		}
+		select {
+		case <-a.stop:
+			return
+		case <-a.kick:
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops Run.
+func (a *Agents) Close() {
+	select {
+	case <-a.stop:
+	default:
+		close(a.stop)
+	}
+}
+
+func (a *Agents) poke() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// sweep ends the running children past their wall time and returns the
+// next deadline (zero: none).
+func (a *Agents) sweep() time.Time {
+	ctx := context.Background()
+	js, err := a.cfg.Store.RunningChildJobs(ctx)
+	if err != nil {
+		return a.cfg.Clock().Add(time.Minute)
+	}
+	var next time.Time
+	for _, j := range js {
+		spec, err := store.ChildSpecOf(j)
+		if err != nil {
+			continue
+		}
+		ls, _ := a.limits(ctx, spec.Session, j, false)
+		for _, l := range ls {
+			if l.spent() {
+				_ = a.exhaust(ctx, spec.Session, j, l)
+				continue
+			}
+			due := j.StartedAt.Add(time.Duration(l.limit * float64(time.Second)))
+			if next.IsZero() || due.Before(next) {
+				next = due
+			}
+		}
+	}
+	return next
+}
