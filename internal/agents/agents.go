@@ -48,6 +48,13 @@ type Config struct {
 	Limits store.ChildLimits
 	// Start starts a spawned child's turn loop.
 	Start func(session string)
+	// GrantRef, if set, checks a ref a spawn grants (the spawner must see
+	// it itself) and returns it canonical (history.Reader.GrantRef).
+	GrantRef func(ctx context.Context, session, ref string) (string, error)
+	// Plan, if set, is job.plan, asked before a spawn as before a job: a
+	// refusal refuses the spawn with its reason; its priority is recorded
+	// on the child's job. It falls back as for jobs (admitted, priority 0).
+	Plan  func(ctx context.Context, session string, in jobs.PlanInput) jobs.Plan
 	Clock func() time.Time
 }
 
@@ -211,10 +218,21 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 			release = s.PolicyRevision
 		}
 	}
+	if a.cfg.GrantRef != nil {
+		for i, ref := range args.Refs {
+			if args.Refs[i], err = a.cfg.GrantRef(ctx, session, ref); err != nil {
+				return nil, &worker.RequestError{Code: "refused", Message: fmt.Sprintf("agents.spawn: ref %q cannot be granted: %v", ref, err)}
+			}
+		}
+	}
+	priority, err := a.plan(ctx, session, args)
+	if err != nil {
+		return nil, err
+	}
 	var sp store.Spawned
 	err = a.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
 		sp, err = tx.SpawnChild(store.NewChild{Parent: session, Release: release, Task: args.Task, Refs: args.Refs,
-			Delegate: args.Delegate, Budget: args.Budget, Limits: a.cfg.Limits})
+			Delegate: args.Delegate, Budget: args.Budget, Limits: a.cfg.Limits, Priority: priority})
 		return err
 	})
 	if err != nil {
@@ -225,6 +243,47 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 	}
 	j, err := a.cfg.Store.Job(ctx, sp.Job)
 	return answer(j, err)
+}
+
+// PlanSpec is the spec job.plan is given for a child (kind "child").
+type PlanSpec struct {
+	Task      string          `json:"task"`
+	Refs      []string        `json:"refs"`
+	Profile   string          `json:"profile"`
+	Workspace string          `json:"workspace"`
+	Budget    json.RawMessage `json:"budget"`
+	Delegate  []string        `json:"delegate"`
+	Depth     int             `json:"depth"` // the child's: a root's children are at 1
+}
+
+// plan asks job.plan about a spawn; it returns the priority it gave, or
+// the refusal.
+func (a *Agents) plan(ctx context.Context, session string, args spawnArgs) (int, error) {
+	if a.cfg.Plan == nil {
+		return 0, nil
+	}
+	depth, _, err := a.cfg.Store.Depth(ctx, session)
+	if err != nil {
+		return 0, &worker.RequestError{Code: "failed", Message: err.Error()}
+	}
+	running, err := a.cfg.Store.Jobs(ctx, store.JobFilter{Session: session, Kind: jobs.KindChild, State: store.JobRunning, Limit: 1000})
+	if err != nil {
+		return 0, &worker.RequestError{Code: "failed", Message: err.Error()}
+	}
+	spec, _ := json.Marshal(PlanSpec{Task: args.Task, Refs: nonNil(args.Refs), Profile: args.Profile, Workspace: args.Workspace,
+		Budget: args.Budget, Delegate: nonNil(args.Delegate), Depth: depth + 1})
+	p := a.cfg.Plan(ctx, session, jobs.PlanInput{Kind: jobs.KindChild, Spec: spec, Recovery: "resume", Running: len(running)})
+	if !p.Admit {
+		return 0, &worker.RequestError{Code: "refused", Message: "agents.spawn: refused by job.plan: " + p.Reason}
+	}
+	return p.Priority, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // own reads child job id if session owns it.

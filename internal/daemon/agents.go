@@ -14,8 +14,9 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 		return nil
 	}
 	l := cfg.File.Agents.Resolved()
-	a := agents.New(agents.Config{Store: d.store, Jobs: d.jobs, Clock: d.clock,
-		Limits: store.ChildLimits{MaxDepth: l.MaxDepth, MaxDescendants: l.MaxDescendants, MaxConcurrent: l.MaxConcurrent},
+	acfg := agents.Config{Store: d.store, Jobs: d.jobs, Clock: d.clock,
+		Limits:   store.ChildLimits{MaxDepth: l.MaxDepth, MaxDescendants: l.MaxDescendants, MaxConcurrent: l.MaxConcurrent},
+		GrantRef: d.history(cfg).GrantRef,
 		Start: func(session string) {
 			if d.turns != nil {
 				d.turns.Start(session, false)
@@ -23,7 +24,11 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 			if d.observers != nil {
 				d.observers.Start(session)
 			}
-		}})
+		}}
+	if d.hooks != nil {
+		acfg.Plan = d.hooks.PlanJob // job.plan, asked before a spawn as before a job
+	}
+	a := agents.New(acfg)
 	d.bench.SetOps("agents.", a)
 	return a
 }
