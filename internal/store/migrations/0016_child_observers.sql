@@ -24,6 +24,8 @@ BEGIN
                         -- a result over 4 KiB stays in the record: agents.get(id) reads it
                         'result', CASE WHEN length(NEW.result) <= 4096 THEN json(NEW.result) END,
                         'result_bytes', COALESCE(length(NEW.result), 0),
-                        'implicit', COALESCE(json_extract(NEW.result, '$.implicit'), json('false')) IS 1),
+                        -- the child ended its turn without agents.finish: its last text is the result
+                        'implicit', json(CASE WHEN json_valid(NEW.result) AND json_type(NEW.result) = 'object'
+                                               AND json_extract(NEW.result, '$.implicit') IS 1 THEN 'true' ELSE 'false' END)),
             NEW.updated_at);
 END;
