@@ -80,11 +80,19 @@ func (r *Reader) visible(ctx context.Context, caller string, d store.Described) 
 	if caller == "" || d.Session == "" || d.Session == caller {
 		return nil
 	}
-	out := fmt.Errorf("%s: %w", d.Ref, ErrOutOfScope)
 	g, ok := r.grant(ctx, caller)
 	if !ok {
-		return out
+		return fmt.Errorf("%s: %w", d.Ref, ErrOutOfScope)
 	}
+	return r.visibleWith(ctx, caller, g, d)
+}
+
+// visibleWith is visible for a caller whose grant is g.
+func (r *Reader) visibleWith(ctx context.Context, caller string, g Grant, d store.Described) error {
+	if caller == "" || d.Session == "" || d.Session == caller {
+		return nil
+	}
+	out := fmt.Errorf("%s: %w", d.Ref, ErrOutOfScope)
 	exact := slices.Contains(g.Refs, d.Ref)
 	switch d.Type {
 	case "record":
@@ -138,7 +146,7 @@ const maxNarrowed = 10000
 // narrow lists what summary ref covers that caller may read, in order: a
 // covered summary that is itself mixed is replaced by what it covers, in
 // turn.
-func (r *Reader) narrow(ctx context.Context, caller, ref string, depth int, out []store.Child) ([]store.Child, error) {
+func (r *Reader) narrow(ctx context.Context, caller string, g Grant, ref string, depth int, out []store.Child) ([]store.Child, error) {
 	kids, err := r.Store.Children(ctx, ref)
 	if err != nil {
 		return out, err
@@ -151,13 +159,13 @@ func (r *Reader) narrow(ctx context.Context, caller, ref string, depth int, out 
 		if err != nil {
 			return out, err
 		}
-		err = r.visible(ctx, caller, d)
+		err = r.visibleWith(ctx, caller, g, d)
 		var se *ScopeError
 		switch {
 		case err == nil:
 			out = append(out, k)
 		case errors.As(err, &se) && depth < maxCoverWalk:
-			if out, err = r.narrow(ctx, caller, k.Ref, depth+1, out); err != nil {
+			if out, err = r.narrow(ctx, caller, g, k.Ref, depth+1, out); err != nil {
 				return out, err
 			}
 		}
@@ -198,7 +206,7 @@ func (r *Reader) searchGranted(ctx context.Context, caller string, g Grant, only
 		for _, h := range page.Hits {
 			if s != caller {
 				d, err := r.Store.Describe(ctx, h.Ref)
-				if err != nil || r.visible(ctx, caller, d) != nil {
+				if err != nil || r.visibleWith(ctx, caller, g, d) != nil {
 					continue
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -259,4 +260,23 @@ func TestGrantedSearchPages(t *testing.T) {
 	if want := []string{own[1], own[0], e.later, e.operator}; !slices.Equal(got, want) {
 		t.Fatalf("pages: %v, want %v", got, want)
 	}
+}
+
+// ParseGrant splits any refs a cell gives: each is a scope or an exact
+// ref, none lost, scopes without their prefix.
+func FuzzParseGrant(f *testing.F) {
+	f.Add("e12\ns3\nscope:operator")
+	f.Add("scope:\nscope:scope:x\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		refs := strings.Split(in, "\n")
+		g := ParseGrant("p", refs)
+		if g.Session != "p" || len(g.Refs)+len(g.Scopes) != len(refs) {
+			t.Fatalf("%q: %+v", refs, g)
+		}
+		for _, r := range g.Refs {
+			if strings.HasPrefix(r, ScopePrefix) {
+				t.Fatalf("%q: a scope among the exact refs", r)
+			}
+		}
+	})
 }

@@ -209,7 +209,8 @@ func (r *Reader) Children(ctx context.Context, caller, ref string) ([]store.Chil
 	_, err := r.Describe(ctx, caller, ref)
 	var se *ScopeError
 	if errors.As(err, &se) {
-		return r.narrow(ctx, caller, ref, 0, []store.Child{})
+		g, _ := r.grant(ctx, caller)
+		return r.narrow(ctx, caller, g, ref, 0, []store.Child{})
 	}
 	if err != nil {
 		return nil, err

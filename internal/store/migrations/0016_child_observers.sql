@@ -1,5 +1,5 @@
 -- compat: readable-by-previous
--- Child ends for observers: a child agent's end is also a child.completed (it succeeded) or
+-- Child ends for observers, and an index for describing records: a child agent's end is also a child.completed (it succeeded) or
 -- child.failed (failed, cancelled, unknown) observer event in its parent's
 -- session, committed in the same transaction as the end, beside the
 -- job.completed event every job's end commits (a klbr-core of the schema before
@@ -29,3 +29,7 @@ BEGIN
                                                AND json_extract(NEW.result, '$.implicit') IS 1 THEN 'true' ELSE 'false' END)),
             NEW.updated_at);
 END;
+
+-- A record's scope and cover are found by its event (history.describe, and
+-- every hit a child agent's search checks against its grant).
+CREATE INDEX context_items_by_event ON context_items(event_id);
