@@ -84,13 +84,16 @@ func TestChildEvidenceScopes(t *testing.T) {
 }
 
 // A release whose job.plan refuses a child: the spawn fails with its
-// reason and nothing is stored; the one it admits is told its depth.
+// reason and nothing is stored; so does one granting a ref that names
+// nothing; the one job.plan admits is told its depth, refs and budget.
 func TestJobPlanRefusesAChild(t *testing.T) {
 	model := modeltest.New()
 	defer model.Close()
 	model.Then(
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "try:\n    await agents.spawn(task='forbidden work')\n    print('SPAWNED FORBIDDEN')\n" +
 			"except Exception as e:\n    print('REFUSED', e)\n" +
+			"try:\n    await agents.spawn(task='unknown evidence', refs=['e999999'])\n    print('SPAWNED UNKNOWN')\n" +
+			"except Exception as e:\n    print('NO GRANT', e)\n" +
 			"child = await agents.spawn(task='fine work', refs=['scope:operator'], budget={'tokens': 10})\nprint('SPAWNED', child.id)\n" +
 			"await runtime.wait(None, reason='child')"}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "await agents.finish('fine')"}}},
@@ -112,6 +115,9 @@ def plan(job):
 	root := said(model, "REFUSED")
 	if !strings.Contains(root, "agents.spawn: refused by job.plan: no forbidden children") || !strings.Contains(root, "SPAWNED 1") {
 		t.Fatalf("the root's spawns: %q", root)
+	}
+	if !strings.Contains(root, `NO GRANT refused: agents.spawn: ref "e999999" cannot be granted`) {
+		t.Fatalf("a spawn granting a ref that names nothing: %q", root)
 	}
 	js, err := a.c.Jobs(t.Context(), "", "", 0)
 	if err != nil || len(js.Jobs) != 1 || js.Jobs[0].Kind != "child" || js.Jobs[0].Priority != 7 || js.Jobs[0].State != store.JobSucceeded {
