@@ -19,7 +19,7 @@ type Grant struct {
 	// Refs are exact references (e…, s…, a…), of any session.
 	Refs []string
 	// Scopes are scopes of Session's history granted whole: operator,
-	// agent, discord:<channel>, or a source's label.
+	// agent, discord:<channel>, source:<id>.
 	Scopes []string
 }
 
@@ -251,7 +251,7 @@ func (r *Reader) GrantRef(ctx context.Context, session, ref string) (string, err
 	}
 	switch {
 	case s == "":
-		return "", fmt.Errorf("%q names no scope (scope:operator, scope:agent, scope:discord:<channel>, scope:d1)", ref)
+		return "", fmt.Errorf("%q names no scope (scope:operator, scope:agent, scope:discord:<channel>, scope:d1, scope:source:<id>)", ref)
 	case s == "operator" || s == "agent" || strings.Contains(s, ":"):
 		return ref, nil
 	}
