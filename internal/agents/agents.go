@@ -69,6 +69,13 @@ type Config struct {
 	// Routes checks that model routes are configured in the running
 	// klbr.toml (a profile's route and fallback); nil: none are.
 	Routes func(names ...string) error
+	// GrantRef, if set, checks a ref a spawn grants (the spawner must see
+	// it itself) and returns it canonical (history.Reader.GrantRef).
+	GrantRef func(ctx context.Context, session, ref string) (string, error)
+	// Plan, if set, is job.plan, asked before a spawn as before a job: a
+	// refusal refuses the spawn with its reason; its priority is recorded
+	// on the child's job. It falls back as for jobs (admitted, priority 0).
+	Plan func(ctx context.Context, session string, in jobs.PlanInput) jobs.Plan
 }
 
 // Agents answers the agents.* host requests and ends children.
@@ -262,12 +269,22 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 			release = s.PolicyRevision
 		}
 	}
+	if a.cfg.GrantRef != nil {
+		for i, ref := range args.Refs {
+			if args.Refs[i], err = a.cfg.GrantRef(ctx, session, ref); err != nil {
+				return nil, &worker.RequestError{Code: "refused", Message: fmt.Sprintf("agents.spawn: ref %q cannot be granted: %v", ref, err)}
+			}
+		}
+	}
 	c := store.NewChild{Parent: session, Release: release, Task: args.Task, Refs: args.Refs,
 		Delegate: args.Delegate, Budget: args.Budget, Limits: a.cfg.Limits}
 	if args.Profile != "" {
 		if args, err = a.applyProfile(args, release, &c); err != nil {
 			return nil, err
 		}
+	}
+	if c.Priority, err = a.plan(ctx, session, args); err != nil {
+		return nil, err
 	}
 	place, made, err := a.place(ctx, session, args.Workspace)
 	if err != nil {
@@ -344,6 +361,47 @@ func (a *Agents) RemoveWorkspace(ctx context.Context, j store.Job) (store.ChildW
 		return *w, &worker.RequestError{Code: "failed", Message: "agents.remove_workspace: " + err.Error()}
 	}
 	return *w, nil
+}
+
+// PlanSpec is the spec job.plan is given for a child (kind "child").
+type PlanSpec struct {
+	Task      string          `json:"task"`
+	Refs      []string        `json:"refs"`
+	Profile   string          `json:"profile"`
+	Workspace string          `json:"workspace"`
+	Budget    json.RawMessage `json:"budget"`
+	Delegate  []string        `json:"delegate"`
+	Depth     int             `json:"depth"` // the child's: a root's children are at 1
+}
+
+// plan asks job.plan about a spawn; it returns the priority it gave, or
+// the refusal.
+func (a *Agents) plan(ctx context.Context, session string, args spawnArgs) (int, error) {
+	if a.cfg.Plan == nil {
+		return 0, nil
+	}
+	depth, _, err := a.cfg.Store.Depth(ctx, session)
+	if err != nil {
+		return 0, &worker.RequestError{Code: "failed", Message: err.Error()}
+	}
+	running, err := a.cfg.Store.Jobs(ctx, store.JobFilter{Session: session, Kind: jobs.KindChild, State: store.JobRunning, Limit: 1000})
+	if err != nil {
+		return 0, &worker.RequestError{Code: "failed", Message: err.Error()}
+	}
+	spec, _ := json.Marshal(PlanSpec{Task: args.Task, Refs: nonNil(args.Refs), Profile: args.Profile, Workspace: args.Workspace,
+		Budget: args.Budget, Delegate: nonNil(args.Delegate), Depth: depth + 1})
+	p := a.cfg.Plan(ctx, session, jobs.PlanInput{Kind: jobs.KindChild, Spec: spec, Recovery: "resume", Running: len(running)})
+	if !p.Admit {
+		return 0, &worker.RequestError{Code: "refused", Message: "agents.spawn: refused by job.plan: " + p.Reason}
+	}
+	return p.Priority, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // own reads child job id if session owns it.

@@ -23,7 +23,8 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 		tree = d.releases.Tree
 	}
 	bench := d.bench
-	a := agents.New(agents.Config{Store: d.store, Jobs: d.jobs, Clock: d.clock, Tree: tree, Workspaces: d.bench.Config().Workspaces,
+	acfg := agents.Config{Store: d.store, Jobs: d.jobs, Clock: d.clock, Tree: tree, Workspaces: d.bench.Config().Workspaces,
+		GrantRef: d.history(cfg).GrantRef,
 		Limits: store.ChildLimits{MaxDepth: l.MaxDepth, MaxDescendants: l.MaxDescendants, MaxConcurrent: l.MaxConcurrent,
 			MaxTreeTokens: l.MaxTreeTokens},
 		MaxChildWall: time.Duration(l.MaxChildWallSeconds) * time.Second,
@@ -53,7 +54,11 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 			if d.observers != nil {
 				d.observers.Start(session)
 			}
-		}})
+		}}
+	if d.hooks != nil {
+		acfg.Plan = d.hooks.PlanJob // job.plan, asked before a spawn as before a job
+	}
+	a := agents.New(acfg)
 	d.bench.SetOps("agents.", a)
 	// The operator's stop of a session cancels its running children.
 	d.sessions.OnStop(a.Stopped)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/agents"
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/metrics"
@@ -21,7 +22,14 @@ func (d *daemon) startObservers(ctx context.Context, m *metrics.Metrics) error {
 	}
 	d.observers = observe.New(observe.Config{Store: d.store, Hooks: d.hooks, Kick: d.ingress.Kick,
 		Log: d.log.With("component", "observers"), Clock: d.clock,
-		Observe: func(_, outcome string, latency time.Duration) { m.ObserverDelivery(outcome, latency) }})
+		Observe: func(_, outcome string, latency time.Duration) { m.ObserverDelivery(outcome, latency) },
+		Delegated: func(ctx context.Context, session, op string) (any, error) {
+			child, err := agents.Delegated(ctx, d.store, session, op, "an observer bound in a child speaks only as the spawn delegated")
+			if child == nil {
+				return nil, err
+			}
+			return child, err
+		}})
 	sessions, err := d.store.Sessions(ctx)
 	if err != nil {
 		return err

@@ -127,14 +127,18 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 
 // history returns the history reader over the store and the artifacts.
 func (d *daemon) history(cfg *config.Config) *history.Reader {
-	r := &history.Reader{Store: d.store, Granted: func(ctx context.Context, caller, ref string) bool {
-		// A child agent reads exactly the refs its spawn granted it.
+	r := &history.Reader{Store: d.store, Grants: func(ctx context.Context, caller string) (history.Grant, bool) {
+		// A child agent reads the refs and scopes its spawn granted it,
+		// of its parent's history (the job's owner).
 		j, err := d.store.ChildJobOf(ctx, caller)
 		if err != nil {
-			return false
+			return history.Grant{}, false
 		}
 		spec, err := store.ChildSpecOf(j)
-		return err == nil && slices.Contains(spec.Refs, ref)
+		if err != nil {
+			return history.Grant{}, false
+		}
+		return history.ParseGrant(j.Session, spec.Refs), true
 	}}
 	if arts, err := artifacts.New(filepath.Join(cfg.Paths.DataDir, "artifacts")); err == nil {
 		r.Artifacts = arts

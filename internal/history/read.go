@@ -20,9 +20,9 @@ import (
 type Reader struct {
 	Store     *store.Store
 	Artifacts *artifacts.Store // nil: artifacts cannot be opened
-	// Granted, if set, reports whether caller was granted ref of another
-	// session explicitly (a child agent, by the refs of its spawn).
-	Granted func(ctx context.Context, caller, ref string) bool
+	// Grants, if set, returns what caller was granted of other sessions'
+	// history (a child agent, by the refs of its spawn); false: nothing.
+	Grants func(ctx context.Context, caller string) (Grant, bool)
 }
 
 // Bounds of reads.
@@ -46,13 +46,17 @@ type Scope struct {
 }
 
 // Search searches history. caller, when set, is the session the search is
-// confined to (a cell's own).
+// confined to (a cell's own), with the evidence it was granted (Grants):
+// of that, only what caller may see whole.
 func (r *Reader) Search(ctx context.Context, caller, query string, sc Scope, limit int) (store.SearchResult, error) {
 	if len(query) > MaxQueryBytes || !utf8.ValidString(query) {
 		return store.SearchResult{}, fmt.Errorf("search: the query must be valid UTF-8 of at most %d bytes", MaxQueryBytes)
 	}
 	session := sc.Session
+	g, granted := r.grant(ctx, caller)
 	switch {
+	case granted:
+		session = caller
 	case caller != "" && session != "" && session != caller:
 		return store.SearchResult{}, fmt.Errorf("search: session %q: %w", session, ErrOutOfScope)
 	case caller != "":
@@ -78,6 +82,13 @@ func (r *Reader) Search(ctx context.Context, caller, query string, sc Scope, lim
 	if limit == 0 {
 		limit = 20
 	}
+	if granted {
+		only := sc.Session
+		if only == caller {
+			only = ""
+		}
+		return r.searchGranted(ctx, caller, g, only, query, ss, limit)
+	}
 	return r.Store.Search(ctx, query, ss, limit)
 }
 
@@ -99,8 +110,8 @@ func (r *Reader) Describe(ctx context.Context, caller, ref string) (store.Descri
 	if err != nil {
 		return d, err
 	}
-	if caller != "" && d.Session != "" && d.Session != caller && (r.Granted == nil || !r.Granted(ctx, caller, ref)) {
-		return store.Described{}, fmt.Errorf("%s: %w", ref, ErrOutOfScope)
+	if err := r.visible(ctx, caller, d); err != nil {
+		return store.Described{}, err
 	}
 	return d, nil
 }
@@ -190,9 +201,18 @@ func cutUTF8(s string, n int) string {
 	return s
 }
 
-// Children lists a summary's covered entries, in order.
+// Children lists a summary's covered entries, in order. Of a summary that
+// covers scopes not all granted to caller, it lists instead the narrower
+// originals caller may read (a mixed summary it covers is replaced by
+// what that covers, in turn).
 func (r *Reader) Children(ctx context.Context, caller, ref string) ([]store.Child, error) {
-	if _, err := r.Describe(ctx, caller, ref); err != nil {
+	_, err := r.Describe(ctx, caller, ref)
+	var se *ScopeError
+	if errors.As(err, &se) {
+		g, _ := r.grant(ctx, caller)
+		return r.narrow(ctx, caller, g, ref, 0, []store.Child{})
+	}
+	if err != nil {
 		return nil, err
 	}
 	return r.Store.Children(ctx, ref)

@@ -59,6 +59,8 @@ const (
 	ObserveTurnCompleted     = "turn.completed"
 	ObserveRevisionActivated = "revision.activated"
 	ObserveJobCompleted      = "job.completed"
+	ObserveChildCompleted    = "child.completed"
+	ObserveChildFailed       = "child.failed"
 )
 
 const (
@@ -101,8 +103,8 @@ var registry = []Slot{
 		Failure: "falls back to the prompt it was given",
 		Default: "the release's prompts/summary.md"},
 	{Name: SlotJobPlan, Kind: KindDecision, Deadline: decisionDeadline, Optional: true,
-		Doc:     "Admits a new job (jobs.run, jobs.schedule) or refuses it, and gives its priority among jobs due at once.",
-		Input:   `{"kind":"command"|"routine"|"source","spec":{...},"schedule"?:{...},"recovery","running":n}`,
+		Doc:     "Admits a new job (jobs.run, jobs.schedule) or child agent (agents.spawn) or refuses it, and gives its priority among jobs due at once.",
+		Input:   `{"kind":"command"|"routine"|"source"|"child","spec":{...} (a child's: task, refs, profile, workspace, budget, delegate, depth),"schedule"?:{...},"recovery","running":n}`,
 		Output:  `{"admit":bool,"priority":-100..100,"reason"}`,
 		Failure: "falls back: admitted at priority 0",
 		Default: "admitted at priority 0",
@@ -159,6 +161,12 @@ var registry = []Slot{
 		Doc: "Called durably when a behavior release is activated.", Input: observerIn, Output: observerOut, Failure: observerFailure, Default: "no observer bound"},
 	{Name: ObserveJobCompleted, Kind: KindObserver, Deadline: observerDeadline, Optional: true,
 		Doc:   "Called durably when a job's run ends: its state (succeeded, failed, cancelled, unknown; pending when a recurring job's run ended and it waits for its next deadline), run, error, result (up to 4 KiB), output preview and artifact.",
+		Input: observerIn, Output: observerOut, Failure: observerFailure, Default: "no observer bound"},
+	{Name: ObserveChildCompleted, Kind: KindObserver, Deadline: observerDeadline, Optional: true,
+		Doc:   "Called durably in the parent's session when a child agent succeeds: its job, child session, result (up to 4 KiB) and whether the result is implicit (the child ended its turn without agents.finish).",
+		Input: observerIn, Output: observerOut, Failure: observerFailure, Default: "no observer bound"},
+	{Name: ObserveChildFailed, Kind: KindObserver, Deadline: observerDeadline, Optional: true,
+		Doc:   "Called durably in the parent's session when a child agent ends without success: failed, cancelled or unknown, with its error.",
 		Input: observerIn, Output: observerOut, Failure: observerFailure, Default: "no observer bound"},
 }
 

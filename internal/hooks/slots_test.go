@@ -31,7 +31,7 @@ func TestRegistryIsComplete(t *testing.T) {
 			t.Errorf("Lookup(%s)", s.Name)
 		}
 	}
-	if kinds[KindDecision] != 9 || kinds[KindTransform] != 3 || kinds[KindObserver] != 5 {
+	if kinds[KindDecision] != 9 || kinds[KindTransform] != 3 || kinds[KindObserver] != 7 {
 		t.Errorf("kinds: %v", kinds)
 	}
 	// Only the two slots every release must bind are not optional.

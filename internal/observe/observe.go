@@ -46,6 +46,11 @@ type Config struct {
 	// Observe, if set, is told of each delivery's latency from its event's
 	// commit to the handler's answer, and its outcome (metrics).
 	Observe func(handler, outcome string, latency time.Duration)
+	// Delegated, if set, checks a speech command (local.send, discord.*)
+	// of session as a cell's is checked (agents.Delegated): an error
+	// refuses it; child, when not nil, names the child agent it is
+	// carried out for, in its receipt.
+	Delegated func(ctx context.Context, session, op string) (child any, err error)
 }
 
 // Default loop limits and retries.
@@ -330,6 +335,13 @@ func (r *Runner) carryOut(ctx context.Context, c store.ObserverCommand) error {
 	if err := json.Unmarshal(c.Args, &a); err != nil {
 		return r.refuse(ctx, c, "args: "+err.Error())
 	}
+	var child any
+	if r.cfg.Delegated != nil {
+		var err error
+		if child, err = r.cfg.Delegated(ctx, c.Session, c.Op); err != nil {
+			return r.refuse(ctx, c, err.Error())
+		}
+	}
 	wctx := context.WithoutCancel(ctx)
 	switch c.Op {
 	case "local.send":
@@ -343,7 +355,7 @@ func (r *Runner) carryOut(ctx context.Context, c store.ObserverCommand) error {
 		}
 		return st.Write(wctx, func(tx *store.Tx) error {
 			_, err := tx.RecordObserverSend(store.ObserverSend{Command: c.ID, Session: c.Session, Handler: c.Handler, Text: a.Text,
-				Status: status, Reason: dec.Reason, Epoch: dec.Epoch, Release: dec.Release, Fallback: dec.Fallback})
+				Status: status, Reason: dec.Reason, Epoch: dec.Epoch, Release: dec.Release, Fallback: dec.Fallback, Child: child})
 			return err
 		})
 	case "runtime.wakeup":
@@ -384,7 +396,11 @@ func (r *Runner) carryOut(ctx context.Context, c store.ObserverCommand) error {
 			if err != nil {
 				return err
 			}
-			return tx.FinishObserverCommand(c.ID, "done", map[string]any{"effect_id": e.ID, "state": e.State}, e.ID)
+			res := map[string]any{"effect_id": e.ID, "state": e.State}
+			if child != nil {
+				res["child"] = child
+			}
+			return tx.FinishObserverCommand(c.ID, "done", res, e.ID)
 		})
 		if err == nil && r.cfg.Kick != nil {
 			r.cfg.Kick()
@@ -411,7 +427,11 @@ func (r *Runner) carryOut(ctx context.Context, c store.ObserverCommand) error {
 			if err != nil {
 				return err
 			}
-			return tx.FinishObserverCommand(c.ID, "done", map[string]any{"item_id": a.ItemID, "from": before.Status, "to": a.Status}, 0)
+			res := map[string]any{"item_id": a.ItemID, "from": before.Status, "to": a.Status}
+			if child != nil {
+				res["child"] = child
+			}
+			return tx.FinishObserverCommand(c.ID, "done", res, 0)
 		})
 	}
 	return r.refuse(ctx, c, "unknown op "+c.Op)

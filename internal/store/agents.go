@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -44,6 +45,7 @@ type NewChild struct {
 	Profile, Route string
 	Fallback       []string
 	Instructions   string
+	Priority       int // job.plan's, recorded on the job
 }
 
 // ChildSpec is a child job's spec.
@@ -188,7 +190,7 @@ func (t *Tx) SpawnChild(c NewChild) (Spawned, error) {
 		c.Delegate = []string{}
 	}
 	id, err := t.InsertJob(NewJob{Kind: "child", Session: c.Parent, Release: c.Release, Spec: json.RawMessage("{}"),
-		Budget: c.Budget, Recovery: "resume"})
+		Budget: c.Budget, Recovery: "resume", Priority: c.Priority})
 	if err != nil {
 		return Spawned{}, err
 	}
@@ -223,6 +225,10 @@ func ChildTaskText(id int64, parent, task string, refs, delegate []string) strin
 	fmt.Fprintf(&b, "[klbr] You are child agent %d of session %s. Your task:\n%s\n", id, parent, task)
 	if len(refs) > 0 {
 		fmt.Fprintf(&b, "\nEvidence you were given (read it with `await history.read(ref)`): %s\n", strings.Join(refs, ", "))
+		if slices.ContainsFunc(refs, func(r string) bool { return strings.HasPrefix(r, "scope:") }) {
+			b.WriteString("A scope:<scope> ref opens that scope of your parent's history: `await history.search(...)` finds it; " +
+				"a summary covering scopes you were not granted is refused, and `await history.children(ref)` lists what of it you may read.\n")
+		}
 	}
 	b.WriteString("\nWhen you are done, end with `await agents.finish(result)` (any JSON value): your parent is woken with it. ")
 	if len(delegate) == 0 {

@@ -234,3 +234,52 @@ func TestChildUsageAndTreeTokens(t *testing.T) {
 		t.Fatalf("running child jobs: %d, %v", len(all), err)
 	}
 }
+
+// A child's end is, besides job.completed, a child.completed (succeeded)
+// or child.failed (anything else) observer event in the parent's session,
+// committed with the end: exactly one per child.
+func TestChildEndIsAnObserverEvent(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	ok, err := spawn(t, s, NewChild{Parent: "default", Task: "succeed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := spawn(t, s, NewChild{Parent: "default", Task: "be cancelled"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, s, func(tx *Tx) error {
+		if _, err := tx.EndChild(ok.Session, JobSucceeded, json.RawMessage(`{"text":"done","implicit":true}`), "", "n1"); err != nil {
+			return err
+		}
+		_, err := tx.EndChild(bad.Session, JobCancelled, nil, "cancelled", "n2")
+		return err
+	})
+	evs, err := s.ObserverEvents(ctx, "default", []string{"child.completed", "child.failed", "job.completed"}, 0, 1<<62, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]map[string]any{}
+	for _, e := range evs {
+		var d map[string]any
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		got[e.Kind] = append(got[e.Kind], d)
+	}
+	if len(got["job.completed"]) != 2 || len(got["child.completed"]) != 1 || len(got["child.failed"]) != 1 {
+		t.Fatalf("observer events %v", got)
+	}
+	c := got["child.completed"][0]
+	if c["child"] != ok.Session || c["state"] != "succeeded" || c["implicit"] != true || c["result"].(map[string]any)["text"] != "done" {
+		t.Fatalf("child.completed %v", c)
+	}
+	f := got["child.failed"][0]
+	if f["child"] != bad.Session || f["state"] != "cancelled" || f["error"] != "cancelled" || f["job"].(float64) != float64(bad.Job) {
+		t.Fatalf("child.failed %v", f)
+	}
+	if n := count(t, s, `SELECT count(*) FROM observer_events WHERE kind LIKE 'child.%' AND session_id <> 'default'`); n != 0 {
+		t.Fatalf("%d child events outside the parent's session", n)
+	}
+}

@@ -479,7 +479,14 @@ func (s *Store) Search(ctx context.Context, query string, sc SearchScope, limit 
 		srows.Close()
 		sort.SliceStable(res.Hits, func(i, j int) bool { return res.Hits[i].At.After(res.Hits[j].At) })
 		if len(res.Hits) > limit {
+			var cut int64 // the newest record cut off by the summaries: the next page starts at it
+			for _, h := range res.Hits[limit:] {
+				cut = max(cut, h.Cursor)
+			}
 			res.Hits, res.Truncated = res.Hits[:limit], true
+			if cut != 0 {
+				res.Next = cut + 1
+			}
 			if res.Next == 0 {
 				for i := len(res.Hits) - 1; i >= 0; i-- {
 					if res.Hits[i].Cursor != 0 {

@@ -404,6 +404,7 @@ type ObserverSend struct {
 	Epoch    int64
 	Release  string
 	Fallback bool
+	Child    any // the child agent it is sent for (a delegated send), or nil
 }
 
 // RecordObserverSend publishes an observer's local send to the speech lane
@@ -419,10 +420,14 @@ func (t *Tx) RecordObserverSend(s ObserverSend) (Receipt, error) {
 		}
 		return r, err
 	}
-	content, _ := json.Marshal(map[string]any{
+	rec := map[string]any{
 		"text": s.Text, "status": s.Status, "reason": s.Reason, "observer": s.Handler, "command": s.Command, "cause_event": cause,
 		"behavior_epoch": s.Epoch, "release": s.Release, "fallback": s.Fallback,
-	})
+	}
+	if s.Child != nil {
+		rec["child"] = s.Child
+	}
+	content, _ := json.Marshal(rec)
 	kind := "local.sent"
 	if s.Status == "held" {
 		kind = "local.held"
@@ -433,8 +438,12 @@ func (t *Tx) RecordObserverSend(s ObserverSend) (Receipt, error) {
 		return r, fmt.Errorf("observer send: %w", err)
 	}
 	r.Status, r.Reason, r.Epoch = s.Status, s.Reason, s.Epoch
-	data, _ := json.Marshal(map[string]any{"channel": "local", "state": s.Status, "reason": s.Reason, "event_id": r.EventID,
-		"text": s.Text, "observer": s.Handler, "command": s.Command})
+	receipt := map[string]any{"channel": "local", "state": s.Status, "reason": s.Reason, "event_id": r.EventID,
+		"text": s.Text, "observer": s.Handler, "command": s.Command}
+	if s.Child != nil {
+		receipt["child"] = s.Child
+	}
+	data, _ := json.Marshal(receipt)
 	if _, err := t.exec(`INSERT INTO observer_events (session_id, kind, data, depth, cause_command, created_at) VALUES (?, 'delivery.receipt', ?, ?, ?, ?)`,
 		s.Session, string(data), depth, s.Command, t.now.UnixMilli()); err != nil {
 		return r, fmt.Errorf("observer send: %w", err)

@@ -5,7 +5,10 @@
   in one transaction and returns once it is admitted, not finished. The child
   has its own history and workbench generation, is pinned to your behavior
   release, and sees its task and the refs you name (as text), not your
-  scratchpad. It reports through its result; ``local.send`` and
+  scratchpad. A ref is an exact one you may see (``e12``, ``s3``,
+  ``a<sha256>``) or a scope of your history (``scope:operator``,
+  ``scope:agent``, ``scope:d1``); a summary reaches it only if every scope it
+  covers is granted. It reports through its result; ``local.send`` and
   ``discord.send``/``react``/``mark`` are refused to it unless you delegate
   them (``delegate=["local.send"]``). Its end wakes you once with
   ``[klbr] child N ...``.

@@ -20,6 +20,10 @@ your context by summaries (``s12``), and the originals stay here.
 - ``await history.children(ref)``: what a summary covers, in order (refs of
   records and earlier summaries).
 
+In a child agent, search also covers the evidence your spawn granted, and
+nothing else; a summary covering a scope you were not granted is refused, and
+``history.children(ref)`` lists instead the originals of it you may read.
+
 A summary is an account, not evidence: what was delivered is in the speech
 records and their receipts.
 """
