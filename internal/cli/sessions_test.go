@@ -23,16 +23,18 @@ func TestSessionTree(t *testing.T) {
 			Result: json.RawMessage(`{ "widgets": 3 }`)},
 		{ID: 3, Kind: "command", Session: "default", State: store.JobRunning, Spec: json.RawMessage(`{"argv":["true"]}`)},
 	}
+	js[1].Budget = json.RawMessage(`{"tokens": 5000}`)
 	roots := SessionTree(ss, js)
 	if len(roots) != 2 || roots[0].ID != "default" || roots[1].ID != "other" {
 		t.Fatalf("roots %+v", roots)
 	}
+	roots[0].Children[0].Usage = &store.Usage{Session: "child-1", Tokens: 1234, ModelRequests: 3}
 	var b bytes.Buffer
 	for _, r := range roots {
 		printNode(&b, r, 0)
 	}
 	want := "default  waiting\n" +
-		"  child-1  waiting  job 1 succeeded  result {\"widgets\":3}\n" +
+		"  child-1  waiting  job 1 succeeded  used 1234 tokens, 3 model requests  budget {\"tokens\":5000}  result {\"widgets\":3}\n" +
 		"    child-2  running  job 2 running\n" +
 		"other  ready\n"
 	if b.String() != want {
