@@ -61,6 +61,9 @@ func TestBrowserChildUnderItsParent(t *testing.T) {
 	if err := poll(ctx, `document.querySelector('#h-session').textContent === 'child-1' && document.querySelector('#conv').innerText.includes('count the widgets')`); err != nil {
 		t.Fatalf("the child's page: %v\n%s", err, eval[string](t, ctx, `document.querySelector('#h-session').textContent + ' ' + document.querySelector('#conv').innerText`))
 	}
+	if err := poll(ctx, `(document.querySelector('#children .child-parent a') || {}).textContent === 'default'`); err != nil {
+		t.Errorf("the child's page does not name its parent: %s", eval[string](t, ctx, `document.querySelector('#children').innerText`))
+	}
 	eval[bool](t, ctx, `setView('lanes'), true`)
 	if err := poll(ctx, `document.querySelector('#lane-cell').innerText.includes('CHILD WORKING')`); err != nil {
 		t.Fatalf("the child's cell lane: %v\n%s", err, eval[string](t, ctx, `document.querySelector('#lane-cell').innerText`))

@@ -27,6 +27,7 @@ const childPreview = 1000
 // childrenView is GET /v2/children?session=S: S's descendants.
 type childrenView struct {
 	Session   string      `json:"session"`
+	Parent    string      `json:"parent,omitempty"` // when the session is itself a child
 	Children  []childNode `json:"children"`
 	Truncated bool        `json:"truncated"` // more than childrenPanelLimit
 }
@@ -55,11 +56,12 @@ func (b *browser) handleChildren(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if _, err := b.Store.Session(r.Context(), id); err != nil {
+	sess, err := b.Store.Session(r.Context(), id)
+	if err != nil {
 		storeError(w, err)
 		return
 	}
-	out := childrenView{Session: id}
+	out := childrenView{Session: id, Parent: sess.ParentID}
 	left := childrenPanelLimit
 	kids, err := b.childNodes(r.Context(), id, &left, 0)
 	if err != nil {

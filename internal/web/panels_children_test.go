@@ -48,6 +48,11 @@ func TestChildrenPanelTree(t *testing.T) {
 	if g.JobState != store.JobSucceeded || !g.ResultCut || len(g.Result) != childPreview || len(g.Task) != childPreview || g.FinishedAt == nil {
 		t.Fatalf("grandchild %+v: want succeeded, its result and task cut at %d bytes", g, childPreview)
 	}
+	code, body = h.do(t, "GET", "/v2/children?session="+a.Session, nil, "")
+	var cv childrenView
+	if code != 200 || json.Unmarshal([]byte(body), &cv) != nil || cv.Parent != "default" || len(cv.Children) != 1 || cv.Children[0].Session != b.Session {
+		t.Fatalf("GET the child's children: %d %s", code, body)
+	}
 	if code, _ := h.do(t, "GET", "/v2/children?session=nobody", nil, ""); code != 404 {
 		t.Errorf("an unknown session's children: %d, want 404", code)
 	}

@@ -440,6 +440,13 @@ async function refreshChildren() {
     return;
   }
   box.replaceChildren();
+  if (v.parent) {
+    const p = el("p", "meta child-parent", `${SESSION} is a child agent of `);
+    const a = el("a", "mono", v.parent);
+    a.href = `/?session=${encodeURIComponent(v.parent)}`;
+    p.appendChild(a);
+    box.appendChild(p);
+  }
   if (!v.children.length) { box.appendChild(el("p", "meta", "no child agent: the agent starts them with agents.spawn")); return; }
   for (const n of v.children) box.appendChild(drawChild(n));
   if (v.truncated) box.appendChild(el("p", "meta", "more children than shown: klbr-core sessions lists them all"));
