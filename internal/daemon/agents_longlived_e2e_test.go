@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/modeltest"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -87,6 +89,22 @@ func (s *sessionAnswers) requests(session string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.steps[session]
+}
+
+// eventuallyIn is eventually, dumping session's records when it times out.
+func (a *agent) eventuallyIn(session, what string, cond func() bool) {
+	a.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			var b strings.Builder
+			for _, r := range a.sessionRecords(session) {
+				fmt.Fprintf(&b, "%d %s %s %s\n", r.Seq, r.Lane, r.Kind, r.Content)
+			}
+			a.t.Fatalf("timed out waiting: %s\nrecords of %s:\n%s", what, session, b.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func waitCall(id string) modeltest.Reply {
@@ -214,4 +232,106 @@ func compact(b json.RawMessage) string {
 	}
 	out, _ := json.Marshal(v)
 	return string(out)
+}
+
+// The operator's commands on a child by its session id, as klbr-core
+// status, tail, reset, stop, start and send call them: each reaches the
+// child and only the child (a reset of the child resets its kernel, not
+// the root's), and the child still reports to its parent once.
+func TestOperatorCommandsOnAChild(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	childGo := filepath.Join(t.TempDir(), "child-go")
+	// The root waits from its first cell until the child ends: the requests
+	// come one session at a time.
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "marker = 'the root kernel'\nchild = await agents.spawn(task='dig')\n" +
+			"await runtime.wait(None, reason=f'child {child.id}')"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "import asyncio, os\nkid = 'the child kernel'\nprint('DIGGING', flush=True)\n" +
+			fmt.Sprintf("while not os.path.exists(%q):\n    await asyncio.sleep(0.05)", childGo)}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k2", Code: "print('CHILD AFTER RESET', 'kid' in globals(), flush=True)\nawait runtime.wait(None, reason='told to wait')"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k3", Code: "await agents.finish('dug')"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "r2", Code: "print('ROOT KERNEL', marker, (await agents.get(1)).result_value, flush=True)\nawait runtime.wait(None)"}}},
+	)
+	a := startJobsAgent(t, model)
+	a.send("dig through a child")
+	a.eventually("the child's cell runs", func() bool { return a.cellSaid("child-1", "DIGGING") })
+	root := a.session()
+
+	// klbr-core status child-1
+	cs, err := a.c.Session(t.Context(), "child-1")
+	if err != nil || cs.ParentID != "default" || cs.State != store.StateRunning || cs.Attempt == nil || cs.Attempt.State != store.AttemptRunning || cs.KernelGen != 1 {
+		t.Fatalf("status child-1: %+v, %v", cs, err)
+	}
+	// klbr-core tail child-1: the child's own lanes, its task first.
+	recs := a.sessionRecords("child-1")
+	var task, cell bool
+	for _, r := range recs {
+		task = task || r.Lane == store.LaneInput && strings.Contains(string(r.Content), "You are child agent 1 of session default")
+		cell = cell || r.Kind == "cell.started" && strings.Contains(string(r.Content), "DIGGING")
+	}
+	if !task || !cell {
+		t.Fatalf("tail child-1: task %v, cell %v", task, cell)
+	}
+	for _, r := range a.records() {
+		if strings.Contains(string(r.Content), "DIGGING") {
+			t.Fatalf("the child's cell is on the root's lanes: %s %s", r.Kind, r.Content)
+		}
+	}
+	// klbr-core sessions: the child's usage so far.
+	if u, err := a.c.Usage(t.Context(), "child-1"); err != nil || u.ModelRequests != 1 || u.Session != "child-1" {
+		t.Fatalf("usage of child-1: %+v, %v", u, err)
+	}
+
+	// klbr-core stop child-1: its cell is cut off, its session stops; its
+	// job runs on (stop is not cancel).
+	if s, err := a.c.StopSession(t.Context(), "child-1"); err != nil || s.State != store.StateStopped {
+		t.Fatalf("stop child-1: %+v, %v", s, err)
+	}
+	a.eventually("the child's cell ended", func() bool {
+		cs, err := a.c.Session(t.Context(), "child-1")
+		return err == nil && cs.Attempt != nil && cs.Attempt.State != store.AttemptRunning
+	})
+	if j, err := a.c.Job(t.Context(), 1); err != nil || j.State != store.JobRunning {
+		t.Fatalf("the child's job after stop: %+v, %v", j, err)
+	}
+	// klbr-core reset child-1 --kernel (a reset waits for a running cell:
+	// the operator stops the session first): its next cell runs in a new
+	// kernel; the root's kernel and context are untouched.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := a.c.Reset(ctx, "child-1", "dig differently", true); err != nil {
+		t.Fatal(err)
+	}
+	// klbr-core start child-1: its interrupted attempt resumes as a new one.
+	if s, err := a.c.StartSession(t.Context(), "child-1"); err != nil || s.State != store.StateReady {
+		t.Fatalf("start child-1: %+v, %v", s, err)
+	}
+	a.eventuallyIn("child-1", "the child runs in a new kernel", func() bool { return a.cellSaid("child-1", "CHILD AFTER RESET False") })
+	a.eventually("the child waits", func() bool {
+		cs, err := a.c.Session(t.Context(), "child-1")
+		return err == nil && cs.State == store.StateWaiting
+	})
+	if cs, _ := a.c.Session(t.Context(), "child-1"); cs.KernelGen != 2 {
+		t.Fatalf("the child's kernel generation %d after its reset, want 2", cs.KernelGen)
+	}
+	if s := a.session(); s.KernelGen != root.KernelGen || s.ContextEpoch != root.ContextEpoch || s.State != store.StateWaiting {
+		t.Fatalf("the root after the child's reset: %+v; before %+v", s.Session, root.Session)
+	}
+	for _, r := range a.records() {
+		if r.Kind == "kernel.reset" || r.Kind == "context.reset" {
+			t.Fatalf("the child's reset reached the root: %s %s", r.Kind, r.Content)
+		}
+	}
+	// klbr-core send child-1: the operator's input wakes it; it finishes.
+	if _, err := a.c.Send(t.Context(), "child-1", api.SendRequest{Text: "finish now", SourceKey: "to-the-child-2"}); err != nil {
+		t.Fatal(err)
+	}
+	a.eventually("the root read the child's result", func() bool { return a.cellSaid("default", "ROOT KERNEL the root kernel dug") })
+	a.eventually("the root waits again", a.state(store.StateWaiting))
+	time.Sleep(time.Second)
+	if in := a.jobInputs(); len(in) != 1 || !strings.HasPrefix(in[0], "[klbr] child 1 succeeded") || model.Count() != 5 {
+		t.Fatalf("the root's notifications %q after %d requests; want one, 5", in, model.Count())
+	}
+	os.WriteFile(childGo, nil, 0o644)
 }
