@@ -335,3 +335,116 @@ func TestOperatorCommandsOnAChild(t *testing.T) {
 	}
 	os.WriteFile(childGo, nil, 0o644)
 }
+
+// SIGKILL of klbr-core while four children are in four states: one in a
+// model request, one in a running cell, one waiting, one finished. After
+// the restart each child's state is honest: the busy ones are still
+// running and resume with a new attempt (a child is its session: its job
+// is never left for recovery to guess), the waiting one waits on, the
+// finished one stays finished; and each child's result reaches the parent
+// exactly once.
+func TestChildrenInEveryStateAfterKill(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	hold := make(chan struct{})
+	defer close(hold)
+	finish := func(id, result string) modeltest.Reply {
+		return modeltest.Reply{Calls: []modeltest.Call{{ID: id, Code: fmt.Sprintf("await agents.finish(%q)", result)}}}
+	}
+	answers := answerBySession(model, map[string]func(int, modeltest.Request) modeltest.Reply{
+		"default": func(step int, _ modeltest.Request) modeltest.Reply {
+			if step == 1 {
+				return modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "for task in ['think', 'compute', 'wait', 'finish']:\n" +
+					"    await agents.spawn(task=task)\n" +
+					"await runtime.wait(None, reason='four children')"}}}
+			}
+			return waitCall("")
+		},
+		"child-1": func(step int, _ modeltest.Request) modeltest.Reply { // in a model request at the kill
+			if step == 1 {
+				return modeltest.Reply{Text: "thinking hard about it", Hold: hold, HoldAfter: 2}
+			}
+			return finish("a2", "one after the restart")
+		},
+		"child-2": func(step int, _ modeltest.Request) modeltest.Reply { // in a running cell
+			if step == 1 {
+				return modeltest.Reply{Calls: []modeltest.Call{{ID: "b1", Code: "import asyncio\nprint('COMPUTING', flush=True)\nawait asyncio.sleep(120)"}}}
+			}
+			return finish("b2", "two after the restart")
+		},
+		"child-3": func(step int, _ modeltest.Request) modeltest.Reply { // waiting
+			if step == 1 {
+				return modeltest.Reply{Calls: []modeltest.Call{{ID: "c1", Code: "await runtime.wait(None, reason='until the operator says')"}}}
+			}
+			return finish("c2", "three when told")
+		},
+		"child-4": func(step int, _ modeltest.Request) modeltest.Reply { // finished before the kill
+			if step == 1 {
+				return finish("d1", "four before the kill")
+			}
+			return waitCall("")
+		},
+	})
+	a := startJobsAgent(t, model)
+	a.send("start four children")
+	childState := func(session string) store.SessionState {
+		cs, err := a.c.Session(t.Context(), session)
+		if err != nil {
+			return ""
+		}
+		return cs.State
+	}
+	a.eventually("child-1 is in its model request", func() bool { return answers.requests("child-1") == 1 && childState("child-1") == store.StateRunning })
+	a.eventually("child-2's cell runs", func() bool { return a.cellSaid("child-2", "COMPUTING") })
+	a.eventually("child-3 waits", func() bool { return childState("child-3") == store.StateWaiting })
+	a.eventually("child-4 finished and the root heard it", func() bool {
+		j, err := a.c.Job(t.Context(), 4)
+		return err == nil && j.State == store.JobSucceeded && childState("child-4") == store.StateWaiting &&
+			len(a.jobInputs()) == 1 && a.session().State == store.StateWaiting
+	})
+	if n := answers.requests("child-1"); n != 1 {
+		t.Fatalf("child-1 made %d requests before the kill, want 1 (held)", n)
+	}
+	a.kill()
+	a.start()
+
+	// Right after the restart: honest states.
+	for id, want := range map[int64]store.JobState{1: store.JobRunning, 2: store.JobRunning, 3: store.JobRunning, 4: store.JobSucceeded} {
+		if j, err := a.c.Job(t.Context(), id); err != nil || j.State != want || j.Kind != "child" {
+			t.Fatalf("after the restart child job %d is %+v, %v; want %s", id, j, err, want)
+		}
+	}
+	if j, _ := a.c.Job(t.Context(), 4); compact(j.Result) != `"four before the kill"` {
+		t.Fatalf("the finished child's result after the restart: %s", j.Result)
+	}
+	a.eventually("the busy children resume and finish", func() bool {
+		j1, err1 := a.c.Job(t.Context(), 1)
+		j2, err2 := a.c.Job(t.Context(), 2)
+		return err1 == nil && err2 == nil && j1.State == store.JobSucceeded && j2.State == store.JobSucceeded
+	})
+	if st := childState("child-3"); st != store.StateWaiting {
+		t.Fatalf("the waiting child after the restart is %s, want still waiting", st)
+	}
+	if _, err := a.c.Send(t.Context(), "child-3", api.SendRequest{Text: "finish now", SourceKey: "tell-child-3"}); err != nil {
+		t.Fatal(err)
+	}
+	a.eventually("the waiting child finishes when told", func() bool { j, err := a.c.Job(t.Context(), 3); return err == nil && j.State == store.JobSucceeded })
+	a.eventually("the root heard all four", func() bool { return len(a.jobInputs()) >= 4 })
+	a.eventually("the root waits again", a.state(store.StateWaiting))
+	time.Sleep(time.Second)
+
+	in := strings.Join(a.jobInputs(), "\n")
+	for id, result := range map[int]string{1: "one after the restart", 2: "two after the restart", 3: "three when told", 4: "four before the kill"} {
+		if n := strings.Count(in, fmt.Sprintf("[klbr] child %d succeeded", id)); n != 1 || !strings.Contains(in, result) {
+			t.Errorf("child %d's result reached the root %d times (want once, with %q)", id, n, result)
+		}
+	}
+	if n := len(a.jobInputs()); n != 4 {
+		t.Fatalf("the root's notifications:\n%s\nwant four", in)
+	}
+	for session, want := range map[string]int{"child-1": 2, "child-2": 2, "child-3": 2, "child-4": 1} {
+		if n := answers.requests(session); n != want {
+			t.Errorf("%s made %d model requests, want %d", session, n, want)
+		}
+	}
+}
