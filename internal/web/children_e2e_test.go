@@ -2,6 +2,8 @@ package web
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +20,12 @@ import (
 func TestBrowserChildUnderItsParent(t *testing.T) {
 	model := modeltest.New()
 	defer model.Close()
+	goFile := filepath.Join(t.TempDir(), "go")
 	model.Then(
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "child = await agents.spawn(task='count the widgets', budget={'tokens': 5000})\n" +
 			"await runtime.wait(None, reason=f'child {child.id}')"}}},
-		modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "print('CHILD WORKING')"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "import asyncio, os\nprint('CHILD WORKING', flush=True)\n" +
+			"while not os.path.exists(" + jsString(goFile) + "):\n    await asyncio.sleep(0.05)"}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "k2", Code: "await agents.finish({'widgets': 3})"}}},
 	)
 	model.Otherwise(func(int) modeltest.Reply {
@@ -32,6 +36,15 @@ func TestBrowserChildUnderItsParent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	openAndSend(t, ctx, c, "delegate the widget count")
+	// While its cell runs, it shows running, with what it used so far.
+	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`(() => { const d = document.querySelector('#children .child[data-job-state="running"]');
+		return d !== null && d.dataset.state === 'running' && d.innerText.includes('1 model request') && d.innerText.includes('so far'); })()`,
+		chromedp.WithPollingTimeout(60*time.Second))); err != nil {
+		t.Fatalf("the running child in the panel: %v\n%s", err, eval[string](t, ctx, `document.querySelector('#children').innerText`))
+	}
+	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.querySelector('#children .child[data-job-state="succeeded"]') !== null`,
 		chromedp.WithPollingTimeout(60*time.Second))); err != nil {
 		t.Fatalf("the child in the panel: %v\n%s", err, eval[string](t, ctx, `document.querySelector('#children').innerText`))

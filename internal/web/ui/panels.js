@@ -395,6 +395,7 @@ async function refreshJobs() {
 // N). Its name opens its own page, where its lanes read like any session's.
 
 let childrenOpened = false; // the panel opens by itself the first time it has children
+let childrenTimer = null;
 
 function drawChild(n) {
   const d = el("div", "child");
@@ -451,6 +452,11 @@ async function refreshChildren() {
   for (const n of v.children) box.appendChild(drawChild(n));
   if (v.truncated) box.appendChild(el("p", "meta", "more children than shown: klbr-core sessions lists them all"));
   if (!childrenOpened) { childrenOpened = true; $("#p-children").open = true; }
+  // While a child runs, its state and usage move without a record on this
+  // session's stream: look again soon.
+  const running = (ns) => ns.some((n) => n.job_state === "running" || running(n.children || []));
+  clearTimeout(childrenTimer);
+  if (running(v.children)) childrenTimer = setTimeout(() => { if (conn.caughtUp && $("#home").dataset.panels !== "off") refreshChildren(); }, 3000);
 }
 
 // --- history ----------------------------------------------------------------------
