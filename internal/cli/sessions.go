@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -87,15 +89,20 @@ func SessionTree(sessions []api.SessionStatus, jobs []store.Job) []*SessionNode 
 	return roots
 }
 
-// addUsage reads the usage of every child in the tree.
+// addUsage reads the usage of every child in the tree (a child the daemon
+// does not know, or a daemon without usage, prints without it).
 func addUsage(ctx context.Context, c *localclient.Client, nodes []*SessionNode) error {
 	for _, n := range nodes {
 		if n.Job != nil {
 			u, err := c.Usage(ctx, n.ID)
-			if err != nil {
+			var e *localclient.Error
+			switch {
+			case errors.As(err, &e) && e.Status == http.StatusNotFound:
+			case err != nil:
 				return err
+			default:
+				n.Usage = &u
 			}
-			n.Usage = &u
 		}
 		if err := addUsage(ctx, c, n.Children); err != nil {
 			return err
