@@ -184,7 +184,7 @@ func (a *Agents) limits(ctx context.Context, session string, j store.Job, usage 
 			out = append(out, limit{what: "tokens", key: "budget.tokens", used: float64(u.Tokens), limit: float64(*b.Tokens)})
 		}
 		if b.ModelRequests != nil {
-			out = append(out, limit{what: "model requests", key: "budget.model_requests", used: float64(u.Requests), limit: float64(*b.ModelRequests)})
+			out = append(out, limit{what: "model requests", key: "budget.model_requests", used: float64(u.ModelRequests), limit: float64(*b.ModelRequests)})
 		}
 	}
 	if max := a.cfg.Limits.MaxTreeTokens; max > 0 {

@@ -2,22 +2,28 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/localclient"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
 // SessionNode is one session of the tree `klbr-core sessions` prints: a
-// child carries its job (state, result).
+// child carries its job (state, budget, result) and what its model
+// requests used.
 type SessionNode struct {
 	store.Session
 	Job      *store.Job     `json:"job,omitempty"`
+	Usage    *store.Usage   `json:"usage,omitempty"`
 	Children []*SessionNode `json:"children,omitempty"`
 }
 
@@ -42,6 +48,9 @@ func newSessions(g *globals) *cobra.Command {
 				return err
 			}
 			roots := SessionTree(st.Sessions, js.Jobs)
+			if err := addUsage(cmd.Context(), c, roots); err != nil {
+				return err
+			}
 			if asJSON {
 				return printJSON(g.env.Stdout, roots)
 			}
@@ -80,6 +89,28 @@ func SessionTree(sessions []api.SessionStatus, jobs []store.Job) []*SessionNode 
 	return roots
 }
 
+// addUsage reads the usage of every child in the tree (a child the daemon
+// does not know, or a daemon without usage, prints without it).
+func addUsage(ctx context.Context, c *localclient.Client, nodes []*SessionNode) error {
+	for _, n := range nodes {
+		if n.Job != nil {
+			u, err := c.Usage(ctx, n.ID)
+			var e *localclient.Error
+			switch {
+			case errors.As(err, &e) && e.Status == http.StatusNotFound:
+			case err != nil:
+				return err
+			default:
+				n.Usage = &u
+			}
+		}
+		if err := addUsage(ctx, c, n.Children); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func printNode(w io.Writer, n *SessionNode, depth int) {
 	line := fmt.Sprintf("%s%s  %s", strings.Repeat("  ", depth), n.ID, n.State)
 	if j := n.Job; j != nil {
@@ -87,19 +118,28 @@ func printNode(w io.Writer, n *SessionNode, depth int) {
 		if j.Error != "" {
 			line += ": " + j.Error
 		}
+		if u := n.Usage; u != nil {
+			line += fmt.Sprintf("  used %d tokens, %d model requests", u.Tokens, u.ModelRequests)
+		}
+		if b := compactJSON(j.Budget); b != "" && b != "null" && b != "{}" {
+			line += "  budget " + clipLine(b, 120)
+		}
 		if len(j.Result) > 0 {
-			r := string(j.Result)
-			var compact bytes.Buffer
-			if json.Compact(&compact, j.Result) == nil {
-				r = compact.String()
-			}
-			line += "  result " + clipLine(r, 120)
+			line += "  result " + clipLine(compactJSON(j.Result), 120)
 		}
 	}
 	fmt.Fprintln(w, line)
 	for _, c := range n.Children {
 		printNode(w, c, depth+1)
 	}
+}
+
+func compactJSON(b json.RawMessage) string {
+	var compact bytes.Buffer
+	if json.Compact(&compact, b) == nil {
+		return compact.String()
+	}
+	return string(b)
 }
 
 func clipLine(s string, n int) string {

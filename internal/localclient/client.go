@@ -85,6 +85,13 @@ func (c *Client) Session(ctx context.Context, id string) (api.SessionStatus, err
 	return st, err
 }
 
+// Usage reads what a session's model requests cost, as recorded.
+func (c *Client) Usage(ctx context.Context, session string) (store.Usage, error) {
+	var u store.Usage
+	err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/usage", nil, &u)
+	return u, err
+}
+
 // Send admits an operator input and returns once it is committed.
 func (c *Client) Send(ctx context.Context, session string, req api.SendRequest) (api.SendResponse, error) {
 	var resp api.SendResponse

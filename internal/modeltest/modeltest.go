@@ -75,6 +75,7 @@ type Server struct {
 	mu       sync.Mutex
 	script   []Reply
 	fallback func(n int) Reply
+	answer   func(n int, req Request) Reply
 	toolFree func(req Request) Reply
 	requests []Request
 	arrived  chan struct{}
@@ -125,6 +126,16 @@ func (s *Server) Otherwise(f func(n int) Reply) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.fallback = f
+}
+
+// Answer answers requests past the end of the script by what they carry
+// (n counts every request, from 1), before Otherwise: tests whose sessions
+// ask concurrently tell them apart by their messages. f runs under the
+// server's lock: it must not block (a Reply with Hold holds outside it).
+func (s *Server) Answer(f func(n int, req Request) Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.answer = f
 }
 
 // ToolFree answers requests that carry no tools (summaries) with f,
@@ -237,6 +248,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(s.script) > 0 {
 		reply, s.script, ok = s.script[0], s.script[1:], true
+	} else if s.answer != nil {
+		reply, ok = s.answer(n, req), true
 	} else if s.fallback != nil {
 		reply, ok = s.fallback(n), true
 	}

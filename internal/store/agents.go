@@ -358,42 +358,6 @@ func (t *Tx) EndChild(session string, to JobState, result json.RawMessage, errTe
 	return t.Job(j.ID)
 }
 
-// Usage is what a session's model steps recorded (read through the
-// attempts' index by session, then the steps' by attempt): requests made (any
-// state) and tokens (prompt+completion, where the route reported them).
-type Usage struct {
-	Requests int64 `json:"requests"`
-	Tokens   int64 `json:"tokens"`
-}
-
-const usageSelect = `SELECT count(*), COALESCE(sum(COALESCE(prompt_tokens, 0) + COALESCE(completion_tokens, 0)), 0) FROM model_steps`
-
-// SessionUsage sums the model steps session recorded.
-func (s *Store) SessionUsage(ctx context.Context, session string) (Usage, error) {
-	var u Usage
-	err := s.rdb.QueryRowContext(ctx, usageSelect+` WHERE attempt_id IN (SELECT id FROM attempts WHERE session_id = ?)`, session).Scan(&u.Requests, &u.Tokens)
-	return u, err
-}
-
-// TreeUsage sums the model steps of every session under root, at any
-// depth (root's own excluded).
-func (s *Store) TreeUsage(ctx context.Context, root string) (Usage, error) {
-	var u Usage
-	err := s.rdb.QueryRowContext(ctx, treeUsageQuery, root).Scan(&u.Requests, &u.Tokens)
-	return u, err
-}
-
-func (t *Tx) treeUsage(root string) (Usage, error) {
-	var u Usage
-	err := t.queryRow(treeUsageQuery, root).Scan(&u.Requests, &u.Tokens)
-	return u, err
-}
-
-const treeUsageQuery = `WITH RECURSIVE down(id, depth) AS (
-		SELECT id, 0 FROM sessions WHERE parent_id = ?
-		UNION ALL SELECT s.id, down.depth + 1 FROM sessions s JOIN down ON s.parent_id = down.id WHERE down.depth < 1000)
-	` + usageSelect + ` WHERE attempt_id IN (SELECT a.id FROM attempts a JOIN down ON a.session_id = down.id)`
-
 // RunningChildren lists the running child jobs parent owns, oldest first.
 func (t *Tx) RunningChildren(parent string) ([]Job, error) {
 	rows, err := t.query(`SELECT `+jobColumns+` FROM jobs WHERE kind = 'child' AND session_id = ? AND state = 'running' ORDER BY id`, parent)

@@ -211,10 +211,10 @@ func TestChildUsageAndTreeTokens(t *testing.T) {
 	steps(t, s, "default", 3, 500, 500) // the root's own do not count
 	steps(t, s, a.Session, 2, 100, 50)
 	steps(t, s, b.Session, 1, 400, 20)
-	if u, err := s.SessionUsage(ctx, a.Session); err != nil || u != (Usage{Requests: 2, Tokens: 300}) {
+	if u, err := s.SessionUsage(ctx, a.Session); err != nil || (u.ModelRequests != 2 || u.Tokens != 300) {
 		t.Fatalf("usage of %s: %+v, %v", a.Session, u, err)
 	}
-	if u, err := s.TreeUsage(ctx, "default"); err != nil || u != (Usage{Requests: 3, Tokens: 720}) {
+	if u, err := s.TreeUsage(ctx, "default"); err != nil || (u.ModelRequests != 3 || u.Tokens != 720) {
 		t.Fatalf("tree usage: %+v, %v", u, err)
 	}
 	if _, err := spawn(t, s, NewChild{Parent: b.Session, Task: "c", Limits: l}); err != nil {

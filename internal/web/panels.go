@@ -30,6 +30,7 @@ func (b *browser) panelRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v2/history", b.guard(http.StatusUnauthorized, b.handleHistory))
 	mux.HandleFunc("GET /v2/history/{ref}", b.guard(http.StatusUnauthorized, b.handleHistoryRead))
 	mux.HandleFunc("GET /v2/jobs", b.guard(http.StatusUnauthorized, b.handleJobs))
+	mux.HandleFunc("GET /v2/children", b.guard(http.StatusUnauthorized, b.handleChildren))
 	mux.HandleFunc("GET /v2/releases/diff", b.guard(http.StatusUnauthorized, b.handleReleaseDiff))
 }
 

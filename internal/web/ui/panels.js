@@ -1,8 +1,8 @@
 // The home around the conversation: the banner that says in words why the
 // agent cannot run (and the control that undoes it), the views, and the
 // panels — Discord conversations and attention items, the behavior
-// release and its diffs, history search and summaries, jobs, and the place where
-// child agents will show.
+// release and its diffs, history search and summaries, jobs, and the child
+// agents under this session.
 "use strict";
 
 // --- views ----------------------------------------------------------------------
@@ -388,6 +388,77 @@ async function refreshJobs() {
   }
 }
 
+// --- child agents -----------------------------------------------------------------
+// The children of this session as a tree: each with its session's state, its
+// job's state, its budget as recorded, what its model requests used, its
+// wall time and its result (a preview; the whole record: klbr-core jobs show
+// N). Its name opens its own page, where its lanes read like any session's.
+
+let childrenOpened = false; // the panel opens by itself the first time it has children
+let childrenTimer = null;
+
+function drawChild(n) {
+  const d = el("div", "child");
+  d.dataset.session = n.session;
+  d.dataset.state = n.state;
+  d.dataset.jobState = n.job_state || "";
+  const head = el("div", "child-head");
+  const a = el("a", "mono child-link", n.session);
+  a.href = `/?session=${encodeURIComponent(n.session)}`;
+  a.title = `open ${n.session}: its conversation and lanes`;
+  head.appendChild(a);
+  if (n.job) head.appendChild(badge(n.job_state, JOB_CLASS[n.job_state] || ""));
+  head.appendChild(el("span", "meta", `session ${n.state}${n.state_reason ? " (" + n.state_reason + ")" : ""}`));
+  d.appendChild(head);
+  if (n.task) d.appendChild(el("div", "child-task", n.task));
+  const dl = el("dl", "kv");
+  const row = (k, val) => { dl.appendChild(el("dt", "", k)); dl.appendChild(el("dd", "mono", String(val))); };
+  if (n.job) row("job", n.job);
+  const budget = n.budget && typeof n.budget === "object" && Object.keys(n.budget).length ? JSON.stringify(n.budget) : "none asked";
+  row("budget", budget);
+  row("used", `${n.usage.tokens} tokens · ${plural(n.usage.model_requests, "model request")}`);
+  if (n.started_at) row("wall", `${duration(n.wall_seconds * 1000)}${n.finished_at ? "" : " so far"}`);
+  if (n.error) row("error", n.error);
+  d.appendChild(dl);
+  if (n.result) {
+    const pre = el("pre", "child-result", n.result + (n.result_truncated ? " …" : ""));
+    if (n.result_truncated) pre.title = `cut here: klbr-core jobs show ${n.job} has all of it`;
+    d.appendChild(pre);
+  }
+  if (n.children && n.children.length) {
+    const kids = el("div", "child-kids");
+    for (const k of n.children) kids.appendChild(drawChild(k));
+    d.appendChild(kids);
+  }
+  return d;
+}
+
+async function refreshChildren() {
+  const box = $("#children");
+  let v;
+  try { v = await getJSON(`/v2/children?session=${encodeURIComponent(SESSION)}`); } catch (e) {
+    box.replaceChildren(el("p", "meta", `cannot load: ${e.message}`));
+    return;
+  }
+  box.replaceChildren();
+  if (v.parent) {
+    const p = el("p", "meta child-parent", `${SESSION} is a child agent of `);
+    const a = el("a", "mono", v.parent);
+    a.href = `/?session=${encodeURIComponent(v.parent)}`;
+    p.appendChild(a);
+    box.appendChild(p);
+  }
+  if (!v.children.length) { box.appendChild(el("p", "meta", "no child agent: the agent starts them with agents.spawn")); return; }
+  for (const n of v.children) box.appendChild(drawChild(n));
+  if (v.truncated) box.appendChild(el("p", "meta", "more children than shown: klbr-core sessions lists them all"));
+  if (!childrenOpened) { childrenOpened = true; $("#p-children").open = true; }
+  // While a child runs, its state and usage move without a record on this
+  // session's stream: look again soon.
+  const running = (ns) => ns.some((n) => n.job_state === "running" || running(n.children || []));
+  clearTimeout(childrenTimer);
+  if (running(v.children)) childrenTimer = setTimeout(() => { if (conn.caughtUp && $("#home").dataset.panels !== "off") refreshChildren(); }, 3000);
+}
+
 // --- history ----------------------------------------------------------------------
 
 async function searchHistory(q) {
@@ -452,6 +523,7 @@ function refreshPanels() {
   refreshDiscord();
   refreshReleases();
   refreshJobs();
+  refreshChildren();
 }
 
 function setupPanels() {
