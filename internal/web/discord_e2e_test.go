@@ -142,7 +142,9 @@ func TestBrowserDiscord(t *testing.T) {
 		(document.querySelector('#discord-convs .conv-row[data-alias="d2"] .unread') || {}).textContent === '1 unread'`); err != nil {
 		t.Errorf("unread after opening d1: %v\n%s", err, eval[string](t, ctx, `document.getElementById('discord-convs').innerText`))
 	}
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#discord-convs .conv-row[data-alias="d2"]`))); err != nil {
+	// Clicked in the page: the list re-renders as inputs arrive, so a node
+	// found by one call may be gone by the next.
+	if err := poll(ctx, `(el => !!el && (el.click(), true))(document.querySelector('#discord-convs .conv-row[data-alias="d2"]'))`); err != nil {
 		t.Fatal(err)
 	}
 	sent := fake.Sent()[0]
