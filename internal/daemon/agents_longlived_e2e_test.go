@@ -295,9 +295,9 @@ func TestOperatorCommandsOnAChild(t *testing.T) {
 	if j, err := a.c.Job(t.Context(), 1); err != nil || j.State != store.JobRunning {
 		t.Fatalf("the child's job after stop: %+v, %v", j, err)
 	}
-	// klbr-core reset child-1 --kernel (a reset waits for a running cell:
-	// the operator stops the session first): its next cell runs in a new
-	// kernel; the root's kernel and context are untouched.
+	// klbr-core reset child-1 --kernel, the session stopped: its next cell
+	// runs in a new kernel; the root's kernel and context are untouched.
+	// (A reset while a cell runs: TestKernelResetInterruptsARunningCell.)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if _, err := a.c.Reset(ctx, "child-1", "dig differently", true); err != nil {

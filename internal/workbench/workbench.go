@@ -149,6 +149,10 @@ type bench struct {
 	resetReason string
 	prepared    *worker.Worker
 
+	// cancelCell interrupts the running cell (nil between cells).
+	cellMu     sync.Mutex
+	cancelCell context.CancelFunc
+
 	// Fields below are used only by the goroutine holding the turn token.
 	w        *worker.Worker
 	started  time.Time
@@ -209,6 +213,31 @@ func (b *bench) take(ctx context.Context) error {
 
 func (b *bench) give() { <-b.turn }
 
+// takeInterrupting takes the turn token, interrupting each cell that holds
+// it meanwhile (cooperatively first, then by a kernel reset, as any cell
+// whose caller gives up).
+func (b *bench) takeInterrupting(ctx context.Context) error {
+	for {
+		select {
+		case b.turn <- struct{}{}:
+			return nil
+		default:
+		}
+		b.cellMu.Lock()
+		if b.cancelCell != nil {
+			b.cancelCell()
+		}
+		b.cellMu.Unlock()
+		select {
+		case b.turn <- struct{}{}:
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the running cell to be interrupted: %w", ctx.Err())
+		}
+	}
+}
+
 // Execute runs code in session's workbench. The cell is journaled before it
 // runs; its outcome is recorded before Execute returns. ctx's end interrupts
 // the cell (cooperatively, then by a kernel reset). h answers host requests;
@@ -230,6 +259,14 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 		return Result{}, err
 	}
 	defer b.give()
+	b.cellMu.Lock()
+	b.cancelCell = cancel
+	b.cellMu.Unlock()
+	defer func() {
+		b.cellMu.Lock()
+		b.cancelCell = nil
+		b.cellMu.Unlock()
+	}()
 
 	w, err := m.ensureWorker(ctx, sessionID, b)
 	if err != nil {
@@ -525,8 +562,19 @@ func (m *Manager) fail(b *bench) {
 }
 
 // Reset kills the session's workbench (if any) and records that its Python
-// state is gone. The next cell starts a fresh generation.
+// state is gone; the next cell starts a fresh generation. A cell that is
+// running is interrupted first (the operator's reset never waits on it).
 func (m *Manager) Reset(ctx context.Context, sessionID, reason string) error {
+	return m.reset(ctx, sessionID, reason, true)
+}
+
+// ResetAfterCell is Reset that lets a running cell end first (an ended
+// child agent's kernel: the cell that called agents.finish ends by itself).
+func (m *Manager) ResetAfterCell(ctx context.Context, sessionID, reason string) error {
+	return m.reset(ctx, sessionID, reason, true)
+}
+
+func (m *Manager) reset(ctx context.Context, sessionID, reason string, interrupt bool) error {
 	if _, err := m.cfg.Store.Session(ctx, sessionID); err != nil {
 		return err
 	}
@@ -534,7 +582,12 @@ func (m *Manager) Reset(ctx context.Context, sessionID, reason string) error {
 	if err != nil {
 		return err
 	}
-	if err := b.take(ctx); err != nil {
+	if interrupt {
+		err = b.takeInterrupting(ctx)
+	} else {
+		err = b.take(ctx)
+	}
+	if err != nil {
 		return err
 	}
 	defer b.give()
