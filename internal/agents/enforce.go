@@ -23,7 +23,7 @@ var ErrEnded = errors.New("the child has ended")
 type endedChild struct {
 	job     int64
 	session string
-	stopped bool // its session was stopped: its kernel is stopped too
+	stopped bool // its session was stopped (its kernel is stopped in any case)
 }
 
 // endTree ends session's child job (to, result, errText; how is said in
@@ -87,7 +87,10 @@ func cancelBelow(tx *store.Tx, parent string, ended *[]endedChild) error {
 func (a *Agents) after(ended []endedChild) {
 	for _, e := range ended {
 		a.ended(e.job)
-		if e.stopped && a.cfg.StopKernel != nil {
+		// Every ended child's kernel goes: an ended child runs no more cells
+		// (its session would be stopped if anything woke it), and an idle
+		// kernel holds its memory. The reset waits for the finishing cell.
+		if a.cfg.StopKernel != nil {
 			a.cfg.StopKernel(e.session, fmt.Sprintf("child %d ended: its kernel is stopped with it", e.job))
 		}
 	}

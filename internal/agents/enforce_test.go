@@ -200,8 +200,8 @@ func TestWallTimeSweep(t *testing.T) {
 
 // Cancelling a child cancels its running descendants, each ended
 // cancelled with its parent told once and its session and kernel stopped;
-// a child's finish cancels its running children; the operator's stop of a
-// root cancels its children.
+// a child's finish cancels its running children (and stops its own
+// kernel); the operator's stop of a root cancels its children.
 func TestCancelCascades(t *testing.T) {
 	a, st, k := newEnforced(t, store.ChildLimits{}, 0, nil)
 	ctx := context.Background()
@@ -228,7 +228,7 @@ func TestCancelCascades(t *testing.T) {
 	if j := jobOf(t, st, g2.ID); j.State != store.JobSucceeded {
 		t.Fatalf("the finished grandchild became %s", j.State)
 	}
-	if ks := strings.Join(k.list(), " "); ks != "child-1 child-2 child-4" {
+	if ks := strings.Join(k.list(), " "); ks != "child-3 child-1 child-2 child-4" {
 		t.Fatalf("kernels stopped: %s", ks)
 	}
 	// Each parent told once: the root of c1, c1 of g1 (and of g2's finish),

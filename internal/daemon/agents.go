@@ -35,14 +35,15 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 			}
 			return d.routes.Has(names...)
 		},
-		// A cancelled or exhausted child's kernel is stopped: its session
-		// was stopped first, which cuts off a running cell; Reset then
-		// takes the cell's turn and kills the generation.
+		// An ended child's kernel is stopped: a cancelled or exhausted
+		// child's session was stopped first, which cuts off a running cell;
+		// a finished child's last cell ends by itself. The reset then takes
+		// the cell's turn and kills the generation.
 		StopKernel: func(session, reason string) {
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				if err := bench.Reset(ctx, session, reason); err != nil {
+				if err := bench.ResetAfterCell(ctx, session, reason); err != nil {
 					d.log.Warn("could not stop an ended child's kernel", "session", session, "error", err)
 				}
 			}()

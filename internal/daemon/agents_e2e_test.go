@@ -115,6 +115,15 @@ func TestChildAgentReportsBackOnce(t *testing.T) {
 			t.Fatalf("the child spoke: %s %s", r.Kind, r.Content)
 		}
 	}
+	// The finished child's kernel is stopped with its end (after its cell).
+	a.eventually("the finished child's kernel stopped", func() bool {
+		for _, r := range a.sessionRecords("child-1") {
+			if r.Kind == "kernel.reset" && strings.Contains(string(r.Content), "child 1 ended") {
+				return true
+			}
+		}
+		return false
+	})
 	for _, r := range a.records() {
 		if r.Lane == store.LaneSpeech && strings.Contains(string(r.Content), "hello from the child") {
 			t.Fatalf("the child's text reached the root's lane: %s", r.Content)
