@@ -251,6 +251,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if d.bench != nil {
 		wb.Workbench = d.bench
 	}
+	if d.jobs != nil {
+		wb.Jobs = d.jobs
+	}
 	if d.behavior != nil {
 		wb.Behavior, wb.Releases = d.behavior, d.releases
 	}

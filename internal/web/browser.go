@@ -57,6 +57,7 @@ type Browser struct {
 
 	// Optional parts (leave nil, not a typed nil, when absent).
 	Workbench Workbench          // reset
+	Jobs      Jobs               // job_cancel
 	Behavior  Behavior           // activate, rollback, edit_soul
 	Releases  *behavior.Releases // activate, edit_soul and GET /v2/soul
 	Artifacts *artifacts.Store   // GET /v2/artifacts/{sha256}
@@ -578,7 +579,7 @@ func (c *client) handle(ctx context.Context, id string, m ClientMessage) bool {
 		ok := c.send(acceptedMsg{Type: MsgAccepted, Action: m.Type, Message: msg})
 		c.b.Daemon.Shutdown(stop)
 		return ok
-	case MsgReset, MsgCompact, MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart, MsgActivate, MsgRollback, MsgEditSoul:
+	case MsgReset, MsgCompact, MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart, MsgActivate, MsgRollback, MsgEditSoul, MsgJobCancel:
 		// A control may take long (a drain waits for accepted work): it
 		// runs on its own, and other messages are handled meanwhile.
 		go c.control(ctx, id, m)

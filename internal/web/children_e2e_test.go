@@ -83,3 +83,45 @@ func TestBrowserChildUnderItsParent(t *testing.T) {
 	}
 	screenshot(t, ctx, "child-lanes")
 }
+
+// The operator cancels a running child from the panel (it asks first): the
+// child ends cancelled, as with klbr-core jobs cancel, the answer says so,
+// and its entry loses its Cancel button.
+func TestBrowserCancelsAChild(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "child = await agents.spawn(task='loop for ever')\n" +
+			"await runtime.wait(None, reason=f'child {child.id}')"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "import asyncio\nprint('CHILD LOOPING', flush=True)\n" +
+			"while True:\n    await asyncio.sleep(0.05)"}}},
+	)
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Text: "The child was cancelled.", Calls: []modeltest.Call{{Code: "await runtime.wait(None)"}}}
+	})
+	c := startCore(t, model)
+	ctx := browserCtx(t)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	openAndSend(t, ctx, c, "start a child that never ends")
+	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.querySelector('#children .child[data-job-state="running"] button.child-cancel') !== null`,
+		chromedp.WithPollingTimeout(60*time.Second))); err != nil {
+		t.Fatalf("no Cancel on the running child: %v\n%s", err, eval[string](t, ctx, `document.querySelector('#children').innerText`))
+	}
+	eval[bool](t, ctx, `window.confirm = () => true; true`)
+	if err := poll(ctx, `(b => !!b && (b.click(), true))(document.querySelector('#children button.child-cancel'))`); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, `document.querySelector('#controls-status').textContent.includes('job_cancel: job 1 is cancelled')`); err != nil {
+		t.Fatalf("the cancel's answer: %v: %s", err, eval[string](t, ctx, `document.querySelector('#controls-status').textContent`))
+	}
+	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`(d => d !== null && d.querySelector('button.child-cancel') === null)(document.querySelector('#children .child[data-job-state="cancelled"]'))`,
+		chromedp.WithPollingTimeout(60*time.Second))); err != nil {
+		t.Fatalf("the cancelled child in the panel: %v\n%s", err, eval[string](t, ctx, `document.querySelector('#children').innerText`))
+	}
+	// A second cancel of the ended job is refused, not repeated.
+	eval[bool](t, ctx, `ws.send(JSON.stringify({type: "job_cancel", job: 1})), true`)
+	if err := poll(ctx, `document.querySelector('#controls-status').textContent.startsWith('job_cancel: conflict')`); err != nil {
+		t.Errorf("a second cancel: %v: %s", err, eval[string](t, ctx, `document.querySelector('#controls-status').textContent`))
+	}
+}

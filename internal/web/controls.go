@@ -32,6 +32,13 @@ type Workbench interface {
 	Reset(ctx context.Context, session, reason string) error
 }
 
+// Jobs is the part of the jobs manager the browser needs (*jobs.Manager
+// implements it).
+type Jobs interface {
+	// Cancel cancels job id (a child agent's with its descendants).
+	Cancel(ctx context.Context, id int64) (store.Job, error)
+}
+
 // Behavior is the part of the activation service the browser needs
 // (*activation.Service implements it).
 type Behavior interface {
@@ -95,6 +102,17 @@ func (c *client) control(ctx context.Context, id string, m ClientMessage) bool {
 			msg += "; the workbench was reset (Python state was not restored, the next cell starts a new generation)"
 		}
 		return c.send(ackMsg{Type: MsgAck, Action: m.Type, Session: target, Message: msg})
+	case MsgJobCancel:
+		// As klbr-core jobs cancel N: any job of the daemon (the operator's
+		// authority), a child agent's job cancels the child and its tree.
+		if b.Jobs == nil {
+			return unavailable("jobs")
+		}
+		j, err := b.Jobs.Cancel(ctx, m.Job)
+		if err != nil {
+			return fail(err)
+		}
+		return c.send(ackMsg{Type: MsgAck, Action: m.Type, Session: j.Session, Message: fmt.Sprintf("job %d is %s", j.ID, j.State)})
 	case MsgCompact:
 		if b.Compact == nil {
 			return unavailable("compaction")
@@ -275,6 +293,10 @@ func controlErrorCode(err error) string {
 		return api.CodeConflict
 	case errors.Is(err, history.ErrUnavailable):
 		return api.CodeUnavailable
+	case errors.Is(err, store.ErrNoJob):
+		return api.CodeNotFound
+	case errors.Is(err, store.ErrJobState):
+		return api.CodeConflict
 	}
 	return errorCode(err)
 }

@@ -351,6 +351,7 @@ func TestControlMessagesDecode(t *testing.T) {
 		`{"type":"session_drain"}`, `{"type":"session_stop"}`, `{"type":"session_pause"}`, `{"type":"session_start"}`, `{"type":"rollback"}`,
 		`{"type":"activate","release":"abc","expected_epoch":0}`,
 		`{"type":"edit_soul","text":"x","expected_epoch":3}`,
+		`{"type":"job_cancel","job":4}`,
 	}
 	for _, s := range good {
 		if _, err := DecodeClientMessage([]byte(s)); err != nil {
@@ -366,6 +367,8 @@ func TestControlMessagesDecode(t *testing.T) {
 		`{"type":"edit_soul","text":"x","expected_epoch":1,"release":"abc"}`,
 		`{"type":"hello","session":"default","expected_epoch":1}`, `{"type":"send","text":"x","key":"k","release":"r"}`,
 		`{"type":"drain","expected_epoch":0}`,
+		`{"type":"job_cancel"}`, `{"type":"job_cancel","job":0}`, `{"type":"job_cancel","job":-1}`, `{"type":"job_cancel","job":"4"}`,
+		`{"type":"job_cancel","job":4,"session":"default"}`,
 	}
 	for _, s := range bad {
 		if _, err := DecodeClientMessage([]byte(s)); !errors.Is(err, ErrBadMessage) {

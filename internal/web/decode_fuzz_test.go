@@ -45,7 +45,12 @@ func FuzzDecodeClientMessage(f *testing.F) {
 			if m.Text == "" || m.Key == "" {
 				t.Fatalf("accepted send %+v", m)
 			}
-		case MsgDrain, MsgStop:
+		case MsgJobCancel:
+			if m.Job <= 0 {
+				t.Fatalf("accepted job_cancel %+v", m)
+			}
+		case MsgDrain, MsgStop, MsgReset, MsgCompact, MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart,
+			MsgActivate, MsgRollback, MsgEditSoul:
 		default:
 			t.Fatalf("accepted type %q", m.Type)
 		}

@@ -35,6 +35,7 @@ const (
 	MsgActivate     = "activate"      // {"type":"activate","release":R,"expected_epoch":E}
 	MsgRollback     = "rollback"      // {"type":"rollback"}
 	MsgEditSoul     = "edit_soul"     // {"type":"edit_soul","text":T,"expected_epoch":E}: a prompt-only activation
+	MsgJobCancel    = "job_cancel"    // {"type":"job_cancel","job":N}: cancel job N, a child agent's too (klbr-core jobs cancel N)
 )
 
 // CodeCursorPastEnd is the error code of a hello whose cursor is past the session's last
@@ -87,6 +88,8 @@ type ClientMessage struct {
 	ExpectedEpoch *int64 `json:"expected_epoch,omitempty"`
 	// Kernel asks a reset to replace the workbench too.
 	Kernel bool `json:"kernel,omitempty"`
+	// Job names the job of a job_cancel.
+	Job int64 `json:"job,omitempty"`
 }
 
 // MaxReleaseRef bounds a release reference.
@@ -171,6 +174,13 @@ func DecodeClientMessage(b []byte) (ClientMessage, error) {
 		if m != (ClientMessage{Type: m.Type, Text: m.Text, ExpectedEpoch: m.ExpectedEpoch}) {
 			return bad("only text and expected_epoch")
 		}
+	case MsgJobCancel:
+		if m.Job <= 0 {
+			return bad("job must be a positive job id")
+		}
+		if m != (ClientMessage{Type: m.Type, Job: m.Job}) {
+			return bad("only job")
+		}
 	case MsgDrain, MsgStop, MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart, MsgRollback:
 		if m != (ClientMessage{Type: m.Type}) {
 			return bad("takes no fields")
@@ -178,7 +188,7 @@ func DecodeClientMessage(b []byte) (ClientMessage, error) {
 	case "":
 		return ClientMessage{}, fmt.Errorf("%w: no type", ErrBadMessage)
 	default:
-		return ClientMessage{}, fmt.Errorf("%w: unknown type %q (want hello, send, drain, stop, reset, session_drain, session_stop, session_pause, session_start, activate, rollback or edit_soul)", ErrBadMessage, m.Type)
+		return ClientMessage{}, fmt.Errorf("%w: unknown type %q (want hello, send, drain, stop, reset, session_drain, session_stop, session_pause, session_start, activate, rollback, edit_soul or job_cancel)", ErrBadMessage, m.Type)
 	}
 	return m, nil
 }

@@ -409,6 +409,14 @@ function drawChild(n) {
   head.appendChild(a);
   if (n.job) head.appendChild(badge(n.job_state, JOB_CLASS[n.job_state] || ""));
   head.appendChild(el("span", "meta", `session ${n.state}${n.state_reason ? " (" + n.state_reason + ")" : ""}`));
+  if (n.job && n.job_state === "running") {
+    const b = el("button", "child-cancel", "Cancel");
+    b.type = "button";
+    b.title = `cancel child ${n.job} and its own children (klbr-core jobs cancel ${n.job})`;
+    b.addEventListener("click", () => sendControl({ type: "job_cancel", job: n.job },
+      `Cancel child ${n.job} (${n.session})? It ends cancelled with its own children; its parent is told.`));
+    head.appendChild(b);
+  }
   d.appendChild(head);
   if (n.task) d.appendChild(el("div", "child-task", n.task));
   const dl = el("dl", "kv");
