@@ -571,7 +571,7 @@ func (m *Manager) Reset(ctx context.Context, sessionID, reason string) error {
 // ResetAfterCell is Reset that lets a running cell end first (an ended
 // child agent's kernel: the cell that called agents.finish ends by itself).
 func (m *Manager) ResetAfterCell(ctx context.Context, sessionID, reason string) error {
-	return m.reset(ctx, sessionID, reason, true)
+	return m.reset(ctx, sessionID, reason, false)
 }
 
 func (m *Manager) reset(ctx context.Context, sessionID, reason string, interrupt bool) error {
