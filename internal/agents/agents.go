@@ -291,6 +291,7 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 		return nil, err
 	}
 	c.Workspace = place
+	c.BudgetNote = a.budgetNote(args.Budget)
 	var sp store.Spawned
 	err = a.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {
 		sp, err = tx.SpawnChild(c)

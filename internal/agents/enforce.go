@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/budget"
@@ -213,6 +214,31 @@ func (a *Agents) wall(b budget.Budget) (time.Duration, string) {
 		}
 	}
 	return d, key
+}
+
+// budgetNote is what a child is told of its budget at spawn: its own
+// limits and its wall time (the tighter of budget.wall_seconds and
+// agents.max_child_wall_seconds), so it can finish in time.
+func (a *Agents) budgetNote(raw json.RawMessage) string {
+	b, err := budget.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	var parts []string
+	if b.Tokens != nil {
+		parts = append(parts, fmt.Sprintf("%d model tokens", *b.Tokens))
+	}
+	if b.ModelRequests != nil {
+		parts = append(parts, fmt.Sprintf("%d model requests", *b.ModelRequests))
+	}
+	if d, _ := a.wall(b); d > 0 {
+		parts = append(parts, fmt.Sprintf("%s of wall time from now", d.Round(time.Second)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "\n\nYour budget: at most " + strings.Join(parts, ", ") + ". Past it you are ended failed before your next model " +
+		"request, so finish with what you have before: a partial result is worth more than none."
 }
 
 // exhaust ends child job j failed by spent limit l.

@@ -88,6 +88,11 @@ func TestCheckEndsAChildAtItsBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	child := store.ChildSessionID(j.ID)
+	// The child is told its budget in its task.
+	recs, err := st.Records(ctx, child, 0, 100)
+	if err != nil || len(recs) == 0 || !strings.Contains(string(recs[0].Content), "Your budget: at most 1000 model tokens, 5 model requests. Past it you are ended failed") {
+		t.Fatalf("the child's task input %+v, %v", recs, err)
+	}
 	if err := a.Check(ctx, child); err != nil {
 		t.Fatalf("a fresh child: %v", err)
 	}

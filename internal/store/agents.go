@@ -45,7 +45,8 @@ type NewChild struct {
 	Profile, Route string
 	Fallback       []string
 	Instructions   string
-	Priority       int // job.plan's, recorded on the job
+	Priority       int    // job.plan's, recorded on the job
+	BudgetNote     string // what the child is told of its budget, ending its task input
 }
 
 // ChildSpec is a child job's spec.
@@ -213,7 +214,7 @@ func (t *Tx) SpawnChild(c NewChild) (Spawned, error) {
 	}
 	if _, err := t.AdmitInput(NewInput{Session: child, SourceKind: "job", SourceKey: fmt.Sprintf("child:%d:task", id),
 		Conversation: ChildTaskConversation, Author: c.Parent, Directed: true, OccurredAt: t.now, ReceivedAt: t.now,
-		Body: ChildTaskText(id, c.Parent, c.Task, c.Refs, c.Delegate) + ChildProfileText(c.Profile, c.Instructions) + ChildWorkspaceText(c.Workspace)}); err != nil {
+		Body: ChildTaskText(id, c.Parent, c.Task, c.Refs, c.Delegate) + ChildProfileText(c.Profile, c.Instructions) + ChildWorkspaceText(c.Workspace) + c.BudgetNote}); err != nil {
 		return Spawned{}, err
 	}
 	return Spawned{Job: id, Session: child, Depth: depth + 1}, nil
