@@ -56,6 +56,10 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 	if len(inputs) == 0 {
 		by = "deadline"
 	}
+	// The closure may still run after Write returned on ctx's end (a
+	// write whose caller gave up may commit): it reads nothing of r.
+	guidance := r.guidance
+	r.guidance = ""
 	err := st.Write(ctx, func(tx *store.Tx) error {
 		s, err := tx.Session(r.session)
 		if err != nil {
@@ -88,13 +92,12 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 		}
 		a.pin = store.Pin{Epoch: s.BehaviorEpoch, Release: s.PolicyRevision}
 		a.id, _, err = tx.StartAttempt(store.NewAttempt{Session: r.session, Frame: a.frame, WakeReason: wake})
-		if err == nil && r.guidance != "" {
+		if err == nil && guidance != "" {
 			// turn.prepare's guidance: the attempt's model sees it first.
-			_, err = tx.Notice(r.session, "turn.guidance", map[string]any{"attempt": a.id, "guidance": r.guidance}, true)
+			_, err = tx.Notice(r.session, "turn.guidance", map[string]any{"attempt": a.id, "guidance": guidance}, true)
 		}
 		return err
 	})
-	r.guidance = ""
 	if err != nil {
 		return fmt.Errorf("start attempt: %w", err)
 	}
