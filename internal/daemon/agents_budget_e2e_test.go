@@ -18,19 +18,7 @@ import (
 // startAgentsAgent is startJobsAgent with toml added to klbr.toml.
 func startAgentsAgent(t *testing.T, model *modeltest.Server, toml string) *agent {
 	t.Helper()
-	if os.Getenv(childEnv) != "" {
-		t.Skip("in the child")
-	}
-	requirePython(t)
-	tree := filepath.Join(t.TempDir(), "behavior")
-	if err := os.CopyFS(tree, os.DirFS("../../behavior")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(tree, "klbr_skills", "e2e_jobs.py"), []byte(e2eJobs), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	data, env := instance(t)
-	return startAgentAt(t, model, toml, "", data, append(env, "KLBR_BEHAVIOR_DIR="+tree))
+	return startAgentWithTree(t, model, toml, map[string]string{"klbr_skills/e2e_jobs.py": e2eJobs})
 }
 
 // A child's budget stops its next model request: it spends 60 tokens of

@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -129,17 +127,5 @@ def plan(job):
 // its job.plan replaced by plan (Python defining plan(job)).
 func startAgentWithJobPlan(t *testing.T, model *modeltest.Server, plan string) *agent {
 	t.Helper()
-	if os.Getenv(childEnv) != "" {
-		t.Skip("in the child")
-	}
-	requirePython(t)
-	tree := filepath.Join(t.TempDir(), "behavior")
-	if err := os.CopyFS(tree, os.DirFS("../../behavior")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(tree, "klbr_hooks", "jobs.py"), []byte(plan), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	data, env := instance(t)
-	return startAgentAt(t, model, "", "", data, append(env, "KLBR_BEHAVIOR_DIR="+tree))
+	return startAgentWithTree(t, model, "", map[string]string{"klbr_hooks/jobs.py": plan})
 }

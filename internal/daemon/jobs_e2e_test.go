@@ -23,6 +23,14 @@ const e2eJobs = `def remind(input):
 // startJobsAgent starts klbr-core on a behavior tree that holds e2eJobs.
 func startJobsAgent(t *testing.T, model *modeltest.Server) *agent {
 	t.Helper()
+	return startAgentWithTree(t, model, "", map[string]string{"klbr_skills/e2e_jobs.py": e2eJobs})
+}
+
+// startAgentWithTree starts klbr-core with toml added to klbr.toml, on a
+// copy of the shipped behavior tree with files (a path in the tree: its
+// text) written into it.
+func startAgentWithTree(t *testing.T, model *modeltest.Server, toml string, files map[string]string) *agent {
+	t.Helper()
 	if os.Getenv(childEnv) != "" {
 		t.Skip("in the child")
 	}
@@ -31,11 +39,13 @@ func startJobsAgent(t *testing.T, model *modeltest.Server) *agent {
 	if err := os.CopyFS(tree, os.DirFS("../../behavior")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(tree, "klbr_skills", "e2e_jobs.py"), []byte(e2eJobs), 0o644); err != nil {
-		t.Fatal(err)
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(tree, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	data, env := instance(t)
-	return startAgentAt(t, model, "", "", data, append(env, "KLBR_BEHAVIOR_DIR="+tree))
+	return startAgentAt(t, model, toml, "", data, append(env, "KLBR_BEHAVIOR_DIR="+tree))
 }
 
 // jobInputs are the job notifications admitted to the default session.

@@ -3,8 +3,6 @@ package daemon
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,23 +23,11 @@ model_requests = 10
 // on model, and "side" on side; the behavior tree has profiles/reviewer.toml.
 func startProfileAgent(t *testing.T, model, side *modeltest.Server) *agent {
 	t.Helper()
-	if os.Getenv(childEnv) != "" {
-		t.Skip("in the child")
-	}
-	requirePython(t)
-	tree := filepath.Join(t.TempDir(), "behavior")
-	if err := os.CopyFS(tree, os.DirFS("../../behavior")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(tree, "profiles", "reviewer.toml"), []byte(reviewerProfile), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(tree, "profiles", "faraway.toml"), []byte("description = \"far\"\nroute = \"nowhere\"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	data, env := instance(t)
 	routes := fmt.Sprintf("[routes.side]\nurl = %q\nmodel = \"fake-side\"\ntimeout_seconds = 30\n", side.URL())
-	return startAgentAt(t, model, routes, "", data, append(env, "KLBR_BEHAVIOR_DIR="+tree))
+	return startAgentWithTree(t, model, routes, map[string]string{
+		"profiles/reviewer.toml": reviewerProfile,
+		"profiles/faraway.toml":  "description = \"far\"\nroute = \"nowhere\"\n",
+	})
 }
 
 // The root (route main, on one model server) spawns a child with a profile

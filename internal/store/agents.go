@@ -365,16 +365,7 @@ func (t *Tx) RunningChildren(parent string) ([]Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("running children: %w", err)
 	}
-	defer rows.Close()
-	var out []Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+	return scanJobs(rows, "running children")
 }
 
 // RunningChildJobs lists every running child job, oldest first (the wall
@@ -384,14 +375,5 @@ func (s *Store) RunningChildJobs(ctx context.Context) ([]Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("running children: %w", err)
 	}
-	defer rows.Close()
-	var out []Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+	return scanJobs(rows, "running children")
 }

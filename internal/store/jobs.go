@@ -319,6 +319,21 @@ const jobColumns = `id, kind, session_id, COALESCE(parent_id, 0), release, works
 	schedule, tz, next_due, runs, result, error, output_artifact, output_preview, output_bytes, checkpoint, cursor,
 	created_at, started_at, finished_at, updated_at`
 
+// scanJobs reads and closes rows of jobColumns (never nil: an empty
+// list); what names the query in an error.
+func scanJobs(rows *sql.Rows, what string) ([]Job, error) {
+	defer rows.Close()
+	out := []Job{}
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
 func scanJob(r rowScanner) (Job, error) {
 	var j Job
 	var spec, budget string
@@ -388,16 +403,7 @@ func (s *Store) Jobs(ctx context.Context, f JobFilter) ([]Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
 	}
-	defer rows.Close()
-	out := []Job{}
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, fmt.Errorf("jobs: %w", err)
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+	return scanJobs(rows, "jobs")
 }
 
 // RunningJobs lists every running job, oldest first (recovery at start).
@@ -406,16 +412,7 @@ func (s *Store) RunningJobs(ctx context.Context) ([]Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("running jobs: %w", err)
 	}
-	defer rows.Close()
-	var out []Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, fmt.Errorf("running jobs: %w", err)
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+	return scanJobs(rows, "running jobs")
 }
 
 // DueJobs returns up to limit pending jobs whose deadline is at or before
@@ -428,16 +425,7 @@ func (s *Store) DueJobs(ctx context.Context, now time.Time, limit int) ([]Job, e
 	if err != nil {
 		return nil, fmt.Errorf("due jobs: %w", err)
 	}
-	defer rows.Close()
-	var out []Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, fmt.Errorf("due jobs: %w", err)
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+	return scanJobs(rows, "due jobs")
 }
 
 // NextDue is the earliest deadline of a pending job; ok is false when none.
