@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/localclient"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
@@ -62,41 +64,22 @@ func jobID(s string) (int64, error) {
 }
 
 func newJobsShow(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "show ID",
-		Short: "Show one job: its spec, state, result or error, and output preview",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := jobID(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			j, err := c.Job(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(g.env.Stdout, j)
-			}
-			printJob(g, j)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
-	return cmd
+	return jobCommand(g, "show ID", "Show one job: its spec, state, result or error, and output preview",
+		(*localclient.Client).Job, func(j store.Job) { printJob(g, j) })
 }
 
 func newJobsCancel(g *globals) *cobra.Command {
+	return jobCommand(g, "cancel ID", "Cancel a job; a running one's whole process tree is killed",
+		(*localclient.Client).CancelJob, func(j store.Job) { fmt.Fprintln(g.env.Stdout, jobLine(j)) })
+}
+
+// jobCommand is a command on one job by its id: it asks the daemon with
+// call and prints the job it answers (as JSON with --json).
+func jobCommand(g *globals, use, short string, call func(*localclient.Client, context.Context, int64) (store.Job, error), show func(store.Job)) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "cancel ID",
-		Short: "Cancel a job; a running one's whole process tree is killed",
+		Use:   use,
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := jobID(args[0])
@@ -108,14 +91,14 @@ func newJobsCancel(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			j, err := c.CancelJob(cmd.Context(), id)
+			j, err := call(c, cmd.Context(), id)
 			if err != nil {
 				return err
 			}
 			if asJSON {
 				return printJSON(g.env.Stdout, j)
 			}
-			fmt.Fprintln(g.env.Stdout, jobLine(j))
+			show(j)
 			return nil
 		},
 	}

@@ -258,9 +258,6 @@ func unixHTTP(path string) *http.Client {
 }
 
 func TestSocketActivation(t *testing.T) {
-	if os.Getenv(childEnv) != "" {
-		t.Skip("in the child")
-	}
 	data, env := instance(t)
 	run := shortDir(t)
 	httpS := tcpSocket(t, "http", "127.0.0.1:0")
@@ -368,9 +365,6 @@ func TestSocketActivation(t *testing.T) {
 }
 
 func TestSocketActivationRefusals(t *testing.T) {
-	if os.Getenv(childEnv) != "" {
-		t.Skip("in the child")
-	}
 	_, env := instance(t)
 	run := shortDir(t)
 	for _, tc := range []struct {
@@ -413,9 +407,6 @@ func TestSocketActivationRefusals(t *testing.T) {
 
 // Without LISTEN_FDS, or with sockets meant for another process, klbr-core binds its own.
 func TestWithoutActivation(t *testing.T) {
-	if os.Getenv(childEnv) != "" {
-		t.Skip("in the child")
-	}
 	data, env := instance(t)
 	for _, tc := range []struct {
 		name  string
@@ -497,9 +488,6 @@ func requirePython(t *testing.T) {
 // A drain that waits for a running cell tells systemd so: STOPPING=1, then
 // EXTEND_TIMEOUT_USEC= with the cell count, until the cell is recorded.
 func TestDrainNotifiesSystemd(t *testing.T) {
-	if os.Getenv(childEnv) != "" {
-		t.Skip("in the child")
-	}
 	requirePython(t)
 	data, env := instance(t)
 	ctl := filepath.Join(shortDir(t), "control.sock")

@@ -38,9 +38,6 @@ func startAgent(t *testing.T, model *modeltest.Server, toml string) *agent {
 // startAgentWith is startAgent with klbr-kernel found in kernel ("": the test build's).
 func startAgentWith(t *testing.T, model *modeltest.Server, toml, kernel string) *agent {
 	t.Helper()
-	if os.Getenv(childEnv) != "" {
-		t.Skip("in the child")
-	}
 	requirePython(t)
 	data, env := instance(t)
 	return startAgentAt(t, model, toml, kernel, data, env)

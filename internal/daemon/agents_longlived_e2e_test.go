@@ -26,27 +26,6 @@ def hold(input):
     return {"routine": input["text"]}
 `
 
-// startTreeAgent starts klbr-core on the test behavior tree with the extra
-// klbr_skills modules in mods (name → source).
-func startTreeAgent(t *testing.T, model *modeltest.Server, toml string, mods map[string]string) *agent {
-	t.Helper()
-	if os.Getenv(childEnv) != "" {
-		t.Skip("in the child")
-	}
-	requirePython(t)
-	tree := filepath.Join(t.TempDir(), "behavior")
-	if err := os.CopyFS(tree, os.DirFS("../../behavior")); err != nil {
-		t.Fatal(err)
-	}
-	for name, src := range mods {
-		if err := os.WriteFile(filepath.Join(tree, "klbr_skills", name+".py"), []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	data, env := instance(t)
-	return startAgentAt(t, model, toml, "", data, append(env, "KLBR_BEHAVIOR_DIR="+tree))
-}
-
 // requester names the session a request came from: child-N when its
 // context holds child N's task, else the root, default.
 func requester(req modeltest.Request) string {
@@ -156,7 +135,7 @@ func TestLongLivedWorkOutlivesTheRootsKernel(t *testing.T) {
 			return waitCall("")
 		},
 	})
-	a := startTreeAgent(t, model, "", map[string]string{"e2e_hold": e2eHold})
+	a := startAgentWithTree(t, model, "", map[string]string{"klbr_skills/e2e_hold.py": e2eHold})
 	a.send("survey the repository and check it later")
 	a.eventually("the child's cell runs", func() bool { return a.cellSaid("child-1", "SURVEYING") })
 	a.eventually("the routine runs", func() bool { j, err := a.c.Job(t.Context(), 2); return err == nil && j.State == store.JobRunning })

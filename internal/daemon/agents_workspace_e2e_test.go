@@ -17,9 +17,6 @@ import (
 // startWorkspaceAgent starts an agent whose workspace is ws.
 func startWorkspaceAgent(t *testing.T, model *modeltest.Server, ws string) *agent {
 	t.Helper()
-	if os.Getenv(childEnv) != "" {
-		t.Skip("in the child")
-	}
 	requirePython(t)
 	if _, err := exec.LookPath("git"); err != nil {
 		citest.SkipOrFail(t, "git is not installed")

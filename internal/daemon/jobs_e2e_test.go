@@ -31,9 +31,6 @@ func startJobsAgent(t *testing.T, model *modeltest.Server) *agent {
 // text) written into it.
 func startAgentWithTree(t *testing.T, model *modeltest.Server, toml string, files map[string]string) *agent {
 	t.Helper()
-	if os.Getenv(childEnv) != "" {
-		t.Skip("in the child")
-	}
 	requirePython(t)
 	tree := filepath.Join(t.TempDir(), "behavior")
 	if err := os.CopyFS(tree, os.DirFS("../../behavior")); err != nil {
