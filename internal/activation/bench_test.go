@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	shipped "github.com/klbr-dev/klbr/behavior"
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/workbench"
@@ -159,6 +160,32 @@ func BenchmarkValidation(b *testing.B) {
 			b.ReportMetric(float64(replay.Milliseconds())/float64(b.N), "replay-ms")
 		})
 	}
+}
+
+// BenchmarkValidationShippedTree measures the validation of the shipped
+// behavior tree (every module of klbr_hooks and klbr_skills imported by the
+// host suite), with nothing recorded to replay.
+func BenchmarkValidationShippedTree(b *testing.B) {
+	ctx := context.Background()
+	f := newFixture(b, 2*time.Second)
+	if _, err := f.svc.Boot(ctx, "s", f.publish(b, allowHooks, "# soul\n")); err != nil {
+		b.Fatal(err)
+	}
+	m, err := f.rel.Publish(shipped.Tree())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var took time.Duration
+	b.ResetTimer()
+	for range b.N {
+		rep, w, err := f.svc.Validate(ctx, "s", m.ID)
+		if err != nil {
+			b.Fatalf("%+v %v", rep, err)
+		}
+		w.Kill()
+		took += time.Duration(rep.TookMS * float64(time.Millisecond))
+	}
+	b.ReportMetric(float64(took.Milliseconds())/float64(b.N), "validate-ms")
 }
 
 func mustArtifacts(b *testing.B, dir string) *artifacts.Store {

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/hooks"
@@ -150,88 +149,6 @@ func init() {
 		}
 		slotFixtures[name] = slotFixture{input: in, shape: func(out json.RawMessage) error { return hooks.Validate(name, raw, out) }}
 	}
-}
-
-// suiteReport is what klbr_runtime.validate prints.
-type suiteReport struct {
-	OK       bool     `json:"ok"`
-	Slots    []string `json:"slots"`
-	Attempts []string `json:"attempts"`
-	Checks   []Check  `json:"checks"`
-}
-
-// parseSuite decodes the suite's report: the last non-empty line of its
-// output, bounded in size and in counts.
-func parseSuite(out []byte) (suiteReport, error) {
-	var r suiteReport
-	if len(out) > maxSuiteOutput {
-		return r, fmt.Errorf("the suite's output is over %d bytes", maxSuiteOutput)
-	}
-	out = bytes.TrimRight(out, "\n\r\t ")
-	if i := bytes.LastIndexByte(out, '\n'); i >= 0 {
-		out = out[i+1:]
-	}
-	dec := json.NewDecoder(bytes.NewReader(out))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		return r, fmt.Errorf("the suite's report does not decode: %v", err)
-	}
-	if dec.More() {
-		return r, errors.New("the suite's report has trailing data")
-	}
-	if len(r.Checks) > maxSuiteChecks || len(r.Slots) > maxSuiteSlots || len(r.Attempts) > maxSuiteChecks {
-		return r, errors.New("the suite's report is over its bounds")
-	}
-	for i := range r.Checks {
-		r.Checks[i].Name = cut(r.Checks[i].Name, 200)
-		r.Checks[i].Detail = cut(r.Checks[i].Detail, maxCheckDetail)
-	}
-	for i := range r.Attempts {
-		r.Attempts[i] = cut(r.Attempts[i], 200)
-	}
-	return r, nil
-}
-
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
-}
-
-// commandSeq numbers the validation's contained commands (the suite, the
-// candidate's tests): one sequence, so two running side by side never share
-// a placement, far above the workbench's own command numbers.
-var commandSeq atomic.Int64
-
-func nextCommand() int64 { return 1<<40 + commandSeq.Add(1) }
-
-// runSuite runs the host suite on release's tree in a fresh, contained
-// process with fake effects.
-func (s *Service) runSuite(ctx context.Context, session, release, site string) (suiteReport, error) {
-	cfg := s.hooks.Config()
-	path := cfg.RuntimeSrc
-	if site != "" {
-		path += string(os.PathListSeparator) + site
-	}
-	res, err := worker.RunCommand(ctx, worker.CommandSpec{
-		Kernel: cfg.Kernel, Placer: cfg.Placer, Limits: cfg.Limits, Sandbox: cfg.Sandbox, Session: session, Seq: nextCommand(),
-		Argv: []string{cfg.Python, "-s", "-m", "klbr_runtime.validate", s.releases.Tree(release)},
-		Dir:  s.releases.Tree(release), Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": path},
-		Timeout: SuiteTimeout, MaxOutput: maxSuiteOutput,
-	})
-	if err != nil {
-		return suiteReport{}, fmt.Errorf("the host suite could not run: %v", err)
-	}
-	r, perr := parseSuite(res.Stdout)
-	if perr != nil {
-		tail := string(res.Stderr)
-		if len(tail) > 1000 {
-			tail = "…" + tail[len(tail)-1000:]
-		}
-		return r, fmt.Errorf("the host suite did not report (exit %d): %v; %s", res.ExitCode, perr, tail)
-	}
-	return r, nil
 }
 
 // ReplayN is how many recorded invocations of each slot an activation

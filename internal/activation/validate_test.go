@@ -1,6 +1,7 @@
 package activation
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -141,30 +142,42 @@ func TestReplayReportsChangedDecisions(t *testing.T) {
 	}
 }
 
-// The suite's report decoder bounds and refuses what does not fit.
+// The suite's report decoder bounds and refuses what does not fit: its
+// output is exactly one report line.
 func TestParseSuite(t *testing.T) {
-	good := `noise from a module
-{"ok": true, "slots": ["delivery.review"], "attempts": [], "checks": [{"name": "import klbr_hooks", "ok": true, "detail": ""}]}
+	good := `{"ok": true, "slots": ["delivery.review"], "attempts": [], "checks": [{"name": "import klbr_hooks", "ok": true, "detail": ""}]}
 `
 	r, err := parseSuite([]byte(good))
 	if err != nil || !r.OK || len(r.Slots) != 1 || len(r.Checks) != 1 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	for _, bad := range []string{"", "{", `{"ok": true, "extra": 1}`, `{"ok": true} {}`, strings.Repeat("x", maxSuiteOutput+1),
-		fmt.Sprintf(`{"slots": [%s"x"]}`, strings.Repeat(`"x",`, maxSuiteSlots))} {
+	for name, bad := range map[string]string{
+		"empty":                 "",
+		"no newline":            strings.TrimSuffix(good, "\n"),
+		"noise before":          "noise from a module\n" + good,
+		"a second report":       good + good,
+		"truncated":             "{\n",
+		"unknown field":         `{"ok": true, "extra": 1}` + "\n",
+		"trailing data":         `{"ok": true} {}` + "\n",
+		"over the output bound": strings.Repeat("x", maxSuiteOutput+1),
+		"over the slots bound":  fmt.Sprintf(`{"slots": [%s"x"]}`, strings.Repeat(`"x",`, maxSuiteSlots)) + "\n",
+	} {
 		if _, err := parseSuite([]byte(bad)); err == nil {
-			t.Errorf("accepted %.60q", bad)
+			t.Errorf("%s: accepted %.60q", name, bad)
 		}
 	}
 }
 
 func FuzzParseSuite(f *testing.F) {
-	f.Add([]byte(`{"ok": true, "slots": ["a"], "attempts": ["socket.connect"], "checks": [{"name": "n", "ok": false, "detail": "d"}]}`))
+	f.Add([]byte(`{"ok": true, "slots": ["a"], "attempts": ["socket.connect"], "checks": [{"name": "n", "ok": false, "detail": "d"}]}` + "\n"))
 	f.Add([]byte("x\n{}"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := parseSuite(b)
 		if err != nil {
 			return
+		}
+		if bytes.Count(b, []byte("\n")) != 1 {
+			t.Fatalf("accepted %q", b)
 		}
 		if len(r.Checks) > maxSuiteChecks || len(r.Slots) > maxSuiteSlots {
 			t.Fatal("over bounds")
@@ -175,6 +188,48 @@ func FuzzParseSuite(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The host requires every check it expects, each once, and nothing else.
+func TestCheckComplete(t *testing.T) {
+	dir := t.TempDir()
+	for p, body := range map[string]string{"klbr_hooks/__init__.py": "", "klbr_hooks/sub/x.py": "",
+		"klbr_hooks/__pycache__/y.py": "", "klbr_hooks/.hidden/z.py": "", "klbr_hooks/notes.txt": "",
+		"klbr_skills/__init__.py": "", "klbr_skills/tool.py": "", "skills/a/SKILL.md": "# a\n", "skills/README": ""} {
+		os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755)
+		os.WriteFile(filepath.Join(dir, p), []byte(body), 0o644)
+	}
+	want, err := expectedChecks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"import klbr_hooks", "import klbr_hooks.sub.x", "klbr_hooks.SLOTS", "import klbr_skills",
+		"import klbr_skills.tool", "skills/a/SKILL.md"}
+	if len(want) != len(names) {
+		t.Fatalf("expected %v", want)
+	}
+	var all []Check
+	for _, n := range names {
+		if !want[n] {
+			t.Fatalf("expected %v, lacks %s", want, n)
+		}
+		all = append(all, Check{Name: n, OK: true})
+	}
+	if err := checkComplete(want, all); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		checks []Check
+		msg    string
+	}{
+		"missing":    {all[1:], "did not report import klbr_hooks"},
+		"duplicated": {append(all[:len(all):len(all)], all[0]), "twice"},
+		"unexpected": {append(all[:len(all):len(all)], Check{Name: "import elsewhere", OK: true}), "does not expect"},
+	} {
+		if err := checkComplete(want, tc.checks); err == nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
 }
 
 // The shipped behavior tree passes the host's suite, and every slot it
