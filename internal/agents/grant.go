@@ -128,11 +128,9 @@ func (a *Agents) narrowBudget(ctx context.Context, links []link, b budget.Budget
 		}
 		for _, lim := range ls {
 			left := lim.limit - lim.used
-			if lim.key == "budget.wall_seconds" || lim.key == "agents.max_child_wall_seconds" {
-				left = math.Floor(left*10) / 10
-			}
 			spent := left < 1
 			if lim.unit == "s" {
+				left = math.Floor(left*10) / 10
 				spent = left <= 0
 			}
 			if spent {
@@ -140,26 +138,21 @@ func (a *Agents) narrowBudget(ctx context.Context, links []link, b budget.Budget
 					"agents.spawn: refused: %s of %s is spent (%s %s of %s, its children's use included): it has nothing left to give a child; "+
 						"finish with what you have", lim.key, l.session, lim.what, num(lim.used)+lim.unit, num(lim.limit)+lim.unit)}
 			}
+			var rem budget.Budget
 			switch lim.what {
 			case "tokens":
 				n := int64(left)
-				b.Tokens = minOf(b.Tokens, &n)
+				rem.Tokens = &n
 			case "model requests":
 				n := int64(left)
-				b.ModelRequests = minOf(b.ModelRequests, &n)
+				rem.ModelRequests = &n
 			case "wall time":
-				b.WallSeconds = minOf(b.WallSeconds, &left)
+				rem.WallSeconds = &left
 			}
+			b = b.Narrow(rem)
 		}
 	}
 	return b, nil
-}
-
-func minOf[T int64 | float64](a, b *T) *T {
-	if a == nil || *b < *a {
-		return b
-	}
-	return a
 }
 
 // narrow makes a spawn by session grant no more than session holds: its
