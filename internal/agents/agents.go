@@ -278,10 +278,14 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 	}
 	c := store.NewChild{Parent: session, Release: release, Task: args.Task, Refs: args.Refs,
 		Delegate: args.Delegate, Budget: args.Budget, Limits: a.cfg.Limits}
+	asked := args.Delegate
 	if args.Profile != "" {
 		if args, err = a.applyProfile(args, release, &c); err != nil {
 			return nil, err
 		}
+	}
+	if err := a.narrow(ctx, session, &args, &c, asked); err != nil {
+		return nil, err
 	}
 	if c.Priority, err = a.plan(ctx, session, args); err != nil {
 		return nil, err

@@ -29,7 +29,7 @@ func newAgents(t *testing.T, l store.ChildLimits) (*Agents, *store.Store, *[]str
 	return New(Config{Store: st, Jobs: m, Limits: l, Start: func(s string) { started = append(started, s) }}), st, &started
 }
 
-func call(t *testing.T, a *Agents, session, op, args string) (store.Job, error) {
+func call(t testing.TB, a *Agents, session, op, args string) (store.Job, error) {
 	t.Helper()
 	out, err := a.HandleRequest(workbench.WithSession(context.Background(), session), worker.Request{Op: op, Args: json.RawMessage(args)})
 	var j store.Job

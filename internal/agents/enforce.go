@@ -118,12 +118,17 @@ type limit struct {
 	used  float64
 	limit float64
 	unit  string
+	owner string // the child above whose budget it is ("": the checked one's)
 }
 
 func (l limit) spent() bool { return l.used >= l.limit }
 
 func (l limit) String() string {
-	return fmt.Sprintf("%s %s%s of %s%s (%s)", l.what, num(l.used), l.unit, num(l.limit), l.unit, l.key)
+	key := l.key
+	if l.owner != "" {
+		key += " of " + l.owner
+	}
+	return fmt.Sprintf("%s %s%s of %s%s (%s)", l.what, num(l.used), l.unit, num(l.limit), l.unit, key)
 }
 
 func num(f float64) string {
@@ -137,8 +142,11 @@ func num(f float64) string {
 // (turn.Config.Check): a child whose budget, or whose tree's, is spent is
 // ended failed with the reason and a result saying so (its parent told
 // once, its session and kernel stopped, its running children cancelled),
-// and the request is refused. A child whose job has already ended makes
-// no more requests: its session is stopped.
+// and the request is refused. A child's budget covers its whole subtree,
+// so the budget of every child above session is checked too: one that is
+// spent ends that child, and session with it (the cancellation cascades).
+// A child whose job has already ended makes no more requests: its session
+// is stopped.
 func (a *Agents) Check(ctx context.Context, session string) error {
 	j, err := a.cfg.Store.ChildJobOf(ctx, session)
 	if errors.Is(err, store.ErrNoJob) {
@@ -153,20 +161,47 @@ func (a *Agents) Check(ctx context.Context, session string) error {
 		})
 		return fmt.Errorf("%w: child %d is %s; it makes no more model requests", ErrEnded, j.ID, j.State)
 	}
-	limits, err := a.limits(ctx, session, j, true)
+	links, err := chain(ctx, a.cfg.Store, session)
 	if err != nil {
 		return err
 	}
-	for _, l := range limits {
-		if l.spent() {
-			return a.exhaust(ctx, session, j, l)
+	for i, l := range links {
+		if l.job.State != store.JobRunning {
+			// Its ended ancestor's cancellation missed it: nothing runs under an ended child.
+			how := fmt.Sprintf("cancelled: %s above it has ended (%s)", l.session, l.job.State)
+			if _, err := a.endTree(ctx, session, store.JobCancelled, nil, how, how, true); err != nil && !errors.Is(err, store.ErrJobState) {
+				return err
+			}
+			return fmt.Errorf("%w: %s; it makes no more model requests", ErrEnded, how)
+		}
+		limits, err := a.limits(ctx, l.session, l.job, true)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			tree, err := a.treeLimit(ctx, session)
+			if err != nil {
+				return err
+			}
+			limits = append(limits, tree...)
+		}
+		for _, lim := range limits {
+			if !lim.spent() {
+				continue
+			}
+			if err := a.exhaust(ctx, l.session, session, l.job, lim); i == 0 || !errors.Is(err, ErrExhausted) {
+				return err
+			}
+			lim.owner = l.session
+			return fmt.Errorf("%w: %s; %s was ended with it", ErrExhausted, lim, session)
 		}
 	}
 	return nil
 }
 
 // limits are child job j's bounds with what it used; usage also reads the
-// recorded tokens and requests (the wall time needs none).
+// recorded tokens and requests of its whole subtree (its own and every
+// descendant's: a child's budget covers them); the wall time needs none.
 func (a *Agents) limits(ctx context.Context, session string, j store.Job, usage bool) ([]limit, error) {
 	b, err := budget.Parse(j.Budget)
 	if err != nil {
@@ -176,33 +211,44 @@ func (a *Agents) limits(ctx context.Context, session string, j store.Job, usage 
 	if wall, key := a.wall(b); wall > 0 && j.StartedAt != nil {
 		out = append(out, limit{what: "wall time", key: key, used: a.cfg.Clock().Sub(*j.StartedAt).Seconds(), limit: wall.Seconds(), unit: "s"})
 	}
-	if !usage {
+	if !usage || (b.Tokens == nil && b.ModelRequests == nil) {
 		return out, nil
 	}
-	if b.Tokens != nil || b.ModelRequests != nil {
-		u, err := a.cfg.Store.SessionUsage(ctx, session)
-		if err != nil {
-			return nil, err
-		}
-		if b.Tokens != nil {
-			out = append(out, limit{what: "tokens", key: "budget.tokens", used: float64(u.Tokens), limit: float64(*b.Tokens)})
-		}
-		if b.ModelRequests != nil {
-			out = append(out, limit{what: "model requests", key: "budget.model_requests", used: float64(u.ModelRequests), limit: float64(*b.ModelRequests)})
-		}
+	u, err := a.cfg.Store.SessionUsage(ctx, session)
+	if err != nil {
+		return nil, err
 	}
-	if max := a.cfg.Limits.MaxTreeTokens; max > 0 {
-		_, root, err := a.cfg.Store.Depth(ctx, session)
-		if err != nil {
-			return nil, err
-		}
-		u, err := a.cfg.Store.TreeUsage(ctx, root)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, limit{what: "tree tokens", key: "agents.max_tree_tokens", used: float64(u.Tokens), limit: float64(max)})
+	below, err := a.cfg.Store.TreeUsage(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	u.Tokens += below.Tokens
+	u.ModelRequests += below.ModelRequests
+	if b.Tokens != nil {
+		out = append(out, limit{what: "tokens", key: "budget.tokens", used: float64(u.Tokens), limit: float64(*b.Tokens)})
+	}
+	if b.ModelRequests != nil {
+		out = append(out, limit{what: "model requests", key: "budget.model_requests", used: float64(u.ModelRequests), limit: float64(*b.ModelRequests)})
 	}
 	return out, nil
+}
+
+// treeLimit is agents.max_tree_tokens with what session's tree used
+// (none when it is not set).
+func (a *Agents) treeLimit(ctx context.Context, session string) ([]limit, error) {
+	max := a.cfg.Limits.MaxTreeTokens
+	if max <= 0 {
+		return nil, nil
+	}
+	_, root, err := a.cfg.Store.Depth(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	u, err := a.cfg.Store.TreeUsage(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	return []limit{{what: "tree tokens", key: "agents.max_tree_tokens", used: float64(u.Tokens), limit: float64(max)}}, nil
 }
 
 // wall is a child's wall time bound and the key that set it.
@@ -242,10 +288,17 @@ func (a *Agents) budgetNote(raw json.RawMessage) string {
 }
 
 // exhaust ends child job j failed by spent limit l.
-func (a *Agents) exhaust(ctx context.Context, session string, j store.Job, l limit) error {
+// by is the session whose model request is next: session, or a
+// descendant (session's budget covers its subtree).
+func (a *Agents) exhaust(ctx context.Context, session, by string, j store.Job, l limit) error {
 	reason := "budget exhausted: " + l.String()
+	when := "its next model request"
+	if by != session {
+		reason += ", its children's use included"
+		when = "the next model request of " + by + ", under it"
+	}
 	res, _ := json.Marshal(map[string]any{"budget_exhausted": l.key, "used": math.Round(l.used*10) / 10, "limit": l.limit,
-		"note": fmt.Sprintf("child %d was ended before its next model request: %s", j.ID, reason)})
+		"note": fmt.Sprintf("child %d was ended before %s: %s", j.ID, when, reason)})
 	if _, err := a.endTree(ctx, session, store.JobFailed, res, reason, "budget exhausted", true); err != nil && !errors.Is(err, store.ErrJobState) {
 		return err
 	}
@@ -307,7 +360,7 @@ func (a *Agents) sweep() time.Time {
 		ls, _ := a.limits(ctx, spec.Session, j, false)
 		for _, l := range ls {
 			if l.spent() {
-				_ = a.exhaust(ctx, spec.Session, j, l)
+				_ = a.exhaust(ctx, spec.Session, spec.Session, j, l)
 				continue
 			}
 			due := j.StartedAt.Add(time.Duration(l.limit * float64(time.Second)))

@@ -14,7 +14,7 @@ import (
 )
 
 // recordSteps records n model steps of session with tokens each (prompt).
-func recordSteps(t *testing.T, st *store.Store, session string, n, tokens int) {
+func recordSteps(t testing.TB, st *store.Store, session string, n, tokens int) {
 	t.Helper()
 	zero := 0
 	if err := st.Write(context.Background(), func(tx *store.Tx) error {

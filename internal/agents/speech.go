@@ -56,27 +56,45 @@ type ChildRef struct {
 }
 
 // Delegated checks speech op of session, which is refused in a child agent
-// unless its spawn delegated op (a *worker.RequestError with code refused,
-// whose message ends with how). It returns the child that speaks, or nil
-// for a root session. Cells (Guard) and durable observers ask it alike.
+// unless every spawn from its root down to it delegated op (grant.go: a
+// child holds only what its spawner held); the error is a
+// *worker.RequestError with code refused, whose message ends with how. It
+// returns the child that speaks, or nil for a root session. Cells (Guard)
+// and durable observers ask it alike.
 func Delegated(ctx context.Context, st *store.Store, session, op, how string) (*ChildRef, error) {
 	if !slices.Contains(Delegable, op) {
 		return nil, nil
 	}
-	s, err := st.Session(ctx, session)
-	if err != nil || s.ParentID == "" {
-		return nil, nil // a root (or no session: the handler says so)
-	}
-	j, err := st.ChildJobOf(ctx, session)
-	if err != nil && !errors.Is(err, store.ErrNoJob) {
-		return nil, &worker.RequestError{Code: "failed", Message: err.Error()}
-	}
-	spec, _ := store.ChildSpecOf(j)
-	if err != nil || !slices.Contains(spec.Delegate, op) {
+	links, err := chain(ctx, st, session)
+	switch {
+	case errors.Is(err, errNoSession):
+		return nil, nil // the handler says so
+	case errors.Is(err, store.ErrNoJob) || errors.Is(err, store.ErrUnknownSession):
 		return nil, &worker.RequestError{Code: "refused", Message: fmt.Sprintf(
-			"%s: refused: this session (%s) is a child agent, and its parent did not delegate %s to it; "+
-				"%s (a parent delegates with agents.spawn(..., delegate=[%q]))",
-			op, session, op, how, op)}
+			"%s: refused: %s is a child agent whose grant cannot be read (%v); %s", op, session, err, how)}
+	case err != nil:
+		return nil, &worker.RequestError{Code: "failed", Message: err.Error()}
+	case len(links) == 0:
+		return nil, nil // a root
 	}
-	return &ChildRef{Job: j.ID, Session: session, Parent: s.ParentID}, nil
+	for i, l := range links {
+		if slices.Contains(l.spec.Delegate, op) {
+			continue
+		}
+		if i == 0 {
+			return nil, &worker.RequestError{Code: "refused", Message: fmt.Sprintf(
+				"%s: refused: this session (%s) is a child agent, and its parent did not delegate %s to it; "+
+					"%s (a parent delegates with agents.spawn(..., delegate=[%q]))",
+				op, session, op, how, op)}
+		}
+		who := "its spawner"
+		if i > 1 {
+			who = "its ancestor"
+		}
+		return nil, &worker.RequestError{Code: "refused", Message: fmt.Sprintf(
+			"%s: refused: this session (%s) is a child agent, and %s %s does not hold %s itself: "+
+				"a child speaks only with what every spawn above it delegated; %s",
+			op, session, who, l.session, op, how)}
+	}
+	return &ChildRef{Job: links[0].job.ID, Session: session, Parent: links[0].job.Session}, nil
 }

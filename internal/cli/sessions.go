@@ -120,6 +120,13 @@ func printNode(w io.Writer, n *SessionNode, depth int) {
 		}
 		if u := n.Usage; u != nil {
 			line += fmt.Sprintf("  used %d tokens, %d model requests", u.Tokens, u.ModelRequests)
+			// Its budget covers its whole subtree: say what that used.
+			if all := subtreeUsage(n); len(n.Children) > 0 && (all.Tokens != u.Tokens || all.ModelRequests != u.ModelRequests) {
+				line += fmt.Sprintf(" (%d tokens, %d model requests with its children)", all.Tokens, all.ModelRequests)
+			}
+		}
+		if spec, err := store.ChildSpecOf(*j); err == nil && len(spec.Delegate) > 0 {
+			line += "  speaks " + strings.Join(spec.Delegate, ",")
 		}
 		if b := compactJSON(j.Budget); b != "" && b != "null" && b != "{}" {
 			line += "  budget " + clipLine(b, 120)
@@ -132,6 +139,21 @@ func printNode(w io.Writer, n *SessionNode, depth int) {
 	for _, c := range n.Children {
 		printNode(w, c, depth+1)
 	}
+}
+
+// subtreeUsage sums the usage of n and every session under it (what n's
+// budget bounds, if n is a child).
+func subtreeUsage(n *SessionNode) store.Usage {
+	var u store.Usage
+	if n.Usage != nil {
+		u.Tokens, u.ModelRequests = n.Usage.Tokens, n.Usage.ModelRequests
+	}
+	for _, c := range n.Children {
+		cu := subtreeUsage(c)
+		u.Tokens += cu.Tokens
+		u.ModelRequests += cu.ModelRequests
+	}
+	return u
 }
 
 func compactJSON(b json.RawMessage) string {

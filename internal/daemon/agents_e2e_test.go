@@ -251,3 +251,47 @@ func TestCancelStopsABusyChild(t *testing.T) {
 		t.Fatalf("notifications %q, want one", in)
 	}
 }
+
+// Attack: the root spawns child-1 without speech; child-1 spawns a
+// grandchild granting it local.send, and the grandchild sends. Delegation
+// narrows down the tree: the spawn is refused (child-1 holds no speech),
+// so nothing under child-1 speaks, on any lane.
+func TestGrandchildOfAnUndelegatedChildCannotSpeak(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	send := "try:\n    await local.send('hello from below')\n    print('SENT')\nexcept Exception as e:\n    print('SEND REFUSED', e)"
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "child = await agents.spawn(task='stay quiet')\n" +
+			"await runtime.wait(None, reason=f'child {child.id}')"}}},
+		// child-1: it grants what it does not hold.
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "try:\n" +
+			"    g = await agents.spawn(task='speak for me', delegate=['local.send'])\n" +
+			"    print('SPAWNED', g.session)\n    await runtime.wait(None, reason='grandchild')\n" +
+			"except Exception as e:\n    print('SPAWN REFUSED', e)"}}},
+		// Whoever asks next (the grandchild, had it been spawned) sends.
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k2", Code: send}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "k3", Code: "await agents.finish('done')"}}},
+		modeltest.Reply{Text: "Done.", Calls: []modeltest.Call{{ID: "r2", Code: "await runtime.wait(None)"}}},
+	)
+	a := startJobsAgent(t, model)
+	a.send("delegate down two levels")
+	a.eventually("four model requests", func() bool { return model.Count() >= 4 })
+	for _, s := range []string{"default", "child-1", "child-2"} {
+		page, err := a.c.Records(t.Context(), s, 0, 1000)
+		if err != nil {
+			continue // child-2 does not exist
+		}
+		for _, r := range page.Records {
+			if r.Lane == store.LaneSpeech && strings.Contains(string(r.Content), "hello from below") {
+				t.Fatalf("%s spoke under an undelegated child: %s", s, r.Content)
+			}
+		}
+	}
+	got := lastMessage(model.Requests()[2])
+	if !strings.Contains(got, "SPAWN REFUSED refused") || !strings.Contains(got, "child-1 holds no speech") {
+		t.Fatalf("child-1's spawn granting local.send: %q, want refused", got)
+	}
+	if _, err := a.c.Session(t.Context(), "child-2"); err == nil {
+		t.Fatal("the refused grandchild's session exists")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -278,10 +279,24 @@ const descendantsQuery = `WITH RECURSIVE down(id, depth) AS (
 		UNION ALL SELECT s.id, down.depth + 1 FROM sessions s JOIN down ON s.parent_id = down.id WHERE down.depth < 1000)
 	SELECT count(*) FROM down`
 
+// childJobQuery finds the child job whose session is session. A child's
+// session is named by its job (ChildSessionID), so the job is read by its
+// key, and its spec must still name the session; any other name scans the
+// child jobs (it names none, unless a database was edited).
+func childJobQuery(session string) (string, []any) {
+	if n, ok := strings.CutPrefix(session, "child-"); ok {
+		if id, err := strconv.ParseInt(n, 10, 64); err == nil && id > 0 && ChildSessionID(id) == session {
+			return `SELECT ` + jobColumns + ` FROM jobs WHERE id = ? AND kind = 'child' AND json_extract(spec, '$.session') = ?`, []any{id, session}
+		}
+	}
+	return `SELECT ` + jobColumns + ` FROM jobs WHERE kind = 'child' AND json_extract(spec, '$.session') = ?`, []any{session}
+}
+
 // ChildJobOf returns the child job whose session is session, in the
 // transaction; ErrNoJob when session is no child.
 func (t *Tx) ChildJobOf(session string) (Job, error) {
-	j, err := scanJob(t.queryRow(`SELECT `+jobColumns+` FROM jobs WHERE kind = 'child' AND json_extract(spec, '$.session') = ?`, session))
+	q, args := childJobQuery(session)
+	j, err := scanJob(t.queryRow(q, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, fmt.Errorf("%w: session %s is no child", ErrNoJob, session)
 	}
@@ -291,7 +306,8 @@ func (t *Tx) ChildJobOf(session string) (Job, error) {
 // ChildJobOf returns the child job whose session is session; ErrNoJob
 // when session is no child.
 func (s *Store) ChildJobOf(ctx context.Context, session string) (Job, error) {
-	j, err := scanJob(s.rdb.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE kind = 'child' AND json_extract(spec, '$.session') = ?`, session))
+	q, args := childJobQuery(session)
+	j, err := scanJob(s.rdb.QueryRowContext(ctx, q, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, fmt.Errorf("%w: session %s is no child", ErrNoJob, session)
 	}

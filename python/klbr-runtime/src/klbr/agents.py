@@ -79,6 +79,13 @@ class Child(Job):
 
 
 async def spawn(task, refs=None, budget=None, delegate=None, profile=None, workspace=None):
+    """Spawn a child agent with ``task``; returns its handle once admitted.
+
+    A child grants its own children only what it holds: ``delegate`` (and a
+    profile's) only speech ops delegated to it, ``refs`` only evidence it may
+    read, and a ``budget`` clamped to what is left of its own (which covers
+    its whole subtree). Anything more is refused (``HostError`` code
+    ``refused``) or clamped; see docs/agents.md."""
     if not isinstance(task, str) or not task.strip():
         raise TypeError("agents.spawn: task is a non-empty str")
     args = {"task": task, "refs": [str(r) for r in (refs or [])]}
