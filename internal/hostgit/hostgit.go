@@ -8,9 +8,9 @@
 //     the file transport;
 //   - command-line configuration (which outranks every file git reads)
 //     switches off hooks, the file-system monitor, the attributes file,
-//     external diff and text conversion, pagers, editors, credential
-//     helpers, signing programs, ssh, alternate-refs commands, automatic
-//     gc and maintenance, and submodule recursion.
+//     pagers, editors, credential helpers, signing programs, ssh, alternate-refs commands, automatic
+//     gc and maintenance, and submodule recursion; every diff, log and
+//     show gets --no-ext-diff --no-textconv.
 //
 // What command-line configuration cannot switch off is the configuration
 // of a repository keyed by a name the attacker picks: filter.<x>.clean,
@@ -76,7 +76,6 @@ var overrides = []string{
 	"core.safecrlf=false",
 	"core.quotepath=false",
 	"credential.helper=",
-	"diff.external=",
 	"diff.noprefix=false",
 	"diff.mnemonicPrefix=false",
 	"diff.relative=false",
@@ -239,6 +238,16 @@ func (g *Git) Args(c Cmd, args ...string) []string {
 		full = append(full, "--git-dir="+gd)
 		if c.WorkTree != "" {
 			full = append(full, "--work-tree="+c.WorkTree)
+		}
+	}
+	if len(args) > 0 {
+		switch args[0] {
+		case "diff", "log", "show":
+			// diff.external and diff.<driver>.textconv name programs by
+			// a driver the repository picks: switched off here, for every
+			// command that could diff, rather than by each caller.
+			full = append(full, args[0], "--no-ext-diff", "--no-textconv")
+			return append(full, args[1:]...)
 		}
 	}
 	return append(full, args...)
