@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -76,6 +77,8 @@ type Config struct {
 	// refusal refuses the spawn with its reason; its priority is recorded
 	// on the child's job. It falls back as for jobs (admitted, priority 0).
 	Plan func(ctx context.Context, session string, in jobs.PlanInput) jobs.Plan
+	// Log, if set, takes what fails where no caller hears of it.
+	Log *slog.Logger
 }
 
 // Agents answers the agents.* host requests and ends children.

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/klbr-dev/klbr/internal/hostgit"
 	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -47,6 +48,9 @@ type Workspaces struct {
 	Exclude []string
 	// Lookup finds a session's recorded place; nil: every session works in Root.
 	Lookup Lookup
+	// Git runs every git of the worktrees (hostgit.New of <data>/hostgit);
+	// nil: git is missing, and a repository gets no worktree.
+	Git *hostgit.Git
 }
 
 // Shared is the root's place.
