@@ -139,8 +139,9 @@ type draftRecord struct {
 	ParentEpoch   int64     `json:"parent_epoch"`
 	ParentRelease string    `json:"parent_release"`
 	CreatedAt     time.Time `json:"created_at"`
-	// Git says the tree is a git working tree whose HEAD is ParentRelease
-	// (false where git is missing: diff and rebase then say so).
+	// Git says the draft can be diffed and rebased (false where git is
+	// missing: diff and rebase then say so). Drafts made before git left
+	// them have a .git in their tree, which nothing reads.
 	Git bool `json:"git"`
 }
 
