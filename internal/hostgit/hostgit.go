@@ -8,9 +8,9 @@
 //     the file transport;
 //   - command-line configuration (which outranks every file git reads)
 //     switches off hooks, the file-system monitor, the attributes file,
-//     pagers, editors, credential helpers, signing programs, ssh, alternate-refs commands, automatic
-//     gc and maintenance, and submodule recursion; every diff, log and
-//     show gets --no-ext-diff --no-textconv.
+//     pagers, editors, credential helpers, signing programs, ssh,
+//     alternate-refs commands, automatic gc and maintenance, and submodule
+//     recursion; every diff, log and show gets --no-ext-diff --no-textconv.
 //
 // What command-line configuration cannot switch off is the configuration
 // of a repository keyed by a name the attacker picks: filter.<x>.clean,
