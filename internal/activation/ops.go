@@ -17,6 +17,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/hostgit"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
 	"github.com/klbr-dev/klbr/internal/worker"
@@ -28,14 +29,24 @@ type Ops struct {
 	svc      *Service
 	drafts   string // <data>/drafts
 	uid, gid int    // owner of new drafts' trees; -1: the daemon's
+	// git runs the drafts' diffs and rebases in scratch repositories of the
+	// host's own (<data>/hostgit), never in a draft; nil: git is missing.
+	git *hostgit.Git
 
 	mu      sync.Mutex       // guards parents
 	parents map[string]int64 // release → parent epoch of the draft it was published from
 }
 
-// NewOps returns the handler; drafts is <data>/drafts.
+// NewOps returns the handler; drafts is <data>/drafts. Its git keeps its
+// state in <data>/hostgit, which no sandbox grant reaches.
 func NewOps(svc *Service, drafts string) *Ops {
-	return &Ops{svc: svc, drafts: drafts, parents: map[string]int64{}, uid: -1, gid: -1}
+	o := &Ops{svc: svc, drafts: drafts, parents: map[string]int64{}, uid: -1, gid: -1}
+	g, err := hostgit.New(filepath.Join(filepath.Dir(drafts), "hostgit"))
+	if err != nil {
+		svc.log.Warn("drafts without git: behavior.diff and behavior.rebase are unavailable", "error", err)
+	}
+	o.git = g
+	return o
 }
 
 // WithOwner makes every new draft's tree belong to uid:gid: the workers' uid, when the
@@ -128,8 +139,9 @@ type draftRecord struct {
 	ParentEpoch   int64     `json:"parent_epoch"`
 	ParentRelease string    `json:"parent_release"`
 	CreatedAt     time.Time `json:"created_at"`
-	// Git says the tree is a git working tree whose HEAD is ParentRelease
-	// (false where git is missing: diff and rebase then say so).
+	// Git says the draft can be diffed and rebased (false where git is
+	// missing: diff and rebase then say so). Drafts made before git left
+	// them have a .git in their tree, which nothing reads.
 	Git bool `json:"git"`
 }
 
@@ -152,14 +164,7 @@ func (o *Ops) draft(ctx context.Context, session string) (any, error) {
 	if err := copyTree(o.svc.releases.Tree(sess.PolicyRevision), rec.Path); err != nil {
 		return nil, fmt.Errorf("draft: %w", err)
 	}
-	switch err := behavior.InitDraft(ctx, rec.Path, sess.PolicyRevision); {
-	case err == nil:
-		rec.Git = true
-	case errors.Is(err, behavior.ErrNoGit):
-		o.svc.log.Warn("draft without git: behavior.diff and behavior.rebase are unavailable", "error", err)
-	default:
-		return nil, fmt.Errorf("draft: %w", err)
-	}
+	rec.Git = o.git != nil
 	if o.uid >= 0 {
 		if err := filepath.WalkDir(rec.Path, func(p string, _ fs.DirEntry, err error) error {
 			if err != nil {
@@ -193,10 +198,33 @@ func (o *Ops) draftArg(args json.RawMessage, op string) (draftRecord, error) {
 		return draftRecord{}, invalid("%s: %v", op, err)
 	}
 	rec, err := o.readDraft(a.Draft)
-	if err == nil && !rec.Git {
-		err = invalid("%s: draft %s is not a git working tree: %v", op, rec.ID, behavior.ErrNoGit)
+	if err == nil && o.git == nil {
+		err = invalid("%s: draft %s cannot be diffed or rebased: %v", op, rec.ID, behavior.ErrNoGit)
+	}
+	if err == nil {
+		// draft.json lies where cells may write: its release is checked,
+		// not trusted as a path.
+		if _, verr := o.svc.releases.Verify(rec.ParentRelease); verr != nil {
+			err = invalid("%s: draft %s names no good parent release: %v", op, rec.ID, verr)
+		}
 	}
 	return rec, err
+}
+
+// openDraft opens draft id's tree as an os.Root: nothing beneath it, a
+// link the cell made included, leads the host outside it, and the tree
+// itself is found beneath <data>/drafts the same way.
+func (o *Ops) openDraft(id string) (*os.Root, error) {
+	drafts, err := os.OpenRoot(o.drafts)
+	if err != nil {
+		return nil, fmt.Errorf("drafts: %w", err)
+	}
+	defer drafts.Close()
+	root, err := drafts.OpenRoot(filepath.Join(id, "tree"))
+	if err != nil {
+		return nil, invalid("draft %s: its tree cannot be opened beneath %s: %v", id, o.drafts, err)
+	}
+	return root, nil
 }
 
 // diff is the draft's diff against the release it is based on.
@@ -205,7 +233,12 @@ func (o *Ops) diff(ctx context.Context, args json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, trunc, err := behavior.DraftDiff(ctx, rec.Path)
+	root, err := o.openDraft(rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	d, trunc, err := behavior.DraftDiff(ctx, o.git, root, o.svc.releases.Tree(rec.ParentRelease))
 	if err != nil {
 		return nil, fmt.Errorf("behavior.diff: %w", err)
 	}
@@ -229,7 +262,15 @@ func (o *Ops) rebase(ctx context.Context, session string, args json.RawMessage) 
 		out["rebased"], out["parent_epoch"], out["conflicts"] = true, rec.ParentEpoch, []behavior.Conflict{}
 		return out, o.writeDraft(rec)
 	}
-	res, err := behavior.Rebase(ctx, rec.Path, o.svc.releases.Tree(rec.ParentRelease), o.svc.releases.Tree(sess.PolicyRevision), sess.PolicyRevision)
+	if _, err := o.svc.releases.Verify(sess.PolicyRevision); err != nil {
+		return nil, fmt.Errorf("behavior.rebase: %w", err)
+	}
+	root, err := o.openDraft(rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	res, err := behavior.Rebase(ctx, o.git, root, o.svc.releases.Tree(rec.ParentRelease), o.svc.releases.Tree(sess.PolicyRevision))
 	if err != nil {
 		return nil, fmt.Errorf("behavior.rebase: %w", err)
 	}
@@ -254,7 +295,12 @@ func (o *Ops) readDraft(id string) (draftRecord, error) {
 	if err != nil {
 		return rec, invalid("no draft %q", id)
 	}
-	return rec, json.Unmarshal(b, &rec)
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, invalid("draft %q: draft.json: %v", id, err)
+	}
+	// Where the draft is follows from its id, not from what the file says.
+	rec.ID, rec.Path = id, filepath.Join(o.drafts, id, "tree")
+	return rec, nil
 }
 
 func (o *Ops) publish(ctx context.Context, session string, args json.RawMessage) (any, error) {
@@ -268,7 +314,12 @@ func (o *Ops) publish(ctx context.Context, session string, args json.RawMessage)
 	if err != nil {
 		return nil, err
 	}
-	m, err := o.svc.releases.Publish(os.DirFS(rec.Path))
+	root, err := o.openDraft(rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	m, err := o.svc.releases.Publish(root.FS())
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -76,6 +77,8 @@ type Config struct {
 	// refusal refuses the spawn with its reason; its priority is recorded
 	// on the child's job. It falls back as for jobs (admitted, priority 0).
 	Plan func(ctx context.Context, session string, in jobs.PlanInput) jobs.Plan
+	// Log, if set, takes what fails where no caller hears of it.
+	Log *slog.Logger
 }
 
 // Agents answers the agents.* host requests and ends children.
@@ -347,8 +350,9 @@ func (a *Agents) place(ctx context.Context, session, mode string) (p *store.Chil
 }
 
 // RemoveWorkspace removes the worktree or copy of child job j, which has
-// ended, and returns it; a git worktree's branch stays (the child's
-// commits are there for the parent to merge). Removing it again is no
+// ended, and returns it; a git repository's branch is brought into the
+// workspace's first and stays there (the child's commits are the parent's
+// to merge). Removing it again is no
 // error. The spec keeps naming it: a finished job's record does not change.
 func (a *Agents) RemoveWorkspace(ctx context.Context, j store.Job) (store.ChildWorkspace, error) {
 	spec, err := store.ChildSpecOf(j)

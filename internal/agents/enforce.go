@@ -53,7 +53,7 @@ func (a *Agents) endTree(ctx context.Context, session string, to store.JobState,
 		return cancelBelow(tx, session, &ended)
 	})
 	if err == nil {
-		a.after(ended)
+		a.after(ctx, ended)
 	}
 	return j, err
 }
@@ -85,8 +85,9 @@ func cancelBelow(tx *store.Tx, parent string, ended *[]endedChild) error {
 	return nil
 }
 
-func (a *Agents) after(ended []endedChild) {
+func (a *Agents) after(ctx context.Context, ended []endedChild) {
 	for _, e := range ended {
+		a.collect(ctx, e)
 		a.ended(e.job)
 		// Every ended child's kernel goes: an ended child runs no more cells
 		// (its session would be stopped if anything woke it), and an idle
@@ -107,7 +108,7 @@ func (a *Agents) Stopped(ctx context.Context, session string) {
 		return cancelBelow(tx, session, &ended)
 	})
 	if err == nil {
-		a.after(ended)
+		a.after(ctx, ended)
 	}
 }
 
@@ -370,4 +371,22 @@ func (a *Agents) sweep() time.Time {
 		}
 	}
 	return next
+}
+
+// collect brings an ended child's branch back into the workspace's
+// repository (workspace.Collect), before its parent hears of the end, so
+// the parent can merge it at once; a failure is logged, and removing the
+// worktree tries again (and keeps it when it fails).
+func (a *Agents) collect(ctx context.Context, e endedChild) {
+	ws := a.cfg.Workspaces
+	if ws == nil {
+		return
+	}
+	p, err := ws.For(ctx, e.session)
+	if err != nil || p.Mode != store.WorkspaceWorktree || p.Kind != "git" || p.GitDir != "" {
+		return
+	}
+	if err := ws.Collect(context.WithoutCancel(ctx), p); err != nil && a.cfg.Log != nil {
+		a.cfg.Log.Warn("child's branch not brought back", "job", e.job, "branch", p.Branch, "error", err)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/klbr-dev/klbr/internal/hostgit"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
 	"github.com/klbr-dev/klbr/internal/worker"
@@ -52,7 +53,11 @@ func BenchmarkSpawnWorkspace(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer st.Close()
-			ws := &workspace.Workspaces{Root: c.root, Dir: filepath.Join(b.TempDir(), "worktrees")}
+			g, err := hostgit.New(filepath.Join(b.TempDir(), "hostgit"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ws := &workspace.Workspaces{Root: c.root, Dir: filepath.Join(b.TempDir(), "worktrees"), Git: g}
 			a := New(Config{Store: st, Workspaces: ws, Limits: store.ChildLimits{MaxDepth: 2, MaxDescendants: 32, MaxConcurrent: 32}})
 			req := worker.Request{Op: "agents.spawn", Args: json.RawMessage(`{"task":"edit the widgets in src/","workspace":"` + c.mode + `"}`)}
 			var ctx context.Context

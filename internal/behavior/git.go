@@ -5,159 +5,68 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
+	"syscall"
+
+	"github.com/klbr-dev/klbr/internal/hostgit"
 )
 
-// Drafts are git working trees: a draft's repository (.git in its tree,
-// which publication skips) has one commit per release it was based on, and
-// its HEAD is the release it is drafted from, so a diff or a three-way
-// rebase is git's. The host runs git; the model never needs to.
+// A draft's diff and rebase are git's, but git never runs in the draft: a
+// draft is cell-writable (its .git/config, hooks, .gitattributes, links),
+// so the host reads the draft's files itself through an os.Root (nothing
+// beneath it leads outside) and hands their contents to git in a scratch
+// repository of its own (hostgit.Scratch, hostgit.Commit), next to the
+// release tree the draft is based on. Nothing in the draft, a .git there
+// included, reaches git.
 
 // MaxDiffBytes bounds a diff the host returns.
 const MaxDiffBytes = 256 << 10
 
-const gitTimeout = 30 * time.Second
-
 // ErrNoGit reports that git cannot be found.
-var ErrNoGit = errors.New("git is not on PATH (drafts are git working trees; install git or, under Nix, use the packaged klbr-core)")
+var ErrNoGit = hostgit.ErrNoGit
 
-func git(ctx context.Context, dir string, env []string, args ...string) ([]byte, error) {
-	bin, err := exec.LookPath("git")
+// DraftDiff is the diff of the files of draft (the draft's tree) against
+// those of base (the release tree it is based on), new files included,
+// bounded by MaxDiffBytes.
+func DraftDiff(ctx context.Context, g *hostgit.Git, draft *os.Root, base string) (diff string, truncated bool, err error) {
+	ours, err := readRoot(draft)
 	if err != nil {
-		return nil, ErrNoGit
+		return "", false, fmt.Errorf("read the draft: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
-	defer cancel()
-	// The tree may belong to the workers' uid: the host reads it anyway.
-	cmd := exec.CommandContext(ctx, bin, append([]string{"-c", "safe.directory=*", "-c", "core.autocrlf=false",
-		"-c", "core.quotepath=false", "-c", "diff.noprefix=false"}, args...)...)
-	cmd.Dir = dir
-	cmd.Env = append([]string{"HOME=" + os.TempDir(), "LANG=C.UTF-8", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
-		"GIT_AUTHOR_NAME=klbr", "GIT_AUTHOR_EMAIL=klbr@localhost", "GIT_COMMITTER_NAME=klbr", "GIT_COMMITTER_EMAIL=klbr@localhost",
-		"PATH=" + os.Getenv("PATH")}, env...)
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &limited{b: &out, n: MaxDiffBytes + 1}, &limited{b: &stderr, n: 8 << 10}
-	err = cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return out.Bytes(), &gitError{op: args[0], code: ee.ExitCode(), stderr: strings.TrimSpace(stderr.String())}
-	}
+	theirs, err := readDir(base)
 	if err != nil {
-		return out.Bytes(), fmt.Errorf("git %s: %w", args[0], err)
+		return "", false, err
 	}
-	return out.Bytes(), nil
-}
-
-// gitError is git exiting with a status other than 0.
-type gitError struct {
-	op     string
-	code   int
-	stderr string
-}
-
-func (e *gitError) Error() string {
-	return fmt.Sprintf("git %s: exit status %d: %s", e.op, e.code, e.stderr)
-}
-
-// exitCode is err's git exit status, or -1.
-func exitCode(err error) int {
-	var ge *gitError
-	if errors.As(err, &ge) {
-		return ge.code
-	}
-	return -1
-}
-
-// limited keeps the first n bytes written to it and drops the rest.
-type limited struct {
-	b *bytes.Buffer
-	n int
-}
-
-func (l *limited) Write(p []byte) (int, error) {
-	if room := l.n - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-// withIndex runs fn with a scratch index file, so the draft's own index is
-// never touched by the host.
-func withIndex(fn func(env []string) error) error {
-	f, err := os.CreateTemp("", "klbr-index-")
+	repo, done, err := g.Scratch(ctx)
 	if err != nil {
-		return err
+		return "", false, err
 	}
-	name := f.Name()
-	f.Close()
-	os.Remove(name) // git wants to create it
-	defer os.Remove(name)
-	return fn([]string{"GIT_INDEX_FILE=" + name})
-}
-
-// commitTree commits the files of dir (a release tree) into the repository
-// of repo as a child of parent ("" for none) and returns the commit.
-func commitTree(ctx context.Context, repo, dir, parent, message string) (string, error) {
-	var commit string
-	err := withIndex(func(env []string) error {
-		gd := []string{"--git-dir=" + filepath.Join(repo, ".git"), "--work-tree=" + dir}
-		if _, err := git(ctx, repo, env, append(gd, "add", "-A")...); err != nil {
-			return err
-		}
-		tree, err := git(ctx, repo, env, append(gd, "write-tree")...)
-		if err != nil {
-			return err
-		}
-		args := []string{"commit-tree", strings.TrimSpace(string(tree)), "-m", message}
-		if parent != "" {
-			args = append(args, "-p", parent)
-		}
-		out, err := git(ctx, repo, env, append(gd, args...)...)
-		commit = strings.TrimSpace(string(out))
-		return err
-	})
-	return commit, err
-}
-
-// InitDraft makes tree (a fresh copy of release's files) a git working tree
-// whose HEAD commit is release.
-func InitDraft(ctx context.Context, tree, release string) error {
-	if _, err := git(ctx, tree, nil, "init", "-q", "-b", "draft"); err != nil {
-		return err
-	}
-	commit, err := commitTree(ctx, tree, tree, "", "release "+release)
+	defer done()
+	c, err := g.Commit(ctx, repo, map[string][]hostgit.File{"base": files(theirs), "draft": files(ours)})
 	if err != nil {
-		return err
+		return "", false, err
 	}
-	if _, err := git(ctx, tree, nil, "update-ref", "HEAD", commit); err != nil {
-		return err
+	out, err := g.Run(ctx, hostgit.Cmd{GitDir: repo, MaxOut: MaxDiffBytes + 1}, "diff", "--no-color", "--no-ext-diff", "--no-textconv",
+		"--src-prefix=a/", "--dst-prefix=b/", c["base"], c["draft"])
+	if err != nil {
+		return "", false, err
 	}
-	_, err = git(ctx, tree, nil, "read-tree", "HEAD")
-	return err
+	diff, truncated = bound(string(out))
+	return diff, truncated, nil
 }
 
-// DraftDiff is the diff of a draft's files against its HEAD (the release
-// it is based on), new files included, bounded by MaxDiffBytes.
-func DraftDiff(ctx context.Context, tree string) (diff string, truncated bool, err error) {
-	err = withIndex(func(env []string) error {
-		if _, err := git(ctx, tree, env, "read-tree", "HEAD"); err != nil {
-			return err
-		}
-		if _, err := git(ctx, tree, env, "add", "-A"); err != nil {
-			return err
-		}
-		out, err := git(ctx, tree, env, "diff", "--cached", "--no-color", "--no-ext-diff", "HEAD")
-		diff = string(out)
-		return err
-	})
-	diff, truncated = bound(diff)
-	return diff, truncated, err
+func files(m map[string][]byte) []hostgit.File {
+	out := make([]hostgit.File, 0, len(m))
+	for p, b := range m {
+		out = append(out, hostgit.File{Path: p, Data: b})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
 }
 
 func bound(s string) (string, bool) {
@@ -168,16 +77,22 @@ func bound(s string) (string, bool) {
 }
 
 // Diff is the diff from release a's tree to release b's, with paths
-// relative to the trees, bounded by MaxDiffBytes.
+// relative to the trees, bounded by MaxDiffBytes. The trees are the
+// host's (immutable releases); git runs in no repository of theirs, with
+// its state in <data>/hostgit.
 func (r *Releases) Diff(ctx context.Context, a, b string) (string, bool, error) {
 	for _, id := range []string{a, b} {
 		if _, err := r.Verify(id); err != nil {
 			return "", false, err
 		}
 	}
-	out, err := git(ctx, r.dir, nil, "diff", "--no-index", "--no-color", "--no-ext-diff",
+	g, err := hostgit.New(filepath.Join(filepath.Dir(r.dir), "hostgit"))
+	if err != nil {
+		return "", false, err
+	}
+	out, err := g.Run(ctx, hostgit.Cmd{Dir: r.dir, MaxOut: MaxDiffBytes + 1}, "diff", "--no-index", "--no-color", "--no-ext-diff", "--no-textconv",
 		"--src-prefix=a/", "--dst-prefix=b/", filepath.Join(a, "tree"), filepath.Join(b, "tree"))
-	if err != nil && exitCode(err) != 1 { // 1: the trees differ
+	if err != nil && hostgit.ExitCode(err) != 1 { // 1: the trees differ
 		return "", false, err
 	}
 	s := strings.ReplaceAll(string(out), "a/"+a+"/tree/", "a/")
@@ -201,22 +116,29 @@ type RebaseResult struct {
 	Conflicts []Conflict `json:"conflicts"`
 }
 
-// Rebase brings the draft tree, based on the release tree base, onto the
+// Rebase brings the draft, based on the release tree base, onto the
 // release tree onto, three-way, file by file: a file only the new release
 // changed is taken, one only the draft changed is kept, one both changed is
 // merged by git merge-file. When any file conflicts, nothing is written and
-// every conflict is reported. On success the draft's HEAD becomes a commit
-// of onto (child of the old HEAD), labelled newRelease.
-func Rebase(ctx context.Context, tree, base, onto, newRelease string) (RebaseResult, error) {
+// every conflict is reported. The draft is read and written through its
+// os.Root only; the caller records onto as the draft's new base.
+func Rebase(ctx context.Context, g *hostgit.Git, draft *os.Root, base, onto string) (RebaseResult, error) {
 	res := RebaseResult{Taken: []string{}, Merged: []string{}, Conflicts: []Conflict{}}
 	files := map[string]bool{}
 	read := map[string]map[string][]byte{}
-	for name, dir := range map[string]string{"base": base, "ours": tree, "theirs": onto} {
-		m, err := readFiles(dir)
+	for name, dir := range map[string]string{"base": base, "theirs": onto} {
+		m, err := readDir(dir)
 		if err != nil {
 			return res, err
 		}
 		read[name] = m
+	}
+	ours, err := readRoot(draft)
+	if err != nil {
+		return res, fmt.Errorf("read the draft: %w", err)
+	}
+	read["ours"] = ours
+	for _, m := range read {
 		for p := range m {
 			files[p] = true
 		}
@@ -245,7 +167,7 @@ func Rebase(ctx context.Context, tree, base, onto, newRelease string) (RebaseRes
 		case !bok || !ook || !tok:
 			res.Conflicts = append(res.Conflicts, Conflict{Path: p, Reason: presence(bok, ook, tok)})
 		default:
-			merged, clean, err := mergeFile(ctx, o, b, t)
+			merged, clean, err := mergeFile(ctx, g, o, b, t)
 			if err != nil {
 				return res, err
 			}
@@ -261,37 +183,43 @@ func Rebase(ctx context.Context, tree, base, onto, newRelease string) (RebaseRes
 		return res, nil
 	}
 	for p, b := range writes {
-		dst := filepath.Join(tree, filepath.FromSlash(p))
+		name := filepath.FromSlash(p)
 		if b == nil {
-			if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := draft.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return res, err
 			}
 			continue
 		}
 		mode := os.FileMode(0o644)
-		if fi, err := os.Stat(dst); err == nil {
+		if fi, err := draft.Lstat(name); err == nil && fi.Mode().IsRegular() {
 			mode = fi.Mode().Perm()
 		}
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		if err := draft.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 			return res, err
 		}
-		if err := os.WriteFile(dst, b, mode); err != nil {
+		// Replace, never write through: a link the cell put there is
+		// removed, not followed.
+		if err := draft.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return res, err
+		}
+		if err := writeNew(draft, name, b, mode); err != nil {
 			return res, err
 		}
 	}
-	head, err := git(ctx, tree, nil, "rev-parse", "HEAD")
+	return res, nil
+}
+
+// writeNew creates name beneath root (it must not exist) with b.
+func writeNew(root *os.Root, name string, b []byte, mode os.FileMode) error {
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
-		return res, err
+		return err
 	}
-	commit, err := commitTree(ctx, tree, onto, strings.TrimSpace(string(head)), "release "+newRelease)
-	if err != nil {
-		return res, err
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
 	}
-	if _, err := git(ctx, tree, nil, "update-ref", "HEAD", commit); err != nil {
-		return res, err
-	}
-	_, err = git(ctx, tree, nil, "read-tree", "HEAD")
-	return res, err
+	return f.Close()
 }
 
 func presence(base, ours, theirs bool) string {
@@ -305,20 +233,21 @@ func presence(base, ours, theirs bool) string {
 	}
 }
 
-// mergeFile merges ours and theirs over base with git merge-file.
-func mergeFile(ctx context.Context, ours, base, theirs []byte) (string, bool, error) {
-	dir, err := os.MkdirTemp("", "klbr-merge-")
+// mergeFile merges ours and theirs over base with git merge-file, on
+// copies in the host's own directory.
+func mergeFile(ctx context.Context, g *hostgit.Git, ours, base, theirs []byte) (string, bool, error) {
+	dir, done, err := g.TempDir()
 	if err != nil {
 		return "", false, err
 	}
-	defer os.RemoveAll(dir)
+	defer done()
 	for name, b := range map[string][]byte{"draft": ours, "base": base, "release": theirs} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			return "", false, err
 		}
 	}
-	out, err := git(ctx, dir, nil, "merge-file", "-p", "-L", "draft", "-L", "base", "-L", "release", "draft", "base", "release")
-	switch code := exitCode(err); {
+	out, err := g.Run(ctx, hostgit.Cmd{Dir: dir}, "merge-file", "-p", "-L", "draft", "-L", "base", "-L", "release", "draft", "base", "release")
+	switch code := hostgit.ExitCode(err); {
 	case err == nil:
 		return string(out), true, nil
 	case code > 0 && code < 128: // the number of conflicts
@@ -328,12 +257,25 @@ func mergeFile(ctx context.Context, ours, base, theirs []byte) (string, bool, er
 	}
 }
 
-// readFiles reads a tree's regular files by slash path (not .git, not
-// bytecode), bounded as a release.
-func readFiles(dir string) (map[string][]byte, error) {
+// readDir reads a host-owned tree (a release's) as readRoot does.
+func readDir(dir string) (map[string][]byte, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	return readRoot(root)
+}
+
+// readRoot reads a tree's regular files by slash path (not .git, not
+// bytecode), bounded as a release, through root: an entry that is a link
+// is skipped, and one swapped for a link while it is read cannot lead
+// outside root.
+func readRoot(root *os.Root) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	var total int
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	fsys := root.FS()
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -343,7 +285,7 @@ func readFiles(dir string) (map[string][]byte, error) {
 		if !d.Type().IsRegular() {
 			return nil
 		}
-		b, err := readBounded(p)
+		b, err := readRootFile(root, p)
 		if err != nil {
 			return err
 		}
@@ -351,9 +293,32 @@ func readFiles(dir string) (map[string][]byte, error) {
 		if total > MaxTreeBytes || len(out) >= MaxTreeFiles {
 			return fmt.Errorf("%w: the tree is over %d bytes or %d files", ErrInvalidTree, MaxTreeBytes, MaxTreeFiles)
 		}
-		rel, _ := filepath.Rel(dir, p)
-		out[filepath.ToSlash(rel)] = b
+		out[p] = b
 		return nil
 	})
 	return out, err
+}
+
+func readRootFile(root *os.Root, p string) ([]byte, error) {
+	// Non-blocking: an entry swapped for a FIFO must not hold the host.
+	f, err := root.OpenFile(filepath.FromSlash(p), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrInvalidTree, p)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxFileBytes {
+		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrInvalidTree, p, MaxFileBytes)
+	}
+	return b, nil
 }

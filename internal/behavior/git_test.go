@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/klbr-dev/klbr/internal/citest"
+	"github.com/klbr-dev/klbr/internal/hostgit"
 )
 
 func needGit(t *testing.T) {
@@ -38,7 +39,7 @@ func publishFiles(t *testing.T, r *Releases, files map[string]string) string {
 	return m.ID
 }
 
-func copyDraft(t *testing.T, r *Releases, id string) string {
+func copyDraft(t *testing.T, r *Releases, id string) (string, *os.Root) {
 	t.Helper()
 	tree := filepath.Join(t.TempDir(), "tree")
 	if err := os.CopyFS(tree, os.DirFS(r.Tree(id))); err != nil {
@@ -47,27 +48,36 @@ func copyDraft(t *testing.T, r *Releases, id string) string {
 	filepath.WalkDir(tree, func(p string, d os.DirEntry, err error) error {
 		return os.Chmod(p, map[bool]os.FileMode{true: 0o755, false: 0o644}[d.IsDir()])
 	})
-	if err := InitDraft(context.Background(), tree, id); err != nil {
+	root, err := os.OpenRoot(tree)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return tree
+	t.Cleanup(func() { root.Close() })
+	return tree, root
+}
+
+func hostGit(t testing.TB) *hostgit.Git {
+	t.Helper()
+	g, err := hostgit.New(filepath.Join(t.TempDir(), "hostgit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
 
 const three = "one\ntwo\nthree\nfour\nfive\nsix\nseven\n"
 
-// A draft is a git working tree on its release: its diff; a stale draft
+// A draft is diffed against its release; a stale draft
 // rebased cleanly (three-way); one with a conflict reported, nothing changed.
 func TestDraftDiffAndRebase(t *testing.T) {
 	needGit(t)
 	ctx := context.Background()
 	r, _ := Open(t.TempDir())
 	base := publishFiles(t, r, map[string]string{"soul.md": "# soul\n", "instructions.md": three, "notes.md": "keep\n"})
-	tree := copyDraft(t, r, base)
-	if out, err := exec.Command("git", "-C", tree, "-c", "safe.directory=*", "log", "--format=%s").Output(); err != nil || strings.TrimSpace(string(out)) != "release "+base {
-		t.Fatalf("the draft's HEAD is not its release: %q %v", out, err)
-	}
+	tree, root := copyDraft(t, r, base)
+	g := hostGit(t)
 	writeFilesAt(t, tree, map[string]string{"instructions.md": strings.Replace(three, "two", "TWO (draft)", 1), "klbr_skills/new.py": "x = 1\n"})
-	diff, trunc, err := DraftDiff(ctx, tree)
+	diff, trunc, err := DraftDiff(ctx, g, root, r.Tree(base))
 	if err != nil || trunc || !strings.Contains(diff, "+TWO (draft)") || !strings.Contains(diff, "-two") || !strings.Contains(diff, "b/klbr_skills/new.py") {
 		t.Fatalf("draft diff (%v, truncated %v):\n%s", err, trunc, diff)
 	}
@@ -81,7 +91,7 @@ func TestDraftDiffAndRebase(t *testing.T) {
 	if err != nil || !strings.Contains(rd, "+SIX (release)") || !strings.Contains(rd, "a/notes.md") || strings.Contains(rd, "/tree/") {
 		t.Fatalf("release diff (%v):\n%s", err, rd)
 	}
-	res, err := Rebase(ctx, tree, r.Tree(base), r.Tree(newer), newer)
+	res, err := Rebase(ctx, g, root, r.Tree(base), r.Tree(newer))
 	if err != nil || len(res.Conflicts) != 0 {
 		t.Fatalf("rebase: %+v %v", res, err)
 	}
@@ -92,7 +102,7 @@ func TestDraftDiffAndRebase(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(tree, "notes.md")); string(b) != "kept, edited\n" {
 		t.Fatalf("the release's change was not taken: %q", b)
 	}
-	diff, _, _ = DraftDiff(ctx, tree)
+	diff, _, _ = DraftDiff(ctx, g, root, r.Tree(newer))
 	if strings.Contains(diff, "SIX") || !strings.Contains(diff, "TWO (draft)") {
 		t.Fatalf("after the rebase the draft's diff is against the new release:\n%s", diff)
 	}
@@ -100,7 +110,7 @@ func TestDraftDiffAndRebase(t *testing.T) {
 	// A conflict: both change the same line. Reported; nothing changed.
 	newest := publishFiles(t, r, map[string]string{"soul.md": "# soul\n", "instructions.md": strings.Replace(strings.Replace(three, "six", "SIX (release)", 1), "two", "2 (release)", 1), "notes.md": "kept, edited\n"})
 	before, _ := os.ReadFile(filepath.Join(tree, "instructions.md"))
-	res, err = Rebase(ctx, tree, r.Tree(newer), r.Tree(newest), newest)
+	res, err = Rebase(ctx, g, root, r.Tree(newer), r.Tree(newest))
 	if err != nil || len(res.Conflicts) != 1 || res.Conflicts[0].Path != "instructions.md" || !strings.Contains(res.Conflicts[0].Merged, "<<<<<<< draft") {
 		t.Fatalf("conflict: %+v %v", res, err)
 	}

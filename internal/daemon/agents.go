@@ -24,7 +24,7 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 	}
 	bench := d.bench
 	acfg := agents.Config{Store: d.store, Jobs: d.jobs, Clock: d.clock, Tree: tree, Workspaces: d.bench.Config().Workspaces,
-		GrantRef: d.history(cfg).GrantRef,
+		GrantRef: d.history(cfg).GrantRef, Log: d.log.With("component", "agents"),
 		Limits: store.ChildLimits{MaxDepth: l.MaxDepth, MaxDescendants: l.MaxDescendants, MaxConcurrent: l.MaxConcurrent,
 			MaxTreeTokens: l.MaxTreeTokens},
 		MaxChildWall: time.Duration(l.MaxChildWallSeconds) * time.Second,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/hostgit"
 	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/sandbox"
@@ -99,8 +100,11 @@ func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sess
 // a child where its spawn recorded (its job's spec), with worktrees and
 // copies under <data>/worktrees.
 func newWorkspaces(cfg *config.Config, st *store.Store, sb kernel.Sandbox) *workspace.Workspaces {
+	// git's state lies in the data directory, outside every sandbox grant;
+	// without git (nil) a repository gets no worktree, and says why.
+	g, _ := hostgit.New(filepath.Join(cfg.Paths.DataDir, "hostgit"))
 	return &workspace.Workspaces{
-		Root: cfg.Paths.Workspace, Dir: filepath.Join(cfg.Paths.DataDir, "worktrees"), Sandbox: sb,
+		Root: cfg.Paths.Workspace, Dir: filepath.Join(cfg.Paths.DataDir, "worktrees"), Sandbox: sb, Git: g,
 		Exclude: []string{cfg.Paths.DataDir},
 		Lookup: func(ctx context.Context, session string) (*workspace.Place, error) {
 			if !strings.HasPrefix(session, "child-") {

@@ -128,6 +128,9 @@ func backupInto(ctx context.Context, o BackupOptions, dest string) (BackupResult
 			if err := ctx.Err(); err != nil {
 				return err
 			}
+			if d.IsDir() && tree == "drafts" && d.Name() == ".git" {
+				return fs.SkipDir // the cell's (see draftGit)
+			}
 			if d.IsDir() || !(d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0) {
 				return nil
 			}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -172,6 +173,7 @@ func slicesContain(ss []string, s string) bool {
 
 func writeFile(t *testing.T, p, s string) {
 	t.Helper()
+	os.MkdirAll(filepath.Dir(p), 0o700)
 	if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -307,3 +309,57 @@ func TestCheckFindings(t *testing.T) {
 }
 
 func setupInit(dir string) (setup.Result, error) { return setup.Init(context.Background(), dir) }
+
+// A draft's .git is the cell's: hooks and config a cell wrote there are
+// neither backed up nor restored (from an older backup that holds them).
+func TestRestoreLeavesOutDraftsGit(t *testing.T) {
+	src := newDataDir(t)
+	tree := filepath.Join(src, "drafts", "d1", "tree")
+	writeFile(t, filepath.Join(tree, "soul.md"), "# soul\n")
+	writeFile(t, filepath.Join(tree, ".git", "hooks", "post-commit"), "#!/bin/sh\ntouch /tmp/pwned\n")
+	writeFile(t, filepath.Join(tree, ".git", "config"), "[core]\n\tfsmonitor = /tmp/evil\n")
+	writeFile(t, filepath.Join(tree, "sub", ".git", "hooks", "pre-commit"), "#!/bin/sh\n")
+	dest := filepath.Join(t.TempDir(), "b")
+	if _, err := Backup(context.Background(), BackupOptions{DataDir: src}, dest); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ReadManifest(dest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range m.Files {
+		if strings.Contains(f.Path, "/.git/") {
+			t.Errorf("the backup holds %s", f.Path)
+		}
+	}
+	// An older backup held them: restore leaves them out.
+	held := map[string]bool{}
+	for _, f := range m.Files {
+		held[f.Path] = true
+	}
+	for _, rel := range []string{"drafts/d1/tree/.git/hooks/post-commit", "drafts/d1/tree/.git/config", "drafts/d1/tree/sub/.git/hooks/pre-commit"} {
+		if held[rel] {
+			continue
+		}
+		body := []byte("#!/bin/sh\ntouch /tmp/pwned\n")
+		writeFile(t, filepath.Join(dest, filepath.FromSlash(rel)), string(body))
+		sum := sha256.Sum256(body)
+		m.Files = append(m.Files, File{Path: rel, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(body)), Mode: 0o755})
+	}
+	mb, _ := json.MarshalIndent(m, "", "  ")
+	if err := os.WriteFile(filepath.Join(dest, ManifestName), mb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "r")
+	if _, err := Restore(context.Background(), dest, target); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(target, "drafts", "d1", "tree", "soul.md")); err != nil || string(b) != "# soul\n" {
+		t.Fatalf("the draft was not restored: %q %v", b, err)
+	}
+	for _, p := range []string{"drafts/d1/tree/.git", "drafts/d1/tree/sub/.git"} {
+		if _, err := os.Lstat(filepath.Join(target, filepath.FromSlash(p))); err == nil {
+			t.Errorf("restore wrote %s", p)
+		}
+	}
+}

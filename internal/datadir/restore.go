@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/klbr-dev/klbr/internal/setup"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -27,6 +29,9 @@ type RestoreResult struct {
 	Migrated     int    `json:"migrated_to,omitempty"` // this binary's, when it migrated forward
 	CreatedToken bool   `json:"created_token"`         // the backup had no operator token: a new one was made
 	ConfigFile   string `json:"config_file,omitempty"` // where the backup's klbr.toml went
+	// DraftGitLeftOut counts the files of drafts' .git directories the
+	// backup held (an older klbr's) and restore left out (see draftGit).
+	DraftGitLeftOut int `json:"draft_git_left_out,omitempty"`
 }
 
 // Restore copies the backup at src into dataDir, which must be absent or
@@ -56,6 +61,10 @@ func Restore(ctx context.Context, src, dataDir string) (RestoreResult, error) {
 		return res, fmt.Errorf("restore: %w (nothing was kept)", err)
 	}
 	for _, f := range m.Files {
+		if draftGit(f.Path) {
+			res.DraftGitLeftOut++
+			continue
+		}
 		res.Files++
 		res.Bytes += f.Size
 		if f.Path == "klbr.toml" {
@@ -96,8 +105,21 @@ func refuseLive(ctx context.Context, dir string) error {
 	return nil
 }
 
+// draftGit reports whether rel (a slash path of a backup) lies in a .git
+// directory of a draft. A draft is cell-writable, so its .git holds what a
+// cell put there (hooks, config naming programs); the host never runs git
+// in a draft (behavior.DraftDiff reads the files itself), so nothing of it
+// is backed up or restored: no git anyone runs there later inherits it.
+func draftGit(rel string) bool {
+	parts := strings.Split(rel, "/")
+	return len(parts) > 1 && parts[0] == "drafts" && slices.Contains(parts[1:len(parts)-1], ".git")
+}
+
 func restoreFiles(m Manifest, src, dst string) error {
 	for _, f := range m.Files {
+		if draftGit(f.Path) {
+			continue
+		}
 		from := filepath.Join(src, filepath.FromSlash(f.Path))
 		to := filepath.Join(dst, filepath.FromSlash(f.Path))
 		if f.Link != "" {

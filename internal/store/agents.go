@@ -77,9 +77,11 @@ const (
 type ChildWorkspace struct {
 	Mode string `json:"mode"` // shared, worktree or read_only
 	Dir  string `json:"dir"`  // its working directory
-	// A worktree's: Kind "git" (a git worktree on Branch from commit Base,
-	// sharing the repository GitDir) or "copy" (of a directory that is no
-	// repository); Root is the directory it was made from.
+	// A worktree's: Kind "git" (a repository of its own the host made, on
+	// Branch from commit Base; GitDir is set only for a git worktree sharing
+	// the workspace's repository, as spawns made before that) or "copy" (of
+	// a directory that is no repository); Root is the directory it was made
+	// from.
 	Kind   string `json:"kind,omitempty"`
 	Branch string `json:"branch,omitempty"`
 	Base   string `json:"base,omitempty"`
@@ -101,7 +103,7 @@ func ChildWorkspaceText(w *ChildWorkspace) string {
 	switch w.Mode {
 	case WorkspaceWorktree:
 		if w.Kind == "git" {
-			fmt.Fprintf(&b, "\n\nYour workspace is a git worktree of its own, %s, on branch %s (from %s): edit and commit there; your parent merges the branch. Other children do not see your edits, nor you theirs.", w.Dir, w.Branch, short(w.Base))
+			fmt.Fprintf(&b, "\n\nYour workspace is a git repository of its own, %s, on branch %s (from %s): edit and commit there; when you end, your branch is brought into your parent's repository for it to merge. Other children do not see your edits, nor you theirs.", w.Dir, w.Branch, short(w.Base))
 		} else {
 			fmt.Fprintf(&b, "\n\nYour workspace is a copy of its own, %s, of %s (no git repository): your parent reads your changes there.", w.Dir, w.Root)
 		}

@@ -13,7 +13,7 @@ func TestChildWorkspaceText(t *testing.T) {
 	}{
 		{nil, nil},
 		{&ChildWorkspace{Mode: WorkspaceShared, Dir: "/ws"}, []string{"/ws, is shared with your parent", "edits are theirs at once"}},
-		{&ChildWorkspace{Mode: WorkspaceWorktree, Kind: "git", Dir: "/d/w/x", Branch: "klbr/x", Base: "0123456789abcdef"}, []string{"git worktree of its own, /d/w/x, on branch klbr/x (from 0123456789ab)"}},
+		{&ChildWorkspace{Mode: WorkspaceWorktree, Kind: "git", Dir: "/d/w/x", Branch: "klbr/x", Base: "0123456789abcdef"}, []string{"git repository of its own, /d/w/x, on branch klbr/x (from 0123456789ab)"}},
 		{&ChildWorkspace{Mode: WorkspaceWorktree, Kind: "copy", Dir: "/d/w/x", Root: "/ws"}, []string{"a copy of its own, /d/w/x, of /ws"}},
 		{&ChildWorkspace{Mode: WorkspaceReadOnly, Dir: "/ws", ReadOnly: true, Enforced: "NOT enforced: landlock: disabled"}, []string{"READ-ONLY to you", "Enforced: NOT enforced: landlock: disabled."}},
 	} {

@@ -1,7 +1,6 @@
 package workspace
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,13 +9,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
-	"time"
 
+	"github.com/klbr-dev/klbr/internal/hostgit"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
@@ -32,22 +30,21 @@ var DefaultLimits = Limits{MaxFiles: 20000, MaxBytes: 256 << 20}
 // ErrTooLarge refuses a copy over its limits.
 var ErrTooLarge = errors.New("the workspace is too large to copy")
 
-// gitTimeout bounds each git command of a worktree's making.
-const gitTimeout = 2 * time.Minute
-
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9-]+`)
 
-// Make makes a place of its own from from: a git worktree of the
-// repository from.Dir lies in, on a new branch klbr/<name> at from's HEAD,
-// when from.Dir is in a git work tree; a copy of from.Dir otherwise,
-// refused over w.Limits. Its directory is <w.Dir>/<name>, name from hint
-// and a random suffix. Uncommitted changes of from are not in a worktree
-// (it starts at HEAD). Nothing is left behind when it fails.
+// Make makes a place of its own from from: when from.Dir is in a git work
+// tree, a repository of the child's own, made by the host, holding from's
+// HEAD on a new branch klbr/<name> and checked out there; a copy of
+// from.Dir otherwise, refused over w.Limits. Its directory is
+// <w.Dir>/<name>, name from hint and a random suffix. Uncommitted changes
+// of from are not in it (it starts at HEAD). Nothing is left behind when
+// it fails.
 //
-// git runs here, outside the worker sandbox, on a repository cells may
-// write: so hooks and the file-system monitor are switched off, and a
-// repository that configures a checkout filter (filter.<driver>.smudge,
-// .process) is refused rather than have klbr-core run the filter.
+// The child's repository shares nothing writable with the workspace's: a
+// git worktree would (its hooks, config and refs live in the workspace's
+// .git), so what a child wrote there would run when the owner later ran
+// git in the workspace. The host brings the child's branch back (Collect)
+// with a fetch, which runs nothing of the child's repository.
 func (w *Workspaces) Make(ctx context.Context, from Place, hint string) (Place, error) {
 	if from.ReadOnly {
 		return Place{}, errors.New("a read-only workspace gets no worktree: making one writes the repository it lies in")
@@ -110,7 +107,7 @@ func (w *Workspaces) reserve(hint string) (name, top string, err error) {
 // on the PATH, a directory with a .git on its way up is refused rather
 // than copied as if it were no repository.
 func (w *Workspaces) inRepository(ctx context.Context, dir string) (bool, error) {
-	if _, err := exec.LookPath("git"); err != nil {
+	if w.Git == nil {
 		for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
 			if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
 				return false, fmt.Errorf("%s lies in a git repository (%s), but git is not on klbr-core's PATH: install it, or spawn with workspace=\"shared\" or \"read_only\"", dir, filepath.Join(d, ".git"))
@@ -120,34 +117,83 @@ func (w *Workspaces) inRepository(ctx context.Context, dir string) (bool, error)
 			}
 		}
 	}
-	out, err := git(ctx, dir, "rev-parse", "--is-inside-work-tree")
-	return err == nil && strings.TrimSpace(out) == "true", nil
+	out, err := w.inWorkspace(ctx, dir, "rev-parse", "--is-inside-work-tree")
+	return err == nil && out == "true", nil
 }
 
 func (w *Workspaces) worktree(ctx context.Context, from Place, name, top string) (Place, error) {
-	prefix, err := git(ctx, from.Dir, "rev-parse", "--show-prefix")
+	prefix, err := w.inWorkspace(ctx, from.Dir, "rev-parse", "--show-prefix")
 	if err != nil {
 		return Place{}, err
 	}
-	common, err := git(ctx, from.Dir, "rev-parse", "--path-format=absolute", "--git-common-dir")
+	source, err := w.inWorkspace(ctx, from.Dir, "rev-parse", "--show-toplevel")
 	if err != nil {
 		return Place{}, err
 	}
-	base, err := git(ctx, from.Dir, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
-	if err != nil {
+	if _, err := w.inWorkspace(ctx, from.Dir, "rev-parse", "--verify", "--quiet", "HEAD^{commit}"); err != nil {
 		return Place{}, fmt.Errorf("the repository of %s has no commit yet (HEAD is unborn): commit once, or spawn with workspace=\"shared\"", from.Dir)
 	}
-	// A checkout filter would run in klbr-core, outside the sandbox.
-	if out, _ := git(ctx, from.Dir, "config", "--get-regexp", `^filter\..*\.(smudge|process)$`); strings.TrimSpace(out) != "" {
-		return Place{}, fmt.Errorf("the repository of %s configures a checkout filter (%s): klbr does not run it outside the sandbox; spawn with workspace=\"shared\" or \"read_only\"",
-			from.Dir, strings.Fields(out)[0])
-	}
-	base, branch := strings.TrimSpace(base), "klbr/"+name
-	if _, err := git(ctx, from.Dir, "worktree", "add", "--quiet", "-b", branch, top, base); err != nil {
+	branch := "klbr/" + name
+	// A repository the host makes: its config is git init's, in the host's
+	// environment; no hook, filter or monitor of the workspace's comes with
+	// the objects. The fetch runs upload-pack in the workspace's repository,
+	// which runs nothing of it (see hostgit).
+	if _, err := w.Git.Run(ctx, hostgit.Cmd{Dir: w.Dir, Discover: true}, "init", "--quiet", "--template=", "-b", branch, top); err != nil {
 		return Place{}, err
 	}
-	return Place{Mode: store.WorkspaceWorktree, Kind: "git", Dir: filepath.Join(top, filepath.FromSlash(strings.TrimSpace(prefix))),
-		Branch: branch, Base: base, GitDir: filepath.Clean(strings.TrimSpace(common)), Root: from.Dir}, nil
+	gd := filepath.Join(top, ".git")
+	if _, err := w.Git.Run(ctx, hostgit.Cmd{GitDir: gd}, "fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head",
+		"--update-head-ok", source, "HEAD:refs/heads/"+branch); err != nil {
+		return Place{}, fmt.Errorf("bring the workspace's HEAD into the child's repository: %w", err)
+	}
+	base, err := w.Git.Run(ctx, hostgit.Cmd{GitDir: gd}, "rev-parse", "--verify", "refs/heads/"+branch)
+	if err != nil {
+		return Place{}, err
+	}
+	// The files come from the host's repository: a .gitattributes among
+	// them names drivers its config does not define, so none runs.
+	if _, err := w.Git.Run(ctx, hostgit.Cmd{GitDir: gd, WorkTree: top, Dir: top}, "reset", "--quiet", "--hard"); err != nil {
+		return Place{}, err
+	}
+	return Place{Mode: store.WorkspaceWorktree, Kind: "git", Dir: filepath.Join(top, filepath.FromSlash(prefix)),
+		Branch: branch, Base: strings.TrimSpace(string(base)), Root: from.Dir}, nil
+}
+
+// Collect brings the branch of p, a child's repository, into the
+// repository of the workspace p was made from, as refs/heads/<branch>
+// (forced: the child may have rewritten it): the parent merges it from
+// there. The fetch runs upload-pack in the child's repository, which
+// honours no hook and no program from a repository's own config, and
+// fetches into the workspace's without checking anything out.
+func (w *Workspaces) Collect(ctx context.Context, p Place) error {
+	if p.Mode != store.WorkspaceWorktree || p.Kind != "git" || p.Root == "" || p.Branch == "" {
+		return fmt.Errorf("%s is no git repository of a child's: nothing to collect", p.Dir)
+	}
+	if p.GitDir != "" {
+		return nil // a git worktree (made before children got repositories of their own): its branch is the root's already
+	}
+	top, err := w.topOf(p.Dir)
+	if err != nil {
+		return err
+	}
+	if w.Git == nil {
+		return hostgit.ErrNoGit
+	}
+	ref := "refs/heads/" + p.Branch
+	_, err = w.Git.Run(ctx, hostgit.Cmd{Dir: p.Root, Discover: true}, "fetch", "--quiet", "--no-tags", "--no-recurse-submodules",
+		"--no-write-fetch-head", filepath.Join(top, ".git"), "+"+ref+":"+ref)
+	if err != nil {
+		return fmt.Errorf("bring branch %s back into %s: %w", p.Branch, p.Root, err)
+	}
+	return nil
+}
+
+// inWorkspace runs git in dir, a directory of the workspace (whose
+// repository the host does not own: rev-parse only), and returns its
+// trimmed stdout.
+func (w *Workspaces) inWorkspace(ctx context.Context, dir string, args ...string) (string, error) {
+	out, err := w.Git.Run(ctx, hostgit.Cmd{Dir: dir, Discover: true}, args...)
+	return strings.TrimSpace(string(out)), err
 }
 
 // copy copies from.Dir to top within w.Limits: regular files (with their
@@ -231,8 +277,10 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 }
 
 // Remove removes a worktree or copy Make made (its directory under w.Dir;
-// anything else is refused). A git worktree's branch stays: the work
-// committed there is the parent's to merge or delete (git branch -D).
+// anything else is refused). A child's git repository's branch is first
+// brought back into the workspace's repository (Collect): the work
+// committed there is the parent's to merge or delete (git branch -D);
+// when that fails nothing is removed.
 func (w *Workspaces) Remove(ctx context.Context, p Place) error {
 	if p.Mode != store.WorkspaceWorktree {
 		return fmt.Errorf("a %s workspace is not the child's own: nothing to remove", p.Mode)
@@ -241,16 +289,24 @@ func (w *Workspaces) Remove(ctx context.Context, p Place) error {
 	if err != nil {
 		return err
 	}
-	if p.Kind == "git" && p.Root != "" {
-		if _, err := git(ctx, p.Root, "worktree", "remove", "--force", "--force", top); err == nil {
+	legacy := p.Kind == "git" && p.Root != "" && p.GitDir != ""
+	if p.Kind == "git" && p.Root != "" && !legacy {
+		if _, err := os.Lstat(top); err == nil {
+			if err := w.Collect(ctx, p); err != nil {
+				return fmt.Errorf("%w; the child's repository %s is kept", err, top)
+			}
+		}
+	}
+	if legacy {
+		if _, err := w.Git.Run(ctx, hostgit.Cmd{Dir: p.Root, Discover: true}, "worktree", "remove", "--force", "--force", top); err == nil {
 			return nil
 		}
 	}
 	if err := os.RemoveAll(top); err != nil {
 		return err
 	}
-	if p.Kind == "git" && p.Root != "" {
-		git(ctx, p.Root, "worktree", "prune")
+	if legacy {
+		w.Git.Run(ctx, hostgit.Cmd{Dir: p.Root, Discover: true}, "worktree", "prune")
 	}
 	return nil
 }
@@ -263,35 +319,6 @@ func (w *Workspaces) topOf(dir string) (string, error) {
 	}
 	first, _, _ := strings.Cut(rel, string(filepath.Separator))
 	return filepath.Join(w.Dir, first), nil
-}
-
-// git runs git in dir with hooks, the file-system monitor and the user's
-// and system's configuration off; it returns stdout.
-func git(ctx context.Context, dir string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
-	defer cancel()
-	full := append([]string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "safe.directory=*", "-C", dir}, args...)
-	cmd := exec.CommandContext(ctx, "git", full...)
-	env := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "GIT_") && !strings.HasPrefix(e, "LC_ALL=") {
-			env = append(env, e)
-		}
-	}
-	cmd.Env = env
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if len(msg) > 500 {
-			msg = msg[:500] + "…"
-		}
-		if msg == "" {
-			msg = err.Error()
-		}
-		return stdout.String(), fmt.Errorf("git %s: %s", args[0], msg)
-	}
-	return stdout.String(), nil
 }
 
 // chownTree hands every entry beneath top to uid:gid.

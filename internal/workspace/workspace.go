@@ -1,7 +1,8 @@
 // Package workspace decides where a session's cells, commands and jobs
 // work: the workspace itself (KLBR_WORKSPACE), a child agent's worktree of
-// its own (a git worktree, or a bounded copy of a directory that is no
-// repository) under the data directory, or the parent's workspace made
+// its own (a git repository the host makes from the workspace's HEAD, or a
+// bounded copy of a directory that is no repository) under the data
+// directory, or the parent's workspace made
 // read-only to the child; and what the worker sandbox grants there.
 //
 // A root session works in the workspace. A child works where its spawn
@@ -19,6 +20,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/klbr-dev/klbr/internal/hostgit"
 	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -47,6 +49,9 @@ type Workspaces struct {
 	Exclude []string
 	// Lookup finds a session's recorded place; nil: every session works in Root.
 	Lookup Lookup
+	// Git runs every git of the worktrees (hostgit.New of <data>/hostgit);
+	// nil: git is missing, and a repository gets no worktree.
+	Git *hostgit.Git
 }
 
 // Shared is the root's place.
@@ -76,8 +81,9 @@ func (w *Workspaces) For(ctx context.Context, session string) (Place, error) {
 
 // SandboxFor is the worker sandbox of a session working in p: the base
 // sandbox with its write grant on the workspace replaced by p's (its
-// directory and, for a git worktree, the repository's git directory, so
-// it can commit on its branch), or by none when p is read-only. A base
+// directory, its own repository within; and for a git worktree recorded
+// before children got repositories of their own, the shared git
+// directory), or by none when p is read-only. A base
 // sandbox that takes nothing away (tests, no Landlock policy) stays so.
 func (w *Workspaces) SandboxFor(p Place) kernel.Sandbox {
 	sb := w.Sandbox

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/klbr-dev/klbr/internal/citest"
+	"github.com/klbr-dev/klbr/internal/hostgit"
 	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -67,7 +68,7 @@ func TestWorktreesDoNotCollide(t *testing.T) {
 	requireGit(t)
 	root := repo(t)
 	write(t, filepath.Join(root, "notes.txt"), "uncommitted\n")
-	w := &Workspaces{Root: root, Dir: filepath.Join(t.TempDir(), "worktrees")}
+	w := testWorkspaces(t, root)
 	a, err := w.Make(t.Context(), w.Shared(), "default")
 	if err != nil {
 		t.Fatal(err)
@@ -91,25 +92,31 @@ func TestWorktreesDoNotCollide(t *testing.T) {
 	if read(t, filepath.Join(a.Dir, "notes.txt")) != "from a\n" || read(t, filepath.Join(root, "notes.txt")) != "uncommitted\n" {
 		t.Fatal("the edits collided")
 	}
-	// Work committed in a worktree is on its branch, in the root's repository.
+	// Work committed in a worktree is on its branch, in the child's own
+	// repository, which shares no git directory with the root's.
 	run(t, a.Dir, "commit", "-q", "-am", "a's work")
+	if a.GitDir != "" || run(t, a.Dir, "rev-parse", "--path-format=absolute", "--git-common-dir") != filepath.Join(a.Dir, ".git") {
+		t.Fatalf("the child's git dir is not its own: %+v", a)
+	}
+	// Collect brings the branch into the root's repository; removing the
+	// worktree collects it too and keeps it.
+	if err := w.Collect(t.Context(), a); err != nil {
+		t.Fatal(err)
+	}
 	if got := run(t, root, "show", a.Branch+":notes.txt"); got != "from a" {
 		t.Fatalf("the branch holds %q", got)
 	}
-	if !strings.HasPrefix(a.GitDir, root) {
-		t.Fatalf("git dir %q, want the root's", a.GitDir)
-	}
-	// Removing it keeps the branch.
+	write(t, filepath.Join(a.Dir, "notes.txt"), "from a, again\n")
+	run(t, a.Dir, "commit", "-q", "-am", "a's later work")
 	if err := w.Remove(t.Context(), a); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(a.Dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the worktree is still there: %v", err)
 	}
-	if got := run(t, root, "worktree", "list"); strings.Contains(got, a.Dir) {
-		t.Fatalf("git still lists it: %s", got)
+	if got := run(t, root, "show", a.Branch+":notes.txt"); got != "from a, again" {
+		t.Fatalf("after Remove the branch holds %q", got)
 	}
-	run(t, root, "rev-parse", "--verify", a.Branch)
 	if err := w.Remove(t.Context(), Place{Mode: store.WorkspaceWorktree, Dir: root}); err == nil {
 		t.Fatal("Remove accepted a directory that is no worktree of klbr's")
 	}
@@ -125,7 +132,7 @@ func TestWorktreeOfASubdirectory(t *testing.T) {
 	write(t, filepath.Join(sub, "a.go"), "package a\n")
 	run(t, top, "add", ".")
 	run(t, top, "commit", "-q", "-m", "src")
-	w := &Workspaces{Root: sub, Dir: filepath.Join(t.TempDir(), "worktrees")}
+	w := testWorkspaces(t, sub)
 	p, err := w.Make(t.Context(), w.Shared(), "default")
 	if err != nil {
 		t.Fatal(err)
@@ -136,28 +143,38 @@ func TestWorktreeOfASubdirectory(t *testing.T) {
 }
 
 // No worktree is made, and nothing is left behind, from a repository
-// without a commit, from one that configures a checkout filter, or from a
-// read-only place.
+// without a commit or from a read-only place. One that configures a
+// checkout filter gets a worktree without it: the child's repository is
+// the host's, and its config names no filter.
 func TestWorktreeRefusals(t *testing.T) {
 	requireGit(t)
 	wt := filepath.Join(t.TempDir(), "worktrees")
 	empty := t.TempDir()
 	run(t, empty, "init", "-q")
-	w := &Workspaces{Root: empty, Dir: wt}
+	g := hostGit(t)
+	w := &Workspaces{Root: empty, Dir: wt, Git: g}
 	if _, err := w.Make(t.Context(), w.Shared(), "default"); err == nil || !strings.Contains(err.Error(), "no commit") {
 		t.Fatalf("an unborn HEAD: %v", err)
-	}
-	filtered := repo(t)
-	run(t, filtered, "config", "filter.x.smudge", "touch /tmp/pwned")
-	w = &Workspaces{Root: filtered, Dir: wt}
-	if _, err := w.Make(t.Context(), w.Shared(), "default"); err == nil || !strings.Contains(err.Error(), "checkout filter") {
-		t.Fatalf("a smudge filter: %v", err)
 	}
 	if _, err := w.Make(t.Context(), w.ReadOnly(w.Shared()), "default"); err == nil {
 		t.Fatal("a worktree of a read-only place")
 	}
 	if ents, _ := os.ReadDir(wt); len(ents) != 0 {
 		t.Fatalf("left behind: %v", ents)
+	}
+	filtered := repo(t)
+	marker := filepath.Join(t.TempDir(), "pwned")
+	run(t, filtered, "config", "filter.x.smudge", "touch "+marker)
+	write(t, filepath.Join(filtered, ".gitattributes"), "* filter=x\n")
+	run(t, filtered, "-c", "filter.x.clean=cat", "add", ".gitattributes")
+	run(t, filtered, "-c", "filter.x.clean=cat", "commit", "-q", "-m", "filtered")
+	w = &Workspaces{Root: filtered, Dir: wt, Git: g}
+	p, err := w.Make(t.Context(), w.Shared(), "default")
+	if err != nil {
+		t.Fatalf("a smudge filter: %v", err)
+	}
+	if _, err := os.Stat(marker); err == nil || read(t, filepath.Join(p.Dir, "notes.txt")) != "root\n" {
+		t.Fatalf("the workspace's smudge filter ran, or the file is not HEAD's: %v", err)
 	}
 }
 
@@ -175,7 +192,7 @@ func TestCopyOfANonRepository(t *testing.T) {
 	data := filepath.Join(root, "data")
 	os.Mkdir(data, 0o700)
 	write(t, filepath.Join(data, "secret"), "token")
-	w := &Workspaces{Root: root, Dir: filepath.Join(data, "worktrees"), Exclude: []string{data}}
+	w := &Workspaces{Root: root, Dir: filepath.Join(data, "worktrees"), Exclude: []string{data}, Git: hostGit(t)}
 	p, err := w.Make(t.Context(), w.Shared(), "default")
 	if err != nil {
 		t.Fatal(err)
@@ -291,4 +308,20 @@ func TestInherit(t *testing.T) {
 	if p.Mode != store.WorkspaceShared || !p.ReadOnly || p.Enforced == "" || len(w.SandboxFor(p).ReadWrite) != 0 {
 		t.Fatalf("a shared child of a read-only child: %+v", p)
 	}
+}
+
+// testWorkspaces is a Workspaces of root with its worktrees in a
+// temporary directory.
+func testWorkspaces(t *testing.T, root string) *Workspaces {
+	t.Helper()
+	return &Workspaces{Root: root, Dir: filepath.Join(t.TempDir(), "worktrees"), Git: hostGit(t)}
+}
+
+func hostGit(t *testing.T) *hostgit.Git {
+	t.Helper()
+	g, err := hostgit.New(filepath.Join(t.TempDir(), "hostgit"))
+	if err != nil {
+		citest.SkipOrFail(t, err.Error())
+	}
+	return g
 }

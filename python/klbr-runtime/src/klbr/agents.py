@@ -26,9 +26,10 @@
   its turn without it ends with its last text as the result, marked
   ``{"implicit": true, ...}``.
 - ``workspace=``: ``"shared"`` (the default: your workspace, as you have it;
-  two modifying children can collide), ``"worktree"`` (a git worktree of its
-  own on a new branch ``klbr/...`` from HEAD, or a copy of a directory that is
-  no repository; kept after its end, ``agents.remove_workspace(id)`` removes
+  two modifying children can collide), ``"worktree"`` (a git repository of its
+  own on a new branch ``klbr/...`` from HEAD, brought back into your
+  repository under that name when it ends, for you to merge; or a copy of a
+  directory that is no repository; kept after its end, ``agents.remove_workspace(id)`` removes
   it) or ``"read_only"`` (your workspace, not writable to it where Landlock
   enforces it). ``child["spec"]["workspace"]`` says where it works and what
   is enforced.

@@ -12,8 +12,8 @@
 - ``pub = await behavior.publish(d)``: an immutable release, a Record
   ``{release, kind, files, skills}``.
 - ``await behavior.diff(d)``: the draft's diff against its release, a Record
-  ``{diff, truncated, parent_release}`` (a draft is a git working tree whose
-  HEAD is the release it was drafted from).
+  ``{diff, truncated, parent_release}`` (the host diffs the draft's files
+  against the release it was drafted from; git never runs in the draft).
 - ``await behavior.rebase(d)``: bring a stale draft onto the current release,
   three-way; a Record ``{rebased, conflicts, taken, merged, parent_epoch}``
   (conflicts are reported and change nothing).
