@@ -43,6 +43,8 @@ type LimitError struct {
 	What  string // "size", "time" or "memory"
 	Limit string
 	Bytes int // the source's size
+
+	heapPeak int64 // the C heap the parse held when it stopped
 }
 
 func tooLarge(n int) *LimitError {
@@ -265,8 +267,12 @@ func Parse(ctx context.Context, l *Language, src []byte, queries []*Query) (*Res
 	if h.peak() > trimAbove {
 		trimHeap()
 	}
-	if res != nil {
+	var le *LimitError
+	switch {
+	case res != nil:
 		res.heapPeak = h.peak()
+	case errors.As(err, &le):
+		le.heapPeak = h.peak()
 	}
 	return res, err
 }
