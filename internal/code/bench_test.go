@@ -3,6 +3,7 @@ package code
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -172,5 +173,43 @@ func BenchmarkParse10kLines(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+}
+
+// BenchmarkHostileParse reports the C heap one parse of 760 KB of dense
+// brackets holds at its peak: unbounded (go-tree-sitter's parser, as
+// code.parse ran it before issue 27; its allocations counted with no limit)
+// against Parse with its bounds, side by side.
+func BenchmarkHostileParse(b *testing.B) {
+	src := []byte(hostileSource("python", "dense"))
+	l, _ := Lookup("python")
+	b.Run("unbounded", func(b *testing.B) {
+		var peak int64
+		for b.Loop() {
+			h := newHeap(1 << 62)
+			h.begin()
+			p := sitter.NewParser()
+			p.SetLanguage(l.ts)
+			tree := p.Parse(src, nil)
+			h.end()
+			peak = max(peak, h.peak())
+			tree.Close()
+			p.Close()
+			h.free()
+			trimHeap()
+		}
+		b.ReportMetric(float64(peak)/(1<<20), "C-heap-peak-MiB")
+	})
+	b.Run("bounded", func(b *testing.B) {
+		var peak int64
+		for b.Loop() {
+			_, err := Parse(context.Background(), l, src, nil)
+			var le *LimitError
+			if !errors.As(err, &le) {
+				b.Fatalf("760 KB of dense brackets: %v", err)
+			}
+			peak = max(peak, le.heapPeak)
+		}
+		b.ReportMetric(float64(peak)/(1<<20), "C-heap-peak-MiB")
 	})
 }

@@ -26,11 +26,12 @@ type Ops struct {
 	releases *behavior.Releases // nil: always the fallback tree
 	fallback fs.FS              // the tree of a cell that runs under no release
 	cache    cache
+	slots    chan struct{} // one per running parse (MaxParses)
 }
 
 // NewOps returns the handler. fallback is the default behavior tree.
 func NewOps(releases *behavior.Releases, fallback fs.FS) *Ops {
-	return &Ops{releases: releases, fallback: fallback}
+	return &Ops{releases: releases, fallback: fallback, slots: make(chan struct{}, MaxParses)}
 }
 
 // ParseArgs are code.parse's arguments. The source is Text (valid UTF-8)
@@ -75,7 +76,7 @@ func DecodeParseArgs(raw json.RawMessage) (ParseArgs, []byte, error) {
 		return a, nil, errors.New("no source (text or b64)")
 	}
 	if len(src) > MaxSourceBytes {
-		return a, nil, fmt.Errorf("the source is %d bytes, at most %d parse in one request", len(src), MaxSourceBytes)
+		return a, nil, tooLarge(len(src))
 	}
 	if len(a.Path) > 4096 || !utf8.ValidString(a.Path) {
 		return a, nil, errors.New("path must be valid UTF-8 of at most 4096 bytes")
@@ -135,7 +136,11 @@ func (o *Ops) HandleRequest(ctx context.Context, req worker.Request) (json.RawMe
 
 func (o *Ops) parse(ctx context.Context, raw json.RawMessage) (*Result, error) {
 	a, src, err := DecodeParseArgs(raw)
-	if err != nil {
+	var le *LimitError
+	switch {
+	case errors.As(err, &le):
+		return nil, reqErr("parse_limit", "code.parse: %v", err)
+	case err != nil:
 		return nil, reqErr("invalid", "code.parse: %v", err)
 	}
 	var l *Language
@@ -170,8 +175,19 @@ func (o *Ops) parse(ctx context.Context, raw json.RawMessage) (*Result, error) {
 		}
 		qs = append(qs, q)
 	}
+	select {
+	case o.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	res, err := Parse(ctx, l, src, qs)
-	if err != nil {
+	<-o.slots
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, fmt.Errorf("code.parse: %w", ctx.Err())
+	case errors.As(err, &le):
+		return nil, reqErr("parse_limit", "code.parse: %v", err)
+	case err != nil:
 		return nil, reqErr("failed", "code.parse: %v", err)
 	}
 	res.DetectedBy = how

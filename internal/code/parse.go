@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
-	"sync/atomic"
 	"time"
 
 	sitter "github.com/tree-sitter/go-tree-sitter"
@@ -19,7 +17,52 @@ const (
 	MaxCaptures    = 50000 // per query, across its matches
 	MaxDiagnostics = 200
 	MaxQueryTime   = 5 * time.Second // one query's matching, per request
+
+	// MaxParseTime bounds one parse (tree-sitter building the tree, not the
+	// queries, which MaxQueryTime bounds), in wall time. An ordinary
+	// 768 KiB file parses in about 0.35 s on an idle core; the bound is
+	// generous because a busy host stretches wall time, and MaxParseHeap
+	// stops the costly inputs first.
+	MaxParseTime = 10 * time.Second
+	// MaxParseHeap bounds the C memory one parse and its queries hold. An
+	// ordinary 768 KiB Python file needs 36 MiB; 760 KB of brackets
+	// took 250-300 MB before this bound.
+	MaxParseHeap = 128 << 20
+	// MaxParses is how many parses Ops runs at once (more wait their
+	// turn): parsing holds at most MaxParses × MaxParseHeap of C memory.
+	MaxParses = 2
 )
+
+// trimAbove is the C-heap peak after which a parse hands free memory back
+// to the system (malloc_trim walks every arena: not worth it for small files).
+const trimAbove = 16 << 20
+
+// LimitError is a parse that a bound stopped: the source is too large, its
+// parse takes too long or needs too much memory. No partial tree is given.
+type LimitError struct {
+	What  string // "size", "time" or "memory"
+	Limit string
+	Bytes int // the source's size
+
+	heapPeak int64 // the C heap the parse held when it stopped
+}
+
+func tooLarge(n int) *LimitError {
+	return &LimitError{What: "size", Limit: fmt.Sprintf("%d bytes (%d KiB)", MaxSourceBytes, MaxSourceBytes>>10), Bytes: n}
+}
+
+func (e *LimitError) Error() string {
+	switch e.What {
+	case "size":
+		return fmt.Sprintf("the source is %d bytes, over the %s a parse takes; split the file or read it with open_file and search", e.Bytes, e.Limit)
+	case "time":
+		return fmt.Sprintf("parsing %d bytes took over %s and was stopped; the source is pathological "+
+			"(deeply nested or densely packed brackets?) or the host is very busy: try again, or read it with open_file", e.Bytes, e.Limit)
+	default:
+		return fmt.Sprintf("parsing %d bytes needed over %s of the host's memory and was stopped; the source is pathological "+
+			"(deeply nested or densely packed brackets?): read it with open_file instead", e.Bytes, e.Limit)
+	}
+}
 
 // parseChunk is how much of the source one read of the lexer gets.
 const parseChunk = 16 << 10
@@ -121,6 +164,7 @@ type Result struct {
 	QueryMicros     int64         `json:"query_us"`
 	DetectedBy      string        `json:"detected_by,omitempty"`
 	Bytes           int           `json:"bytes"`
+	heapPeak        int64         // the most C memory the parse and its queries held
 }
 
 // Query is a compiled query and where it came from.
@@ -197,27 +241,55 @@ func patternLines(q *Query) []int {
 	return out
 }
 
-// Parse parses src as l and runs the queries over it.
+// Parse parses src as l and runs the queries over it, within the bounds
+// above: a *LimitError says which one stopped it.
 func Parse(ctx context.Context, l *Language, src []byte, queries []*Query) (*Result, error) {
 	if len(src) > MaxSourceBytes {
-		return nil, fmt.Errorf("source is %d bytes, at most %d", len(src), MaxSourceBytes)
+		return nil, tooLarge(len(src))
 	}
+	h := newHeap(MaxParseHeap)
+	defer h.free()
+	// The parse's own deadline and the caller's context both raise the
+	// parser's flag. The flag is C memory freed above: wait for a callback
+	// that already started before freeing it.
+	pctx, cancel := context.WithTimeout(ctx, MaxParseTime)
+	defer cancel()
+	fired := make(chan struct{})
+	stop := context.AfterFunc(pctx, func() { h.cancel(); close(fired) })
+	defer func() {
+		if !stop() {
+			<-fired
+		}
+	}()
+	h.begin()
+	res, err := parseCounted(ctx, pctx, h, l, src, queries)
+	h.end()
+	if h.peak() > trimAbove {
+		trimHeap()
+	}
+	var le *LimitError
+	switch {
+	case res != nil:
+		res.heapPeak = h.peak()
+	case errors.As(err, &le):
+		le.heapPeak = h.peak()
+	}
+	return res, err
+}
+
+// parseCounted is Parse with every C allocation counted against h.
+func parseCounted(ctx, pctx context.Context, h heap, l *Language, src []byte, queries []*Query) (*Result, error) {
 	p := sitter.NewParser()
 	defer p.Close()
 	if err := p.SetLanguage(l.ts); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
 	}
-	// Cancellation through the parser's own flag, pinned for the parse:
-	// ParseWithOptions' progress callback registers its options with
-	// go-pointer and never releases them, and ParseCtx stores into the
-	// parser's flag pointer, which is nil unless one was set.
-	flag := new(uintptr)
-	var pin runtime.Pinner
-	pin.Pin(flag)
-	defer pin.Unpin()
-	p.SetCancellationFlag(flag)
+	// Cancellation through the parser's own flag: ParseWithOptions'
+	// progress callback registers its options with go-pointer and never
+	// releases them, and ParseCtx stores into the parser's flag pointer,
+	// which is nil unless one was set.
+	p.SetCancellationFlag(h.flag())
 	defer p.SetCancellationFlag(nil)
-	defer context.AfterFunc(ctx, func() { atomic.StoreUintptr(flag, 1) })()
 	t0 := time.Now()
 	// Bounded chunks: go-tree-sitter copies every chunk it hands the lexer
 	// into C memory and frees them only when the parse ends; its Parse hands
@@ -231,10 +303,7 @@ func Parse(ctx context.Context, l *Language, src []byte, queries []*Query) (*Res
 		return src[i:min(i+parseChunk, len(src))]
 	}, nil, nil)
 	if tree == nil {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		return nil, errors.New("the parser gave up")
+		return nil, stopped(ctx, pctx, h, len(src))
 	}
 	defer tree.Close()
 	root := tree.RootNode()
@@ -243,7 +312,7 @@ func Parse(ctx context.Context, l *Language, src []byte, queries []*Query) (*Res
 	t1 := time.Now()
 	res.ParseMicros = t1.Sub(t0).Microseconds()
 	for _, q := range queries {
-		qr, err := run(ctx, q, root, src)
+		qr, err := run(ctx, h, q, root, src)
 		if err != nil {
 			return nil, err
 		}
@@ -253,7 +322,20 @@ func Parse(ctx context.Context, l *Language, src []byte, queries []*Query) (*Res
 	return res, nil
 }
 
-func run(ctx context.Context, q *Query, root *sitter.Node, src []byte) (qr QueryResult, err error) {
+// stopped says why a parse returned no tree.
+func stopped(ctx, pctx context.Context, h heap, n int) error {
+	switch {
+	case h.over():
+		return &LimitError{What: "memory", Limit: fmt.Sprintf("%d MiB", MaxParseHeap>>20), Bytes: n}
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case pctx.Err() != nil:
+		return &LimitError{What: "time", Limit: MaxParseTime.String(), Bytes: n}
+	}
+	return errors.New("the parser gave up")
+}
+
+func run(ctx context.Context, h heap, q *Query, root *sitter.Node, src []byte) (qr QueryResult, err error) {
 	qr = QueryResult{Name: q.Name, From: q.From, PatternLines: patternLines(q), Matches: []Match{}}
 	qc := sitter.NewQueryCursor()
 	defer qc.Close()
@@ -270,6 +352,9 @@ func run(ctx context.Context, q *Query, root *sitter.Node, src []byte) (qr Query
 	ms := qc.Matches(q.q, root, src)
 	total := 0
 	for m := ms.Next(); m != nil; m = ms.Next() {
+		if h.over() {
+			return qr, &LimitError{What: "memory", Limit: fmt.Sprintf("%d MiB", MaxParseHeap>>20), Bytes: len(src)}
+		}
 		if total%256 == 0 {
 			if err := ctx.Err(); err != nil {
 				return qr, err

@@ -127,6 +127,11 @@ class CodeTest(peer.HostRequestsTest):
         outcome, _ = self.cell("await code.open('x.txt')",
                                [{"ok": False, "error": {"code": "unsupported_language", "message": "cannot tell"}}])
         self.assertEqual(outcome["error"]["type"], "klbr.code.UnsupportedLanguage")
+        msg = ("code.parse: parsing 778245 bytes needed over 128 MiB of the host's memory and was stopped; "
+               "the source is pathological: read it with open_file instead")
+        outcome, _ = self.cell("await code.open('a.py')", [{"ok": False, "error": {"code": "parse_limit", "message": msg}}])
+        self.assertEqual(outcome["error"]["type"], "klbr.code.ParseLimit")
+        self.assertIn("open_file", outcome["error"]["message"])
 
     def test_invalid_utf8_goes_as_b64_and_paths_stay_in_the_workspace(self):
         with open(os.path.join(self.tmp, "bin.sh"), "wb") as f:

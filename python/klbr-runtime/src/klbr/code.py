@@ -50,7 +50,7 @@ from ._sdk import HostError, request
 
 __all__ = ["open", "references", "languages", "combine", "Source", "Symbol", "Symbols",
            "Patch", "Applied", "QueryResult", "Capture", "ParseError", "References", "Reference",
-           "CodeError", "UnsupportedLanguage", "MissingQuery", "QueryError", "SymbolNotFound",
+           "CodeError", "UnsupportedLanguage", "MissingQuery", "QueryError", "ParseLimit", "SymbolNotFound",
            "AmbiguousSymbol", "StalePatch", "OverlappingEdits", "UnrelatedFile",
            "ConflictingSnapshots", "PartialApply", "SYMLINK_POLICY", "MAX_SOURCE_BYTES"]
 
@@ -84,6 +84,12 @@ class MissingQuery(CodeError):
 class QueryError(CodeError, ValueError):
     """The language's grammar refuses the query: a node type or field it
     does not have, bad syntax, an impossible pattern."""
+
+
+class ParseLimit(CodeError):
+    """The host stopped the parse at one of its bounds (size, time or
+    memory: docs/code.md). The source is too large or pathological, such as
+    deeply nested brackets: read it with open_file and search it instead."""
 
 
 class SymbolNotFound(CodeError, LookupError):
@@ -134,7 +140,7 @@ class PartialApply(CodeError):
 
 
 _ERRORS = {"unsupported_language": UnsupportedLanguage, "missing_query": MissingQuery,
-           "query_error": QueryError}
+           "query_error": QueryError, "parse_limit": ParseLimit}
 
 
 async def _host(op, args):
