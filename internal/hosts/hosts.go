@@ -247,9 +247,9 @@ func (e *Engine) Reserve(sel string) (host string, release func(), err error) {
 type Status struct {
 	Name     string `json:"name"`
 	SSH      string `json:"ssh"`
-	Up       bool   `json:"up"`        // the last connect or command got through
-	Reserved int    `json:"reserved"`  // job slots taken
-	MaxJobs  int    `json:"max_jobs"`  // job slots
+	Up       bool   `json:"up"`       // the last connect or command got through
+	Reserved int    `json:"reserved"` // job slots taken
+	MaxJobs  int    `json:"max_jobs"` // job slots
 	LastErr  string `json:"last_error,omitempty"`
 	Known    bool   `json:"contacted"` // a connect was tried since start
 }

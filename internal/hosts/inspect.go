@@ -12,7 +12,7 @@ type Info struct {
 	Name        string     `json:"name"`
 	SSH         string     `json:"ssh"`
 	Reachable   bool       `json:"reachable"`
-	Error       string     `json:"error,omitempty"` // why not, with the fix
+	Error       string     `json:"error,omitempty"`        // why not, with the fix
 	Systemd     string     `json:"systemd,omitempty"`      // systemctl --version, first line
 	Kernel      string     `json:"klbr_kernel,omitempty"`  // where klbr-kernel is on the host's PATH; "" none
 	CPUs        int        `json:"cpus,omitempty"`         // nproc
