@@ -21,6 +21,8 @@ type File struct {
 	Jobs    Jobs             `toml:"jobs"`
 	Agents  Agents           `toml:"agents"`
 	Browser Browser          `toml:"browser"`
+	// Hosts are the worker hosts, by name ([hosts.NAME]).
+	Hosts map[string]Host `toml:"hosts"`
 	// Retention is the [retention] section: what `klbr-core gc` may remove.
 	Retention Retention `toml:"retention"`
 }

@@ -57,6 +57,7 @@ func validate(name string, index *keyIndex, f *File) []*Error {
 	v.limits(&f.Limits)
 	v.jobs(&f.Jobs)
 	v.agents(&f.Agents)
+	v.hosts(f)
 	if f.Retention.ArtifactDays < 0 {
 		v.fail("retention.artifact_days", fmt.Sprintf("%d is negative; 0 keeps every artifact", f.Retention.ArtifactDays), "retention")
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/httpguard"
 	"github.com/klbr-dev/klbr/internal/ingress"
 	"github.com/klbr-dev/klbr/internal/jobs"
@@ -88,6 +89,7 @@ type daemon struct {
 	turns    *turn.Loop       // nil when the agent does not run
 	routes   *provider.Router // the turns' routes; nil when the agent does not run
 	jobs     *jobs.Manager    // nil when cells cannot run
+	hosts    *hosts.Engine    // the worker hosts; nil when klbr.toml has none
 	agents   *agents.Agents   // child agents; nil when cells cannot run
 	// observers runs the durable observers (nil when cells cannot run).
 	observers *observe.Runner
@@ -194,6 +196,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	}
 	if d.jobs != nil {
 		defer d.jobs.Close()
+	}
+	if d.hosts != nil {
+		defer d.hosts.Close() // after the jobs (defers run last first)
 	}
 	d.agents = d.newAgents(cfg)
 	if d.agents != nil {
@@ -373,6 +378,9 @@ func (d *daemon) drain(timeout time.Duration, ls *listeners, servers ...*http.Se
 	}
 	if d.jobs != nil {
 		d.jobs.Close() // every job's tree is killed; the next start reconciles them by policy
+	}
+	if d.hosts != nil {
+		d.hosts.Close() // the SSH connections; no unit of a job remains (jobs.Close stopped them)
 	}
 	if d.bench != nil {
 		d.bench.Close()

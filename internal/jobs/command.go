@@ -20,6 +20,9 @@ type CommandSpec struct {
 	Cwd     string            `json:"cwd,omitempty"` // bound to the workspace already
 	Env     map[string]string `json:"env,omitempty"`
 	Timeout float64           `json:"timeout"` // seconds
+	// Host, when set, is where the command runs: a [hosts.NAME] or
+	// "label:L" (package hosts); unset, it runs here.
+	Host string `json:"host,omitempty"`
 }
 
 // DefaultCommandTimeout is a command's timeout when none is given.
@@ -59,6 +62,17 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (store.Job, error) {
 	spec := mustJSON(s)
 	if len(spec) > MaxArgBytes {
 		return store.Job{}, fmt.Errorf("jobs.run: argv and env are larger than %d bytes", MaxArgBytes)
+	}
+	if s.Host != "" {
+		if m.cfg.Hosts == nil {
+			return store.Job{}, fmt.Errorf("jobs.run: host=%q, but klbr.toml defines no [hosts.NAME]", s.Host)
+		}
+		if err := m.cfg.Hosts.Check(s.Host); err != nil {
+			return store.Job{}, fmt.Errorf("jobs.run: %w", err)
+		}
+		if s.Cwd != "" {
+			return store.Job{}, fmt.Errorf("jobs.run: cwd= is for jobs that run here; a job on a host runs in a directory of its own there")
+		}
 	}
 	dir, _, err := m.place(ctx, req.Session)
 	if err != nil {
@@ -110,6 +124,9 @@ func (m *Manager) runCommand(ctx context.Context, r *run) *store.JobEnd {
 	var s CommandSpec
 	if err := json.Unmarshal(j.Spec, &s); err != nil {
 		return &store.JobEnd{ID: j.ID, To: store.JobFailed, Error: "unreadable spec: " + err.Error()}
+	}
+	if s.Host != "" {
+		return m.runRemote(ctx, r, s)
 	}
 	out := &spooler{max: m.cfg.MaxOutput, tailMax: m.cfg.PreviewBytes}
 	if m.cfg.Artifacts != nil {
@@ -206,6 +223,9 @@ func describe(j store.Job) string {
 		line := strings.Join(s.Argv, " ")
 		if len(line) > 80 {
 			line = line[:77] + "..."
+		}
+		if s.Host != "" {
+			line += " on " + s.Host
 		}
 		return "command: " + strings.ToValidUTF8(line, "?")
 	default:

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/artifacts"
+	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -86,6 +87,13 @@ type Config struct {
 	Sandbox    kernel.Sandbox
 	// Tree returns the directory of a behavior release's tree (klbr_skills/, klbr_hooks/).
 	Tree func(release string) string
+
+	// Hosts reaches the worker hosts of [hosts.NAME]; nil: none, and a job
+	// that names a host is refused.
+	Hosts *hosts.Engine
+	// HostPoll is how often a running remote job's unit is asked for its
+	// state; 0 means 1 s.
+	HostPoll time.Duration
 
 	// MaxConcurrent bounds the jobs running at once; 0 means 4.
 	MaxConcurrent int
@@ -171,6 +179,9 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.PreviewBytes <= 0 {
 		cfg.PreviewBytes = 2000
+	}
+	if cfg.HostPoll <= 0 {
+		cfg.HostPoll = time.Second
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
@@ -280,7 +291,11 @@ func (m *Manager) Wait(ctx context.Context, id int64, since int64, timeout time.
 			return j, err
 		}
 		_, live := m.live(id)
-		if j.State.Final() || (j.State == store.JobPending && j.Runs > since && !live) {
+		// A recurring job's run ended when it is pending again; a one-shot
+		// that is pending again did not run (its host was not ready, or a
+		// restart put it back): it is not done.
+		recurring := len(j.Schedule) > 0 && string(j.Schedule) != "null"
+		if j.State.Final() || (j.State == store.JobPending && recurring && j.Runs > since && !live) {
 			return j, nil
 		}
 		select {

@@ -59,9 +59,13 @@ func (m *Manager) handle(ctx context.Context, r worker.Request, c caller) (json.
 			Env      map[string]string `json:"env"`
 			Timeout  float64           `json:"timeout"`
 			Recovery string            `json:"recovery"`
+			Host     string            `json:"host"`
 		}
 		if err := decode(r, &a); err != nil {
 			return nil, err
+		}
+		if len(a.Host) > 200 {
+			return nil, invalid("jobs.run: host= is longer than 200 bytes")
 		}
 		for k := range a.Env {
 			if !envName.MatchString(k) {
@@ -76,13 +80,16 @@ func (m *Manager) handle(ctx context.Context, r worker.Request, c caller) (json.
 			return nil, &worker.RequestError{Code: "failed", Message: "jobs.run: " + err.Error()}
 		}
 		dir := root
+		if a.Host != "" {
+			dir = ""
+		}
 		if a.Cwd != "" {
 			if dir, err = workbench.Bind(root, a.Cwd); err != nil {
 				return nil, invalid("jobs.run: %v", err)
 			}
 		}
 		j, err := m.Run(ctx, RunRequest{Session: c.session, Parent: c.parent, Release: c.release, Recovery: a.Recovery,
-			Spec: CommandSpec{Argv: a.Argv, Cwd: dir, Env: a.Env, Timeout: a.Timeout}})
+			Spec: CommandSpec{Argv: a.Argv, Cwd: dir, Env: a.Env, Timeout: a.Timeout, Host: a.Host}})
 		return answer(j, err)
 	case "jobs.schedule":
 		var a struct {

@@ -246,6 +246,13 @@ func (t *Tx) RecoverJob(id int64, to JobState, reason, notice string) error {
 	return t.endJob(JobEnd{ID: id, To: to, Error: reason, Notice: notice}, JobRunning)
 }
 
+// DeferJob puts a running job back to pending, due at due, with the reason
+// it did not start (its host is unreachable or full): no run ended, so no
+// event and no notice.
+func (t *Tx) DeferJob(id int64, reason string, due time.Time) error {
+	return t.moveJob(id, JobRunning, JobPending, "error = ?, next_due = ?", reason, due.UnixMilli())
+}
+
 // CheckpointJob stores a running job's checkpoint.
 func (t *Tx) CheckpointJob(id int64, state json.RawMessage) error {
 	res, err := t.exec(`UPDATE jobs SET checkpoint = ?, updated_at = ? WHERE id = ? AND state = 'running'`, string(state), t.now.UnixMilli(), id)

@@ -34,6 +34,11 @@ class JobsTest(peer.HostRequestsTest):
         self.assertEqual(reqs[1][1]["since"], 0)  # a running job's current run is its first
         self.assertEqual(v, "(3, 'succeeded', {'exit_code': 0}, 'built\\n')")
 
+    def test_run_on_a_host(self):
+        v, reqs = self.value("j = await jobs.run(['nproc'], host='label:gpu')\nj.id", [ok(JOB)])
+        self.assertEqual(reqs[0], ("jobs.run", {"argv": ["nproc"], "recovery": "manual", "host": "label:gpu"}))
+        self.assertEqual(v, "3")
+
     def test_schedule_arguments(self):
         v, reqs = self.value("import datetime\n"
                              "at = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)\n"

@@ -81,7 +81,9 @@ class Job:
             if left <= 0:
                 raise TimeoutError(f"job {self.id} is still {self.state}")
             self.raw = await request("jobs.wait", {"id": self.id, "since": since, "timeout": min(left, 600.0)})
-            if self.done or (self.state == "pending" and self.runs > since):
+            # pending again ends a run of a scheduled job; a one-shot pending
+            # again has not run (its host was not ready): keep waiting
+            if self.done or (self.state == "pending" and self.raw.get("schedule") and self.runs > since):
                 return self.raw.get("result")
 
     async def cancel(self):
@@ -93,10 +95,14 @@ class Job:
         return f"<job {self.id} {self.kind} {self.state}{extra}>"
 
 
-async def run(argv, cwd=None, env=None, timeout=None, recovery="manual"):
+async def run(argv, cwd=None, env=None, timeout=None, recovery="manual", host=None):
     if isinstance(argv, str):
         raise TypeError("jobs.run: argv is a list such as ['make', 'test'], not a string")
     args = {"argv": [str(a) for a in argv], "recovery": recovery}
+    if host is not None:
+        if not isinstance(host, str) or not host:
+            raise TypeError('jobs.run: host= names a [hosts.NAME] of klbr.toml, or "label:L"')
+        args["host"] = host
     if cwd is not None:
         args["cwd"] = str(cwd)
     if env:

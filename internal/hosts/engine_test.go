@@ -1,0 +1,198 @@
+package hosts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/hosttest"
+)
+
+// labEngine returns an engine that knows the booted host h as "lab".
+func labEngine(t *testing.T, h *hosttest.Host, mod func(*Host)) *Engine {
+	t.Helper()
+	tg, err := config.ParseSSHTarget(h.SSH())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hh := Host{Name: "lab", Target: tg, IdentityFile: h.IdentityFile, KnownHostsFile: h.KnownHostsFile,
+		Labels: []string{"big"}, MaxJobs: 2, MemoryMaxBytes: 256 << 20, TasksMax: 64, CPUQuotaPct: 100,
+		Wall: time.Hour, WorkDir: h.WorkDir}
+	if mod != nil {
+		mod(&hh)
+	}
+	e, err := New(Config{Hosts: map[string]Host{"lab": hh}, ConnectTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitEnded polls the unit until its main process ended.
+func waitEnded(t *testing.T, e *Engine, unit string) UnitState {
+	t.Helper()
+	ctx := ctxT(t)
+	for {
+		st, err := e.State(ctx, "lab", unit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st[0].Ended() || !st[0].Exists() {
+			return st[0]
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s did not end: %+v", unit, st[0])
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func TestEngine(t *testing.T) {
+	h := hosttest.Start(t)
+	e := labEngine(t, h, nil)
+	ctx := ctxT(t)
+	netns, err := h.NetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("a unit runs on the host, once, with its limits, and is collected", func(t *testing.T) {
+		const unit = "klbr-job-1-1.service"
+		u := Unit{Name: unit, Description: "test", Env: map[string]string{"GREETING": "it's here"}, Argv: []string{"sh", "-c",
+			`readlink /proc/self/ns/net; echo "$GREETING"; cat /proc/self/cgroup | grep -m1 klbr.slice; systemctl show -p MemoryMax -p TasksMax ` + unit}}
+		existed, err := e.Start(ctx, "lab", u)
+		if err != nil || existed {
+			t.Fatalf("start: existed %v, %v", existed, err)
+		}
+		st := waitEnded(t, e, unit)
+		if code, why := st.Outcome(); code != 0 {
+			t.Fatalf("outcome %d %s (%+v)", code, why, st)
+		}
+		if existed, err := e.Start(ctx, "lab", u); err != nil || !existed {
+			t.Fatalf("a second start of %s: existed %v, %v; want the unit found, not started again", unit, existed, err)
+		}
+		var out bytes.Buffer
+		n, err := e.Output(ctx, "lab", unit, 1<<20, &out)
+		if err != nil || n != int64(out.Len()) {
+			t.Fatalf("output %d bytes (%v), got %d", n, err, out.Len())
+		}
+		for _, want := range []string{netns + "\n", "it's here\n", "/klbr.slice/" + unit, "MemoryMax=268435456", "TasksMax=64"} {
+			if !strings.Contains(out.String(), want) {
+				t.Fatalf("the unit printed\n%s\nwant %q", out.String(), want)
+			}
+		}
+		if err := e.Collect(ctx, "lab", unit); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := e.State(ctx, "lab", unit); err != nil || st[0].Exists() {
+			t.Fatalf("after collect: %+v %v", st, err)
+		}
+		if _, err := os.Stat(filepath.Join(h.WorkDir, unit)); !os.IsNotExist(err) {
+			t.Fatalf("the unit's directory stayed: %v", err)
+		}
+	})
+
+	t.Run("a memory hog is killed by the host's systemd", func(t *testing.T) {
+		const unit = "klbr-job-2-1.service"
+		if _, err := e.Start(ctx, "lab", Unit{Name: unit, MemoryMaxBytes: 64 << 20, Argv: []string{"python3", "-c",
+			"b = []\nwhile True: b.append(bytearray(16 << 20))"}}); err != nil {
+			t.Fatal(err)
+		}
+		st := waitEnded(t, e, unit)
+		code, why := st.Outcome()
+		t.Logf("hog: %+v: %s", st, why)
+		if code == 0 || !strings.Contains(why, "killed") {
+			t.Fatalf("the hog was not killed: %d %s (%+v)", code, why, st)
+		}
+		_ = e.Collect(ctx, "lab", unit)
+	})
+
+	t.Run("stop leaves no process of the unit", func(t *testing.T) {
+		const unit = "klbr-job-3-1.service"
+		if _, err := e.Start(ctx, "lab", Unit{Name: unit, Argv: []string{"sh", "-c", "sleep 1001 & sleep 1002; wait"}}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			out, _ := h.Enter("pgrep", "-f", "sleep 100[12]").Output()
+			if len(strings.Fields(string(out))) >= 3 { // sh and its two sleeps
+				break
+			}
+			if time.Now().After(deadline) {
+				st, err := e.State(ctx, "lab", unit)
+				t.Fatalf("the unit's processes did not show: %q; %+v %v", out, st, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := e.Stop(ctx, "lab", unit); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := h.Enter("pgrep", "-f", "sleep 100[12]").Output(); err == nil {
+			t.Fatalf("processes of the stopped unit remain: %s", out)
+		}
+		_ = e.Collect(ctx, "lab", unit)
+	})
+
+	t.Run("one connection carries every command", func(t *testing.T) {
+		if n, err := h.Accepted(); err != nil || n != 1 || e.Dials() != 1 {
+			t.Fatalf("sshd accepted %d connections (%v), the engine dialed %d; want 1", n, err, e.Dials())
+		}
+		info := e.Inspect(ctx, "lab")
+		if !info.Reachable || !strings.HasPrefix(info.Systemd, "systemd ") || info.CPUs < 1 || info.MemoryBytes <= 0 {
+			t.Fatalf("inspect: %+v", info)
+		}
+	})
+
+	t.Run("an unknown host key is refused with the fix", func(t *testing.T) {
+		empty := filepath.Join(t.TempDir(), "known_hosts")
+		if err := os.WriteFile(empty, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		e2 := labEngine(t, h, func(x *Host) { x.KnownHostsFile = empty })
+		_, err := e2.Start(ctx, "lab", Unit{Name: "klbr-job-4-1.service", Argv: []string{"true"}})
+		var he *HostError
+		if !errors.As(err, &he) || !errors.Is(err, ErrHostKey) || !strings.Contains(he.Fix, "ssh-keyscan -p 2222 "+h.Addr+" >> "+empty) {
+			t.Fatalf("got %v, want a host key refusal with the ssh-keyscan fix", err)
+		}
+		if st, _ := e.State(ctx, "lab", "klbr-job-4-1.service"); st[0].Exists() {
+			t.Fatal("the unit was started through a refused connection")
+		}
+	})
+
+	t.Run("an unreachable host is reported, and nothing runs", func(t *testing.T) {
+		e2 := labEngine(t, h, nil)
+		h.SetLink(t, false)
+		_, err := e2.Start(ctx, "lab", Unit{Name: "klbr-job-5-1.service", Argv: []string{"true"}})
+		h.SetLink(t, true)
+		if !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("got %v, want ErrUnreachable", err)
+		}
+		if s := e2.Statuses()[0]; s.Up || s.LastErr == "" {
+			t.Fatalf("status %+v, want down with the reason", s)
+		}
+	})
+
+	t.Run("a changed host key is refused with the fix", func(t *testing.T) {
+		h.RotateHostKey(t)
+		e2 := labEngine(t, h, nil)
+		_, err := e2.Start(ctx, "lab", Unit{Name: "klbr-job-6-1.service", Argv: []string{"true"}})
+		var he *HostError
+		if !errors.As(err, &he) || !errors.Is(err, ErrHostKey) || !strings.Contains(he.Msg, "changed") ||
+			!strings.Contains(he.Fix, "ssh-keygen -R '["+h.Addr+"]:2222' -f "+h.KnownHostsFile) {
+			t.Fatalf("got %v, want a changed-key refusal with the fix", err)
+		}
+	})
+}

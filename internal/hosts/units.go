@@ -1,0 +1,327 @@
+package hosts
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Unit is a transient service to start on a host.
+type Unit struct {
+	// Name is the unit's name and identity: klbr-job-<job>-<attempt>.service.
+	Name        string
+	Description string
+	Argv        []string
+	Env         map[string]string
+	// Limits; zero takes the host's.
+	MemoryMaxBytes uint64
+	TasksMax       int
+	CPUQuotaPct    int
+	Wall           time.Duration
+}
+
+var unitName = regexp.MustCompile(`^klbr-[a-z0-9][a-z0-9-]{0,200}\.service$`)
+
+// CheckUnitName refuses a name that is not klbr-….service of plain characters.
+func CheckUnitName(name string) error {
+	if !unitName.MatchString(name) {
+		return fmt.Errorf("hosts: %q is not a klbr unit name (klbr-[a-z0-9-]+.service)", name)
+	}
+	return nil
+}
+
+var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// workDir is the shell expression of a unit's directory on the host.
+func (c *conn) workDir(unit string) string {
+	if c.h.WorkDir != "" {
+		return Quote(c.h.WorkDir + "/" + unit)
+	}
+	return `"$HOME/.cache/klbr/work/"` + Quote(unit)
+}
+
+// Start starts u on host unless a unit of its name exists there already;
+// existed says which. Either way, exactly one unit of that name has been
+// started on the host. An error of kind ErrUnreachable, ErrHostKey or
+// ErrAuth means nothing was sent; ErrLost means the start may or may not
+// have happened (ask State).
+func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, err error) {
+	c, err := e.conn(host)
+	if err != nil {
+		return false, err
+	}
+	if err := CheckUnitName(u.Name); err != nil {
+		return false, err
+	}
+	if len(u.Argv) == 0 || u.Argv[0] == "" {
+		return false, errors.New("hosts: a unit needs a program")
+	}
+	mem, tasks, cpu, wall := u.MemoryMaxBytes, u.TasksMax, u.CPUQuotaPct, u.Wall
+	if mem == 0 {
+		mem = c.h.MemoryMaxBytes
+	}
+	if tasks == 0 {
+		tasks = c.h.TasksMax
+	}
+	if cpu == 0 {
+		cpu = c.h.CPUQuotaPct
+	}
+	if wall == 0 {
+		wall = c.h.Wall
+	}
+	wall = min(wall, c.h.Wall)
+	run := []string{"systemd-run", "--quiet", "--no-ask-password", "--unit=" + u.Name, "--slice=klbr.slice",
+		"--description=" + strings.ToValidUTF8(u.Description, "?"),
+		"-p", "RemainAfterExit=yes", // the outcome stays readable until Collect
+		"-p", "NoNewPrivileges=yes",
+		"-p", fmt.Sprintf("MemoryMax=%d", mem),
+		"-p", fmt.Sprintf("TasksMax=%d", tasks),
+		"-p", fmt.Sprintf("CPUQuota=%d%%", cpu),
+		"-p", fmt.Sprintf("RuntimeMaxSec=%d", max(1, int(wall/time.Second))),
+	}
+	for _, k := range slices.Sorted(maps.Keys(u.Env)) {
+		if !envKey.MatchString(k) {
+			return false, fmt.Errorf("hosts: %q is not an environment variable name", k)
+		}
+		run = append(run, "--setenv="+k+"="+u.Env[k])
+	}
+	var quoted []string
+	for _, a := range run {
+		quoted = append(quoted, Quote(a))
+	}
+	argv := make([]string, len(u.Argv))
+	for i, a := range u.Argv {
+		argv[i] = Quote(a)
+	}
+	script := fmt.Sprintf(`set -u
+u=%s
+d=%s
+if [ "$(systemctl show --property=LoadState --value -- "$u")" != not-found ]; then echo existed; exit 0; fi
+mkdir -p -- "$d" && chmod 700 -- "$d"
+%s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s
+echo started
+`, Quote(u.Name), c.workDir(u.Name), strings.Join(quoted, " "), strings.Join(argv, " "))
+	var out bytes.Buffer
+	if err := c.run(ctx, script, &limited{w: &out, n: 4096}); err != nil {
+		return false, err
+	}
+	switch strings.TrimSpace(out.String()) {
+	case "existed":
+		return true, nil
+	case "started":
+		return false, nil
+	}
+	return false, fmt.Errorf("host %s: start %s: unexpected answer %q", host, u.Name, out.String())
+}
+
+// UnitState is a unit's state on its host.
+type UnitState struct {
+	Name        string
+	LoadState   string // "not-found": no such unit
+	ActiveState string
+	SubState    string
+	Result      string
+	MainCode    string // ExecMainCode: "1" exited, "2" killed, "3" dumped, "0" not yet
+	MainStatus  int    // exit status or signal
+	MainPID     int
+}
+
+// Exists reports whether the unit is known to the host.
+func (s UnitState) Exists() bool { return s.LoadState != "" && s.LoadState != "not-found" }
+
+// Ended reports whether the unit's main process has ended.
+func (s UnitState) Ended() bool {
+	return s.Exists() && (s.ActiveState == "failed" || s.ActiveState == "inactive" || s.SubState == "exited")
+}
+
+// Outcome describes an ended unit: its exit status (-1 when killed by a
+// signal) and a reason when it did not exit 0.
+func (s UnitState) Outcome() (exit int, reason string) {
+	switch s.MainCode {
+	case "1": // CLD_EXITED
+		if s.MainStatus != 0 {
+			return s.MainStatus, fmt.Sprintf("exit status %d", s.MainStatus)
+		}
+		return 0, ""
+	case "2", "3":
+		why := fmt.Sprintf("killed by signal %d", s.MainStatus)
+		if s.MainStatus == 9 {
+			why += " (SIGKILL: on the host, the kernel's OOM killer under MemoryMax, or a stop)"
+		}
+		switch s.Result {
+		case "oom-kill":
+			why = "killed by the host's systemd: out of memory (MemoryMax)"
+		case "timeout":
+			why = "killed by the host's systemd: ran past its wall-time limit (RuntimeMaxSec)"
+		}
+		return -1, why
+	}
+	if s.Result != "" && s.Result != "success" {
+		return -1, "the unit failed: " + s.Result
+	}
+	return -1, "the unit ended without an exit status"
+}
+
+var stateProps = []string{"Id", "LoadState", "ActiveState", "SubState", "Result", "ExecMainCode", "ExecMainStatus", "MainPID"}
+
+// State asks the host for the state of units, one command for all.
+func (e *Engine) State(ctx context.Context, host string, units ...string) ([]UnitState, error) {
+	c, err := e.conn(host)
+	if err != nil {
+		return nil, err
+	}
+	if len(units) == 0 {
+		return nil, nil
+	}
+	q := make([]string, len(units))
+	for i, u := range units {
+		if err := CheckUnitName(u); err != nil {
+			return nil, err
+		}
+		q[i] = Quote(u)
+	}
+	script := "systemctl show --property=" + strings.Join(stateProps, ",") + " -- " + strings.Join(q, " ")
+	var out bytes.Buffer
+	if err := c.run(ctx, script, &limited{w: &out, n: 64 << 10 * len(units)}); err != nil {
+		return nil, err
+	}
+	states := parseShow(out.Bytes())
+	if len(states) != len(units) {
+		return nil, fmt.Errorf("host %s: systemctl show answered %d units for %d", host, len(states), len(units))
+	}
+	for i := range states {
+		states[i].Name = units[i]
+	}
+	return states, nil
+}
+
+// parseShow reads systemctl show's blocks of Key=Value lines, separated by
+// blank lines.
+func parseShow(b []byte) []UnitState {
+	var out []UnitState
+	var cur *UnitState
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			cur = nil
+			continue
+		}
+		if cur == nil {
+			out = append(out, UnitState{})
+			cur = &out[len(out)-1]
+		}
+		k, v, _ := strings.Cut(line, "=")
+		switch k {
+		case "LoadState":
+			cur.LoadState = v
+		case "ActiveState":
+			cur.ActiveState = v
+		case "SubState":
+			cur.SubState = v
+		case "Result":
+			cur.Result = v
+		case "ExecMainCode":
+			cur.MainCode = v
+		case "ExecMainStatus":
+			cur.MainStatus, _ = strconv.Atoi(v)
+		case "MainPID":
+			cur.MainPID, _ = strconv.Atoi(v)
+		}
+	}
+	return out
+}
+
+// Stop stops a unit on its host, and with it every process of its control
+// group.
+func (e *Engine) Stop(ctx context.Context, host, unit string) error {
+	c, err := e.conn(host)
+	if err != nil {
+		return err
+	}
+	if err := CheckUnitName(unit); err != nil {
+		return err
+	}
+	return c.run(ctx, "systemctl stop -- "+Quote(unit)+" 2>/dev/null || true", io.Discard)
+}
+
+// Output copies the first max bytes of a unit's output (its stdout and
+// stderr) to w and returns the output's whole size.
+func (e *Engine) Output(ctx context.Context, host, unit string, max int64, w io.Writer) (int64, error) {
+	c, err := e.conn(host)
+	if err != nil {
+		return 0, err
+	}
+	if err := CheckUnitName(unit); err != nil {
+		return 0, err
+	}
+	script := fmt.Sprintf(`f=%s/output
+if [ -f "$f" ]; then wc -c < "$f"; head -c %d -- "$f"; else echo 0; fi
+`, c.workDir(unit), max)
+	hw := &headerWriter{w: w}
+	if err := c.run(ctx, script, hw); err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(hw.head)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("host %s: output size of %s: %q", host, unit, hw.head)
+	}
+	return n, nil
+}
+
+// headerWriter passes on everything after the first line, which it keeps.
+type headerWriter struct {
+	w    io.Writer
+	head []byte
+	done bool
+}
+
+func (h *headerWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if !h.done {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if len(h.head) < 64 {
+				h.head = append(h.head, p...)
+			}
+			return n, nil
+		}
+		h.head = append(h.head, p[:i]...)
+		h.done = true
+		p = p[i+1:]
+	}
+	if len(p) > 0 {
+		if _, err := h.w.Write(p); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// Collect forgets an ended unit on its host: stops it (a unit that
+// remained after its exit), resets a failed one, and removes its directory.
+func (e *Engine) Collect(ctx context.Context, host, unit string) error {
+	c, err := e.conn(host)
+	if err != nil {
+		return err
+	}
+	if err := CheckUnitName(unit); err != nil {
+		return err
+	}
+	script := fmt.Sprintf(`u=%s
+systemctl stop -- "$u" 2>/dev/null
+systemctl reset-failed -- "$u" 2>/dev/null
+rm -rf -- %s
+true
+`, Quote(unit), c.workDir(unit))
+	return c.run(ctx, script, io.Discard)
+}

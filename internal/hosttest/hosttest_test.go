@@ -1,0 +1,45 @@
+package hosttest
+
+import (
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The host answers SSH with the generated keys, strictly checked, and what
+// runs there runs in its own network namespace beside its own systemd.
+func TestHost(t *testing.T) {
+	h := Start(t)
+	ssh := func(argv ...string) *exec.Cmd {
+		return exec.Command("ssh", append([]string{"-F", "none", "-p", strconv.Itoa(h.Port), "-i", h.IdentityFile,
+			"-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
+			"-o", "UserKnownHostsFile=" + h.KnownHostsFile, "-o", "GlobalKnownHostsFile=/dev/null",
+			h.User + "@" + h.Addr}, argv...)...)
+	}
+	out, err := ssh("readlink /proc/self/ns/net; systemctl is-system-running; echo $SSH_CONNECTION").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ssh: %v\n%s", err, out)
+	}
+	want, err := h.NetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 3 || lines[0] != want {
+		t.Fatalf("the command over ssh saw\n%s\nwant its network namespace %s", out, want)
+	}
+	if !strings.HasPrefix(lines[2], h.Gw+" ") {
+		t.Fatalf("the connection came from %q, want the root side %s", lines[2], h.Gw)
+	}
+	t.Logf("host: %s", strings.Join(lines, " | "))
+	if n, err := h.Accepted(); err != nil || n != 1 {
+		t.Fatalf("sshd accepted %d connections (%v), want 1", n, err)
+	}
+
+	h.RotateHostKey(t)
+	out, err = ssh("true").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "REMOTE HOST IDENTIFICATION HAS CHANGED") {
+		t.Fatalf("a changed host key was accepted: %v\n%s", err, out)
+	}
+}

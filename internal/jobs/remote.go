@@ -1,0 +1,217 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/hosts"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// UnitName is the unit of a job's attempt on a host: its identity there, and
+// the key that keeps the attempt from starting twice.
+func UnitName(job, attempt int64) string {
+	return fmt.Sprintf("klbr-job-%d-%d.service", job, attempt)
+}
+
+// maxDeferral bounds the wait before a job whose host could not be reached
+// is dispatched again.
+const maxDeferral = 5 * time.Minute
+
+// runRemote runs a command job's attempt as a transient unit on a worker
+// host. A host that cannot be reached (or has no room) before anything is
+// sent puts the job back to pending with the reason, due again after a
+// backoff; nothing ran. Once the start went out, the unit's name decides:
+// the attempt is watched until it ends, however often the connection
+// breaks meanwhile.
+func (m *Manager) runRemote(ctx context.Context, r *run, s CommandSpec) *store.JobEnd {
+	j := r.job
+	fail := func(msg string) *store.JobEnd {
+		e := &store.JobEnd{ID: j.ID, To: store.JobFailed, Error: msg}
+		e.Notice = commandNotice(j, e, 0)
+		return e
+	}
+	if m.cfg.Hosts == nil {
+		return fail(fmt.Sprintf("host %q: klbr.toml defines no [hosts.NAME] any more", s.Host))
+	}
+	host, release, err := m.cfg.Hosts.Reserve(s.Host)
+	if errors.Is(err, hosts.ErrNoRoom) {
+		return m.deferRun(j, fmt.Sprintf("waiting for a job slot: %v", err), time.Second)
+	}
+	if err != nil {
+		return fail(err.Error())
+	}
+	defer release()
+	unit := UnitName(j.ID, j.Runs)
+	u := hosts.Unit{Name: unit, Description: describe(j), Argv: s.Argv, Env: s.Env,
+		Wall: time.Duration(s.Timeout * float64(time.Second))}
+	started := time.Now()
+	for attempt := 0; ; attempt++ {
+		_, err = m.cfg.Hosts.Start(ctx, host, u)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil && !errors.Is(err, hosts.ErrLost) {
+			return m.remoteInterrupted(ctx, r, host, unit, false)
+		}
+		if !errors.Is(err, hosts.ErrLost) {
+			var he *hosts.HostError
+			if errors.As(err, &he) {
+				// Nothing was sent: nothing runs there.
+				return m.deferRun(j, err.Error(), backoff(j.Runs))
+			}
+			return fail(err.Error())
+		}
+		// The start went out and its answer was lost: Start again asks
+		// whether the unit exists before it starts anything.
+		if !m.sleep(ctx, backoff(int64(attempt+1))) {
+			return m.remoteInterrupted(ctx, r, host, unit, true)
+		}
+	}
+	m.cfg.Log.Info("jobs: started on a host", "job", j.ID, "host", host, "unit", unit)
+	var st hosts.UnitState
+	for {
+		if !m.sleep(ctx, m.cfg.HostPoll) {
+			return m.remoteInterrupted(ctx, r, host, unit, true)
+		}
+		states, err := m.cfg.Hosts.State(ctx, host, unit)
+		if err != nil {
+			if ctx.Err() != nil {
+				return m.remoteInterrupted(ctx, r, host, unit, true)
+			}
+			m.cfg.Log.Warn("jobs: cannot ask the host about a running job; asking again", "job", j.ID, "host", host, "error", err)
+			continue
+		}
+		st = states[0]
+		if !st.Exists() || st.Ended() {
+			break
+		}
+	}
+	return m.remoteEnd(r, host, unit, st, started, "")
+}
+
+// remoteEnd reads an ended unit's output, collects the unit, and says how
+// the job ended. why, when set, overrides the unit's own outcome (a cancel).
+func (m *Manager) remoteEnd(r *run, host, unit string, st hosts.UnitState, started time.Time, why string) *store.JobEnd {
+	j := r.job
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out := &spooler{max: m.cfg.MaxOutput, tailMax: m.cfg.PreviewBytes}
+	if m.cfg.Artifacts != nil {
+		var err error
+		if out.sp, err = m.cfg.Artifacts.NewSpool(); err != nil {
+			m.cfg.Log.Warn("jobs: no output artifact", "job", j.ID, "error", err)
+		}
+	}
+	total, oerr := m.cfg.Hosts.Output(ctx, host, unit, m.cfg.MaxOutput, out)
+	if oerr != nil {
+		m.cfg.Log.Warn("jobs: output of a host's unit", "job", j.ID, "host", host, "error", oerr)
+	}
+	out.total = max(out.total, total)
+	if oerr == nil {
+		if err := m.cfg.Hosts.Collect(ctx, host, unit); err != nil {
+			m.cfg.Log.Warn("jobs: collect a host's unit", "job", j.ID, "host", host, "unit", unit, "error", err)
+		}
+	}
+	took := time.Since(started).Round(time.Millisecond)
+	e := &store.JobEnd{ID: j.ID, Preview: out.preview(), OutputBytes: out.total}
+	if out.sp != nil {
+		if out.err == nil && out.sp.Size() > 0 {
+			if ref, cerr := out.sp.Commit(); cerr == nil {
+				e.Artifact = "a" + ref.SHA256
+			}
+		} else {
+			out.sp.Discard()
+		}
+	}
+	code, reason := st.Outcome()
+	timedOut := st.Result == "timeout" && code != 0
+	result := map[string]any{"exit_code": code, "timed_out": timedOut, "output_bytes": out.total,
+		"output_truncated": out.total > m.cfg.MaxOutput, "seconds": took.Seconds(), "host": host, "unit": unit}
+	if e.Artifact != "" {
+		result["output"] = e.Artifact
+	}
+	e.Result = mustJSON(result)
+	switch {
+	case why != "":
+		e.To, e.Error = store.JobCancelled, why
+	case !st.Exists():
+		e.To, e.Error = store.JobUnknown, fmt.Sprintf("the unit %s vanished from host %s (a reboot?); its outcome is unknown and it was not run again", unit, host)
+	case code == 0:
+		e.To = store.JobSucceeded
+	default:
+		e.To, e.Error = store.JobFailed, fmt.Sprintf("%s (on host %s)", reason, host)
+	}
+	e.Notice = commandNotice(j, e, took)
+	return e
+}
+
+// remoteInterrupted ends a run whose context ended: a cancel by the owner
+// or the operator, the wall-time limit, or klbr-core stopping. The unit is
+// stopped in each case (its whole control group), so that nothing it
+// started is left on the host; sent says whether a start may have gone out.
+func (m *Manager) remoteInterrupted(runCtx context.Context, r *run, host, unit string, sent bool) *store.JobEnd {
+	j := r.job
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if sent {
+		if err := m.cfg.Hosts.Stop(ctx, host, unit); err != nil {
+			m.cfg.Log.Error("jobs: stop a host's unit", "job", j.ID, "host", host, "unit", unit, "error", err)
+		}
+	}
+	var st hosts.UnitState
+	if states, err := m.cfg.Hosts.State(ctx, host, unit); err == nil {
+		st = states[0]
+	}
+	switch {
+	case r.cancelled.Load():
+		return m.remoteEnd(r, host, unit, st, time.Now(), "cancelled; its unit and every process of it on the host were stopped")
+	case errors.Is(runCtx.Err(), context.DeadlineExceeded):
+		e := m.remoteEnd(r, host, unit, st, time.Now(), "")
+		e.To, e.Error = store.JobFailed, fmt.Sprintf("ran past the wall-time limit (%s) and was stopped on host %s", m.cfg.MaxWall, host)
+		e.Notice = commandNotice(j, e, 0)
+		return e
+	}
+	return nil // klbr-core is stopping: the next start reconciles the row
+}
+
+// deferRun puts the job back to pending, due after wait, with why; nothing
+// of it ran.
+func (m *Manager) deferRun(j store.Job, why string, wait time.Duration) *store.JobEnd {
+	due := m.cfg.Clock().Add(wait)
+	reason := fmt.Sprintf("not started: %s; trying again at %s", why, due.UTC().Format(time.RFC3339))
+	if err := m.writeDefer(j.ID, reason, due); err != nil {
+		m.cfg.Log.Error("jobs: defer", "job", j.ID, "error", err)
+	}
+	m.cfg.Log.Warn("jobs: a job's host is not ready; the job waits", "job", j.ID, "reason", why, "due", due)
+	return nil
+}
+
+func (m *Manager) writeDefer(id int64, reason string, due time.Time) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return m.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.DeferJob(id, reason, due) })
+}
+
+// backoff is the wait before the n-th try again: 2 s doubling, at most 5 min.
+func backoff(n int64) time.Duration {
+	d := 2 * time.Second
+	for i := int64(1); i < n && d < maxDeferral; i++ {
+		d *= 2
+	}
+	return min(d, maxDeferral)
+}
+
+// sleep waits d unless ctx ends first (false).
+func (m *Manager) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
