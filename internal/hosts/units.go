@@ -102,12 +102,15 @@ func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, 
 	for i, a := range u.Argv {
 		argv[i] = Quote(a)
 	}
+	// A transient system service runs as root unless told otherwise, even
+	// when an unprivileged login asked for it through polkit: User= keeps
+	// the job at the login's own uid, never above it.
 	script := fmt.Sprintf(`set -u
 u=%s
 d=%s
 if [ "$(systemctl show --property=LoadState --value -- "$u")" != not-found ]; then echo existed; exit 0; fi
 mkdir -p -- "$d" && chmod 700 -- "$d"
-%s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s
+%s -p "User=$(id -un)" -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s
 echo started
 `, Quote(u.Name), c.workDir(u.Name), strings.Join(quoted, " "), strings.Join(argv, " "))
 	var out bytes.Buffer
