@@ -109,11 +109,11 @@ func backupInto(ctx context.Context, o BackupOptions, dest string) (BackupResult
 			m.Files = append(m.Files, File{Path: rel, Link: target, Mode: fs.ModeSymlink | 0o777})
 			return nil
 		}
-		sum, n, err := copyHashed(src, dst, fi.Mode())
+		sum, n, err := copyHashed(src, dst, backupMode(rel, fi.Mode()))
 		if err != nil {
 			return err
 		}
-		m.Files = append(m.Files, File{Path: rel, SHA256: sum, Size: n, Mode: fi.Mode().Perm()})
+		m.Files = append(m.Files, File{Path: rel, SHA256: sum, Size: n, Mode: restoreMode(rel, fi.Mode())})
 		return nil
 	}
 	for _, tree := range Trees {

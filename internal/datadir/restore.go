@@ -131,7 +131,7 @@ func restoreFiles(m Manifest, src, dst string) error {
 			}
 			continue
 		}
-		sum, n, err := copyHashed(from, to, f.Mode)
+		sum, n, err := copyHashed(from, to, restoreMode(f.Path, f.Mode))
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.Path, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/outside"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
@@ -47,7 +48,8 @@ func RenderSource(src []store.SourceEntry) (string, int) {
 			if str("source_kind") == "operator" {
 				fmt.Fprintf(&b, "[operator request · %s · %s]\n%s\n\n", when(e.At), e.EventRef, str("text"))
 			} else {
-				fmt.Fprintf(&b, "[external observation · %s in %s · %s · %s]\n%s\n\n", who, str("conversation"), when(e.At), e.EventRef, str("text"))
+				fmt.Fprintf(&b, "[external observation · %s in %s · %s · %s]\n%s\n\n", outside.Name(who), outside.Name(str("conversation")),
+					when(e.At), e.EventRef, outside.Block(str("text")))
 			}
 		case "assistant":
 			if t := strings.TrimSpace(str("text")); t != "" {
@@ -68,7 +70,7 @@ func RenderSource(src []store.SourceEntry) (string, int) {
 				fmt.Fprintf(&b, "[python cell %s: code the agent ran]\n%s\n\n", id, code)
 			}
 		case "tool":
-			fmt.Fprintf(&b, "[cell result %s · %s]\n%s\n\n", str("tool_call_id"), e.EventRef, cellResult(m))
+			fmt.Fprintf(&b, "[cell result %s · %s]\n%s\n\n", str("tool_call_id"), e.EventRef, outside.Block(cellResult(m)))
 			for _, s := range e.Sends {
 				fmt.Fprintf(&b, "[send to %s from that cell · receipt: %s%s]\n%s\n\n", s.Channel, receipt(s.State), detail(s), s.Text)
 			}

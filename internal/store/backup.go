@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -51,11 +52,25 @@ func BackupDB(ctx context.Context, dir, dest string, stepPages int) (BackupStats
 		stepPages = BackupStepPages
 	}
 	var st BackupStats
-	if _, err := os.Stat(dest); err == nil {
-		return st, fmt.Errorf("backup: %s: %w", dest, ErrBackupExists)
-	}
 	src := filepath.Join(dir, FileName)
 	if _, err := os.Stat(src); err != nil {
+		return st, fmt.Errorf("backup: %w", err)
+	}
+	// The copy holds all history: it is made 0600 before SQLite writes a
+	// page of it (SQLite would create it 0644 less the umask, and gives its
+	// journal the database file's mode).
+	f, err := os.OpenFile(dest, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return st, fmt.Errorf("backup: %s: %w", dest, ErrBackupExists)
+	} else if err != nil {
+		return st, fmt.Errorf("backup: %w", err)
+	}
+	err = f.Chmod(0o600) // whatever the umask
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(dest)
 		return st, fmt.Errorf("backup: %w", err)
 	}
 	sdb, err := sql.Open(driverRead, readDSN(src))
@@ -134,7 +149,7 @@ func BackupDB(ctx context.Context, dir, dest string, stepPages int) (BackupStats
 	}
 	dc.Close()
 	ddb.Close()
-	f, err := os.Open(dest)
+	f, err = os.Open(dest)
 	if err != nil {
 		return st, fmt.Errorf("backup: %w", err)
 	}

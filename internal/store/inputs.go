@@ -100,11 +100,14 @@ type PendingStat struct {
 
 // PendingStats reports pending inbox work by session and source kind.
 func (s *Store) PendingStats(ctx context.Context) ([]PendingStat, error) {
+	// O(1) in the backlog: the count is inbox_backlog's (kept by triggers in
+	// the transactions that change it), the oldest one seek in
+	// inbox_pending_oldest.
 	rows, err := s.rdb.QueryContext(ctx, `
-		SELECT b.session_id, i.source_kind, count(*), min(i.received_at)
-		FROM inbox b JOIN inputs i ON i.id = b.input_id
-		WHERE b.state = 'pending'
-		GROUP BY b.session_id, i.source_kind ORDER BY 1, 2`)
+		SELECT k.session_id, k.source_kind, k.pending,
+			(SELECT min(b.received_at) FROM inbox b INDEXED BY inbox_pending_oldest
+				WHERE b.session_id = k.session_id AND b.source_kind = k.source_kind AND b.state = 'pending')
+		FROM inbox_backlog k WHERE k.pending > 0 ORDER BY 1, 2`)
 	if err != nil {
 		return nil, fmt.Errorf("pending stats: %w", err)
 	}

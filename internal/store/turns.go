@@ -688,8 +688,8 @@ func (s *Store) Glance(ctx context.Context, id string) (Glance, error) {
 	var created, updated int64
 	err := s.rdb.QueryRowContext(ctx, `SELECT s.id, COALESCE(s.parent_id, ''), s.state, s.state_reason, s.context_epoch, s.policy_revision,
 			s.kernel_generation, s.behavior_epoch, s.created_at, s.updated_at,
-			(SELECT count(*) FROM inbox b JOIN inputs i ON i.id = b.input_id WHERE b.session_id = s.id AND b.state = 'pending' AND i.source_kind = 'operator'),
-			(SELECT count(*) FROM inbox b JOIN inputs i ON i.id = b.input_id WHERE b.session_id = s.id AND b.state = 'pending' AND i.source_kind <> 'operator')
+			(SELECT COALESCE(sum(k.pending), 0) FROM inbox_backlog k WHERE k.session_id = s.id AND k.source_kind = 'operator'),
+			(SELECT COALESCE(sum(k.pending), 0) FROM inbox_backlog k WHERE k.session_id = s.id AND k.source_kind <> 'operator')
 		FROM sessions s WHERE s.id = ?`, id).Scan(&g.ID, &g.ParentID, &g.State, &g.StateReason, &g.ContextEpoch, &g.PolicyRevision,
 		&g.KernelGen, &g.BehaviorEpoch, &created, &updated, &g.PendingOperator, &g.PendingOther)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -40,6 +40,10 @@ func TestUpgradeFrozenV1(t *testing.T) {
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("records from v1: %+v %v", recs, err)
 	}
+	// The migration counted the v1 input into the backlog, with its receipt time.
+	if got, err := s.PendingStats(context.Background()); err != nil || len(got) != 1 || got[0] != recount(t, s)[0] {
+		t.Fatalf("the backlog after the upgrade: %+v %v; a recount says %+v", got, err, recount(t, s))
+	}
 	// The v1 input still deduplicates and can be claimed and framed.
 	var again Admitted
 	mustWrite(t, s, func(tx *Tx) (err error) {
@@ -57,6 +61,9 @@ func TestUpgradeFrozenV1(t *testing.T) {
 		_, err = tx.CommitFrame(Frame{Session: "default", InputIDs: []int64{items[0].InputID}})
 		return err
 	})
+	if got, err := s.PendingStats(context.Background()); err != nil || len(got) != 0 {
+		t.Fatalf("the backlog after the frame: %+v %v", got, err)
+	}
 }
 
 // TestRollbackBinaryOnCompatibleSchema: a file migrated by a newer binary

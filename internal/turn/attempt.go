@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/klbr-dev/klbr/internal/live"
+	"github.com/klbr-dev/klbr/internal/outside"
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
@@ -418,9 +419,9 @@ func reminderText(hs []store.InputHandle) string {
 			if h.Kind == "dm" {
 				where += " (DM)"
 			}
-			fmt.Fprintf(&b, "\n- the Discord message %s from %s in %s: answer with a send to %s", h.MessageID, h.Author, where, h.Alias)
+			fmt.Fprintf(&b, "\n- the Discord message %s from %s in %s: answer with a send to %s", h.MessageID, outside.Name(h.Author), where, h.Alias)
 		default:
-			fmt.Fprintf(&b, "\n- input %d from %s in %s", h.ID, h.Author, h.Conversation)
+			fmt.Fprintf(&b, "\n- input %d from %s in %s", h.ID, outside.Name(h.Author), outside.Name(h.Conversation))
 		}
 	}
 	b.WriteString("\n" + reminderTail)

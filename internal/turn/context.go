@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/klbr-dev/klbr/internal/history"
+	"github.com/klbr-dev/klbr/internal/outside"
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
@@ -202,7 +202,7 @@ func renderInput(content json.RawMessage, dc *store.DiscordSource) string {
 		return in.Text // a job's notice is the host's own "[klbr] job N ..." line
 	}
 	if dc == nil {
-		return fmt.Sprintf("[%s %s · %s] %s", in.SourceKind, outside(in.Conversation), outside(in.Author), outsideText(in.Text))
+		return fmt.Sprintf("[%s %s · %s] %s", in.SourceKind, outside.Name(in.Conversation), outside.Name(in.Author), outside.Text(in.Text))
 	}
 	// A Discord message with the handles the model addresses it by: the
 	// conversation's alias, what kind of message it is, its id, and its
@@ -212,24 +212,14 @@ func renderInput(content json.RawMessage, dc *store.DiscordSource) string {
 	case dc.Kind == "dm":
 		where += " (DM)"
 	case dc.Name != "":
-		where += " #" + outside(dc.Name)
+		where += " #" + outside.Name(dc.Name)
 	}
-	head := fmt.Sprintf("[discord %s · %s · %s · message %s", where, dc.Mode, outside(in.Author), dc.MessageID)
+	head := fmt.Sprintf("[discord %s · %s · %s · message %s", where, dc.Mode, outside.Name(in.Author), dc.MessageID)
 	if dc.Item != 0 {
 		head += fmt.Sprintf(" · item %d", dc.Item)
 	}
-	return head + "] " + outsideText(in.Text)
+	return head + "] " + outside.Text(in.Text)
 }
-
-// outside quotes a name that comes from outside (a Discord display name, a channel name):
-// in double quotes with Go's escapes, so that no name can close the header, add a handle
-// or an item id, or start a line of its own.
-func outside(s string) string { return strconv.Quote(s) }
-
-// outsideText keeps outside message text from forging structure: every line after its
-// first is indented, so no line of it starts like a header or a "[klbr]" line, which
-// always start a message at column 0.
-func outsideText(s string) string { return strings.ReplaceAll(s, "\n", "\n  ") }
 
 func renderNotice(kind string, content json.RawMessage) string {
 	var n map[string]any

@@ -17,6 +17,7 @@
   or mention: ``seen``, ``acted``, ``ignored``, or ``pending`` to reopen.
 """
 
+from . import _outside
 from ._sdk import HostError, request
 
 __all__ = ["current", "conversations", "conversation", "items", "mark", "receipt",
@@ -99,7 +100,7 @@ class Message:
 
     def __repr__(self):
         text = self.content if len(self.content) <= 80 else self.content[:80] + "…"
-        return f"<Message {self.id} {self.author}: {text!r}>"
+        return f"<Message {self.id} {_outside.name(self.author)}: {text!r}>"
 
 
 class Item:
@@ -153,7 +154,7 @@ class Conversation:
         if self.kind:
             parts.append(self.kind)
         if self.name:
-            parts.append(f"#{self.name}")
+            parts.append("#" + _outside.name(self.name))
         if self.pending:
             parts.append(f"{self.pending} pending")
         return "<Conversation " + " ".join(parts) + ">"
