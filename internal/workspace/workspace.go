@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,6 +48,8 @@ type Workspaces struct {
 	Exclude []string
 	// Lookup finds a session's recorded place; nil: every session works in Root.
 	Lookup Lookup
+	// Log notes what a copy left out; nil: nothing is logged.
+	Log *slog.Logger
 }
 
 // Shared is the root's place.
