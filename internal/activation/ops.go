@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/celltree"
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
@@ -268,7 +269,20 @@ func (o *Ops) publish(ctx context.Context, session string, args json.RawMessage)
 	if err != nil {
 		return nil, err
 	}
-	m, err := o.svc.releases.Publish(os.DirFS(rec.Path))
+	// The draft is the cell's to write, also while it is read here (and
+	// draft.json with it): its tree is found by id beneath the drafts, no
+	// link on the way or in it is followed, no file read past the bound.
+	drafts, err := celltree.Open(o.drafts)
+	if err != nil {
+		return nil, fmt.Errorf("behavior.publish: %w", err)
+	}
+	tree, err := drafts.OpenRoot(a.Draft + "/tree")
+	drafts.Close()
+	if err != nil {
+		return nil, invalid("behavior.publish: draft %s: %v", a.Draft, err)
+	}
+	m, err := o.svc.releases.Publish(tree.FS(behavior.MaxFileBytes))
+	tree.Close()
 	if err != nil {
 		return nil, err
 	}
@@ -459,21 +473,12 @@ func (o *Ops) hooksTrace(ctx context.Context, session string, args json.RawMessa
 	return map[string]any{"invocations": all}, nil
 }
 
-// copyTree copies a release tree into a new writable directory.
+// copyTree copies a release tree into to, a new writable directory
+// (its parent made here), with celltree like every tree copy of the host.
 func copyTree(from, to string) error {
-	return filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(from, p)
-		dst := filepath.Join(to, rel)
-		if d.IsDir() {
-			return os.MkdirAll(dst, 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(dst, b, 0o644)
-	})
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	_, err := celltree.Copy(from, to, celltree.Options{Writable: true, MaxEntries: behavior.MaxTreeFiles * 2, MaxBytes: behavior.MaxTreeBytes})
+	return err
 }
