@@ -309,3 +309,53 @@ func TestCopyRefusesWhatLeadsOutside(t *testing.T) {
 		})
 	}
 }
+
+// Removing a child's copy never follows a link the child left in it,
+// nor one it swaps in while the removal runs (timed with inotify: sub is
+// swapped for a link to a directory outside when the removal opens it).
+// os.RemoveAll walks by descriptor with O_NOFOLLOW; this keeps it so.
+func TestRemoveFollowsNoLink(t *testing.T) {
+	requireGit(t)
+	for run := range 5 {
+		outside := t.TempDir()
+		write(t, filepath.Join(outside, "keep"), "keep\n")
+		root := t.TempDir()
+		sub := filepath.Join(root, "sub")
+		os.Mkdir(sub, 0o755)
+		for i := range 200 {
+			write(t, filepath.Join(sub, fmt.Sprintf("f%03d.txt", i)), "filler\n")
+		}
+		w := &Workspaces{Root: root, Dir: filepath.Join(t.TempDir(), "worktrees")}
+		p, err := w.Make(t.Context(), w.Shared(), "remove")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What the child leaves: a link out, to a file and to a directory.
+		os.Symlink(outside, filepath.Join(p.Dir, "out"))
+		os.Symlink(filepath.Join(outside, "keep"), filepath.Join(p.Dir, "keep"))
+		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.InotifyAddWatch(fd, p.Dir, unix.IN_OPEN)
+		f := os.NewFile(uintptr(fd), "inotify")
+		go func() {
+			buf := make([]byte, 64<<10)
+			if _, err := f.Read(buf); err != nil {
+				return
+			}
+			os.Rename(filepath.Join(p.Dir, "sub"), filepath.Join(p.Dir, "sub-moved"))
+			os.Symlink(outside, filepath.Join(p.Dir, "sub"))
+		}()
+		err = w.Remove(t.Context(), p)
+		f.Close()
+		if b, rerr := os.ReadFile(filepath.Join(outside, "keep")); rerr != nil || string(b) != "keep\n" {
+			t.Fatalf("run %d: the removal reached outside the copy: %v (remove: %v)", run, rerr, err)
+		}
+		if err == nil {
+			if _, err := os.Lstat(p.Dir); err == nil {
+				t.Fatalf("run %d: removed, yet %s is there", run, p.Dir)
+			}
+		}
+	}
+}
