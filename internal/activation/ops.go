@@ -179,11 +179,16 @@ func (o *Ops) draft(ctx context.Context, session string) (any, error) {
 
 func (o *Ops) writeDraft(rec draftRecord) error {
 	j, _ := json.MarshalIndent(rec, "", "  ")
-	p := filepath.Join(o.drafts, rec.ID, "draft.json")
-	if err := os.WriteFile(p+".tmp", j, 0o600); err != nil {
+	// Beneath the drafts with no link followed: cells may write there.
+	drafts, err := celltree.Open(o.drafts)
+	if err != nil {
 		return fmt.Errorf("draft: %w", err)
 	}
-	return os.Rename(p+".tmp", p)
+	defer drafts.Close()
+	if err := drafts.ReplaceFile(rec.ID+"/draft.json", j, 0o600); err != nil {
+		return fmt.Errorf("draft: %w", err)
+	}
+	return nil
 }
 
 func (o *Ops) draftArg(args json.RawMessage, op string) (draftRecord, error) {
@@ -251,12 +256,26 @@ func (o *Ops) readDraft(id string) (draftRecord, error) {
 	if id == "" || filepath.Base(id) != id || id[0] == '.' {
 		return rec, invalid("%q is not a draft id", id)
 	}
-	b, err := os.ReadFile(filepath.Join(o.drafts, id, "draft.json"))
+	// draft.json lies where a cell may write: read beneath the drafts
+	// with no link followed, bounded, and its id is the one asked for.
+	drafts, err := celltree.Open(o.drafts)
+	if err != nil {
+		return rec, fmt.Errorf("draft: %w", err)
+	}
+	defer drafts.Close()
+	b, err := drafts.ReadFile(id+"/draft.json", maxDraftRecord)
 	if err != nil {
 		return rec, invalid("no draft %q", id)
 	}
-	return rec, json.Unmarshal(b, &rec)
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, invalid("draft %q: its draft.json does not parse: %v", id, err)
+	}
+	rec.ID = id
+	return rec, nil
 }
+
+// maxDraftRecord bounds a draft.json read.
+const maxDraftRecord = 64 << 10
 
 func (o *Ops) publish(ctx context.Context, session string, args json.RawMessage) (any, error) {
 	var a struct {

@@ -159,3 +159,40 @@ func TestPublishFollowsNoLinkToTheTree(t *testing.T) {
 		t.Fatalf("publish through a link: %v, want refused", err)
 	}
 }
+
+// draft.json lies where a cell may write (the drafts directory is the
+// workers'): it is read and written beneath the drafts with no link
+// followed, and the id it names is not trusted as a path.
+func TestDraftRecordFollowsNoLink(t *testing.T) {
+	f := newFixture(t, 2*time.Second)
+	drafts := filepath.Join(t.TempDir(), "drafts")
+	o := NewOps(f.svc, drafts)
+	outside := t.TempDir()
+	os.MkdirAll(filepath.Join(drafts, "real"), 0o755)
+	os.WriteFile(filepath.Join(outside, "draft.json"), []byte(`{"draft":"d1","path":"/etc"}`), 0o600)
+	if err := os.Symlink(outside, filepath.Join(drafts, "d1")); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := o.readDraft("d1"); err == nil {
+		t.Fatalf("read a draft record through a link: %+v", rec)
+	}
+	os.WriteFile(filepath.Join(drafts, "real", "draft.json"), []byte(`{"draft":"../../escape","path":"/etc"}`), 0o600)
+	rec, err := o.readDraft("real")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.ID != "real" {
+		t.Fatalf("the record's own id %q was taken", rec.ID)
+	}
+	rec.ID = "d1"
+	if err := o.writeDraft(rec); err == nil {
+		t.Fatal("wrote a draft record through a link")
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "draft.json")); !strings.Contains(string(b), `"/etc"`) {
+		t.Fatalf("the file outside was overwritten: %s", b)
+	}
+	rec.ID = "../escape"
+	if err := o.writeDraft(rec); err == nil {
+		t.Fatal("wrote a draft record outside the drafts")
+	}
+}

@@ -290,3 +290,28 @@ func TestInside(t *testing.T) {
 		}
 	}
 }
+
+func TestReplaceFile(t *testing.T) {
+	root, secretDir := tree(t)
+	modes(t, root, func(t *testing.T, r *Root) {
+		must(t, r.ReplaceFile("sub/b.txt", []byte("new"), 0o600))
+		if b, _ := os.ReadFile(filepath.Join(root, "sub", "b.txt")); string(b) != "new" {
+			t.Fatalf("b.txt: %q", b)
+		}
+		// Through a link to a directory outside: refused.
+		if err := r.ReplaceFile("out-dir/token", []byte("x"), 0o600); !errors.Is(err, ErrLink) {
+			t.Fatalf("through a link: %v", err)
+		}
+		// A link at the name is replaced, its target untouched.
+		must(t, r.ReplaceFile("out-link", []byte("x"), 0o600))
+		if b, _ := os.ReadFile(filepath.Join(secretDir, "token")); string(b) != "secret" {
+			t.Fatalf("the link's target was written: %q", b)
+		}
+		if _, err := os.Lstat(filepath.Join(root, "out-link")); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.ReplaceFile("../x", nil, 0o600); !errors.Is(err, ErrBadPath) {
+			t.Fatalf("..: %v", err)
+		}
+	})
+}

@@ -242,3 +242,42 @@ func (r *Root) Lstat(rel string) (fs.FileInfo, error) {
 	}
 	return fileInfo(name, &st), nil
 }
+
+// ReplaceFile writes data to rel beneath r, replacing what is there
+// atomically (a new file beside it, renamed over it; a link at rel is
+// replaced, not followed), with no link followed on the way.
+func (r *Root) ReplaceFile(rel string, data []byte, perm os.FileMode) error {
+	dirfd, name, err := r.split(rel)
+	if err != nil {
+		return err
+	}
+	if dirfd != r.fd {
+		// split opened it O_PATH, which cannot create; open it for real.
+		d, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		r.release(dirfd)
+		if err != nil {
+			return r.pathErr("open", path.Dir(rel), err)
+		}
+		dirfd = d
+	}
+	defer func() { r.release(dirfd) }()
+	tmp := "." + name + ".tmp"
+	unix.Unlinkat(dirfd, tmp, 0)
+	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
+	if err != nil {
+		return r.pathErr("create", rel, err)
+	}
+	f := os.NewFile(uintptr(fd), path.Join(r.name, rel))
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Renameat(dirfd, tmp, dirfd, name)
+	}
+	if err != nil {
+		unix.Unlinkat(dirfd, tmp, 0)
+		return &fs.PathError{Op: "write", Path: path.Join(r.name, rel), Err: err}
+	}
+	return nil
+}
