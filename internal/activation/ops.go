@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/celltree"
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/hostgit"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -183,11 +184,16 @@ func (o *Ops) draft(ctx context.Context, session string) (any, error) {
 
 func (o *Ops) writeDraft(rec draftRecord) error {
 	j, _ := json.MarshalIndent(rec, "", "  ")
-	p := filepath.Join(o.drafts, rec.ID, "draft.json")
-	if err := os.WriteFile(p+".tmp", j, 0o600); err != nil {
+	// Beneath the drafts with no link followed: cells may write there.
+	drafts, err := celltree.Open(o.drafts)
+	if err != nil {
 		return fmt.Errorf("draft: %w", err)
 	}
-	return os.Rename(p+".tmp", p)
+	defer drafts.Close()
+	if err := drafts.ReplaceFile(rec.ID+"/draft.json", j, 0o600); err != nil {
+		return fmt.Errorf("draft: %w", err)
+	}
+	return nil
 }
 
 func (o *Ops) draftArg(args json.RawMessage, op string) (draftRecord, error) {
@@ -291,17 +297,26 @@ func (o *Ops) readDraft(id string) (draftRecord, error) {
 	if id == "" || filepath.Base(id) != id || id[0] == '.' {
 		return rec, invalid("%q is not a draft id", id)
 	}
-	b, err := os.ReadFile(filepath.Join(o.drafts, id, "draft.json"))
+	// draft.json lies where a cell may write: read beneath the drafts
+	// with no link followed, bounded, and its id is the one asked for.
+	drafts, err := celltree.Open(o.drafts)
+	if err != nil {
+		return rec, fmt.Errorf("draft: %w", err)
+	}
+	defer drafts.Close()
+	b, err := drafts.ReadFile(id+"/draft.json", maxDraftRecord)
 	if err != nil {
 		return rec, invalid("no draft %q", id)
 	}
 	if err := json.Unmarshal(b, &rec); err != nil {
-		return rec, invalid("draft %q: draft.json: %v", id, err)
+		return rec, invalid("draft %q: its draft.json does not parse: %v", id, err)
 	}
-	// Where the draft is follows from its id, not from what the file says.
 	rec.ID, rec.Path = id, filepath.Join(o.drafts, id, "tree")
 	return rec, nil
 }
+
+// maxDraftRecord bounds a draft.json read.
+const maxDraftRecord = 64 << 10
 
 func (o *Ops) publish(ctx context.Context, session string, args json.RawMessage) (any, error) {
 	var a struct {
@@ -314,12 +329,20 @@ func (o *Ops) publish(ctx context.Context, session string, args json.RawMessage)
 	if err != nil {
 		return nil, err
 	}
-	root, err := o.openDraft(rec.ID)
+	// The draft is the cell's to write, also while it is read here (and
+	// draft.json with it): its tree is found by id beneath the drafts, no
+	// link on the way or in it is followed, no file read past the bound.
+	drafts, err := celltree.Open(o.drafts)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("behavior.publish: %w", err)
 	}
-	defer root.Close()
-	m, err := o.svc.releases.Publish(root.FS())
+	tree, err := drafts.OpenRoot(a.Draft + "/tree")
+	drafts.Close()
+	if err != nil {
+		return nil, invalid("behavior.publish: draft %s: %v", a.Draft, err)
+	}
+	m, err := o.svc.releases.Publish(tree.FS(behavior.MaxFileBytes))
+	tree.Close()
 	if err != nil {
 		return nil, err
 	}
@@ -510,21 +533,12 @@ func (o *Ops) hooksTrace(ctx context.Context, session string, args json.RawMessa
 	return map[string]any{"invocations": all}, nil
 }
 
-// copyTree copies a release tree into a new writable directory.
+// copyTree copies a release tree into to, a new writable directory
+// (its parent made here), with celltree like every tree copy of the host.
 func copyTree(from, to string) error {
-	return filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(from, p)
-		dst := filepath.Join(to, rel)
-		if d.IsDir() {
-			return os.MkdirAll(dst, 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(dst, b, 0o644)
-	})
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	_, err := celltree.Copy(from, to, celltree.Options{Writable: true, MaxEntries: behavior.MaxTreeFiles * 2, MaxBytes: behavior.MaxTreeBytes})
+	return err
 }

@@ -39,6 +39,9 @@ func newBackup(g *globals) *cobra.Command {
 			if len(res.Left) > 0 {
 				fmt.Fprintf(g.env.Stdout, "left out: %s (pass --include-secrets to keep them; restore makes a new operator token)\n", strings.Join(res.Left, ", "))
 			}
+			for _, s := range res.Skipped {
+				fmt.Fprintf(g.env.Stdout, "not carried: %s\n", s)
+			}
 			return nil
 		},
 	}

@@ -88,7 +88,7 @@ func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sess
 	cpu, _ := l.CPUQuotaPercent()
 	return workbench.New(workbench.Config{
 		Store: st, Sessions: sessions, Kernel: kernel, Python: py, RuntimeSrc: src, RuntimeHash: hash,
-		Workspace: cfg.Paths.Workspace, Workspaces: newWorkspaces(cfg, st, sb),
+		Workspace: cfg.Paths.Workspace, Workspaces: newWorkspaces(cfg, st, sb, log.With("component", "workspace")),
 		Placer: placer, Sandbox: sb, SandboxSummary: summary, Artifacts: arts,
 		Limits:  placement.Limits{MemoryMaxBytes: int64(mem), TasksMax: l.TasksMax, CPUQuotaPercent: cpu},
 		Log:     log.With("component", "workbench"),
@@ -99,12 +99,12 @@ func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sess
 // newWorkspaces says where each session works: a root in the workspace,
 // a child where its spawn recorded (its job's spec), with worktrees and
 // copies under <data>/worktrees.
-func newWorkspaces(cfg *config.Config, st *store.Store, sb kernel.Sandbox) *workspace.Workspaces {
+func newWorkspaces(cfg *config.Config, st *store.Store, sb kernel.Sandbox, log *slog.Logger) *workspace.Workspaces {
 	// git's state lies in the data directory, outside every sandbox grant;
 	// without git (nil) a repository gets no worktree, and says why.
 	g, _ := hostgit.New(filepath.Join(cfg.Paths.DataDir, "hostgit"))
 	return &workspace.Workspaces{
-		Root: cfg.Paths.Workspace, Dir: filepath.Join(cfg.Paths.DataDir, "worktrees"), Sandbox: sb, Git: g,
+		Root: cfg.Paths.Workspace, Dir: filepath.Join(cfg.Paths.DataDir, "worktrees"), Sandbox: sb, Git: g, Log: log,
 		Exclude: []string{cfg.Paths.DataDir},
 		Lookup: func(ctx context.Context, session string) (*workspace.Place, error) {
 			if !strings.HasPrefix(session, "child-") {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/celltree"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/version"
 )
@@ -41,7 +42,10 @@ type BackupResult struct {
 	Duration time.Duration     `json:"duration_ns"`
 	MBPerSec float64           `json:"mb_per_s"`
 	Left     []string          `json:"left_out"` // secrets present and not copied
-	Manifest string            `json:"manifest"`
+	// Skipped are entries of the trees not carried, each with why: links
+	// (a backup holds none), FIFOs, sockets, devices, hard-linked files.
+	Skipped  []string `json:"skipped,omitempty"`
+	Manifest string   `json:"manifest"`
 }
 
 // Backup writes a backup of the data directory to dest, a directory that
@@ -93,57 +97,75 @@ func backupInto(ctx context.Context, o BackupOptions, dest string) (BackupResult
 	}
 	m.Files = append(m.Files, File{Path: store.FileName, SHA256: sum, Size: size, Mode: 0o600})
 	m.Schema = dbStats.Schema
+	// add copies one of the operator's own files (klbr.toml, a token).
 	add := func(rel, src string, fi fs.FileInfo) error {
-		dst := filepath.Join(dest, filepath.FromSlash(rel))
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			target, err := os.Readlink(src)
-			if err != nil {
-				return err
-			}
-			if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-				return err
-			}
-			if err := os.Symlink(target, dst); err != nil {
-				return err
-			}
-			m.Files = append(m.Files, File{Path: rel, Link: target, Mode: fs.ModeSymlink | 0o777})
-			return nil
-		}
-		sum, n, err := copyHashed(src, dst, backupMode(rel, fi.Mode()))
+		sum, n, err := copyHashed(src, filepath.Join(dest, filepath.FromSlash(rel)), backupMode(rel, fi.Mode()))
 		if err != nil {
 			return err
 		}
 		m.Files = append(m.Files, File{Path: rel, SHA256: sum, Size: n, Mode: restoreMode(rel, fi.Mode())})
 		return nil
 	}
+	// The trees are written by cells (drafts) or hold what cells made
+	// (artifacts): each is walked by descriptor with celltree, no link
+	// followed or carried, a hard-linked file left out.
+	data, err := celltree.Open(o.DataDir)
+	if err != nil {
+		return res, fmt.Errorf("backup: %w", err)
+	}
+	defer data.Close()
+	skip := func(rel, why string) { res.Skipped = append(res.Skipped, rel+": "+why) }
 	for _, tree := range Trees {
-		root := filepath.Join(o.DataDir, filepath.FromSlash(tree))
-		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) && p == root {
-					return fs.SkipDir
-				}
-				return err
-			}
+		root, err := data.OpenRoot(tree)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case errors.Is(err, celltree.ErrLink):
+			skip(tree, "a symbolic link (a backup holds none)")
+			continue
+		case err != nil:
+			return res, fmt.Errorf("backup %s: %w", tree, err)
+		}
+		err = root.Walk(func(e *celltree.Entry) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if d.IsDir() && tree == "drafts" && d.Name() == ".git" {
+			rel := tree + "/" + e.Path
+			switch {
+			case e.Type.IsDir() && tree == "drafts" && strings.HasSuffix("/"+e.Path, "/.git"):
 				return fs.SkipDir // the cell's (see draftGit)
-			}
-			if d.IsDir() || !(d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0) {
+			case e.Type.IsDir():
+				return nil
+			case e.Type&fs.ModeSymlink != 0:
+				skip(rel, "a symbolic link (a backup holds none)")
+				return nil
+			case !e.Type.IsRegular():
+				skip(rel, "not a regular file")
 				return nil
 			}
-			fi, err := d.Info()
+			in, err := e.Open()
+			switch {
+			case errors.Is(err, celltree.ErrLink), errors.Is(err, celltree.ErrHardLink), errors.Is(err, celltree.ErrNotRegular):
+				skip(rel, err.Error())
+				return nil
+			case errors.Is(err, fs.ErrNotExist):
+				return nil // removed since the listing
+			case err != nil:
+				return err
+			}
+			defer in.Close()
+			fi, err := in.Stat()
 			if err != nil {
 				return err
 			}
-			rel, err := filepath.Rel(o.DataDir, p)
+			sum, n, err := copyHashedFrom(in, filepath.Join(dest, filepath.FromSlash(rel)), backupMode(rel, fi.Mode()))
 			if err != nil {
 				return err
 			}
-			return add(filepath.ToSlash(rel), p, fi)
+			m.Files = append(m.Files, File{Path: rel, SHA256: sum, Size: n, Mode: restoreMode(rel, fi.Mode())})
+			return nil
 		})
+		root.Close()
 		if err != nil {
 			return res, fmt.Errorf("backup %s: %w", tree, err)
 		}

@@ -169,20 +169,12 @@ func FuzzDecodeManifest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		links := map[string]bool{}
 		for _, fl := range m.Files {
 			if fl.Link != "" {
-				links[fl.Path] = true
+				t.Fatalf("accepted the link %q → %q: a restore would make it", fl.Path, fl.Link)
 			}
-		}
-		for _, fl := range m.Files {
 			if checkRelPath(fl.Path) != nil || strings.HasPrefix(fl.Path, "/") || strings.Contains("/"+fl.Path+"/", "/../") {
 				t.Fatalf("accepted a path that leaves the backup: %q", fl.Path)
-			}
-			for d := filepath.Dir(fl.Path); d != "."; d = filepath.Dir(d) {
-				if links[d] {
-					t.Fatalf("accepted %q under the link %q", fl.Path, d)
-				}
 			}
 		}
 	})

@@ -69,9 +69,9 @@ func ReadManifest(dir string) (Manifest, error) {
 	return m, nil
 }
 
-// decodeManifest parses and checks a manifest: its size, its format, and
-// that every path stays inside the backup (no absolute path, no "..", no
-// file under a symbolic link the backup itself holds, no path twice).
+// decodeManifest parses and checks a manifest: its size, its format, that
+// every path stays inside the backup (no absolute path, no "..", no file
+// under another, no path twice), and that it names no symbolic link.
 func decodeManifest(b []byte) (Manifest, error) {
 	var m Manifest
 	if len(b) > MaxManifestBytes {
@@ -84,7 +84,6 @@ func decodeManifest(b []byte) (Manifest, error) {
 		return m, fmt.Errorf("manifest format %d, this klbr-core reads %d", m.Format, ManifestFormat)
 	}
 	seen := map[string]bool{}
-	links := map[string]bool{}
 	for _, fl := range m.Files {
 		if err := checkRelPath(fl.Path); err != nil {
 			return m, fmt.Errorf("manifest: %w", err)
@@ -94,14 +93,17 @@ func decodeManifest(b []byte) (Manifest, error) {
 		}
 		seen[fl.Path] = true
 		if fl.Link != "" {
-			links[fl.Path] = true
-		} else if fl.Size < 0 || len(fl.SHA256) != 64 {
+			// A link restored into the data directory would be followed
+			// by whatever reads it next, as klbr-core.
+			return m, fmt.Errorf("manifest: %s is a symbolic link: klbr restores no links (a backup of this klbr holds none); remove its entry from %s to restore without it", fl.Path, ManifestName)
+		}
+		if fl.Size < 0 || len(fl.SHA256) != 64 {
 			return m, fmt.Errorf("manifest: %s has no size and SHA-256", fl.Path)
 		}
 	}
 	for _, fl := range m.Files {
 		for d := path.Dir(fl.Path); d != "."; d = path.Dir(d) {
-			if links[d] || seen[d] && d != fl.Path {
+			if seen[d] && d != fl.Path {
 				return m, fmt.Errorf("manifest: %s lies under %s, which is not a directory", fl.Path, d)
 			}
 		}
@@ -121,13 +123,21 @@ func checkRelPath(p string) error {
 }
 
 // copyHashed copies src to the new file dst with mode, syncs it, and
-// returns the content's SHA-256 and size.
+// returns the content's SHA-256 and size. src is the operator's own file
+// (klbr.toml, a token); trees go through copyHashedFrom.
 func copyHashed(src, dst string, mode fs.FileMode) (string, int64, error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return "", 0, err
 	}
 	defer in.Close()
+	return copyHashedFrom(in, dst, mode)
+}
+
+// copyHashedFrom copies in (opened by celltree, or by copyHashed) to the
+// new file dst with mode, syncs it, and returns the content's SHA-256 and
+// size.
+func copyHashedFrom(in *os.File, dst string, mode fs.FileMode) (string, int64, error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return "", 0, err
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/klbr-dev/klbr/internal/celltree"
 	"github.com/klbr-dev/klbr/internal/setup"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -115,23 +116,30 @@ func draftGit(rel string) bool {
 	return len(parts) > 1 && parts[0] == "drafts" && slices.Contains(parts[1:len(parts)-1], ".git")
 }
 
+// restoreFiles copies every file of m from the backup at src into dst.
+// The backup is outside input: each file is opened beneath src with no
+// link followed on the way or at it, and one with other hard links is
+// refused (celltree), so only what lies in the backup is restored.
 func restoreFiles(m Manifest, src, dst string) error {
+	root, err := celltree.Open(src)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	for _, f := range m.Files {
 		if draftGit(f.Path) {
 			continue
 		}
-		from := filepath.Join(src, filepath.FromSlash(f.Path))
 		to := filepath.Join(dst, filepath.FromSlash(f.Path))
-		if f.Link != "" {
-			if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
-				return err
+		in, err := root.OpenFile(f.Path)
+		if err != nil {
+			if errors.Is(err, celltree.ErrLink) || errors.Is(err, celltree.ErrHardLink) {
+				return fmt.Errorf("%w: klbr restores no links; the backup is damaged or was altered", err)
 			}
-			if err := os.Symlink(f.Link, to); err != nil {
-				return err
-			}
-			continue
+			return err
 		}
-		sum, n, err := copyHashed(from, to, restoreMode(f.Path, f.Mode))
+		sum, n, err := copyHashedFrom(in, to, restoreMode(f.Path, f.Mode))
+		in.Close()
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.Path, err)
 		}

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"io/fs"
 	"net/http"
-	"os"
 	"path/filepath"
 
 	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/celltree"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
@@ -100,9 +100,18 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, api.CodeInvalid, "path must be absolute")
 		return
 	}
-	m, err := s.releases.Publish(os.DirFS(req.Path))
+	// The operator names the tree, but it may be a draft a cell writes
+	// while it is read: nothing beneath it is followed (celltree).
+	tree, err := celltree.Open(req.Path)
 	if err != nil {
-		if errors.Is(err, behavior.ErrInvalidTree) || errors.Is(err, fs.ErrNotExist) {
+		writeError(w, http.StatusUnprocessableEntity, api.CodeRefused, err.Error())
+		return
+	}
+	m, err := s.releases.Publish(tree.FS(behavior.MaxFileBytes))
+	tree.Close()
+	if err != nil {
+		if errors.Is(err, behavior.ErrInvalidTree) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, celltree.ErrLink) ||
+			errors.Is(err, celltree.ErrHardLink) || errors.Is(err, celltree.ErrNotRegular) || errors.Is(err, celltree.ErrTooLarge) {
 			writeError(w, http.StatusUnprocessableEntity, api.CodeRefused, err.Error())
 			return
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/celltree"
 	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -206,13 +207,15 @@ func (b *browser) editSoul(ctx context.Context, id, text string, expected int64)
 		return activation.Result{}, err
 	}
 	defer os.RemoveAll(tmp)
-	if err := copyTree(b.Releases.Tree(sess.PolicyRevision), tmp); err != nil {
+	tree := filepath.Join(tmp, "tree")
+	if _, err := celltree.Copy(b.Releases.Tree(sess.PolicyRevision), tree, celltree.Options{Writable: true,
+		MaxEntries: 2 * behavior.MaxTreeFiles, MaxBytes: behavior.MaxTreeBytes}); err != nil {
 		return activation.Result{}, fmt.Errorf("copy release %s: %w", sess.PolicyRevision, err)
 	}
-	if err := os.WriteFile(filepath.Join(tmp, SoulFile), []byte(text), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tree, SoulFile), []byte(text), 0o644); err != nil {
 		return activation.Result{}, err
 	}
-	m, err := b.Releases.Publish(os.DirFS(tmp))
+	m, err := b.Releases.Publish(os.DirFS(tree))
 	if err != nil {
 		return activation.Result{}, err
 	}
@@ -251,31 +254,6 @@ func (b *browser) resolveRelease(ref string) (string, error) {
 		return "", fmt.Errorf("no stored release starts with %q", ref)
 	}
 	return "", fmt.Errorf("%d stored releases start with %q; give more of the id", len(found), ref)
-}
-
-// copyTree copies a release tree into a new writable directory.
-func copyTree(from, to string) error {
-	return filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(from, p)
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join(to, rel)
-		if d.IsDir() {
-			return os.MkdirAll(dst, 0o755)
-		}
-		if !d.Type().IsRegular() {
-			return fmt.Errorf("%s is not a regular file", p)
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(dst, data, 0o644)
-	})
 }
 
 // controlErrorCode maps a control's error to its code.

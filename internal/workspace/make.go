@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/klbr-dev/klbr/internal/celltree"
 	"github.com/klbr-dev/klbr/internal/hostgit"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -196,9 +196,14 @@ func (w *Workspaces) inWorkspace(ctx context.Context, dir string, args ...string
 	return strings.TrimSpace(string(out)), err
 }
 
-// copy copies from.Dir to top within w.Limits: regular files (with their
-// permission bits), directories and symbolic links (as links); other
-// entries and w.Exclude are left out.
+// copy copies from.Dir to top within w.Limits with celltree, which
+// follows no link of the tree (a cell may write it while it is copied):
+// regular files (with their permission bits), directories, and links
+// whose target stays inside the tree (as links); links out of it, FIFOs,
+// sockets, devices and w.Exclude are left out (and logged), and a file
+// with other hard links refuses the copy. A from.Dir under w.Dir (a
+// child's own worktree, which the child may have rebuilt with links) is
+// reached from w.Dir with no link followed on the way either.
 func (w *Workspaces) copy(from Place, top string) (Place, error) {
 	lim := w.Limits
 	if lim.MaxFiles <= 0 {
@@ -207,73 +212,41 @@ func (w *Workspaces) copy(from Place, top string) (Place, error) {
 	if lim.MaxBytes <= 0 {
 		lim.MaxBytes = DefaultLimits.MaxBytes
 	}
-	src := resolve(from.Dir)
-	skip := []string{resolve(w.Dir)}
-	for _, e := range w.Exclude {
-		skip = append(skip, resolve(e))
-	}
-	files, size := 0, int64(0)
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		for _, s := range skip {
-			if p == s {
-				return fs.SkipDir
-			}
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join(top, rel)
-		if p != src {
-			if files++; files > lim.MaxFiles {
-				return fmt.Errorf("%w: %s has more than %d entries (copy limit); make it a git repository (a worktree is made by git) or spawn with workspace=\"shared\" or \"read_only\"", ErrTooLarge, from.Dir, lim.MaxFiles)
-			}
-		}
-		switch t := d.Type(); {
-		case t.IsDir():
-			return os.Mkdir(dst, 0o755)
-		case t&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(target, dst)
-		case t.IsRegular():
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			if size += fi.Size(); size > lim.MaxBytes {
-				return fmt.Errorf("%w: %s holds more than %d bytes (copy limit); make it a git repository (a worktree is made by git) or spawn with workspace=\"shared\" or \"read_only\"", ErrTooLarge, from.Dir, lim.MaxBytes)
-			}
-			return copyFile(p, dst, fi.Mode().Perm())
-		}
-		return nil
-	})
+	src, err := w.openSource(from.Dir)
 	if err != nil {
 		return Place{}, fmt.Errorf("copy the workspace: %w", err)
+	}
+	defer src.Close()
+	res, err := src.Copy(top, celltree.Options{MaxEntries: lim.MaxFiles, MaxBytes: lim.MaxBytes,
+		Exclude: append([]string{w.Dir}, w.Exclude...)})
+	switch {
+	case errors.Is(err, celltree.ErrTooLarge):
+		return Place{}, fmt.Errorf("%w: %w (copy limit: %d entries, %d bytes); make it a git repository (a worktree is made by git) or spawn with workspace=\"shared\" or \"read_only\"",
+			ErrTooLarge, err, lim.MaxFiles, lim.MaxBytes)
+	case errors.Is(err, celltree.ErrHardLink):
+		return Place{}, fmt.Errorf("copy the workspace: %w; klbr copies no file with other hard links (it cannot tell who made them): replace it by a copy of its own, or spawn with workspace=\"shared\" or \"read_only\"", err)
+	case err != nil:
+		return Place{}, fmt.Errorf("copy the workspace: %w", err)
+	}
+	if res.SkippedCount > 0 && w.Log != nil {
+		w.Log.Info("workspace copy left entries out", "from", from.Dir, "to", top, "count", res.SkippedCount, "first", res.Skipped[0].Path, "why", res.Skipped[0].Why)
 	}
 	return Place{Mode: store.WorkspaceWorktree, Kind: "copy", Dir: top, Root: from.Dir}, nil
 }
 
-func copyFile(src, dst string, perm fs.FileMode) error {
-	in, err := os.Open(src)
+// openSource opens dir for a copy: beneath w.Dir with no link followed
+// when it lies there, else as the path the operator configured.
+func (w *Workspaces) openSource(dir string) (*celltree.Root, error) {
+	rel, err := filepath.Rel(filepath.Clean(w.Dir), filepath.Clean(dir))
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return celltree.Open(dir)
+	}
+	base, err := celltree.Open(w.Dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	defer base.Close()
+	return base.OpenRoot(filepath.ToSlash(rel))
 }
 
 // Remove removes a worktree or copy Make made (its directory under w.Dir;

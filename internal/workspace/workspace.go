@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -52,6 +53,8 @@ type Workspaces struct {
 	// Git runs every git of the worktrees (hostgit.New of <data>/hostgit);
 	// nil: git is missing, and a repository gets no worktree.
 	Git *hostgit.Git
+	// Log notes what a copy left out; nil: nothing is logged.
+	Log *slog.Logger
 }
 
 // Shared is the root's place.
