@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/klbr-dev/klbr/internal/httpguard"
 )
 
 // CookieName is the cookie that carries the operator token after the first
@@ -92,6 +94,9 @@ func (b *browser) guardPage(status int, login bool, next http.HandlerFunc) http.
 				b.refuse(w, r, http.StatusUnauthorized, "wrong token in URL")
 				return
 			}
+			if !b.trust(w, r) {
+				return
+			}
 			http.SetCookie(w, &http.Cookie{
 				Name: CookieName, Value: q.Get("token"), Path: "/",
 				MaxAge:   int(b.cookieMaxAge() / time.Second),
@@ -112,8 +117,24 @@ func (b *browser) guardPage(status int, login bool, next http.HandlerFunc) http.
 			b.refuse(w, r, status, "missing or wrong operator token")
 			return
 		}
+		if !b.trust(w, r) {
+			return
+		}
 		next(w, r)
 	}
+}
+
+// trust lets the connection of a request with the token keep its place past a
+// stranger's (httpguard.Trust); when the operator's places are all taken it answers 503.
+func (b *browser) trust(w http.ResponseWriter, r *http.Request) bool {
+	if httpguard.Trust(w, r) {
+		return true
+	}
+	b.log.Warn("browser: refused", "path", r.URL.Path, "status", http.StatusServiceUnavailable, "why", "every connection kept for the operator is open", "remote", r.RemoteAddr)
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, "klbr: every connection kept for the operator is open; close other klbr tabs or retry", http.StatusServiceUnavailable)
+	return false
 }
 
 func (b *browser) cookieMaxAge() time.Duration {
