@@ -24,6 +24,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/history"
+	"github.com/klbr-dev/klbr/internal/httpguard"
 	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -156,13 +157,15 @@ func (b *browser) handleWS(w http.ResponseWriter, r *http.Request) {
 		b.refuse(w, r, http.StatusForbidden, "foreign Origin "+r.Header.Get("Origin"))
 		return
 	}
-	// The origin was checked above, more strictly than Accept would.
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	// The origin was checked above, more strictly than Accept would. A frame header
+	// that declares more than the read limit ends the socket at once (LimitFrames); the
+	// read limit then bounds a message made of many frames.
+	conn, err := websocket.Accept(httpguard.LimitFrames(w, readLimit), r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		b.log.Warn("browser: websocket accept", "error", err)
 		return
 	}
-	conn.SetReadLimit(MaxClientFrame + 16) // readFrame enforces MaxClientFrame itself
+	conn.SetReadLimit(readLimit)
 	c := &client{b: b, conn: conn, queue: make(chan []byte, SendQueue), sent: make(chan struct{}, 1),
 		done: make(chan struct{}), deltaReady: make(chan struct{}, 1)}
 	c.serve(r.Context())
@@ -188,6 +191,10 @@ type client struct {
 	closeCode   websocket.StatusCode
 	closeReason string
 }
+
+// readLimit is the socket's bound on a client message and on each frame's declared
+// length; readFrame enforces MaxClientFrame itself.
+const readLimit = MaxClientFrame + 16
 
 // errTooLarge is a client frame over MaxClientFrame.
 var errTooLarge = errors.New("client frame too large")
@@ -283,6 +290,9 @@ func (c *client) serve(ctx context.Context) {
 
 func (c *client) readFailed(err error) {
 	switch {
+	case errors.Is(err, httpguard.ErrFrameTooLarge):
+		c.b.log.Warn("browser: a client frame declared a payload over the limit; the socket was closed", "error", err)
+		c.close(websocket.StatusMessageTooBig, "client frame over the limit")
 	case errors.Is(err, errTooLarge):
 		c.close(websocket.StatusPolicyViolation, "client frame over the limit")
 	case errors.Is(err, ErrBadMessage):
