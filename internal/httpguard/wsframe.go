@@ -15,9 +15,10 @@ import (
 // socket accepts.
 var ErrFrameTooLarge = errors.New("websocket frame header declares a payload over the limit")
 
-// LimitFrames wraps w so that a WebSocket accepted on it (a Hijack) ends the moment a
-// client frame's header declares more than max bytes of payload: the connection is
-// closed before any of that payload is awaited or read. A read limit on the socket alone
+// LimitFrames wraps w so that a WebSocket accepted on it (a Hijack) fails its reads the
+// moment a client frame's header declares more than max bytes of payload (with
+// ErrFrameTooLarge), before any of that payload is awaited or read; the socket's owner
+// then closes it. A read limit on the socket alone
 // (coder/websocket's SetReadLimit) only fails once max bytes have arrived, so a header
 // that declares 2^62 bytes and sends none holds the connection for as long as the client
 // likes.
@@ -59,8 +60,9 @@ func (c *frameConn) Read(p []byte) (int, error) {
 	}
 	n, err := c.r.Read(p)
 	if serr := c.scan.Scan(p[:n]); serr != nil {
+		// Every read from now on fails: the socket's reader gives up at once, and its
+		// owner closes the connection (a close frame may still go out).
 		c.failed = serr
-		c.Conn.Close()
 		return 0, serr
 	}
 	return n, err

@@ -292,7 +292,7 @@ func (c *client) readFailed(err error) {
 	switch {
 	case errors.Is(err, httpguard.ErrFrameTooLarge):
 		c.b.log.Warn("browser: a client frame declared a payload over the limit; the socket was closed", "error", err)
-		c.close(websocket.StatusMessageTooBig, "client frame over the limit")
+		c.close(websocket.StatusPolicyViolation, "client frame over the limit")
 	case errors.Is(err, errTooLarge):
 		c.close(websocket.StatusPolicyViolation, "client frame over the limit")
 	case errors.Is(err, ErrBadMessage):
