@@ -310,7 +310,7 @@ func (c *client) stream(ctx context.Context, id string, cursor int64, tail int) 
 	if cursor > 0 {
 		// A cursor past the last record (a restored or another data directory) would
 		// otherwise see nothing until new records pass it: say so and send a fresh snapshot.
-		last, _, err := c.b.Store.TailCursor(ctx, id, 0)
+		last, err := c.b.Store.LastSeq(ctx, id)
 		if err == nil && cursor > last {
 			msg := fmt.Sprintf("cursor %d is past the last record (%d) of session %s: here is a fresh snapshot", cursor, last, id)
 			if !c.send(errorMsg{Type: MsgError, Code: CodeCursorPastEnd, Message: msg}) {
