@@ -82,6 +82,10 @@ type browser struct {
 	helloTimeout time.Duration
 
 	slowDrops atomic.Int64 // clients disconnected for being too slow
+
+	refusedMu      sync.Mutex // guards refusedNext and refusedSkipped (logRefused)
+	refusedNext    time.Time  // no "refused" line before then
+	refusedSkipped int        // refusals not logged since the last line
 }
 
 // WithBrowser serves the browser client: the page at /, its assets under
