@@ -3,6 +3,7 @@ package httpguard
 import (
 	"container/list"
 	"context"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -21,7 +22,8 @@ import (
 //     holds partial headers is the oldest; an operator's browser sends its headers at
 //     once), but never one younger than StrangerGrace: Accept waits instead, so that no
 //     rate of new connections can close the operator's before its first request is read;
-//   - a stranger lives Limits.Stranger at most (DefaultStrangerLife), whatever it does;
+//   - a stranger lives Limits.Stranger at most (DefaultStrangerLife), whatever it does,
+//     and at least half of that (spread so that a crowd does not end all at once);
 //   - a stranger's request is answered with "Connection: close" (Gate.Handler).
 //
 // A request whose credential the handler has checked calls Trust: its connection stops
@@ -223,7 +225,7 @@ func (g *Gate) admit(c net.Conn) net.Conn {
 		oldest.state, oldest.elem = stateGone, nil
 	}
 	gc.elem = g.waiting.PushBack(gc)
-	gc.timer = time.AfterFunc(g.life, gc.expire)
+	gc.timer = time.AfterFunc(g.lifeOf(), gc.expire)
 	g.mu.Unlock()
 	if oldest != nil {
 		g.evicted.Add(1)
@@ -231,6 +233,13 @@ func (g *Gate) admit(c net.Conn) net.Conn {
 		oldest.Conn.Close()
 	}
 	return gc
+}
+
+// lifeOf is a new stranger's life: between half of the gate's life and all of it, so that
+// strangers that came in together do not all end, and come back, together (a burst the
+// operator's connection would wait behind in the kernel's queue).
+func (g *Gate) lifeOf() time.Duration {
+	return g.life/2 + rand.N(g.life/2+1)
 }
 
 func (g *Gate) isTrusted(gc *gateConn) bool {

@@ -271,6 +271,9 @@ func BenchmarkOperatorUnderFlood(b *testing.B) {
 			addr := serveLikeDaemon(b, h)
 			if n > 0 {
 				startFlood(b, addr, n)
+				// Timed in the flood's steady state: its first strangers have reached the
+				// end of their life and been replaced.
+				time.Sleep(httpguard.DefaultStrangerLife + time.Second)
 			}
 			lat := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
