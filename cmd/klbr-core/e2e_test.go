@@ -262,6 +262,16 @@ func TestNewcomerPath(t *testing.T) {
 		}
 	}
 
+	// tail with a cursor past the last record says so and what to do, with or without
+	// --follow, instead of printing nothing (or waiting in silence).
+	for _, extra := range [][]string{nil, {"--follow"}} {
+		args := append([]string{"tail", "default", "--since", "999999999"}, extra...)
+		if out, errOut, err := in.run(nil, args...); err == nil || !strings.Contains(errOut, "past the last record") ||
+			!strings.Contains(errOut, "read from 0") {
+			t.Fatalf("tail %v past the last record: %v, stdout %q, stderr %q", extra, err, out, errOut)
+		}
+	}
+
 	// tail --follow sees a new input, then ends when the daemon drains.
 	follow := exec.Command(in.bin, "tail", "default", "--since", fmt.Sprint(rec["seq"]), "--follow", "--json")
 	follow.Env = in.env

@@ -255,4 +255,5 @@ const (
 	CodeRefused          = "refused"     // 422: a candidate release failed its check
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeNotImplemented   = "not_implemented" // 501: the operation is not available yet
+	CodeCursorPastEnd    = "cursor_past_end" // 409: a records cursor past the session's last record
 )

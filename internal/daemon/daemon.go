@@ -295,10 +295,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 			// Workers are turned away before they take a slot of the Unix sockets; each
 			// listener holds its own bound of open connections: an idle flood on the TCP
 			// port (or from a cell) cannot take the descriptors status, stop and drain need.
+			// The TCP port's gate also keeps places for the operator's browser that
+			// connections without the token cannot take (httpguard.Gate).
 			if s.unix {
-				l = unixsock.FilterWorkers(l, placement.WorkerOf)
+				l = unixsock.LimitListener(unixsock.FilterWorkers(l, placement.WorkerOf), httpguard.Limits{}.Conns())
+			} else {
+				l = webH.Listener(l)
 			}
-			l := unixsock.LimitListener(l, httpguard.Limits{}.Conns())
 			wg.Go(func() { d.serve(s.srv, l, serveErr) })
 		}
 	}

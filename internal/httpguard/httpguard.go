@@ -17,9 +17,14 @@ type Limits struct {
 	Header time.Duration // to read the request line and headers; default 10 s
 	Body   time.Duration // to read the request body once the headers are in; default 30 s
 	Idle   time.Duration // a keep-alive connection between requests; default 60 s
-	// MaxConns bounds the open connections of the listener (unixsock.LimitListener);
-	// default 256.
+	// MaxConns bounds the open connections of the listener (unixsock.LimitListener), or
+	// behind a Gate its trusted connections; default 256.
 	MaxConns int
+	// Behind a Gate: how many connections that have not presented a credential may be
+	// open (default DefaultStrangers), and how long each may live (default
+	// DefaultStrangerLife).
+	Strangers int
+	Stranger  time.Duration
 }
 
 func (l Limits) header() time.Duration { return or(l.Header, 10*time.Second) }

@@ -258,6 +258,19 @@ func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, api.CodeInvalid, "since must be a non-negative integer cursor")
 		return
 	}
+	// seq only grows, so a cursor past the last record did not come from this session:
+	// an empty page or a silent follow would hide that until new records pass it.
+	last, err := s.store.LastSeq(r.Context(), id)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if since > last {
+		writeError(w, http.StatusConflict, api.CodeCursorPastEnd, fmt.Sprintf(
+			"since %d is past the last record of session %s (seq %d): the cursor is from another data directory or a restored backup; read from 0, or from %d for new records only",
+			since, id, last, last))
+		return
+	}
 	limit, err := queryInt(q.Get("limit"), store.MaxRecordsPage)
 	if err != nil || limit < 1 || limit > store.MaxRecordsPage {
 		writeError(w, http.StatusBadRequest, api.CodeInvalid, "limit must be between 1 and "+strconv.Itoa(store.MaxRecordsPage))

@@ -413,3 +413,38 @@ func TestRecordsQueryBounds(t *testing.T) {
 		t.Errorf("unknown session: %d", status)
 	}
 }
+
+// A cursor past the session's last record (from another data directory, or a restored
+// backup) is refused with cursor_past_end and the last record's seq, for a page and for a
+// follow, instead of an empty page or a stream that stays silent until new records pass
+// it; a cursor at the last record is the ordinary "nothing new".
+func TestRecordsSincePastTheHeadSaysSo(t *testing.T) {
+	h := start(t)
+	ctx := context.Background()
+	for _, k := range []string{"a", "b"} {
+		if _, err := h.client.Send(ctx, "default", api.SendRequest{Text: k, SourceKey: k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := h.client.Records(ctx, "default", 0, 0)
+	if err != nil || len(all.Records) == 0 {
+		t.Fatalf("records: %+v %v", all, err)
+	}
+	head := all.Records[len(all.Records)-1].Seq
+	if page, err := h.client.Records(ctx, "default", head, 0); err != nil || len(page.Records) != 0 || page.More {
+		t.Fatalf("at the head: %+v %v", page, err)
+	}
+	past := head + 1000
+	_, err = h.client.Records(ctx, "default", past, 0)
+	var e *localclient.Error
+	if !errors.As(err, &e) || e.Status != http.StatusConflict || e.Code != api.CodeCursorPastEnd ||
+		!strings.Contains(e.Message, fmt.Sprint(head)) {
+		t.Fatalf("page past the head: %v", err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = h.client.Follow(fctx, "default", past, func(store.Record) error { return nil })
+	if !errors.As(err, &e) || e.Code != api.CodeCursorPastEnd {
+		t.Fatalf("follow past the head: %v", err)
+	}
+}

@@ -86,6 +86,20 @@ func (s *Store) Records(ctx context.Context, session string, since int64, limit 
 	return out, rows.Err()
 }
 
+// LastSeq is the seq of the session's last record, 0 if it has none: the furthest
+// cursor a client can hold (one index lookup).
+func (s *Store) LastSeq(ctx context.Context, session string) (int64, error) {
+	var seq int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT seq FROM session_items WHERE session_id = ? ORDER BY seq DESC LIMIT 1`, session).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("last seq: %w", err)
+	}
+	return seq, nil
+}
+
 // TailCursor returns the cursor from which Records reads the last n records
 // of session, and how many records come before it (0, 0 when the session
 // has n records or fewer).

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/klbr-dev/klbr/internal/httpguard"
 )
 
 // CookieName is the cookie that carries the operator token after the first
@@ -92,6 +94,9 @@ func (b *browser) guardPage(status int, login bool, next http.HandlerFunc) http.
 				b.refuse(w, r, http.StatusUnauthorized, "wrong token in URL")
 				return
 			}
+			if !b.trust(w, r) {
+				return
+			}
 			http.SetCookie(w, &http.Cookie{
 				Name: CookieName, Value: q.Get("token"), Path: "/",
 				MaxAge:   int(b.cookieMaxAge() / time.Second),
@@ -112,8 +117,24 @@ func (b *browser) guardPage(status int, login bool, next http.HandlerFunc) http.
 			b.refuse(w, r, status, "missing or wrong operator token")
 			return
 		}
+		if !b.trust(w, r) {
+			return
+		}
 		next(w, r)
 	}
+}
+
+// trust lets the connection of a request with the token keep its place past a
+// stranger's (httpguard.Trust); when the operator's places are all taken it answers 503.
+func (b *browser) trust(w http.ResponseWriter, r *http.Request) bool {
+	if httpguard.Trust(w, r) {
+		return true
+	}
+	b.logRefused(r, http.StatusServiceUnavailable, "every connection kept for the operator is open")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, "klbr: every connection kept for the operator is open; close other klbr tabs or retry", http.StatusServiceUnavailable)
+	return false
 }
 
 func (b *browser) cookieMaxAge() time.Duration {
@@ -145,7 +166,7 @@ code,pre{font:14px ui-monospace,monospace;background:#eee;padding:.1em .3em;bord
 
 // login answers a page request without a valid token: 401 with how to get in.
 func (b *browser) login(w http.ResponseWriter, r *http.Request) {
-	b.log.Warn("browser: refused", "path", r.URL.Path, "status", http.StatusUnauthorized, "why", "missing or wrong operator token (sent the sign-in page)", "remote", r.RemoteAddr)
+	b.logRefused(r, http.StatusUnauthorized, "missing or wrong operator token (sent the sign-in page)")
 	secureHeaders(w)
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; frame-ancestors 'none'")
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -166,10 +187,27 @@ func days(d time.Duration) string {
 
 // refuse answers with status and no content.
 func (b *browser) refuse(w http.ResponseWriter, r *http.Request, status int, why string) {
-	b.log.Warn("browser: refused", "path", r.URL.Path, "status", status, "why", why, "remote", r.RemoteAddr)
+	b.logRefused(r, status, why)
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Length", "0")
 	w.WriteHeader(status)
+}
+
+// logRefused logs a refused request, at most once a second: anyone on the machine can
+// send requests without the token as fast as the port answers, and the log must not be
+// what they fill. A line says how many refusals were left out before it.
+func (b *browser) logRefused(r *http.Request, status int, why string) {
+	b.refusedMu.Lock()
+	now := time.Now()
+	if now.Before(b.refusedNext) {
+		b.refusedSkipped++
+		b.refusedMu.Unlock()
+		return
+	}
+	skipped := b.refusedSkipped
+	b.refusedNext, b.refusedSkipped = now.Add(time.Second), 0
+	b.refusedMu.Unlock()
+	b.log.Warn("browser: refused", "path", r.URL.Path, "status", status, "why", why, "remote", r.RemoteAddr, "refusals_not_logged", skipped)
 }
 
 func isWebSocket(r *http.Request) bool {

@@ -24,6 +24,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/history"
+	"github.com/klbr-dev/klbr/internal/httpguard"
 	"github.com/klbr-dev/klbr/internal/live"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -81,6 +82,10 @@ type browser struct {
 	helloTimeout time.Duration
 
 	slowDrops atomic.Int64 // clients disconnected for being too slow
+
+	refusedMu      sync.Mutex // guards refusedNext and refusedSkipped (logRefused)
+	refusedNext    time.Time  // no "refused" line before then
+	refusedSkipped int        // refusals not logged since the last line
 }
 
 // WithBrowser serves the browser client: the page at /, its assets under
@@ -156,13 +161,15 @@ func (b *browser) handleWS(w http.ResponseWriter, r *http.Request) {
 		b.refuse(w, r, http.StatusForbidden, "foreign Origin "+r.Header.Get("Origin"))
 		return
 	}
-	// The origin was checked above, more strictly than Accept would.
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	// The origin was checked above, more strictly than Accept would. A frame header
+	// that declares more than the read limit ends the socket at once (LimitFrames); the
+	// read limit then bounds a message made of many frames.
+	conn, err := websocket.Accept(httpguard.LimitFrames(w, readLimit), r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		b.log.Warn("browser: websocket accept", "error", err)
 		return
 	}
-	conn.SetReadLimit(MaxClientFrame + 16) // readFrame enforces MaxClientFrame itself
+	conn.SetReadLimit(readLimit)
 	c := &client{b: b, conn: conn, queue: make(chan []byte, SendQueue), sent: make(chan struct{}, 1),
 		done: make(chan struct{}), deltaReady: make(chan struct{}, 1)}
 	c.serve(r.Context())
@@ -188,6 +195,10 @@ type client struct {
 	closeCode   websocket.StatusCode
 	closeReason string
 }
+
+// readLimit is the socket's bound on a client message and on each frame's declared
+// length; readFrame enforces MaxClientFrame itself.
+const readLimit = MaxClientFrame + 16
 
 // errTooLarge is a client frame over MaxClientFrame.
 var errTooLarge = errors.New("client frame too large")
@@ -283,6 +294,9 @@ func (c *client) serve(ctx context.Context) {
 
 func (c *client) readFailed(err error) {
 	switch {
+	case errors.Is(err, httpguard.ErrFrameTooLarge):
+		c.b.log.Warn("browser: a client frame declared a payload over the limit; the socket was closed", "error", err)
+		c.close(websocket.StatusPolicyViolation, "client frame over the limit")
 	case errors.Is(err, errTooLarge):
 		c.close(websocket.StatusPolicyViolation, "client frame over the limit")
 	case errors.Is(err, ErrBadMessage):
@@ -300,7 +314,7 @@ func (c *client) stream(ctx context.Context, id string, cursor int64, tail int) 
 	if cursor > 0 {
 		// A cursor past the last record (a restored or another data directory) would
 		// otherwise see nothing until new records pass it: say so and send a fresh snapshot.
-		last, _, err := c.b.Store.TailCursor(ctx, id, 0)
+		last, err := c.b.Store.LastSeq(ctx, id)
 		if err == nil && cursor > last {
 			msg := fmt.Sprintf("cursor %d is past the last record (%d) of session %s: here is a fresh snapshot", cursor, last, id)
 			if !c.send(errorMsg{Type: MsgError, Code: CodeCursorPastEnd, Message: msg}) {

@@ -105,7 +105,12 @@ func startWith(t testing.TB, with func(h *harness, b *Browser)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.http = httptest.NewServer(h.srv.Handler())
+	// Served as klbr-core serves its TCP port: the server's limits and the gate that keeps
+	// places for the operator (HTTPServer, Listener).
+	h.http = httptest.NewUnstartedServer(nil)
+	h.http.Config = h.srv.HTTPServer()
+	h.http.Listener = h.srv.Listener(h.http.Listener)
+	h.http.Start()
 	t.Cleanup(h.http.Close)
 	return h
 }

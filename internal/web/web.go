@@ -6,7 +6,9 @@ package web
 import (
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
+	"sync"
 
 	"github.com/klbr-dev/klbr/internal/httpguard"
 )
@@ -22,9 +24,13 @@ type Server struct {
 	metrics http.Handler
 	log     *slog.Logger
 	browser *browser // nil until WithBrowser: / then serves a placeholder
-	// Limits are the listener's timeouts and connection bound (the daemon wraps the
-	// listener with Limits.Conns()).
+	// Limits are the listener's timeouts and connection bounds: Limits.Conns() places
+	// for connections that presented the operator token, Limits.Strangers for the others
+	// (see httpguard.Gate).
 	Limits httpguard.Limits
+
+	gateOnce sync.Once
+	gateV    *httpguard.Gate
 }
 
 // New returns the HTTP server's handler set. Without WithBrowser it serves
@@ -33,12 +39,27 @@ func New(health Health, metrics http.Handler, log *slog.Logger) *Server {
 	return &Server{health: health, metrics: metrics, log: log}
 }
 
-// HTTPServer returns the http.Server for the loopback listener.
+// HTTPServer returns the http.Server for the loopback listener; it serves a listener
+// wrapped by Listener.
 func (s *Server) HTTPServer() *http.Server {
-	return httpguard.Apply(&http.Server{
-		Handler:  s.Handler(),
+	g := s.gate()
+	return g.Serve(httpguard.Apply(&http.Server{
+		Handler:  g.Handler(s.Handler()),
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}, s.Limits)
+	}, s.Limits))
+}
+
+// Listener wraps the loopback listener in the gate that keeps places for the operator:
+// a flood of connections without the token (idle, slow headers, refused upgrades) cannot
+// hold them all (httpguard.Gate).
+func (s *Server) Listener(l net.Listener) net.Listener { return s.gate().Listener(l) }
+
+// GateStats reports the listener gate's counts.
+func (s *Server) GateStats() httpguard.GateStats { return s.gate().Stats() }
+
+func (s *Server) gate() *httpguard.Gate {
+	s.gateOnce.Do(func() { s.gateV = httpguard.NewGate(s.Limits) })
+	return s.gateV
 }
 
 // Handler routes the listener. /healthz and /metrics are open; everything
