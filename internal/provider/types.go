@@ -235,4 +235,7 @@ type Usage struct {
 	// CacheMissTokens: DeepSeek prompt_cache_miss_tokens. Not counted as a
 	// write: that would be an inference.
 	CacheMissTokens *int
+	// CostUSD is the cost the provider reported for the request itself
+	// (OpenRouter's usage.cost), in USD; it wins over a configured price.
+	CostUSD *float64
 }
