@@ -40,6 +40,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/pyenv"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/setup"
+	"github.com/klbr-dev/klbr/internal/spend"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/systemd"
 	"github.com/klbr-dev/klbr/internal/turn"
@@ -87,6 +88,7 @@ type daemon struct {
 	deltas   *live.Hub        // token deltas of model steps, best-effort
 	turns    *turn.Loop       // nil when the agent does not run
 	routes   *provider.Router // the turns' routes; nil when the agent does not run
+	meter    *spend.Meter     // spend caps and reservations; nil when the agent does not run
 	jobs     *jobs.Manager    // nil when cells cannot run
 	agents   *agents.Agents   // child agents; nil when cells cannot run
 	// observers runs the durable observers (nil when cells cannot run).
@@ -448,6 +450,10 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 			st.Routes = append(st.Routes, api.RouteStatus{Name: name, RestingSeconds: rest[name]})
 		}
 	}
+	if d.meter != nil {
+		ms := d.meter.State()
+		st.Spend = &ms
+	}
 	st.Jobs = d.jobsStatus()
 	st.Sizes = d.store.Sizes()
 	if st.Schema, err = d.store.Schema(ctx); err != nil {
@@ -466,6 +472,9 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 			Context: &api.ContextStatus{ContextStats: cs}}
 		if d.turns != nil {
 			ss.Retry = d.turns.Retry(s.ID)
+			if h := d.spendHold(s.ID); h != nil {
+				ss.Retry = h
+			}
 			if st, ok := d.turns.ContextState(s.ID); ok {
 				ss.Context.ContextState = &st
 			}
