@@ -219,6 +219,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		return fmt.Errorf("serve: %w", err)
 	}
 	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi")).WithHistory(d.history(cfg), d.compact)
+	if loc, err := cfg.File.Spend.Location(); err == nil {
+		ctl.WithSpend(spendAPI{d: d, loc: loc})
+	}
 	if d.bench != nil {
 		ctl.WithWorkbench(d.countCells(d.bench), nil).WithBehavior(d.behavior, d.releases)
 		if d.jobs != nil {
