@@ -9,6 +9,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/history"
+	"github.com/klbr-dev/klbr/internal/spend"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/turn"
 )
@@ -76,6 +77,9 @@ type Status struct {
 	Sessions []SessionStatus    `json:"sessions"`
 	// Jobs are the durable jobs running now and the scheduler's next wake-up.
 	Jobs *JobsStatus `json:"jobs,omitempty"`
+	// Spend is today's and this month's spend against the caps, and the
+	// sessions held at one; nil when the agent does not run.
+	Spend *spend.State `json:"spend,omitempty"`
 	// Hooks is the hooks' diagnostics (nil when no hook worker can run).
 	Hooks *HooksStatus `json:"hooks,omitempty"`
 }

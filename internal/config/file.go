@@ -25,6 +25,9 @@ type File struct {
 	Hosts map[string]Host `toml:"hosts"`
 	// Retention is the [retention] section: what `klbr-core gc` may remove.
 	Retention Retention `toml:"retention"`
+	// Spend is the [spend] section: caps on what model requests cost
+	// (spend.go).
+	Spend Spend `toml:"spend"`
 }
 
 // Retention is the [retention] section. Zero keeps everything (the
@@ -214,6 +217,10 @@ type Route struct {
 	// StrippedOptions are the keys Parse removed from extra_options, sorted,
 	// as they were spelled, so that doctor can say so.
 	StrippedOptions []string `toml:"-"`
+
+	// Price is what the route's tokens cost (spend.go); nil: the route is
+	// counted in tokens only, unless its provider reports a cost.
+	Price *Price `toml:"price"`
 }
 
 // Discord is the [discord] section, read by klbr-discord.

@@ -58,6 +58,7 @@ func validate(name string, index *keyIndex, f *File) []*Error {
 	v.jobs(&f.Jobs)
 	v.agents(&f.Agents)
 	v.hosts(f)
+	v.spend(&f.Spend)
 	if f.Retention.ArtifactDays < 0 {
 		v.fail("retention.artifact_days", fmt.Sprintf("%d is negative; 0 keeps every artifact", f.Retention.ArtifactDays), "retention")
 	}
@@ -205,6 +206,7 @@ func (v *validator) route(id string, r Route) {
 	}
 
 	v.cache(section, r)
+	v.price(section, r.Price)
 
 	if r.TimeoutSeconds < 1 || r.TimeoutSeconds > maxRouteTimeoutSeconds {
 		v.fail(key("timeout_seconds"), fmt.Sprintf("%d is out of range 1..%d", r.TimeoutSeconds, maxRouteTimeoutSeconds), section)

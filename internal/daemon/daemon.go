@@ -41,6 +41,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/pyenv"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/setup"
+	"github.com/klbr-dev/klbr/internal/spend"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/systemd"
 	"github.com/klbr-dev/klbr/internal/turn"
@@ -88,6 +89,7 @@ type daemon struct {
 	deltas   *live.Hub        // token deltas of model steps, best-effort
 	turns    *turn.Loop       // nil when the agent does not run
 	routes   *provider.Router // the turns' routes; nil when the agent does not run
+	meter    *spend.Meter     // spend caps and reservations; nil when the agent does not run
 	jobs     *jobs.Manager    // nil when cells cannot run
 	hosts    *hosts.Engine    // the worker hosts; nil when klbr.toml has none
 	agents   *agents.Agents   // child agents; nil when cells cannot run
@@ -222,6 +224,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		return fmt.Errorf("serve: %w", err)
 	}
 	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi")).WithHistory(d.history(cfg), d.compact)
+	if loc, err := cfg.File.Spend.Location(); err == nil {
+		ctl.WithSpend(spendAPI{d: d, loc: loc})
+	}
 	if d.bench != nil {
 		ctl.WithWorkbench(d.countCells(d.bench), nil).WithBehavior(d.behavior, d.releases)
 		if d.jobs != nil {
@@ -459,6 +464,10 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 			st.Routes = append(st.Routes, api.RouteStatus{Name: name, RestingSeconds: rest[name]})
 		}
 	}
+	if d.meter != nil {
+		ms := d.meter.State()
+		st.Spend = &ms
+	}
 	st.Jobs = d.jobsStatus()
 	st.Sizes = d.store.Sizes()
 	if st.Schema, err = d.store.Schema(ctx); err != nil {
@@ -477,6 +486,9 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 			Context: &api.ContextStatus{ContextStats: cs}}
 		if d.turns != nil {
 			ss.Retry = d.turns.Retry(s.ID)
+			if h := d.spendHold(s.ID); h != nil {
+				ss.Retry = h
+			}
 			if st, ok := d.turns.ContextState(s.ID); ok {
 				ss.Context.ContextState = &st
 			}

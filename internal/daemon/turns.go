@@ -59,6 +59,9 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		return nil
 	}
 	a := cfg.File.Agent
+	if err := d.startSpend(ctx, cfg, m); err != nil {
+		return err
+	}
 	model, err := d.router(cfg, m)
 	if err != nil {
 		// The daemon serves without a model: inputs are admitted and kept,
@@ -177,7 +180,7 @@ func (d *daemon) newCompactor(ctx context.Context, cfg *config.Config, router hi
 		if err != nil {
 			return nil, nil, fmt.Errorf("route %s (agent.summary_route): %w", name, err)
 		}
-		summarizer = client
+		summarizer = d.metered(name, client)
 	}
 	return history.New(history.Config{
 		Store: d.store, Model: summarizer, Route: name, ModelName: route.Model,
@@ -231,7 +234,7 @@ func (d *daemon) router(cfg *config.Config, m *metrics.Metrics) (*provider.Route
 		Clock: d.clock, Log: d.log.With("component", "router"), Observe: m.ObserveModel,
 		// A route that failed transiently rests as long as a failed
 		// request waits before its retry, doubling per failure in a row.
-		Rest: time.Duration(a.RetryBackoffMillis) * time.Millisecond}
+		Rest: time.Duration(a.RetryBackoffMillis) * time.Millisecond, PassedOn: d.passedOn}
 	for name, r := range cfg.File.Routes {
 		client, err := provider.New(r, provider.Options{Logger: d.log.With("component", "provider", "route", name)})
 		if err != nil {
@@ -241,7 +244,7 @@ func (d *daemon) router(cfg *config.Config, m *metrics.Metrics) (*provider.Route
 			d.log.Warn("route left out: it cannot be used", "route", name, "error", err)
 			continue
 		}
-		opts.Routes[name] = client
+		opts.Routes[name] = d.metered(name, client)
 		opts.Info[name] = provider.RouteInfo{Name: name, Model: r.Model, Dialect: client.Dialect().Name}
 		m.PrepareRoute(name)
 	}
@@ -333,7 +336,15 @@ func (d *daemon) backoffs() []metrics.Backoff {
 	}
 	var out []metrics.Backoff
 	for id, r := range d.turns.Backoffs() {
+		if d.spendHold(id) != nil {
+			continue
+		}
 		out = append(out, metrics.Backoff{Session: id, State: r.State, NextAt: r.NextAt, InARow: r.InARow})
+	}
+	if d.meter != nil {
+		for id, h := range d.meter.Holds() {
+			out = append(out, metrics.Backoff{Session: id, State: RetryWaitingSpend, NextAt: h.Resets})
+		}
 	}
 	return out
 }

@@ -59,6 +59,7 @@ func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
 		add(Check{Name: "config", OK: true, Detail: detail})
 		add(Check{Name: "bind", OK: true, Detail: cfg.BindAddr + " (loopback)"})
 		checkRoutes(ctx, cfg, lookup, add)
+		add(checkSpend(&cfg.File))
 	}
 
 	info, err := store.ReadRuntimeInfo(ctx)

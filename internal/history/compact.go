@@ -240,6 +240,9 @@ func (c *Compactor) ask(ctx context.Context, session, prompt, source string, max
 		MaxTokens: maxOut,
 		Meta:      provider.RequestMeta{Session: session, Purpose: "summary"},
 	})
+	if resp != nil {
+		c.recordSpend(ctx, session, resp)
+	}
 	switch {
 	case err != nil && rctx.Err() == context.DeadlineExceeded:
 		c.cfg.Observe("timeout")
@@ -262,4 +265,26 @@ func (c *Compactor) ask(ctx context.Context, session, prompt, source string, max
 	}
 	c.cfg.Observe("ok")
 	return out, ""
+}
+
+// recordSpend commits a summary request's ledger row (a summary is no
+// model step: its row stands alone).
+func (c *Compactor) recordSpend(ctx context.Context, session string, resp *provider.Response) {
+	u := resp.Usage
+	e := store.SpendEntry{Session: session, Route: c.cfg.Route, Purpose: "summary", Prompt: deref(u.PromptTokens),
+		Completion: deref(u.CompletionTokens), CacheRead: deref(u.CacheReadTokens), CacheWrite: deref(u.CacheWriteTokens),
+		CostUSD: resp.CostUSD, CostSource: resp.CostSource}
+	if resp.Route != "" {
+		e.Route = resp.Route
+	}
+	if err := c.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error { return tx.RecordSpend(e, 0) }); err != nil {
+		c.cfg.Log.Warn("the summary's spend could not be recorded", "session", session, "error", err)
+	}
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

@@ -63,6 +63,7 @@ type Server struct {
 	daemon     Daemon
 	history    *history.Reader // nil: no history endpoints
 	compact    Compacter       // nil: no manual compaction
+	spend      Spender         // nil: no spend endpoints
 	jobs       Jobs            // nil: jobs cannot be cancelled here
 	browser    func() string   // the browser URL with the token; nil until set
 	rotate     func() error    // replaces the operator token; nil: not offered
@@ -153,6 +154,7 @@ func (s *Server) Handler() http.Handler {
 	s.routeHistory(mux)
 	s.routeJobs(mux)
 	s.routeUsage(mux)
+	s.routeSpend(mux)
 	mux.HandleFunc("GET /v1/sessions/{session}/items", s.handleItems)
 	mux.HandleFunc("POST /v1/items/{item}/mark", s.handleMark)
 	mux.HandleFunc("GET /v1/releases", s.handleReleases)

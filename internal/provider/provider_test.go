@@ -301,6 +301,8 @@ func TestStreamReasoningField(t *testing.T) {
 
 func ip(n int) *int { return &n }
 
+func fp(f float64) *float64 { return &f }
+
 func TestUsageVariants(t *testing.T) {
 	cases := []struct {
 		name, usage string
@@ -318,6 +320,10 @@ func TestUsageVariants(t *testing.T) {
 			Usage{PromptTokens: ip(30), CompletionTokens: ip(1), CacheReadTokens: ip(24), CacheMissTokens: ip(6)}},
 		{"explicit zero", `,"usage":{"prompt_tokens":0,"completion_tokens":0,"prompt_tokens_details":{"cached_tokens":0}}`,
 			Usage{PromptTokens: ip(0), CompletionTokens: ip(0), CacheReadTokens: ip(0)}},
+		{"openrouter cost", `,"usage":{"prompt_tokens":10,"completion_tokens":2,"cost":0.00042}`,
+			Usage{PromptTokens: ip(10), CompletionTokens: ip(2), CostUSD: fp(0.00042)}},
+		{"garbage cost", `,"usage":{"prompt_tokens":10,"cost":"0.1"}`, Usage{PromptTokens: ip(10)}},
+		{"negative cost", `,"usage":{"prompt_tokens":10,"cost":-1}`, Usage{PromptTokens: ip(10)}},
 		{"garbage values", `,"usage":{"prompt_tokens":"12","completion_tokens":-1,"total_tokens":1.5,"prompt_tokens_details":null}`,
 			Usage{}},
 	}
@@ -328,8 +334,12 @@ func TestUsageVariants(t *testing.T) {
 			}
 			return fmt.Sprint(*p)
 		}
-		return fmt.Sprintf("prompt=%s completion=%s total=%s read=%s write=%s miss=%s",
-			s(u.PromptTokens), s(u.CompletionTokens), s(u.TotalTokens), s(u.CacheReadTokens), s(u.CacheWriteTokens), s(u.CacheMissTokens))
+		cost := "nil"
+		if u.CostUSD != nil {
+			cost = fmt.Sprint(*u.CostUSD)
+		}
+		return fmt.Sprintf("prompt=%s completion=%s total=%s read=%s write=%s miss=%s cost=%s",
+			s(u.PromptTokens), s(u.CompletionTokens), s(u.TotalTokens), s(u.CacheReadTokens), s(u.CacheWriteTokens), s(u.CacheMissTokens), cost)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

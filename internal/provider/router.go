@@ -72,6 +72,10 @@ type RouterOptions struct {
 	// Observe is told of each request that failed and was followed by
 	// another route (the caller observes the final answer itself).
 	Observe func(route, outcome string, usage Usage)
+	// PassedOn, if set, is told of each request a route failed and
+	// passed on to the next with a (partial) response: it cost what it
+	// reported, and no step records it (the spend ledger does).
+	PassedOn func(meta RequestMeta, route string, resp *Response)
 }
 
 // Router sends each request to the first route of its plan that answers.
@@ -237,6 +241,9 @@ func (r *Router) Complete(ctx context.Context, req Request) (*Response, error) {
 				outcome = "error_" + pe.Kind.String()
 			}
 			r.opts.Observe(name, outcome, usage)
+			if resp != nil && r.opts.PassedOn != nil {
+				r.opts.PassedOn(req.Meta, name, resp)
+			}
 			r.opts.Log.Warn("model route failed; the step goes to the next route", "route", name, "next", order[i+1], "error", err.Error())
 		}
 	}

@@ -206,6 +206,11 @@ type Response struct {
 	MadeUpIDs    map[string]string
 	FinishReason string
 	Usage        Usage
+	// CostUSD and CostSource are the request's cost as the spend meter
+	// reckoned it (spend.Meter.Wrap): the provider's report, else the
+	// route's price; nil, "none" when neither; unset when not metered.
+	CostUSD    *float64
+	CostSource string
 	// MessageExtra holds the other fields of the assistant message as the
 	// provider sent them (e.g. refusal, annotations, provider-specific
 	// blocks), as one JSON object; nil when there are none. Non-streaming
@@ -235,4 +240,7 @@ type Usage struct {
 	// CacheMissTokens: DeepSeek prompt_cache_miss_tokens. Not counted as a
 	// write: that would be an inference.
 	CacheMissTokens *int
+	// CostUSD is the cost the provider reported for the request itself
+	// (OpenRouter's usage.cost), in USD; it wins over a configured price.
+	CostUSD *float64
 }

@@ -33,6 +33,7 @@ func parseUsage(raw, timings json.RawMessage) Usage {
 		u.CacheWriteTokens = optInt(top["cache_write_tokens"])
 	}
 	u.CacheMissTokens = optInt(top["prompt_cache_miss_tokens"])
+	u.CostUSD = optCost(top["cost"])
 	if u.CacheReadTokens == nil && len(timings) > 0 {
 		var t map[string]json.RawMessage
 		if json.Unmarshal(timings, &t) == nil {
@@ -65,4 +66,22 @@ func optInt(raw json.RawMessage) *int {
 	}
 	v := int(f)
 	return &v
+}
+
+// MaxReportedCostUSD bounds a reported cost: a larger figure is taken for
+// garbage (not reported) rather than stop every request at a cap.
+const MaxReportedCostUSD = 10_000
+
+// optCost returns the finite non-negative number of USD raw holds (at most
+// MaxReportedCostUSD), else nil.
+func optCost(raw json.RawMessage) *float64 {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || (raw[0] != '-' && (raw[0] < '0' || raw[0] > '9')) {
+		return nil
+	}
+	var f float64
+	if json.Unmarshal(raw, &f) != nil || !(f >= 0 && f <= MaxReportedCostUSD) {
+		return nil
+	}
+	return &f
 }

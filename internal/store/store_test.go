@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	case "admit":
 		childAdmit(os.Getenv("KLBR_STORE_DIR"))
 		return
+	case "steps":
+		childSteps(os.Getenv("KLBR_STORE_DIR"))
+		return
 	}
 	os.Exit(m.Run())
 }

@@ -199,6 +199,11 @@ type StepResult struct {
 	// Estimated is the host's estimate of the request's prompt tokens (0:
 	// none), kept beside the reported usage to calibrate later estimates.
 	Estimated int
+	// CostUSD and CostSource are the step's cost for the spend ledger
+	// (nil, CostNone: counted in tokens only). The ledger row is committed
+	// with the step.
+	CostUSD    *float64
+	CostSource string
 }
 
 // scratchpad is the record of a step's model output.
@@ -257,6 +262,11 @@ func (t *Tx) RecordStep(r StepResult) (int64, error) {
 		return 0, fmt.Errorf("record step: %w", err)
 	}
 	stepID, _ := res.LastInsertId()
+	if err := t.RecordSpend(SpendEntry{Session: r.Session, Route: r.Route, Purpose: "turn", Prompt: deref(r.Usage.Prompt),
+		Completion: deref(r.Usage.Completion), CacheRead: deref(r.Usage.CacheRead), CacheWrite: deref(r.Usage.CacheWrite),
+		CostUSD: r.CostUSD, CostSource: r.CostSource}, stepID); err != nil {
+		return 0, err
+	}
 	if r.Text != "" || r.Reasoning != "" || len(r.Calls) > 0 {
 		calls := r.Calls
 		if calls == nil {
@@ -709,4 +719,11 @@ func validJSON(raw json.RawMessage) json.RawMessage {
 		return nil
 	}
 	return raw
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

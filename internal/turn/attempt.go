@@ -533,6 +533,7 @@ func (r *runner) recordStep(ctx context.Context, a *attempt, started time.Time, 
 	if resp != nil {
 		res.Text, res.Reasoning, res.ReasoningField, res.FinishReason = resp.Content, resp.Reasoning, resp.ReasoningField, resp.FinishReason
 		res.ReasoningDetails = resp.ReasoningDetails
+		res.CostUSD, res.CostSource = resp.CostUSD, resp.CostSource
 		res.Usage = store.StepUsage{Prompt: resp.Usage.PromptTokens, Completion: resp.Usage.CompletionTokens,
 			CacheRead: resp.Usage.CacheReadTokens, CacheWrite: resp.Usage.CacheWriteTokens, CacheMiss: resp.Usage.CacheMissTokens}
 		if reqErr == nil {

@@ -1,0 +1,117 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/metrics"
+	"github.com/klbr-dev/klbr/internal/provider"
+	"github.com/klbr-dev/klbr/internal/spend"
+	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/turn"
+)
+
+// RetryWaitingSpend is the state a session shows while its next model
+// request waits at a spend cap.
+const RetryWaitingSpend = "spend_cap"
+
+// startSpend builds the spend meter: [spend]'s caps (the operator's, where
+// set, replacing them), the routes' prices and the ledger's totals of the
+// current day and month.
+func (d *daemon) startSpend(ctx context.Context, cfg *config.Config, m *metrics.Metrics) error {
+	caps, err := d.store.SpendCaps(ctx)
+	if err != nil {
+		return err
+	}
+	var spent func(route, purpose string, usd float64, tokens int)
+	mtr, err := spend.New(ctx, spend.Options{Spend: cfg.File.Spend, Overrides: caps, Prices: spend.PricesOf(&cfg.File),
+		Used: func(ctx context.Context, since time.Time) (float64, int64, error) {
+			t, err := d.store.SpendSince(ctx, since)
+			return t.USD, t.Tokens, err
+		},
+		DefaultOut: cfg.File.Agent.Reserve(), Now: d.clock,
+		Warn: func(cap string, used, limit float64) { d.spendWarning(cap, used, limit) },
+		Spent: func(route, purpose string, usd float64, tokens int) {
+			if spent != nil {
+				spent(route, purpose, usd, tokens)
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	d.meter = mtr
+	spent = m.WatchSpend(func() metrics.SpendState {
+		s := mtr.State()
+		return metrics.SpendState{DayUSD: s.DayUSD, MonthUSD: s.MonthUSD, DayTokens: s.DayTokens, Warned: s.Warned, Held: len(s.Held)}
+	})
+	return nil
+}
+
+// spendWarning writes the one notice of a cap past warn_at, in each root
+// session (not shown to the model), and logs it.
+func (d *daemon) spendWarning(cap string, used, limit float64) {
+	d.log.Warn("spend is past [spend] warn_at of a cap", "cap", cap, "used", used, "cap_value", limit)
+	ctx := context.Background()
+	sessions, err := d.store.Sessions(ctx)
+	if err != nil {
+		return
+	}
+	_ = d.store.Write(ctx, func(tx *store.Tx) error {
+		for _, s := range sessions {
+			if s.ParentID != "" {
+				continue
+			}
+			if _, err := tx.Notice(s.ID, "spend.warning", map[string]any{"cap": cap, "used": used, "limit": limit,
+				"text": fmt.Sprintf("spend is at %.4g of the %s cap of %.4g", used, cap, limit)}, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// metered wraps a route's client with the spend meter (when there is one).
+func (d *daemon) metered(route string, c provider.Completer) provider.Completer {
+	if d.meter == nil {
+		return c
+	}
+	return d.meter.Wrap(route, c)
+}
+
+// passedOn records the ledger row of a request a route failed and passed
+// on to the next route: no step records it.
+func (d *daemon) passedOn(meta provider.RequestMeta, route string, resp *provider.Response) {
+	u := resp.Usage
+	purpose := meta.Purpose
+	if purpose == "" {
+		purpose = "turn"
+	}
+	e := store.SpendEntry{Session: meta.Session, Route: route, Purpose: purpose, Prompt: deref(u.PromptTokens),
+		Completion: deref(u.CompletionTokens), CacheRead: deref(u.CacheReadTokens), CacheWrite: deref(u.CacheWriteTokens),
+		CostUSD: resp.CostUSD, CostSource: resp.CostSource}
+	if err := d.store.Write(context.Background(), func(tx *store.Tx) error { return tx.RecordSpend(e, 0) }); err != nil {
+		d.log.Warn("a passed-on request's spend could not be recorded", "route", route, "error", err)
+	}
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// spendHold is session's hold at a spend cap as a retry status, or nil.
+func (d *daemon) spendHold(session string) *turn.Retry {
+	if d.meter == nil {
+		return nil
+	}
+	h, ok := d.meter.Holds()[session]
+	if !ok {
+		return nil
+	}
+	return &turn.Retry{State: RetryWaitingSpend, NextAt: h.Resets, LastError: h.String(), LastErrorAt: h.Since,
+		Fix: "wait for the period to end, or raise the cap: klbr-core spend cap daily|monthly AMOUNT"}
+}
