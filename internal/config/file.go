@@ -25,6 +25,8 @@ type File struct {
 	Hosts map[string]Host `toml:"hosts"`
 	// Retention is the [retention] section: what `klbr-core gc` may remove.
 	Retention Retention `toml:"retention"`
+	// Storage is the [storage] section: the bound on the data directory.
+	Storage Storage `toml:"storage"`
 }
 
 // Retention is the [retention] section. Zero keeps everything (the
@@ -336,6 +338,7 @@ func Defaults() File {
 			CPUQuota:  DefaultCPUQuota,
 		},
 		Browser: Browser{CookieDays: DefaultCookieDays},
+		Storage: Storage{WarnAt: DefaultStorageWarnAt},
 	}
 }
 
