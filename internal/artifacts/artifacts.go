@@ -168,6 +168,13 @@ func (sp *Spool) drop(name string) {
 // or after since (a commit of the same content renews its time). It says
 // whether it removed it; content already gone counts as removed.
 func (s *Store) Remove(sha string, since time.Time) (bool, error) {
+	return s.RemoveIf(sha, since, nil)
+}
+
+// RemoveIf is Remove that first runs record (a tombstone's transaction)
+// once the content is known to go, holding off commits of the same content
+// until the file is gone: nothing is removed when record fails.
+func (s *Store) RemoveIf(sha string, since time.Time, record func() error) (bool, error) {
 	p, err := s.Path(sha)
 	if err != nil {
 		return false, err
@@ -176,6 +183,9 @@ func (s *Store) Remove(sha string, since time.Time) (bool, error) {
 	defer s.mu.Unlock()
 	fi, err := os.Stat(p)
 	if errors.Is(err, fs.ErrNotExist) {
+		if record != nil {
+			return true, record()
+		}
 		return true, nil
 	}
 	if err != nil {
@@ -183,6 +193,11 @@ func (s *Store) Remove(sha string, since time.Time) (bool, error) {
 	}
 	if !fi.ModTime().Before(since) {
 		return false, nil
+	}
+	if record != nil {
+		if err := record(); err != nil {
+			return false, err
+		}
 	}
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("artifacts: %w", err)

@@ -51,13 +51,14 @@ type Meter struct {
 	added    atomic.Int64 // artifacts committed since it
 	inflight atomic.Int64 // bytes in open spools
 
-	refreshMu sync.Mutex // one measurement at a time
+	refreshMu sync.Mutex    // one measurement at a time
+	crossed   chan struct{} // buffered(1): usage passed warn_at or a write was refused
 }
 
 // New returns a meter of dir bounded by max bytes (0: unbounded) that
 // warns past warnAt of it, measured once.
 func New(dir string, max int64, warnAt float64) *Meter {
-	m := &Meter{dir: dir, max: max, warnAt: warnAt}
+	m := &Meter{dir: dir, max: max, warnAt: warnAt, crossed: make(chan struct{}, 1)}
 	m.Refresh()
 	return m
 }
@@ -97,11 +98,26 @@ func (m *Meter) Reserve(n int64) error {
 		return nil
 	}
 	in := m.inflight.Add(n)
-	if used := m.base.Load() + m.added.Load() + in; used > m.max {
+	used := m.base.Load() + m.added.Load() + in
+	if used > m.max {
 		m.inflight.Add(-n)
+		m.poke()
 		return &FullError{Want: n, Used: used - n, Max: m.max}
 	}
+	if float64(used) >= m.warnAt*float64(m.max) && float64(used-n) < m.warnAt*float64(m.max) {
+		m.poke()
+	}
 	return nil
+}
+
+// Crossed is signalled when a write passes warn_at or is refused.
+func (m *Meter) Crossed() <-chan struct{} { return m.crossed }
+
+func (m *Meter) poke() {
+	select {
+	case m.crossed <- struct{}{}:
+	default:
+	}
 }
 
 // Release gives back n reserved bytes of a spool that was dropped.
