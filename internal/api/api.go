@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/diskuse"
 	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/spend"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -72,7 +73,10 @@ type Status struct {
 	// Sizes are the data directory's bytes by part (database, WAL,
 	// artifacts, releases); Schema its schema version and whether the
 	// previous binary could still run on it.
-	Sizes    store.StorageSizes `json:"sizes"`
+	Sizes store.StorageSizes `json:"sizes"`
+	// Usage is the data directory against [storage] max_bytes: usage,
+	// the bound and the headroom.
+	Usage    diskuse.Usage      `json:"usage"`
 	Schema   store.SchemaStatus `json:"schema"`
 	Sessions []SessionStatus    `json:"sessions"`
 	// Jobs are the durable jobs running now and the scheduler's next wake-up.

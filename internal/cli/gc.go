@@ -11,27 +11,43 @@ import (
 )
 
 func newGC(g *globals) *cobra.Command {
-	var asJSON bool
+	var asJSON, offline bool
 	cmd := &cobra.Command{
 		Use:   "gc",
-		Short: "Remove unpinned old releases and artifacts under [retention], leaving a tombstone for each (klbr-core stopped)",
-		Long: "gc applies klbr.toml's [retention] (releases_keep, artifact_days; 0 keeps everything). It never removes the active or\n" +
-			"last good release of a session, a release of an attempt that has not ended, of a job or of a draft, nor an artifact a\n" +
-			"record of an active context refers to. It opens the data directory for writing, so klbr-core must be stopped.",
+		Short: "Remove unpinned old artifacts and releases under [retention], leaving a tombstone for each (online)",
+		Long: "gc applies klbr.toml's [retention] (artifact_days, releases_keep; 0 keeps everything), artifacts first. It never removes\n" +
+			"the active or last good release of a session, a release of an attempt that has not ended, of a job or of a draft, nor an\n" +
+			"artifact a record of an active context refers to or that was stored again since its cutoff. It runs in klbr-core through\n" +
+			"the operator API, one small transaction per removal, while klbr-core serves; --offline opens the data directory itself\n" +
+			"(klbr-core stopped).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := g.config()
-			if err != nil {
-				return err
-			}
-			st, err := store.Open(cmd.Context(), cfg.Paths.DataDir, store.Options{})
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			res, err := datadir.GC(cmd.Context(), st, cfg.File.Retention, time.Now())
-			if err != nil {
-				return err
+			var res datadir.GCResult
+			if offline {
+				cfg, err := g.config()
+				if err != nil {
+					return err
+				}
+				st, err := store.Open(cmd.Context(), cfg.Paths.DataDir, store.Options{})
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				if res, err = datadir.GC(cmd.Context(), st, cfg.File.Retention, time.Now()); err != nil {
+					return err
+				}
+				if err := st.Close(); err != nil {
+					return err
+				}
+			} else {
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				if res, err = c.GC(cmd.Context()); err != nil {
+					return fmt.Errorf("gc: %w", err)
+				}
 			}
 			if asJSON {
 				return printJSON(g.env.Stdout, res)
@@ -40,9 +56,10 @@ func newGC(g *globals) *cobra.Command {
 				fmt.Fprintf(g.env.Stdout, "removed %s %s (%d bytes): %s\n", r.Kind, r.Ref, r.Size, r.Reason)
 			}
 			fmt.Fprintf(g.env.Stdout, "gc: %d removed, %.1f MB freed; %d releases pinned\n", len(res.Removed), float64(res.Bytes)/1e6, len(res.Pinned))
-			return st.Close()
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print what was removed and what is pinned as JSON")
+	cmd.Flags().BoolVar(&offline, "offline", false, "open the data directory directly (klbr-core must be stopped)")
 	return cmd
 }

@@ -50,6 +50,15 @@ func newStatus(g *globals) *cobra.Command {
 			fmt.Fprintf(g.env.Stdout, "agent: %s\n", st.Agent)
 			fmt.Fprintf(g.env.Stdout, "storage: database %s, wal %s, artifacts %s, releases %s · schema %d (%s)\n",
 				mib(st.Sizes.Database), mib(st.Sizes.WAL), mib(st.Sizes.Artifacts), mib(st.Sizes.Releases), st.Schema.Version, downgrade(st.Schema))
+			if u := st.Usage; u.Max > 0 {
+				note := ""
+				if u.Headroom == 0 {
+					note = " · AT THE BOUND: new artifacts are refused (inputs are still admitted); run klbr-core gc or raise [storage] max_bytes"
+				} else if u.Warn {
+					note = fmt.Sprintf(" · past warn_at %.2f: klbr-core collects under [retention] by itself", u.WarnAt)
+				}
+				fmt.Fprintf(g.env.Stdout, "storage bound: %s used of %s, %s headroom%s\n", mib(u.Used), mib(u.Max), mib(u.Headroom), note)
+			}
 			if f := st.Storage; f != nil {
 				fmt.Fprintf(g.env.Stdout, "storage: FAILING since %s: %s; new work waits, and klbr-core goes on by itself once writes succeed\n",
 					f.Since.Local().Format(time.DateTime), f.Reason)

@@ -643,7 +643,7 @@ cookie_days = 7
 			PendingAgingSeconds: 86400,
 		},
 		Limits:  Limits{MemoryMax: "512M", TasksMax: 100000, CPUQuota: "50%"},
-		Browser: Browser{CookieDays: 7},
+		Browser: Browser{CookieDays: 7}, Storage: Storage{WarnAt: DefaultStorageWarnAt},
 	}
 	f, err := Parse("klbr.toml", []byte(full))
 	if err != nil {

@@ -28,6 +28,8 @@ type File struct {
 	// Spend is the [spend] section: caps on what model requests cost
 	// (spend.go).
 	Spend Spend `toml:"spend"`
+	// Storage is the [storage] section: the bound on the data directory.
+	Storage Storage `toml:"storage"`
 }
 
 // Retention is the [retention] section. Zero keeps everything (the
@@ -343,6 +345,7 @@ func Defaults() File {
 			CPUQuota:  DefaultCPUQuota,
 		},
 		Browser: Browser{CookieDays: DefaultCookieDays},
+		Storage: Storage{WarnAt: DefaultStorageWarnAt},
 	}
 }
 

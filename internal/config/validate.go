@@ -59,6 +59,7 @@ func validate(name string, index *keyIndex, f *File) []*Error {
 	v.agents(&f.Agents)
 	v.hosts(f)
 	v.spend(&f.Spend)
+	v.storage(&f.Storage)
 	if f.Retention.ArtifactDays < 0 {
 		v.fail("retention.artifact_days", fmt.Sprintf("%d is negative; 0 keeps every artifact", f.Retention.ArtifactDays), "retention")
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/diskuse"
 	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/hosts"
@@ -107,6 +108,9 @@ type daemon struct {
 	shutdown     chan struct{} // closed when a drain or stop is requested
 	stop         bool          // set before shutdown closes: interrupt instead of await
 	closing      chan struct{} // closed when the drain begins
+
+	disk *diskuse.Meter // the data directory against [storage] max_bytes
+	gc   gcRunner
 }
 
 // Run serves until ctx ends (SIGTERM) or an operator asks for a drain or
@@ -162,8 +166,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		shutdown: make(chan struct{}), closing: make(chan struct{}),
 		notify: notify, statusPoke: make(chan struct{}, 1),
 		deltas: live.NewHub(),
+		disk:   diskuse.New(dir, cfg.File.Storage.MaxBytes, cfg.File.Storage.Resolved().WarnAt),
 	}
 	m := metrics.New(st, opts.Clock, log.With("component", "metrics"))
+	m.WatchStorageBound(d.disk.Usage)
 	d.admit = admission.New(st, d.sessions, opts.Clock, m.ObserveAdmission)
 	d.ingress = newIngress(d, m.Registerer(), log.With("component", "ingress"))
 	if err := st.Write(ctx, func(tx *store.Tx) error {
@@ -182,7 +188,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		return fmt.Errorf("serve: %w", err)
 	}
 	notify.Status("starting: detecting placement and the workbench")
-	d.bench, d.placer, d.benchErr = newWorkbench(ctx, cfg, st, d.sessions, log, func(e string) { m.WorkerEvent("workbench", e) })
+	d.bench, d.placer, d.benchErr = newWorkbench(ctx, cfg, st, d.sessions, d.disk, log, func(e string) { m.WorkerEvent("workbench", e) })
+	stopBound := d.watchBound(ctx)
+	defer stopBound()
 	mode := ""
 	if d.placer != nil {
 		mode = string(d.placer.Mode())
@@ -223,7 +231,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err := ls.bindMissing(cfg, log); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi")).WithHistory(d.history(cfg), d.compact)
+	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi")).WithHistory(d.history(cfg), d.compact).WithGC(d)
 	if loc, err := cfg.File.Spend.Location(); err == nil {
 		ctl.WithSpend(spendAPI{d: d, loc: loc})
 	}
@@ -470,6 +478,7 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 	}
 	st.Jobs = d.jobsStatus()
 	st.Sizes = d.store.Sizes()
+	st.Usage = d.disk.Usage()
 	if st.Schema, err = d.store.Schema(ctx); err != nil {
 		return api.Status{}, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/diskuse"
 	"github.com/klbr-dev/klbr/internal/hostgit"
 	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/placement"
@@ -39,7 +40,7 @@ func Runtime(paths config.Paths) (src, hash string, err error) {
 
 // newWorkbench assembles the workbench manager, or says why cells cannot run.
 // The daemon serves either way: admission and the operator path need no Python.
-func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sessions *session.Manager,
+func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sessions *session.Manager, meter *diskuse.Meter,
 	log *slog.Logger, observe func(string)) (*workbench.Manager, placement.Placer, error) {
 	placer, err := placement.Detect(ctx, placement.Options{
 		SystemdBus: os.Getenv(EnvSystemdBus), // unset: the system bus
@@ -68,6 +69,14 @@ func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sess
 	arts, err := artifacts.New(filepath.Join(cfg.Paths.DataDir, "artifacts"))
 	if err != nil {
 		return nil, placer, err
+	}
+	arts.WithBudget(meter)
+	// Nothing spools yet: what a previous run left half written (a kill, a
+	// full disk) is removed.
+	if n, err := arts.CleanSpools(); err != nil {
+		return nil, placer, err
+	} else if n > 0 {
+		log.Info("removed the artifact spools a previous run left", "spools", n)
 	}
 	sb, note := sandbox.ForWorkers(cfg, py, src)
 	if sb.DropUser {

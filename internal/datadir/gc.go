@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -25,11 +26,27 @@ type GCResult struct {
 // maxDraftRecord bounds a draft.json read for its parent release.
 const maxDraftRecord = 64 << 10
 
-// GC removes, under the retention settings, the releases and artifacts
-// nothing pins, leaving a tombstone with the reason for each. It needs the
-// store open for writing (klbr-core stopped, or run by klbr-core itself).
-// Zero settings remove nothing.
+// GCOptions are what garbage collection needs to run while klbr-core
+// serves.
+type GCOptions struct {
+	// Artifacts is the store cells write to: set, removals go through it
+	// so that content stored again meanwhile is kept.
+	Artifacts *artifacts.Store
+	// Freed is told the bytes of each removal (diskuse.Meter.Removed).
+	Freed func(int64)
+}
+
+// GC removes, under the retention settings, the artifacts and then the
+// releases nothing pins, leaving a tombstone with the reason for each, each
+// in a transaction of its own. It needs the store open for writing
+// (klbr-core stopped, or run by klbr-core itself: Collect). Zero settings
+// remove nothing.
 func GC(ctx context.Context, st *store.Store, r config.Retention, now time.Time) (GCResult, error) {
+	return Collect(ctx, st, r, now, GCOptions{})
+}
+
+// Collect is GC with the options of a running klbr-core.
+func Collect(ctx context.Context, st *store.Store, r config.Retention, now time.Time, opts GCOptions) (GCResult, error) {
 	res := GCResult{Pinned: map[string][]string{}}
 	dataDir := st.Dir()
 	pins, err := st.ReleasePins(ctx)
@@ -45,6 +62,45 @@ func GC(ctx context.Context, st *store.Store, r config.Retention, now time.Time)
 	}
 	for id, rel := range drafts {
 		res.Pinned[rel] = append(res.Pinned[rel], "parent of draft "+id)
+	}
+	if r.ArtifactDays > 0 {
+		cutoff := now.Add(-time.Duration(r.ArtifactDays) * 24 * time.Hour)
+		arts, err := st.CollectableArtifacts(ctx, cutoff)
+		if err != nil {
+			return res, err
+		}
+		for _, a := range arts {
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+			reason := fmt.Sprintf("retention.artifact_days = %d: older, and no record of an active context refers to it", r.ArtifactDays)
+			record := func() error {
+				return st.Write(ctx, func(tx *store.Tx) error { return tx.Tombstone("artifact", a.SHA256, a.Size, reason) })
+			}
+			if opts.Artifacts != nil {
+				// Online: content stored again since the cutoff stays, and a
+				// commit of the same content waits for the removal.
+				gone, err := opts.Artifacts.RemoveIf(a.SHA256, cutoff, record)
+				if err != nil {
+					return res, fmt.Errorf("gc: artifact %s: %w", a.SHA256, err)
+				}
+				if !gone {
+					continue
+				}
+			} else {
+				if err := record(); err != nil {
+					return res, err
+				}
+				if err := os.Remove(filepath.Join(dataDir, "artifacts", "sha256", a.SHA256)); err != nil && !os.IsNotExist(err) {
+					return res, fmt.Errorf("gc: artifact %s: %w", a.SHA256, err)
+				}
+			}
+			res.Removed = append(res.Removed, store.TombstoneRecord{Kind: "artifact", Ref: a.SHA256, Size: a.Size, Reason: reason, RemovedAt: now})
+			res.Bytes += a.Size
+			if opts.Freed != nil {
+				opts.Freed(a.Size)
+			}
+		}
 	}
 	if r.ReleasesKeep > 0 {
 		ages, err := st.ReleaseAges(ctx)
@@ -79,24 +135,9 @@ func GC(ctx context.Context, st *store.Store, r config.Retention, now time.Time)
 			}
 			res.Removed = append(res.Removed, store.TombstoneRecord{Kind: "release", Ref: a.ID, Size: size, Reason: reason, RemovedAt: now})
 			res.Bytes += size
-		}
-	}
-	if r.ArtifactDays > 0 {
-		cutoff := now.Add(-time.Duration(r.ArtifactDays) * 24 * time.Hour)
-		arts, err := st.CollectableArtifacts(ctx, cutoff)
-		if err != nil {
-			return res, err
-		}
-		for _, a := range arts {
-			reason := fmt.Sprintf("retention.artifact_days = %d: older, and no record of an active context refers to it", r.ArtifactDays)
-			if err := st.Write(ctx, func(tx *store.Tx) error { return tx.Tombstone("artifact", a.SHA256, a.Size, reason) }); err != nil {
-				return res, err
+			if opts.Freed != nil {
+				opts.Freed(size)
 			}
-			if err := os.Remove(filepath.Join(dataDir, "artifacts", "sha256", a.SHA256)); err != nil && !os.IsNotExist(err) {
-				return res, fmt.Errorf("gc: artifact %s: %w", a.SHA256, err)
-			}
-			res.Removed = append(res.Removed, store.TombstoneRecord{Kind: "artifact", Ref: a.SHA256, Size: a.Size, Reason: reason, RemovedAt: now})
-			res.Bytes += a.Size
 		}
 	}
 	return res, nil

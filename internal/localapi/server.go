@@ -65,6 +65,7 @@ type Server struct {
 	compact    Compacter       // nil: no manual compaction
 	spend      Spender         // nil: no spend endpoints
 	jobs       Jobs            // nil: jobs cannot be cancelled here
+	gc         Collector       // nil: gc runs only offline
 	browser    func() string   // the browser URL with the token; nil until set
 	rotate     func() error    // replaces the operator token; nil: not offered
 	log        *slog.Logger
@@ -163,6 +164,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{session}/activate", s.handleActivate)
 	mux.HandleFunc("POST /v1/sessions/{session}/rollback", s.handleRollback)
 	mux.HandleFunc("POST /v1/sessions/{session}/hooks/replay", s.handleReplay)
+	mux.HandleFunc("POST /v1/gc", s.handleGC)
 	mux.HandleFunc("POST /v1/drain", s.handleShutdown(false))
 	mux.HandleFunc("POST /v1/stop", s.handleShutdown(true))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

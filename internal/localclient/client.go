@@ -18,6 +18,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/activation"
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/datadir"
 	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
@@ -358,4 +359,11 @@ func (c *Client) CancelJob(ctx context.Context, id int64) (store.Job, error) {
 	var out store.Job
 	err := c.do(ctx, http.MethodPost, "/v1/jobs/"+strconv.FormatInt(id, 10)+"/cancel", nil, &out)
 	return out, err
+}
+
+// GC runs garbage collection in the running daemon, under its [retention].
+func (c *Client) GC(ctx context.Context) (datadir.GCResult, error) {
+	var r datadir.GCResult
+	err := c.do(ctx, http.MethodPost, "/v1/gc", nil, &r)
+	return r, err
 }

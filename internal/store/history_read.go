@@ -221,9 +221,22 @@ func (s *Store) Children(ctx context.Context, ref string) ([]Child, error) {
 }
 
 // recordArtifact notes an artifact a record produced (the first record
-// that did, if the same content comes again).
+// that did, if the same content comes again). Content garbage collection
+// removed that a record produces again is stored again (the artifact store
+// wrote it back): its record is retained once more and its tombstone goes.
 func (t *Tx) recordArtifact(sha string, size int64, mediaType string, eventID int64) error {
-	_, err := t.exec(`INSERT INTO artifacts (sha256, size, media_type, event_id, created_at) VALUES (?, ?, ?, ?, ?)
+	res, err := t.exec(`UPDATE artifacts SET retention = 'retained', event_id = ?, created_at = ? WHERE sha256 = ? AND retention = 'purged'`,
+		eventID, t.now.UnixMilli(), sha)
+	if err != nil {
+		return fmt.Errorf("record artifact: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		if _, err := t.exec(`DELETE FROM tombstones WHERE kind = 'artifact' AND ref = ?`, sha); err != nil {
+			return fmt.Errorf("record artifact: %w", err)
+		}
+		return nil
+	}
+	_, err = t.exec(`INSERT INTO artifacts (sha256, size, media_type, event_id, created_at) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (sha256) DO NOTHING`, sha, size, mediaType, eventID, t.now.UnixMilli())
 	if err != nil {
 		return fmt.Errorf("record artifact: %w", err)

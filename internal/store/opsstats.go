@@ -139,3 +139,6 @@ func schemaStatus(ctx context.Context, db *sql.DB) (SchemaStatus, error) {
 	st.Downgrade = st.ReadableBy < st.Version
 	return st, nil
 }
+
+// TreeSize is the bytes of the regular files under root.
+func TreeSize(root string) int64 { return treeSize(root) }

@@ -290,6 +290,8 @@ func RenderOutcome(o worker.Outcome) string {
 		fmt.Fprintf(&b, "[%d more bytes of output", o.Output.OmittedBytes)
 		if o.Output.Artifact != nil {
 			fmt.Fprintf(&b, " in artifact %s", o.Output.Artifact.SHA256)
+		} else if o.Output.SpoolError != "" {
+			fmt.Fprintf(&b, ", not stored: %s", o.Output.SpoolError)
 		}
 		b.WriteString("]\n")
 	}
