@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +46,7 @@ func newFixture(t testing.TB, review time.Duration) *fixture {
 	t.Helper()
 	setupEnv(t)
 	dir := t.TempDir()
+	t.Cleanup(func() { writable(dir) })
 	st, err := store.Open(context.Background(), dir, store.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +58,20 @@ func newFixture(t testing.TB, review time.Duration) *fixture {
 		RuntimeSrc: env.Runtime, Workspace: dir, Placer: env.Placer, ReviewDeadline: review})
 	t.Cleanup(hk.Close)
 	return &fixture{st: st, rel: rel, hk: hk, svc: New(st, rel, hk, nil, nil), soul: "# soul\n"}
+}
+
+// writable makes the directories beneath top writable by their owner, so
+// that TempDir's removal works where the process is not root (release
+// trees are read-only).
+func writable(top string) {
+	filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				os.Chmod(p, info.Mode().Perm()|0o700)
+			}
+		}
+		return nil
+	})
 }
 
 // publish writes a tree with the given hooks module and soul and publishes it.

@@ -18,8 +18,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/klbr-dev/klbr/internal/citest"
+	"github.com/klbr-dev/klbr/internal/uidtest"
 	"github.com/klbr-dev/klbr/internal/workbench"
 	"github.com/klbr-dev/klbr/internal/worker"
+	"github.com/klbr-dev/klbr/internal/workertest"
 )
 
 // swapOnOpen watches dir with inotify and, when its subdirectory sub is
@@ -76,7 +78,25 @@ func swapOnOpen(t *testing.T, dir, sub, target string) func() bool {
 // for a link to a secret of klbr-core's after the host listed the
 // directory; the published release (which the cell can read) must never
 // hold the secret. 10 runs.
-func TestPublishRaceSwapsAFileForALink(t *testing.T) {
+func TestPublishRaceSwapsAFileForALink(t *testing.T) { publishRace(t) }
+
+// TestPublishRaceSwapsAFileForALinkUnprivilegedChild is klbr-core as an
+// unprivileged uid; its drafts, and so the swap, are of its uid.
+func TestPublishRaceSwapsAFileForALinkUnprivilegedChild(t *testing.T) {
+	uidtest.Child(t, "TestPublishRaceSwapsAFileForALinkUnprivileged")
+	publishRace(t)
+}
+
+// TestPublishRaceSwapsAFileForALink with klbr-core as an unprivileged uid
+// (uidtest.Host, no capability): the secret is its own 0600 file.
+func TestPublishRaceSwapsAFileForALinkUnprivileged(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		citest.SkipOrFail(t, "git is not installed")
+	}
+	uidtest.Run(t, "TestPublishRaceSwapsAFileForALinkUnprivilegedChild", uidtest.Host, uidtest.Host, workertest.Share(t)...)
+}
+
+func publishRace(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		citest.SkipOrFail(t, "git is not installed")
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/klbr-dev/klbr/internal/uidtest"
 )
 
 // craft makes a real backup of a data directory holding a managed skill
@@ -51,7 +53,23 @@ func outsideFile(t *testing.T) (path, sum string, size int64) {
 
 // A backup is outside input: a link in it, in its manifest or on disk,
 // is refused, never followed nor recreated; and so is a hard link.
-func TestRestoreRefusesLinks(t *testing.T) {
+func TestRestoreRefusesLinks(t *testing.T) { restoreRefusesLinks(t) }
+
+// TestRestoreRefusesLinksUnprivilegedChild is TestRestoreRefusesLinks in
+// a process of an unprivileged uid.
+func TestRestoreRefusesLinksUnprivilegedChild(t *testing.T) {
+	uidtest.Child(t, "TestRestoreRefusesLinksUnprivileged")
+	restoreRefusesLinks(t)
+}
+
+// TestRestoreRefusesLinks with `klbr-core restore` run as an unprivileged
+// uid (uidtest.Host, no capability): the data directories, the backup and
+// the file its links lead to (0600: only that uid reads it) are its own.
+func TestRestoreRefusesLinksUnprivileged(t *testing.T) {
+	uidtest.Run(t, "TestRestoreRefusesLinksUnprivilegedChild", uidtest.Host, uidtest.Host)
+}
+
+func restoreRefusesLinks(t *testing.T) {
 	const skill = "skills/notes/SKILL.md"
 	cases := []struct {
 		name  string

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/klbr-dev/klbr/internal/uidtest"
 )
 
 // secretOutside is a file outside every tree the tests copy, holding a
@@ -75,9 +77,10 @@ func leaks(t *testing.T, top string, secret []byte) []string {
 // swapWhenOpened watches dir with inotify and, the moment the copy opens
 // its subdirectory sub, replaces sub/zz.txt by a link to secretFile and
 // sub/zz-dir by a link to secretDir: between the copy's listing and its
-// opening of each entry. It returns a func that waits for the swap (or
-// says it never came) and stops the watch.
-func swapWhenOpened(t *testing.T, dir, secretFile, secretDir string) func() bool {
+// opening of each entry. The swap acts on files as uid as (-1: as this
+// process). It returns a func that waits for the swap (or says it never
+// came) and stops the watch.
+func swapWhenOpened(t *testing.T, dir, secretFile, secretDir string, as int) func() bool {
 	t.Helper()
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
@@ -90,6 +93,12 @@ func swapWhenOpened(t *testing.T, dir, secretFile, secretDir string) func() bool
 	f := os.NewFile(uintptr(fd), "inotify")
 	swapped := make(chan bool, 1)
 	go func() {
+		if as >= 0 {
+			if err := uidtest.AsFS(as, as); err != nil {
+				swapped <- false
+				return
+			}
+		}
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := f.Read(buf)
@@ -136,32 +145,16 @@ func TestCopyRaceSwapsAFileForALink(t *testing.T) {
 	requireGit(t)
 	secretDir, secretFile, secret := secretOutside(t)
 	swaps, leaked := 0, 0
-	for run := range 20 {
+	for range 20 {
 		root := t.TempDir()
-		sub := filepath.Join(root, "sub")
-		os.Mkdir(sub, 0o755)
-		for i := range 300 {
-			write(t, filepath.Join(sub, fmt.Sprintf("f%03d.txt", i)), "filler\n")
-		}
-		write(t, filepath.Join(sub, "zz.txt"), "harmless\n")
-		os.Mkdir(filepath.Join(sub, "zz-dir"), 0o755)
-		write(t, filepath.Join(sub, "zz-dir", "operator-token"), "harmless\n")
-		w := &Workspaces{Root: root, Dir: filepath.Join(t.TempDir(), "worktrees")}
-		wait := swapWhenOpened(t, root, secretFile, secretDir)
-		p, err := w.Make(t.Context(), w.Shared(), "race")
+		fillRaceTree(t, root)
+		wait := swapWhenOpened(t, root, secretFile, secretDir, -1)
+		ok := copyLeaksNothing(t, root, filepath.Join(t.TempDir(), "worktrees"), secret)
 		if wait() {
 			swaps++
 		}
-		if err != nil {
-			// Refusing is safe; the copy must then be gone.
-			if ents, _ := os.ReadDir(w.Dir); len(ents) != 0 {
-				t.Fatalf("run %d: a failed copy left %v", run, ents)
-			}
-			continue
-		}
-		if found := leaks(t, p.Dir, secret); len(found) > 0 {
+		if !ok {
 			leaked++
-			t.Errorf("run %d: %s", run, strings.Join(found, "; "))
 		}
 	}
 	if leaked > 0 {
@@ -171,6 +164,41 @@ func TestCopyRaceSwapsAFileForALink(t *testing.T) {
 		t.Fatal("the swap never happened: the test proves nothing")
 	}
 	t.Logf("%d of 20 runs swapped during the copy", swaps)
+}
+
+// fillRaceTree fills a workspace for the swap: sub/ with 300 files listed
+// before zz.txt and zz-dir/.
+func fillRaceTree(t *testing.T, root string) {
+	t.Helper()
+	sub := filepath.Join(root, "sub")
+	os.Mkdir(sub, 0o755)
+	for i := range 300 {
+		write(t, filepath.Join(sub, fmt.Sprintf("f%03d.txt", i)), "filler\n")
+	}
+	write(t, filepath.Join(sub, "zz.txt"), "harmless\n")
+	os.Mkdir(filepath.Join(sub, "zz-dir"), 0o755)
+	write(t, filepath.Join(sub, "zz-dir", "operator-token"), "harmless\n")
+}
+
+// copyLeaksNothing copies the workspace at root for a child into
+// worktrees and says whether the copy is safe: refused and gone, or made
+// without secret and without a link out. Each leak is reported on t.
+func copyLeaksNothing(t *testing.T, root, worktrees string, secret []byte) bool {
+	t.Helper()
+	w := &Workspaces{Root: root, Dir: worktrees}
+	p, err := w.Make(t.Context(), w.Shared(), "race")
+	if err != nil {
+		// Refusing is safe; the copy must then be gone.
+		if ents, _ := os.ReadDir(w.Dir); len(ents) != 0 {
+			t.Fatalf("%s: a failed copy left %v", root, ents)
+		}
+		return true
+	}
+	if found := leaks(t, p.Dir, secret); len(found) > 0 {
+		t.Errorf("%s: %s", root, strings.Join(found, "; "))
+		return false
+	}
+	return true
 }
 
 // A regular file swapped for a FIFO after the listing must not hang the
@@ -227,11 +255,31 @@ func TestCopyRaceSwapsAFileForAFIFO(t *testing.T) {
 func TestCopyRefusesWhatLeadsOutside(t *testing.T) {
 	requireGit(t)
 	secretDir, secretFile, secret := secretOutside(t)
-	cases := []struct {
-		name  string
-		make  func(t *testing.T, root string) error
-		fails bool // the copy is refused as a whole
-	}{
+	for _, c := range outsideCases(secretDir, secretFile) {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			write(t, filepath.Join(root, "notes.txt"), "root\n")
+			os.Symlink("notes.txt", filepath.Join(root, "inside"))
+			if err := c.make(t, root); err != nil {
+				if errors.Is(err, syscall.EPERM) {
+					t.Skipf("cannot make it here: %v", err)
+				}
+				t.Fatal(err)
+			}
+			checkOutsideCopy(t, root, filepath.Join(t.TempDir(), "worktrees"), c.fails, secret)
+		})
+	}
+}
+
+// outsideCase is one thing a workspace may hold that leads outside it.
+type outsideCase struct {
+	name  string
+	make  func(t *testing.T, root string) error
+	fails bool // the copy is refused as a whole
+}
+
+func outsideCases(secretDir, secretFile string) []outsideCase {
+	return []outsideCase{
 		{"link to a file outside", func(t *testing.T, root string) error {
 			return os.Symlink(secretFile, filepath.Join(root, "token"))
 		}, false},
@@ -264,49 +312,43 @@ func TestCopyRefusesWhatLeadsOutside(t *testing.T) {
 			return unix.Mknod(filepath.Join(root, "zero"), unix.S_IFCHR|0o644, int(unix.Mkdev(1, 5)))
 		}, false},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			root := t.TempDir()
-			write(t, filepath.Join(root, "notes.txt"), "root\n")
-			os.Symlink("notes.txt", filepath.Join(root, "inside"))
-			if err := c.make(t, root); err != nil {
-				if errors.Is(err, syscall.EPERM) {
-					t.Skipf("cannot make it here: %v", err)
-				}
-				t.Fatal(err)
-			}
-			w := &Workspaces{Root: root, Dir: filepath.Join(t.TempDir(), "worktrees")}
-			done := make(chan struct{})
-			var p Place
-			var err error
-			go func() { p, err = w.Make(t.Context(), w.Shared(), "static"); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the copy blocked")
-			}
-			if c.fails {
-				if err == nil {
-					t.Fatalf("copied; want refused (leaks: %v)", leaks(t, p.Dir, secret))
-				}
-				if !strings.Contains(err.Error(), "hard link") {
-					t.Fatalf("error %q does not say why", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if found := leaks(t, p.Dir, secret); len(found) > 0 {
-				t.Fatal(strings.Join(found, "; "))
-			}
-			if read(t, filepath.Join(p.Dir, "notes.txt")) != "root\n" {
-				t.Fatal("notes.txt not copied")
-			}
-			if l, err := os.Readlink(filepath.Join(p.Dir, "inside")); err != nil || l != "notes.txt" {
-				t.Fatalf("the link inside the tree: %q %v", l, err)
-			}
-		})
+}
+
+// checkOutsideCopy copies the workspace at root (notes.txt, a link inside
+// to it, and what a case added) into worktrees: refused if fails, else
+// copied with nothing from outside.
+func checkOutsideCopy(t *testing.T, root, worktrees string, fails bool, secret []byte) {
+	t.Helper()
+	w := &Workspaces{Root: root, Dir: worktrees}
+	done := make(chan struct{})
+	var p Place
+	var err error
+	go func() { p, err = w.Make(t.Context(), w.Shared(), "static"); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the copy blocked")
+	}
+	if fails {
+		if err == nil {
+			t.Fatalf("copied; want refused (leaks: %v)", leaks(t, p.Dir, secret))
+		}
+		if !strings.Contains(err.Error(), "hard link") {
+			t.Fatalf("error %q does not say why", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found := leaks(t, p.Dir, secret); len(found) > 0 {
+		t.Fatal(strings.Join(found, "; "))
+	}
+	if read(t, filepath.Join(p.Dir, "notes.txt")) != "root\n" {
+		t.Fatal("notes.txt not copied")
+	}
+	if l, err := os.Readlink(filepath.Join(p.Dir, "inside")); err != nil || l != "notes.txt" {
+		t.Fatalf("the link inside the tree: %q %v", l, err)
 	}
 }
 
