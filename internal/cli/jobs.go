@@ -41,7 +41,9 @@ func newJobs(g *globals) *cobra.Command {
 			}
 			if len(res.Jobs) == 0 {
 				fmt.Fprintln(g.env.Stderr, "no jobs")
+				return nil
 			}
+			fmt.Fprintln(g.env.Stdout, jobHeader)
 			for _, j := range res.Jobs {
 				fmt.Fprintln(g.env.Stdout, jobLine(j))
 			}
@@ -106,6 +108,11 @@ func jobCommand(g *globals, use, short string, call func(*localclient.Client, co
 	return cmd
 }
 
+// jobLineFormat lays out jobLine; jobHeader names its columns.
+const jobLineFormat = "%-6v %-8s %-10s %-10s %-19s  %s  %s"
+
+var jobHeader = strings.TrimRight(fmt.Sprintf(jobLineFormat, "ID", "KIND", "STATE", "SESSION", "WHEN", "WHAT", "NOTE"), " ")
+
 func jobLine(j store.Job) string {
 	when := j.CreatedAt
 	if j.FinishedAt != nil {
@@ -118,11 +125,45 @@ func jobLine(j store.Job) string {
 	case j.Error != "":
 		extra = oneLine(j.Error, 60)
 	}
-	return fmt.Sprintf("%-6d %-8s %-10s %-10s %s  %s  %s", j.ID, j.Kind, j.State, j.Session, when.Local().Format(time.DateTime), jobWhat(j), extra)
+	return strings.TrimRight(fmt.Sprintf(jobLineFormat, j.ID, j.Kind, j.State, j.Session, when.Local().Format(time.DateTime), jobWhat(j), extra), " ")
 }
 
 func jobWhat(j store.Job) string {
-	return oneLine(string(j.Spec), 60)
+	return oneLine(plainJSON(j.Spec), 60)
+}
+
+// plainJSON is raw JSON as a person reads it: Go's encoder writes <, > and &
+// inside strings as \u003c, \u003e and \u0026 (safe in HTML, unreadable in a
+// terminal); they are shown as the characters they are. Other escapes stay.
+func plainJSON(raw []byte) string {
+	var b strings.Builder
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c != '\\' || i+1 >= len(raw) {
+			b.WriteByte(c)
+			continue
+		}
+		if raw[i+1] == 'u' && i+6 <= len(raw) {
+			switch string(raw[i+2 : i+6]) {
+			case "003c", "003C":
+				b.WriteByte('<')
+				i += 5
+				continue
+			case "003e", "003E":
+				b.WriteByte('>')
+				i += 5
+				continue
+			case "0026":
+				b.WriteByte('&')
+				i += 5
+				continue
+			}
+		}
+		b.WriteByte(c) // any other escape: both bytes as they are
+		b.WriteByte(raw[i+1])
+		i++
+	}
+	return b.String()
 }
 
 func oneLine(s string, max int) string {
@@ -136,9 +177,9 @@ func oneLine(s string, max int) string {
 func printJob(g *globals, j store.Job) {
 	w := g.env.Stdout
 	fmt.Fprintf(w, "job %d: %s, %s (session %s, recovery %s, runs %d)\n", j.ID, j.Kind, j.State, j.Session, j.Recovery, j.Runs)
-	fmt.Fprintf(w, "spec: %s\n", j.Spec)
+	fmt.Fprintf(w, "spec: %s\n", plainJSON(j.Spec))
 	if j.Schedule != nil {
-		fmt.Fprintf(w, "schedule: %s (tz %s)\n", j.Schedule, j.TZ)
+		fmt.Fprintf(w, "schedule: %s (tz %s)\n", plainJSON(j.Schedule), j.TZ)
 	}
 	if j.NextDue != nil {
 		fmt.Fprintf(w, "next: %s\n", j.NextDue.Local().Format(time.RFC3339))
@@ -154,16 +195,16 @@ func printJob(g *globals, j store.Job) {
 		fmt.Fprintf(w, "finished: %s\n", j.FinishedAt.Local().Format(time.RFC3339))
 	}
 	if j.Result != nil {
-		fmt.Fprintf(w, "result: %s\n", j.Result)
+		fmt.Fprintf(w, "result: %s\n", plainJSON(j.Result))
 	}
 	if j.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", j.Error)
 	}
 	if j.Checkpoint != nil {
-		fmt.Fprintf(w, "checkpoint: %s\n", j.Checkpoint)
+		fmt.Fprintf(w, "checkpoint: %s\n", plainJSON(j.Checkpoint))
 	}
 	if j.Cursor != nil {
-		fmt.Fprintf(w, "cursor: %s\n", j.Cursor)
+		fmt.Fprintf(w, "cursor: %s\n", plainJSON(j.Cursor))
 	}
 	if j.OutputArtifact != "" {
 		fmt.Fprintf(w, "output: %d bytes in %s (klbr-core history read %s)\n", j.OutputBytes, j.OutputArtifact, j.OutputArtifact)

@@ -31,7 +31,7 @@ func TestJobsCommands(t *testing.T) {
 	due := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	started := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	running := store.Job{ID: 3, Kind: "command", Session: "default", State: store.JobRunning, Recovery: "manual", Runs: 1,
-		Spec: json.RawMessage(`{"argv":["make","test"]}`), CreatedAt: started, StartedAt: &started,
+		Spec: json.RawMessage(`{"argv":["sh","-c","make test 2>&1 | tail"]}`), CreatedAt: started, StartedAt: &started,
 		OutputPreview: "compiling\n"}
 	pending := store.Job{ID: 4, Kind: "routine", Session: "default", State: store.JobPending, Recovery: "retry_safe",
 		Spec: json.RawMessage(`{"entry":"klbr_skills.remind:say"}`), Schedule: json.RawMessage(`{"at":1893553445000}`), TZ: "UTC",
@@ -80,14 +80,16 @@ func TestJobsCommands(t *testing.T) {
 		t.Errorf("query %q", seen[0])
 	}
 	lines := strings.Split(strings.TrimSpace(list), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "4 ") || !strings.Contains(lines[0], "due ") || !strings.Contains(lines[1], "make") {
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID     KIND     STATE") || !strings.Contains(lines[0], "WHAT") ||
+		!strings.HasPrefix(lines[1], "4 ") || !strings.Contains(lines[1], "due ") || !strings.Contains(lines[2], "make test 2>&1 | tail") {
 		t.Errorf("list:\n%s", list)
 	}
 	var js api.Jobs
 	if err := json.Unmarshal([]byte(run("jobs", "--json")), &js); err != nil || len(js.Jobs) != 2 {
 		t.Errorf("--json: %v %+v", err, js)
 	}
-	if show := run("jobs", "show", "3"); !strings.Contains(show, "job 3: command, running") || !strings.Contains(show, "compiling") {
+	if show := run("jobs", "show", "3"); !strings.Contains(show, "job 3: command, running") || !strings.Contains(show, "compiling") ||
+		!strings.Contains(show, `"make test 2>&1 | tail"`) {
 		t.Errorf("show:\n%s", show)
 	}
 	if c := run("jobs", "cancel", "3"); !strings.Contains(c, "cancelled") {

@@ -2,6 +2,9 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -12,7 +15,11 @@ func newServe(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "serve",
 		Short: "Serve klbr (the default): operator socket, HTTP listener, sessions",
-		Args:  cobra.NoArgs,
+		Long: "Serve klbr (the default): operator socket, HTTP listener, sessions.\n\n" +
+			"Ctrl-C (or SIGTERM) drains: no new work is accepted, running cells may finish, and the log\n" +
+			"says which it waits for. A second Ctrl-C stops now: running cells are interrupted and\n" +
+			"recorded as such; admitted inputs stay pending for the next start.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
 			if err != nil {
@@ -22,9 +29,34 @@ func newServe(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The first signal ends cmd.Context() (main's NotifyContext) and
+			// starts the drain; the second one stops now.
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			stopNow, done := make(chan struct{}), make(chan struct{})
+			defer close(done)
+			go func() {
+				n := 0
+				if cmd.Context().Err() != nil {
+					n = 1 // the first signal came before Notify
+				}
+				for {
+					select {
+					case <-sigs:
+						if n++; n == 2 {
+							close(stopNow)
+							return
+						}
+					case <-done:
+						return
+					}
+				}
+			}()
 			return daemon.Run(cmd.Context(), cfg, log, daemon.Options{
+				StopNow: stopNow,
 				Ready: func(a daemon.Addrs) {
-					fmt.Fprintf(g.env.Stderr, "klbr-core is serving: open http://%s/ (`klbr-core open` prints the URL with your operator token) — operator socket %s\n", a.HTTP, a.Control)
+					fmt.Fprintf(g.env.Stderr, "klbr-core is serving: open http://%s/ (`klbr-core open` prints the URL with your operator token) — operator socket %s; Ctrl-C drains, twice stops now\n", a.HTTP, a.Control)
 				},
 			})
 		},

@@ -103,3 +103,19 @@ func TestSessionsCommandShowsUsage(t *testing.T) {
 		t.Fatalf("printed\n%s\nwant\n%s(usage asked for %q, want child-1 only)", out.String(), want, asked)
 	}
 }
+
+// A mistyped command is answered with the commands it is close to.
+func TestUnknownCommandSuggests(t *testing.T) {
+	var out, errOut bytes.Buffer
+	env := Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut, Lookup: func(string) (string, bool) { return "", false }}
+	for arg, want := range map[string]string{"stauts": "status", "sned": "send", "relases": "releases"} {
+		err := Run(context.Background(), []string{arg}, env)
+		if err == nil || !strings.Contains(err.Error(), "Did you mean this?\n\t"+want) {
+			t.Errorf("%s: %v", arg, err)
+		}
+	}
+	if err := Run(context.Background(), []string{"zzzzzz"}, env); err == nil || strings.Contains(err.Error(), "Did you mean") ||
+		!strings.Contains(err.Error(), `unknown command "zzzzzz"`) {
+		t.Errorf("far from any command: %v", err)
+	}
+}

@@ -62,7 +62,6 @@ func TestSymbolQueriesOfEveryLanguage(t *testing.T) {
 		"sample.ts":  {"interface Shape", "method area", "type Id", "enum Color", "class Circle", "function total", "function double", "variable VERSION", "module Geo", "function origin"},
 		"sample.tsx": {"function Hello", "function Button", "class Panel", "method render"},
 		"sample.js":  {"function add", "class Counter", "method inc", "function square", "variable legacy"},
-		"sample.nix": {"function greet", "binding version", "binding packages.default", "attrset services.klbr", "binding enable", "function mkGreeting"},
 		"sample.sh":  {"variable NAME", "variable LEVEL", "function greet", "function main"},
 	}
 	for file, want := range cases {
@@ -82,6 +81,12 @@ func TestSymbolQueriesOfEveryLanguage(t *testing.T) {
 
 func TestEveryLanguageHasASymbolsQuery(t *testing.T) {
 	for _, l := range Languages() {
+		if l.TextOnly {
+			if qs := Available(behaviorTree, l.Name); len(qs) != 0 {
+				t.Errorf("%s has no grammar, yet behavior/ has queries for it: %v", l.Name, qs)
+			}
+			continue
+		}
 		if !slices.Contains(Available(behaviorTree, l.Name), "symbols") {
 			t.Errorf("%s has no %s in behavior/", l.Name, QueryFile(l.Name, "symbols"))
 		}
@@ -158,13 +163,13 @@ func TestQueryErrors(t *testing.T) {
 	if _, err := Compile(goLang, "raw", "raw", "(function_declaration"); !errors.As(err, &qe) || qe.Kind != "invalid syntax" {
 		t.Fatalf("bad syntax: %v", err)
 	}
-	nixLang, _ := Lookup("nix")
+	bashLang, _ := Lookup("bash")
 	var c cache
-	_, err = c.load(behaviorTree, "test", nixLang, "references")
-	if !errors.Is(err, ErrMissingQuery) || !strings.Contains(err.Error(), "queries/nix/references.scm") {
-		t.Fatalf("a query nix lacks: %v", err)
+	_, err = c.load(behaviorTree, "test", bashLang, "references")
+	if !errors.Is(err, ErrMissingQuery) || !strings.Contains(err.Error(), "queries/bash/references.scm") {
+		t.Fatalf("a query bash lacks: %v", err)
 	}
-	if _, err := c.load(behaviorTree, "test", nixLang, "../x"); err == nil {
+	if _, err := c.load(behaviorTree, "test", bashLang, "../x"); err == nil {
 		t.Fatal("a query name with a path was accepted")
 	}
 }
@@ -227,5 +232,31 @@ func TestDecodeParseArgsBounds(t *testing.T) {
 	a, src, err := DecodeParseArgs([]byte(`{"path":"a.py","b64":"/w=="}`))
 	if err != nil || a.Path != "a.py" || string(src) != "\xff" {
 		t.Fatalf("b64 source: %v %q", err, src)
+	}
+}
+
+// A .nix file is detected but has no grammar: it opens as text (no parse
+// tree, no errors), and asking it for symbols or a query says why and what
+// to use instead, never an empty result.
+func TestNixIsTextOnly(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("testdata", "src", "sample.nix"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, how := Detect("flake.nix", src)
+	if l == nil || l.Name != "nix" || !l.TextOnly || how != "extension .nix" {
+		t.Fatalf("detected %+v by %q", l, how)
+	}
+	res, err := Parse(context.Background(), l, src, nil)
+	if err != nil || res.Language != "nix" || res.RootNode != "" || len(res.Errors) != 0 || res.Bytes != len(src) {
+		t.Fatalf("text-only parse: %+v, %v", res, err)
+	}
+	var c cache
+	_, err = c.load(behaviorTree, "test", l, "symbols")
+	if !errors.Is(err, ErrNoGrammar) || !strings.Contains(err.Error(), "src.replace(old, new)") {
+		t.Fatalf("symbols of nix: %v", err)
+	}
+	if _, err := Compile(l, "raw", "raw", "(identifier) @id"); !errors.Is(err, ErrNoGrammar) {
+		t.Fatalf("a raw query of nix: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ func FuzzParseRequest(f *testing.F) {
 		`{"language":"go","text":"package p\nfunc F() {","raw":"(function_declaration name: (identifier) @n)"}`,
 		`{"language":"rust","b64":"Zm4gbWFpbigpIHsg8J+OiSB9","raw":"(ERROR) @e"}`,
 		`{"language":"nix","text":"{ a = 1; b = x: x; }","raw":"((binding) @b (#eq? @b \"a\"))"}`,
+		`{"path":"flake.nix","text":"{ a = 1; b = x: x; }"}`,
 		`{"language":"bash","text":"f() { echo; }","raw":"(((("}`,
 	} {
 		f.Add([]byte(s))

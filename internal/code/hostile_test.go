@@ -39,8 +39,14 @@ func hostileSource(lang, shape string) string {
 func hostileRequests() []map[string]any {
 	var out []map[string]any
 	shapes := []string{"nested", "dense", "open"}
+	var langs []string // those with a grammar: a text-only one parses nothing
+	for _, l := range Languages() {
+		if !l.TextOnly {
+			langs = append(langs, l.Name)
+		}
+	}
 	for i := 0; len(out) < 16; i++ {
-		lang := Names()[i%len(Names())]
+		lang := langs[i%len(langs)]
 		out = append(out, map[string]any{"language": lang, "text": hostileSource(lang, shapes[i%len(shapes)]), "queries": []string{"symbols"}})
 	}
 	return out

@@ -2,6 +2,8 @@ package code
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"path"
 	"sort"
 	"strings"
@@ -14,25 +16,46 @@ import (
 	tspython "github.com/tree-sitter/tree-sitter-python/bindings/go"
 	tsrust "github.com/tree-sitter/tree-sitter-rust/bindings/go"
 	tsts "github.com/tree-sitter/tree-sitter-typescript/bindings/go"
-
-	"github.com/klbr-dev/klbr/internal/code/grammar/nix"
 )
 
-// Language is one grammar klbr-core is built with: provisioned at build
-// time (Go modules, and the vendored Nix grammar), never downloaded.
+// Language is a language klbr-core knows: its grammar, provisioned at
+// build time from a Go module (never downloaded), or none at all.
+//
+// A language without a grammar (TextOnly) is still detected, so a cell
+// learns what the file is and that only the text operations apply to it:
+// search, exact replace, checked patch. Symbols and queries need a grammar,
+// and asking for them is an ErrNoGrammar, never an empty result.
 type Language struct {
 	Name       string   `json:"name"`
 	Grammar    string   `json:"grammar"` // where the parser comes from, with its version
 	Extensions []string `json:"extensions"`
 	Shebangs   []string `json:"shebangs"` // interpreter names of a #! line
+	TextOnly   bool     `json:"text_only,omitempty"`
 	ts         *sitter.Language
+}
+
+// ErrNoGrammar marks a request for structure (a parse tree, symbols, a
+// query) in a language klbr-core has no grammar for.
+var ErrNoGrammar = errors.New("no grammar")
+
+// NoGrammar is the error for a structural request in a text-only language:
+// what is missing, and what works instead.
+func NoGrammar(l *Language) error {
+	return fmt.Errorf("%w: %s files are text only in this klbr-core (%s), so they have no symbols and no queries; "+
+		"use the text operations instead: search, src.replace(old, new) (an exact replace) and a checked patch",
+		ErrNoGrammar, l.Name, l.Grammar)
+}
+
+// textOnly is a language klbr-core detects but cannot parse.
+func textOnly(name, why string, exts, shebangs []string) *Language {
+	return &Language{Name: name, Grammar: why, Extensions: exts, Shebangs: shebangs, TextOnly: true}
 }
 
 func lang(name, grammar string, ptr unsafe.Pointer, exts, shebangs []string) *Language {
 	return &Language{Name: name, Grammar: grammar, Extensions: exts, Shebangs: shebangs, ts: sitter.NewLanguage(ptr)}
 }
 
-// The grammar versions are those of go.mod (and grammar/nix/README.md).
+// The grammar versions are those of go.mod.
 var languages = map[string]*Language{}
 
 func init() {
@@ -43,7 +66,8 @@ func init() {
 		lang("typescript", "tree-sitter-typescript v0.23.2 (typescript)", tsts.LanguageTypescript(), []string{".ts", ".mts", ".cts"}, []string{"ts-node", "tsx", "deno"}),
 		lang("tsx", "tree-sitter-typescript v0.23.2 (tsx)", tsts.LanguageTSX(), []string{".tsx"}, nil),
 		lang("javascript", "tree-sitter-javascript v0.25.0", tsjs.Language(), []string{".js", ".mjs", ".cjs", ".jsx"}, []string{"node", "nodejs"}),
-		lang("nix", "tree-sitter-nix v0.3.0 (vendored)", nix.Language(), []string{".nix"}, []string{"nix-shell"}),
+		// No Go module serves a Nix grammar, and we copy no other project's parser in.
+		textOnly("nix", "no grammar: no Go module serves one", []string{".nix"}, []string{"nix-shell"}),
 		lang("bash", "tree-sitter-bash v0.25.0", tsbash.Language(), []string{".sh", ".bash"}, []string{"sh", "bash"}),
 	} {
 		languages[l.Name] = l

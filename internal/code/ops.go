@@ -228,6 +228,8 @@ func fit(res *Result) (json.RawMessage, error) {
 func queryErr(err error) error {
 	var qe *QueryError
 	switch {
+	case errors.Is(err, ErrNoGrammar):
+		return reqErr("no_grammar", "%v", err)
 	case errors.Is(err, ErrMissingQuery):
 		return reqErr("missing_query", "%v", err)
 	case errors.As(err, &qe):

@@ -37,7 +37,9 @@ func TestOpsErrorsHaveTheirOwnCodes(t *testing.T) {
 	}{
 		{map[string]any{"path": "notes.txt", "text": "hi"}, "unsupported_language", "cannot tell the language"},
 		{map[string]any{"language": "cobol", "text": "hi"}, "unsupported_language", "no grammar"},
-		{map[string]any{"path": "a.nix", "text": "{}", "queries": []string{"references"}}, "missing_query", "not an empty result"},
+		{map[string]any{"path": "a.sh", "text": "true", "queries": []string{"references"}}, "missing_query", "not an empty result"},
+		{map[string]any{"path": "a.nix", "text": "{}", "queries": []string{"symbols"}}, "no_grammar", "text only"},
+		{map[string]any{"path": "a.nix", "text": "{}", "raw": "(binding) @b"}, "no_grammar", "exact replace"},
 		{map[string]any{"path": "a.go", "text": "package a", "raw": "(function_definition) @f"}, "query_error", "function_definition"},
 		{map[string]any{"path": "a.go", "text": "package a", "b64": "AA=="}, "invalid", "not both"},
 	} {
@@ -45,6 +47,9 @@ func TestOpsErrorsHaveTheirOwnCodes(t *testing.T) {
 		if re == nil || re.Code != c.code || !strings.Contains(re.Message, c.says) {
 			t.Errorf("%v: %+v, want %s (%q)", c.args, re, c.code, c.says)
 		}
+	}
+	if out, re := call(t, o, "code.parse", map[string]any{"path": "flake.nix", "text": "{ a = 1; }"}); re != nil || out["language"] != "nix" {
+		t.Errorf("a .nix file without queries: %v %+v", out, re)
 	}
 	if _, re := call(t, o, "code.nope", map[string]any{}); re == nil || re.Code != "unsupported" {
 		t.Errorf("unknown op: %+v", re)

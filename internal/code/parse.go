@@ -203,6 +203,9 @@ func Compile(l *Language, name, from, text string) (*Query, error) {
 	if len(text) > MaxQueryBytes {
 		return nil, &QueryError{Language: l.Name, From: from, Kind: "too large", Message: fmt.Sprintf("over %d bytes", MaxQueryBytes)}
 	}
+	if l.TextOnly {
+		return nil, NoGrammar(l)
+	}
 	if why := unsafeQuery(text); why != "" {
 		return nil, &QueryError{Language: l.Name, From: from, Kind: "refused", Row: 1, Col: 1, Message: why}
 	}
@@ -246,6 +249,12 @@ func patternLines(q *Query) []int {
 func Parse(ctx context.Context, l *Language, src []byte, queries []*Query) (*Result, error) {
 	if len(src) > MaxSourceBytes {
 		return nil, tooLarge(len(src))
+	}
+	if l.TextOnly {
+		if len(queries) > 0 {
+			return nil, NoGrammar(l)
+		}
+		return &Result{Language: l.Name, Grammar: l.Grammar, Bytes: len(src), Errors: []Diagnostic{}, Queries: []QueryResult{}}, nil
 	}
 	h := newHeap(MaxParseHeap)
 	defer h.free()

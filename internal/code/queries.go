@@ -50,6 +50,9 @@ type cache struct {
 const maxCached = 512
 
 func (c *cache) load(tree fs.FS, treeName string, l *Language, name string) (*Query, error) {
+	if l.TextOnly {
+		return nil, NoGrammar(l)
+	}
 	if !queryName.MatchString(name) {
 		return nil, fmt.Errorf("%q is not a query name (lowercase letters, digits, _)", name)
 	}

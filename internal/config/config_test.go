@@ -316,8 +316,9 @@ func TestParseErrors(t *testing.T) {
 		// From go-toml's strict decoder.
 		{"syntax error", "[agent]\nroute = \n", 2, 9, "", "unexpected character"},
 		{"unterminated string", base + "api_key_env = \"X\n", 4, 0, "", "string"},
-		{"unknown table", "[agnet]\nroute = \"main\"\n", 1, 2, "agnet", "unknown key"},
-		{"unknown route key", base + "modle = \"x\"\n", 4, 1, "routes.main.modle", "unknown key"},
+		{"unknown table", "[agnet]\nroute = \"main\"\n", 1, 2, "agnet", `unknown key (did you mean "agent"?)`},
+		{"unknown route key", base + "modle = \"x\"\n", 4, 1, "routes.main.modle", `unknown key (did you mean "routes.main.model"?)`},
+		{"unknown key in inline table, a typo", "discord = { enabled = true, chanels = [] }\n", 1, 29, "discord.chanels", `unknown key (did you mean "discord.channels"?)`},
 		{"unknown key in inline table", "discord = { enabled = true, colour = \"red\" }\n", 1, 29, "discord.colour", "unknown key"},
 		{"unknown key under limits", "[limits]\nmemory_high = \"1G\"\n", 2, 1, "limits.memory_high", "unknown key"},
 		{"key in the wrong case", "[routes.main]\nURL = \"http://x\"\nmodel = \"m\"\n", 2, 1, "routes.main.URL", `did you mean "url"?`},

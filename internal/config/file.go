@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -387,6 +388,9 @@ func Parse(name string, data []byte) (File, error) {
 	for _, e := range errs {
 		// go-toml names a key inside an inline table without the table.
 		e.Key = index.qualify(position{e.Line, e.Column}, e.Key)
+		if near, ok := index.near[e.Key]; ok && e.Msg == "unknown key" {
+			e.Msg += " (did you mean " + strconv.Quote(near) + "?)"
+		}
 	}
 	errs = append(errs, keyErrs...)
 

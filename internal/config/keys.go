@@ -23,6 +23,7 @@ type position struct {
 type keyIndex struct {
 	at    map[string]position
 	keyAt map[position][]string // the keys of at, by position
+	near  map[string]string     // an unknown key → the known key it is probably a typo of
 }
 
 // has reports whether the document writes key.
@@ -69,7 +70,7 @@ func (x *keyIndex) qualify(pos position, key string) string {
 func indexKeys(name string, data []byte, schema reflect.Type) (*keyIndex, []*Error) {
 	w := &keyWalker{
 		name:  name,
-		index: &keyIndex{at: make(map[string]position), keyAt: make(map[position][]string)},
+		index: &keyIndex{at: make(map[string]position), keyAt: make(map[position][]string), near: make(map[string]string)},
 		lines: lineStarts(data),
 	}
 	w.p.Reset(data)
@@ -189,6 +190,7 @@ func (w *keyWalker) child(prefix string, t reflect.Type, name string, pos positi
 		return t.Elem(), name
 	case reflect.Struct:
 		var folded *reflect.StructField
+		nearest, nearestDist := "", 3 // a suggestion within 2 edits
 		for i := range t.NumField() {
 			f := t.Field(i)
 			tag, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
@@ -201,9 +203,16 @@ func (w *keyWalker) child(prefix string, t reflect.Type, name string, pos positi
 			if strings.EqualFold(tag, name) {
 				folded = &f
 			}
+			if d := editDistance(tag, name); d < nearestDist {
+				nearest, nearestDist = tag, d
+			}
 		}
 		if folded == nil {
-			// Unknown keys are reported by the strict decoder.
+			// Unknown keys are reported by the strict decoder; the index
+			// keeps what each is probably a typo of.
+			if nearest != "" {
+				w.index.near[joinKey(prefix, name)] = joinKey(prefix, nearest)
+			}
 			return nil, name
 		}
 		tag, _, _ := strings.Cut(folded.Tag.Get("toml"), ",")
@@ -305,4 +314,25 @@ func quoteKey(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes (keys are ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

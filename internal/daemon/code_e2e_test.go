@@ -286,12 +286,19 @@ except code.MissingQuery as e:
     assert "queries/python/tests.scm" in str(e), e
 await (await open_file("u/x.nix")).write("{ a = 1; f = x: x; }\n")
 nix = await code.open("u/x.nix")
-assert [s.name for s in nix.symbols] == ["a", "f"], nix.symbols
-try:
-    await nix.query("references")
-    raise AssertionError("nix has no references query")
-except code.MissingQuery:
-    pass
+assert nix.language == "nix" and nix.text_only and not nix.errors, nix
+for ask in (lambda: nix.symbols, lambda: nix.query("references")):
+    try:
+        r = ask()
+        if hasattr(r, "__await__"):
+            await r
+        raise AssertionError("a text-only language answered a structural request")
+    except code.NoGrammar as e:
+        assert "text only" in str(e) and "src.replace" in str(e), e
+await nix.replace("a = 1;", "a = 2;").apply()
+assert open("u/x.nix").read() == "{ a = 2; f = x: x; }\n"
+langs = {l["name"]: l for l in (await code.languages())["languages"]}
+assert langs["nix"]["text_only"] and not langs["nix"]["queries"], langs["nix"]
 await (await open_file("u/notes.txt")).write("hello\n")
 try:
     await code.open("u/notes.txt")

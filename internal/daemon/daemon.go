@@ -59,6 +59,10 @@ type Options struct {
 	// DrainTimeout bounds the wait for accepted work at shutdown; 0 means 60s.
 	DrainTimeout time.Duration
 	Clock        func() time.Time
+	// StopNow, when it yields or closes during a drain (a second Ctrl-C),
+	// ends the wait for accepted work: running cells are interrupted and
+	// recorded as such, admitted inputs stay pending for the next start.
+	StopNow <-chan struct{}
 }
 
 // Addrs are where a running daemon listens.
@@ -331,14 +335,15 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	var cause error
 	select {
 	case <-ctx.Done():
-		log.Info("signal received: draining")
+		log.Info("signal received: draining: no new work is accepted, accepted work finishes (at most "+
+			opts.DrainTimeout.String()+"); Ctrl-C again stops now", "drain_timeout", opts.DrainTimeout)
 	case <-d.shutdown:
 	case cause = <-serveErr:
 		log.Error("a listener failed: draining", "error", cause)
 	}
 	stopStatus()
 	stopWatchdog() // systemd stops watching once it has STOPPING=1
-	d.drain(opts.DrainTimeout, ls, ctlSrv, webSrv, ingSrv)
+	d.drain(opts.DrainTimeout, opts.StopNow, ls, ctlSrv, webSrv, ingSrv)
 	wg.Wait()
 	if cause != nil {
 		return fmt.Errorf("serve: %w", cause)
@@ -368,7 +373,7 @@ func (d *daemon) serve(srv *http.Server, l net.Listener, failed chan<- error) {
 // passed stop accepting first, so that new connections wait for the next
 // daemon; systemd hears STOPPING=1, then EXTEND_TIMEOUT_USEC= for as long as
 // accepted work is awaited.
-func (d *daemon) drain(timeout time.Duration, ls *listeners, servers ...*http.Server) {
+func (d *daemon) drain(timeout time.Duration, stopNow <-chan struct{}, ls *listeners, servers ...*http.Server) {
 	close(d.closing)
 	d.notify.Stopping(d.drainStatus())
 	ls.stopAccepting()
@@ -384,7 +389,7 @@ func (d *daemon) drain(timeout time.Duration, ls *listeners, servers ...*http.Se
 		d.log.Info("stop: interrupting running cells")
 		d.bench.InterruptAll()
 	}
-	if err := d.sessions.Shutdown(ctx); err != nil {
+	if err := d.awaitAccepted(ctx, stopNow); err != nil {
 		d.log.Error("drain: accepted work did not finish in time", "error", err, "timeout", timeout)
 	}
 	stopExtending()

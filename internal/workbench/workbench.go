@@ -11,8 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -149,9 +152,11 @@ type bench struct {
 	resetReason string
 	prepared    *worker.Worker
 
-	// cancelCell interrupts the running cell (nil between cells).
-	cellMu     sync.Mutex
+	// cancelCell interrupts the running cell (nil between cells); cell
+	// describes it once it is journaled (nil before and between cells).
+	cellMu     sync.Mutex // guards cancelCell, cell
 	cancelCell context.CancelFunc
+	cell       *RunningCell
 
 	// Fields below are used only by the goroutine holding the turn token.
 	w        *worker.Worker
@@ -175,6 +180,33 @@ func New(cfg Config) *Manager {
 
 // InterruptAll interrupts every running cell (daemon stop).
 func (m *Manager) InterruptAll() { m.stopAll() }
+
+// RunningCell is a journaled cell that has no outcome yet: what a drain
+// waits for.
+type RunningCell struct {
+	Session   string
+	Execution int64
+	Started   time.Time
+	Deadline  time.Time // its caller's deadline; zero when it has none
+}
+
+// Running lists the cells running now, by session.
+func (m *Manager) Running() []RunningCell {
+	m.mu.Lock()
+	benches := make(map[string]*bench, len(m.benches))
+	maps.Copy(benches, m.benches)
+	m.mu.Unlock()
+	var out []RunningCell
+	for _, b := range benches {
+		b.cellMu.Lock()
+		if b.cell != nil {
+			out = append(out, *b.cell)
+		}
+		b.cellMu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b RunningCell) int { return strings.Compare(a.Session, b.Session) })
+	return out
+}
 
 // Config returns what the manager was made with (the hook workers share it).
 func (m *Manager) Config() Config { return m.cfg }
@@ -264,7 +296,7 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 	b.cellMu.Unlock()
 	defer func() {
 		b.cellMu.Lock()
-		b.cancelCell = nil
+		b.cancelCell, b.cell = nil, nil
 		b.cellMu.Unlock()
 	}()
 
@@ -283,6 +315,10 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 	}); err != nil {
 		return Result{}, err
 	}
+	deadline, _ := ctx.Deadline()
+	b.cellMu.Lock()
+	b.cell = &RunningCell{Session: sessionID, Execution: execID, Started: time.Now(), Deadline: deadline}
+	b.cellMu.Unlock()
 	ctx = withPin(ctx, pin)
 	if h == nil {
 		h = &commands{m: m, b: b, session: sessionID}

@@ -133,6 +133,39 @@ class CodeTest(peer.HostRequestsTest):
         self.assertEqual(outcome["error"]["type"], "klbr.code.ParseLimit")
         self.assertIn("open_file", outcome["error"]["message"])
 
+    def test_a_language_without_a_grammar_is_text_only(self):
+        nix = "{ a = 1;\n  b = \"é\";\n  c = 1;\n}\n"
+        path = self.write("flake.nix", nix)
+        no_grammar = {"ok": False, "error": {"code": "no_grammar", "message": "no grammar: nix files are text only"}}
+        text = {"ok": True, "result": {"language": "nix", "grammar": "no grammar", "detected_by": "extension .nix",
+                                       "errors": [], "queries": [], "bytes": len(nix.encode())}}
+        v, reqs = self.value(
+            "src = await code.open('flake.nix')\n"
+            "try:\n"
+            "    src.symbols\n"
+            "    sym = 'symbols!'\n"
+            "except code.NoGrammar as e:\n"
+            "    sym = str(e)\n"
+            "try:\n"
+            "    src.replace('= 1;', '= 2;')\n"
+            "    amb = None\n"
+            "except code.TextNotFound as e:\n"
+            "    amb = (e.found, e.lines)\n"
+            "try:\n"
+            "    src.replace('nope', 'x')\n"
+            "    none = None\n"
+            "except code.TextNotFound as e:\n"
+            "    none = e.found\n"
+            "p = src.replace('\"é\"', '\"ü\"')\n"
+            "await p.apply()\n"
+            "(src.text_only, sym, amb, none, 'text only' in repr(src), isinstance(code.NoGrammar('x'), code.UnsupportedLanguage))",
+            [no_grammar, text])
+        self.assertEqual(v, "(True, 'no grammar: nix files are text only', (2, [1, 3]), 0, True, True)")
+        self.assertEqual(reqs[0][1]["queries"], ["symbols"])
+        self.assertNotIn("queries", reqs[1][1])
+        with open(path, encoding="utf-8") as f:
+            self.assertEqual(f.read(), nix.replace("é", "ü"))
+
     def test_invalid_utf8_goes_as_b64_and_paths_stay_in_the_workspace(self):
         with open(os.path.join(self.tmp, "bin.sh"), "wb") as f:
             f.write(b"echo \xff\n")

@@ -29,6 +29,10 @@ Explore fuzzily, mutate exactly::
 - ``await code.references(name, path=".")``: best-effort textual and
   tree-sitter matches, labeled as such: not compiler-backed resolution.
 - ``await code.languages()``: the grammars and each language's queries.
+- ``src.replace(old, new, count=1)``: an exact text replace, as a checked
+  Patch; it works in every language, with or without a grammar. A language
+  klbr-core has no grammar for (Nix: ``text_only`` in ``languages()``) opens
+  as text: ``src.symbols`` and ``src.query`` raise ``NoGrammar`` and say so.
 
 Ranges are UTF-8 byte offsets into ``src.bytes`` (``start_byte`` inclusive,
 ``end_byte`` exclusive); lines are 1-based, columns are 0-based bytes.
@@ -50,7 +54,8 @@ from ._sdk import HostError, request
 
 __all__ = ["open", "references", "languages", "combine", "Source", "Symbol", "Symbols",
            "Patch", "Applied", "QueryResult", "Capture", "ParseError", "References", "Reference",
-           "CodeError", "UnsupportedLanguage", "MissingQuery", "QueryError", "ParseLimit", "SymbolNotFound",
+           "CodeError", "UnsupportedLanguage", "NoGrammar", "TextNotFound", "MissingQuery", "QueryError", "ParseLimit",
+           "SymbolNotFound",
            "AmbiguousSymbol", "StalePatch", "OverlappingEdits", "UnrelatedFile",
            "ConflictingSnapshots", "PartialApply", "SYMLINK_POLICY", "MAX_SOURCE_BYTES"]
 
@@ -74,6 +79,21 @@ class CodeError(Exception):
 
 class UnsupportedLanguage(CodeError):
     """No grammar for the file (or for the language= given)."""
+
+
+class NoGrammar(UnsupportedLanguage):
+    """The file's language is known but klbr-core has no grammar for it
+    (Nix): it is text only. Search it, and change it with ``src.replace``
+    (an exact replace, checked like every patch); there are no symbols."""
+
+
+class TextNotFound(CodeError, LookupError):
+    """``src.replace`` found the text a different number of times than
+    ``count`` said. ``found`` is how many times, ``lines`` where."""
+
+    def __init__(self, message, found, lines):
+        super().__init__(message)
+        self.found, self.lines = found, list(lines)
 
 
 class MissingQuery(CodeError):
@@ -139,7 +159,7 @@ class PartialApply(CodeError):
         self.written, self.failed, self.not_written, self.cause = written, failed, not_written, cause
 
 
-_ERRORS = {"unsupported_language": UnsupportedLanguage, "missing_query": MissingQuery,
+_ERRORS = {"unsupported_language": UnsupportedLanguage, "no_grammar": NoGrammar, "missing_query": MissingQuery,
            "query_error": QueryError, "parse_limit": ParseLimit}
 
 
@@ -534,6 +554,7 @@ class Source:
     empty for valid source) and ``symbols``."""
 
     def __init__(self, workspace, path, abspath, data, stat, res, symbols_error=None, requested=None):
+        self.text_only = isinstance(symbols_error, NoGrammar)
         self.workspace, self.path, self.abspath, self.bytes = workspace, path, abspath, data
         self.requested = path if requested is None else requested
         self.sha256 = _sha(data)
@@ -568,9 +589,38 @@ class Source:
     @property
     def symbols(self):
         """Every definition the release's symbols query finds (a Symbols)."""
+        if self.text_only:
+            raise NoGrammar(str(self._symbols_error))
         if self._symbols is None:
             raise MissingQuery(self._symbols_error or f"{self.language} has no symbols query")
         return self._symbols
+
+    def replace(self, old, new, count=1):
+        """A Patch replacing the exact text ``old`` with ``new``, bound to this
+        snapshot like every patch (``apply`` refuses a file that changed).
+        ``old`` must occur exactly ``count`` times (``count=None``: at least
+        once, all replaced); otherwise ``TextNotFound`` says how often and on
+        which lines, so a replace never lands somewhere unmeant."""
+        if not isinstance(old, str) or not isinstance(new, str):
+            raise TypeError("replace(old, new) takes two str")
+        if not old:
+            raise ValueError("replace: old is empty; give the exact text to replace")
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            raise ValueError(f"replace: count must be an int >= 1 or None, got {count!r}")
+        needle, data, offs, at = _encode(old), self.bytes, [], 0
+        while (i := data.find(needle, at)) >= 0:
+            offs.append(i)
+            at = i + len(needle)
+        if not offs or (count is not None and len(offs) != count):
+            lines = [self.line_of(o) for o in offs]
+            want = "at least once" if count is None else f"{count} time{'s' if count != 1 else ''}"
+            where = f" (lines {', '.join(map(str, lines[:20]))})" if lines else ""
+            raise TextNotFound(f"{self.path}: the text occurs {len(offs)} time{'s' if len(offs) != 1 else ''}"
+                               f"{where}, expected {want}; quote more context to make it unique, or pass count=",
+                               len(offs), lines)
+        rep = _encode(new)
+        return Patch._single(self, [(o, o + len(needle), rep) for o in offs],
+                             f"replace {len(offs)} occurrence{'s' if len(offs) != 1 else ''} in {self.path}")
 
     async def query(self, q, language=None):
         """Run a raw query (an S-expression with @captures) or, given a bare
@@ -579,6 +629,8 @@ class Source:
         language lacks raises MissingQuery or QueryError."""
         if not isinstance(q, str) or not q.strip():
             raise TypeError("query() takes a query string or a query name")
+        if self.text_only and language is None:
+            raise NoGrammar(str(self._symbols_error))
         named = re.fullmatch(r"[a-z][a-z0-9_]{0,31}", q) is not None
         args = _parse_args(self.bytes, self.path, language or self.language,
                            queries=[q] if named else (), raw=None if named else q)
@@ -590,6 +642,9 @@ class Source:
         return self.bytes.count(b"\n", 0, byte_offset) + 1
 
     def __repr__(self):
+        if self.text_only:
+            return (f"<Source {self.path} {self.language} ({self.detected_by}) {len(self.bytes)} bytes "
+                    f"{self.sha256[:19]}…: text only (no grammar: no symbols; src.replace for edits)>")
         n = len(self._symbols) if self._symbols is not None else "no symbols query"
         err = f", {len(self.errors)} parse errors" if self.errors else ", parses cleanly"
         return (f"<Source {self.path} {self.language} ({self.detected_by}) {len(self.bytes)} bytes "
@@ -618,6 +673,9 @@ async def open(path, language=None, workspace=None):
         res = await _host("code.parse", _parse_args(data, rel, language, queries=["symbols"]))
     except MissingQuery as e:
         symbols_error = str(e)
+        res = await _host("code.parse", _parse_args(data, rel, language))
+    except NoGrammar as e:
+        symbols_error = e  # a text-only language: the Source says so
         res = await _host("code.parse", _parse_args(data, rel, language))
     # Thousands of small objects at once: the cyclic GC would walk the whole
     # heap several times over while they are made, for nothing (no cycles).
@@ -911,7 +969,7 @@ async def _classify(data, rel, name, textual_only):
         return {}
     try:
         res = await _host("code.parse", _parse_args(data, rel, None, queries=["symbols", "references"]))
-    except UnsupportedLanguage:
+    except UnsupportedLanguage:  # NoGrammar too: a text-only language
         textual_only[rel] = "no grammar"
         return {}
     except MissingQuery:
