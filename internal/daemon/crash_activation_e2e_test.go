@@ -126,7 +126,17 @@ func TestActivationSurvivesSIGKILLBeforeItsCommit(t *testing.T) {
 			done <- err
 		}()
 		a.eventually("the candidate's hook worker runs", func() bool { return behaviorProcs(t, a.data)["hooks"][nr.ID] })
-		time.Sleep(time.Duration(i%10) * 120 * time.Millisecond)
+		// Offsets spread over a second; past half the rounds, if every kill
+		// so far landed on one side of the commit (a slow or a fast
+		// machine), the rest aim at the other side.
+		delay := time.Duration(i%10) * 120 * time.Millisecond
+		switch {
+		case i >= rounds/2 && committed == 0:
+			delay = time.Duration(i%10+1) * 600 * time.Millisecond
+		case i >= rounds/2 && kept == 0:
+			delay = time.Duration(i%3) * 10 * time.Millisecond
+		}
+		time.Sleep(delay)
 		a.kill()
 		<-done
 		a.start()
