@@ -22,7 +22,11 @@ func newServe(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// SIGHUP rereads klbr.toml (systemctl reload klbr-core), as klbr-core reload does.
+			hup, stop := daemon.NotifyHangup()
+			defer stop()
 			return daemon.Run(cmd.Context(), cfg, log, daemon.Options{
+				Hangup: hup,
 				Ready: func(a daemon.Addrs) {
 					fmt.Fprintf(g.env.Stderr, "klbr-core is serving: open http://%s/ (`klbr-core open` prints the URL with your operator token) — operator socket %s\n", a.HTTP, a.Control)
 				},
