@@ -297,6 +297,9 @@ in
         serviceConfig = {
           User = cfg.user;
           Group = cfg.group;
+          # systemctl reload klbr-core rereads KLBR_CONFIG (klbr-core reload);
+          # a changed `settings` is a new store file, so a switch restarts.
+          ExecReload = [ "" "${cfg.package}/bin/klbr-core reload" ];
           LoadCredential = mkIf (cfg.credentials != { }) (
             lib.mapAttrsToList (name: path: "${name}:${path}") cfg.credentials
           );

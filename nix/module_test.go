@@ -231,6 +231,9 @@ func TestModuleEvaluates(t *testing.T) {
 		if _, ok := get(core, "serviceConfig").(map[string]any)["LoadCredential"]; ok {
 			t.Errorf("LoadCredential set without credentials: %v", core["serviceConfig"])
 		}
+		if rl := strList(get(core, "serviceConfig", "ExecReload")); len(rl) != 2 || rl[0] != "" || !strings.HasSuffix(rl[1], "/bin/klbr-core reload") {
+			t.Errorf("klbr-core.service ExecReload = %q, want the shipped one replaced by klbr-core reload", rl)
+		}
 		conf, _ := get(core, "environment", "KLBR_CONFIG").(string)
 		if !strings.HasSuffix(conf, "-klbr.toml") {
 			t.Errorf("KLBR_CONFIG = %q, want the rendered klbr.toml", conf)

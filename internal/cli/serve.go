@@ -53,8 +53,12 @@ func newServe(g *globals) *cobra.Command {
 					}
 				}
 			}()
+			// SIGHUP rereads klbr.toml (systemctl reload klbr-core), as klbr-core reload does.
+			hup, stop := daemon.NotifyHangup()
+			defer stop()
 			return daemon.Run(cmd.Context(), cfg, log, daemon.Options{
 				StopNow: stopNow,
+				Hangup:  hup,
 				Ready: func(a daemon.Addrs) {
 					fmt.Fprintf(g.env.Stderr, "klbr-core is serving: open http://%s/ (`klbr-core open` prints the URL with your operator token) — operator socket %s; Ctrl-C drains, twice stops now\n", a.HTTP, a.Control)
 				},

@@ -115,3 +115,24 @@ func readFile(path string) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// Reread reads klbr.toml again at c's path (a reload), keeping c's paths and
+// bind address, which only a restart changes. A file that was not there at
+// the start and is still missing gives the defaults; a file that was read
+// and is gone now, or does not parse, is an error (the parser's, naming the
+// file, line and key).
+func (c *Config) Reread() (*Config, error) {
+	next := &Config{Paths: c.Paths, BindAddr: c.BindAddr, File: Defaults()}
+	data, err := readFile(c.Paths.ConfigFile)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !c.FileLoaded:
+		return next, nil
+	case err != nil:
+		return nil, fmt.Errorf("read config file: %w", err)
+	}
+	if next.File, err = Parse(c.Paths.ConfigFile, data); err != nil {
+		return nil, err
+	}
+	next.FileLoaded = true
+	return next, nil
+}

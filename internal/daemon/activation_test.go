@@ -50,7 +50,9 @@ func TestDaemonChild(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	err = Run(ctx, cfg, log, Options{Ready: func(a Addrs) { fmt.Fprintf(os.Stderr, "READY http=%s control=%s\n", a.HTTP, a.Control) }})
+	hup, stopHup := NotifyHangup() // as klbr-core serve does
+	defer stopHup()
+	err = Run(ctx, cfg, log, Options{Hangup: hup, Ready: func(a Addrs) { fmt.Fprintf(os.Stderr, "READY http=%s control=%s\n", a.HTTP, a.Control) }})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "klbr-core:", err)
 		os.Exit(3)

@@ -31,7 +31,7 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 		// A profile's routes must be configured in the running klbr.toml.
 		Routes: func(names ...string) error {
 			if d.routes == nil {
-				return errors.New("no model route runs: " + d.agent)
+				return errors.New("no model route runs: " + d.agentState())
 			}
 			return d.routes.Has(names...)
 		},

@@ -63,6 +63,9 @@ type Options struct {
 	// ends the wait for accepted work: running cells are interrupted and
 	// recorded as such, admitted inputs stay pending for the next start.
 	StopNow <-chan struct{}
+	// Hangup, if set, carries SIGHUP: each one rereads klbr.toml as
+	// klbr-core reload does (serve passes signal.Notify's channel).
+	Hangup <-chan os.Signal
 }
 
 // Addrs are where a running daemon listens.
@@ -73,7 +76,15 @@ type Addrs struct {
 
 // daemon is one run of klbr-core serve.
 type daemon struct {
-	cfg      *config.Config
+	cfg     *config.Config // as at the start: its Paths and BindAddr never change; the file in force is file
+	metrics *metrics.Metrics
+
+	// reloadMu serializes reloads (Reload) and guards file: the klbr.toml
+	// in force. The parts it changes guard their own state (the router's
+	// table, the turn loop's Live, the meter's caps).
+	reloadMu sync.Mutex
+	file     config.File
+
 	log      *slog.Logger
 	clock    func() time.Time
 	started  time.Time
@@ -100,7 +111,8 @@ type daemon struct {
 	agents   *agents.Agents   // child agents; nil when cells cannot run
 	// observers runs the durable observers (nil when cells cannot run).
 	observers *observe.Runner
-	agent     string // whether the agent runs, for status
+	agentMu   sync.Mutex // guards agent
+	agent     string     // whether the agent runs and on which route, for status (agentState)
 
 	ingress *ingress.Server // the ingress API (klbr-discord)
 
@@ -169,10 +181,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		sessions: session.NewManager(st),
 		shutdown: make(chan struct{}), closing: make(chan struct{}),
 		notify: notify, statusPoke: make(chan struct{}, 1),
-		deltas: live.NewHub(),
-		disk:   diskuse.New(dir, cfg.File.Storage.MaxBytes, cfg.File.Storage.Resolved().WarnAt),
+		deltas: live.NewHub(), file: cfg.File,
+		disk: diskuse.New(dir, cfg.File.Storage.MaxBytes, cfg.File.Storage.Resolved().WarnAt),
 	}
 	m := metrics.New(st, opts.Clock, log.With("component", "metrics"))
+	d.metrics = m
 	m.WatchStorageBound(d.disk.Usage)
 	d.admit = admission.New(st, d.sessions, opts.Clock, m.ObserveAdmission)
 	d.ingress = newIngress(d, m.Registerer(), log.With("component", "ingress"))
@@ -250,6 +263,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	} else {
 		ctl.WithWorkbench(nil, d.benchErr)
 	}
+	ctl.WithReload(d.Reload)
 	ctlSrv := ctl.HTTPServer()
 	if d.bench != nil {
 		d.bench.SetOps("history.", history.NewOps(d.history(cfg)))
@@ -333,13 +347,21 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	stopStatus := d.startStatus(ctx)
 
 	var cause error
-	select {
-	case <-ctx.Done():
-		log.Info("signal received: draining: no new work is accepted, accepted work finishes (at most "+
-			opts.DrainTimeout.String()+"); Ctrl-C again stops now", "drain_timeout", opts.DrainTimeout)
-	case <-d.shutdown:
-	case cause = <-serveErr:
-		log.Error("a listener failed: draining", "error", cause)
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("signal received: draining: no new work is accepted, accepted work finishes (at most "+
+				opts.DrainTimeout.String()+"); Ctrl-C again stops now", "drain_timeout", opts.DrainTimeout)
+		case <-d.shutdown:
+		case cause = <-serveErr:
+			log.Error("a listener failed: draining", "error", cause)
+		case <-opts.Hangup:
+			log.Info("SIGHUP: rereading klbr.toml")
+			d.reloadFromSignal(ctx)
+			continue
+		}
+		break wait
 	}
 	stopStatus()
 	stopWatchdog() // systemd stops watching once it has STOPPING=1
@@ -456,7 +478,7 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		Draining: d.admit.Draining(), SQLite: d.store.Info().Version,
 		Placement: "none",
 		Workbench: "ready",
-		Agent:     d.agent,
+		Agent:     d.agentState(),
 		Sessions:  make([]api.SessionStatus, 0, len(sessions)),
 	}
 	if d.placer != nil {

@@ -43,7 +43,7 @@ func (s spendAPI) SetSpendCap(ctx context.Context, name string, usd float64) err
 		return fmt.Errorf("%w: %v: a cap is more than 0 and at most %d USD", localapi.ErrInvalidCap, usd, config.MaxSpendUSD)
 	}
 	if s.d.meter == nil {
-		return fmt.Errorf("%w: the agent does not run (%s)", localapi.ErrInvalidCap, s.d.agent)
+		return fmt.Errorf("%w: the agent does not run (%s)", localapi.ErrInvalidCap, s.d.agentState())
 	}
 	if err := s.d.store.Write(ctx, func(tx *store.Tx) error { return tx.SetSpendCap(name, usd) }); err != nil {
 		return err

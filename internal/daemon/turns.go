@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -51,10 +50,10 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	route, ok := cfg.File.AgentRoute()
 	switch {
 	case d.bench == nil || d.hooks == nil:
-		d.agent = "not running: cells cannot run"
+		d.setAgent("not running: cells cannot run")
 		return nil
 	case !ok:
-		d.agent = fmt.Sprintf("not running: no [routes.%s] in %s; inputs are admitted and kept", cfg.File.Agent.Route, cfg.Paths.ConfigFile)
+		d.setAgent(fmt.Sprintf("not running: no [routes.%s] in %s; inputs are admitted and kept", cfg.File.Agent.Route, cfg.Paths.ConfigFile))
 		d.log.Warn("the agent does not run: no model route is configured", "route", cfg.File.Agent.Route, "config", cfg.Paths.ConfigFile)
 		return nil
 	}
@@ -66,7 +65,7 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	if err != nil {
 		// The daemon serves without a model: inputs are admitted and kept,
 		// and status, the browser and the log say why nothing answers.
-		d.agent = fmt.Sprintf("not running: %v; fix %s and restart klbr-core; inputs are admitted and kept", err, cfg.Paths.ConfigFile)
+		d.setAgent(fmt.Sprintf("not running: %v; fix %s and restart klbr-core; inputs are admitted and kept", err, cfg.Paths.ConfigFile))
 		d.log.Error("the agent does not run: its model route cannot be built", "error", err)
 		return nil
 	}
@@ -89,11 +88,7 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		URL: route.URL, ModelName: route.Model,
 		Prompt: releasePrompt(d.releases.Tree, d.skillIndex), Maintenance: d.maintenanceSkill, Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),
 		Compactor: compactor, Estimator: est, Compaction: d.hooks,
-		Budgets: turn.Budgets{MaxSteps: a.MaxSteps, MaxTokens: a.MaxTokens, MaxTurn: time.Duration(a.MaxTurnSeconds) * time.Second,
-			MaxEmpty: a.MaxEmptyCompletions, MaxErrors: a.MaxConsecutiveErrors, ContextTokens: a.ContextBudgetTokens,
-			ReserveOutput: a.Reserve(), CompactAt: a.CompactAt,
-			ErrorBackoff: time.Duration(a.RetryBackoffMillis) * time.Millisecond,
-			MaxBackoff:   time.Duration(a.MaxRetryBackoffMillis) * time.Millisecond},
+		Budgets:      budgets(a),
 		Observe:      m.ObserveModel,
 		QuietAmbient: !cfg.File.Discord.AmbientWake,
 	})
@@ -114,10 +109,7 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		return out
 	})
 	m.PrepareSummary(compactorRoute(a))
-	d.agent = fmt.Sprintf("route %s (%s)", a.Route, route.Model)
-	if len(a.Fallback) > 0 {
-		d.agent += ", fallback " + strings.Join(a.Fallback, ", ")
-	}
+	d.setAgent(agentLine(a, route))
 	sessions, err := d.store.Sessions(ctx)
 	if err != nil {
 		return err
@@ -153,7 +145,7 @@ func (d *daemon) history(cfg *config.Config) *history.Reader {
 // same path the turn loop takes past its threshold.
 func (d *daemon) compact(ctx context.Context, session string) (history.Result, error) {
 	if d.turns == nil {
-		return history.Result{}, fmt.Errorf("%w: the agent is not running (%s): compaction needs its summarizer route", history.ErrUnavailable, d.agent)
+		return history.Result{}, fmt.Errorf("%w: the agent is not running (%s): compaction needs its summarizer route", history.ErrUnavailable, d.agentState())
 	}
 	return d.turns.Compact(ctx, session)
 }
@@ -235,18 +227,9 @@ func (d *daemon) router(cfg *config.Config, m *metrics.Metrics) (*provider.Route
 		// A route that failed transiently rests as long as a failed
 		// request waits before its retry, doubling per failure in a row.
 		Rest: time.Duration(a.RetryBackoffMillis) * time.Millisecond, PassedOn: d.passedOn}
-	for name, r := range cfg.File.Routes {
-		client, err := provider.New(r, provider.Options{Logger: d.log.With("component", "provider", "route", name)})
-		if err != nil {
-			if name == a.Route || slices.Contains(a.Fallback, name) {
-				return nil, fmt.Errorf("route %s cannot be built: %w", name, err)
-			}
-			d.log.Warn("route left out: it cannot be used", "route", name, "error", err)
-			continue
-		}
-		opts.Routes[name] = d.metered(name, client)
-		opts.Info[name] = provider.RouteInfo{Name: name, Model: r.Model, Dialect: client.Dialect().Name}
-		m.PrepareRoute(name)
+	var err error
+	if opts.Routes, opts.Info, err = d.buildRoutes(cfg.File); err != nil {
+		return nil, err
 	}
 	opts.Default = cfg.File.StepRoutes()
 	opts.SessionDefault = d.sessionRoutes()

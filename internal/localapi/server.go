@@ -68,6 +68,7 @@ type Server struct {
 	gc         Collector       // nil: gc runs only offline
 	browser    func() string   // the browser URL with the token; nil until set
 	rotate     func() error    // replaces the operator token; nil: not offered
+	reload     Reloader        // rereads klbr.toml; nil: not offered
 	log        *slog.Logger
 	uid        uint32
 	classify   func(pid int) string // placement.WorkerOf: a worker is not the operator
@@ -165,6 +166,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{session}/rollback", s.handleRollback)
 	mux.HandleFunc("POST /v1/sessions/{session}/hooks/replay", s.handleReplay)
 	mux.HandleFunc("POST /v1/gc", s.handleGC)
+	mux.HandleFunc("POST /v1/reload", s.handleReload)
 	mux.HandleFunc("POST /v1/drain", s.handleShutdown(false))
 	mux.HandleFunc("POST /v1/stop", s.handleShutdown(true))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

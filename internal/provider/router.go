@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -85,10 +86,21 @@ type RouterOptions struct {
 // request at once: another route would not make a bad request good. It is
 // safe for concurrent use.
 type Router struct {
-	opts RouterOptions
+	opts RouterOptions // Routes, Info and Default as built; the live ones are in table
+
+	// table holds the routes in force: replaced whole by SetRoutes (a
+	// reload of klbr.toml), read once per call, never changed in place.
+	table atomic.Pointer[table]
 
 	mu   sync.Mutex // guards rest
 	rest map[string]resting
+}
+
+// table is a Router's routes: by name, their info and the default plan.
+type table struct {
+	routes map[string]Completer
+	info   map[string]RouteInfo
+	def    []string
 }
 
 type resting struct {
@@ -98,13 +110,9 @@ type resting struct {
 
 // NewRouter returns a Router.
 func NewRouter(opts RouterOptions) (*Router, error) {
-	if len(opts.Default) == 0 {
-		return nil, errors.New("provider: a router needs at least one route")
-	}
-	for _, n := range opts.Default {
-		if opts.Routes[n] == nil {
-			return nil, fmt.Errorf("provider: route %q has no client", n)
-		}
+	t, err := newTable(opts.Routes, opts.Info, opts.Default)
+	if err != nil {
+		return nil, err
 	}
 	if opts.Rest <= 0 {
 		opts.Rest = 10 * time.Second
@@ -121,27 +129,65 @@ func NewRouter(opts RouterOptions) (*Router, error) {
 	if opts.Observe == nil {
 		opts.Observe = func(string, string, Usage) {}
 	}
-	return &Router{opts: opts, rest: map[string]resting{}}, nil
+	r := &Router{opts: opts, rest: map[string]resting{}}
+	r.table.Store(t)
+	return r, nil
 }
+
+func newTable(routes map[string]Completer, info map[string]RouteInfo, def []string) (*table, error) {
+	if len(def) == 0 {
+		return nil, errors.New("provider: a router needs at least one route")
+	}
+	for _, n := range def {
+		if routes[n] == nil {
+			return nil, fmt.Errorf("provider: route %q has no client", n)
+		}
+	}
+	return &table{routes: maps.Clone(routes), info: maps.Clone(info), def: slices.Clone(def)}, nil
+}
+
+// SetRoutes replaces the routes and the default plan (a reload of
+// klbr.toml): requests that already chose a route finish on it, the next
+// ones plan with the new table. It is refused, and nothing changes, when
+// a route of def has no client. A route that keeps its name keeps its rest.
+func (r *Router) SetRoutes(routes map[string]Completer, info map[string]RouteInfo, def []string) error {
+	t, err := newTable(routes, info, def)
+	if err != nil {
+		return err
+	}
+	r.table.Store(t)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name := range r.rest {
+		if t.routes[name] == nil {
+			delete(r.rest, name)
+		}
+	}
+	return nil
+}
+
+// Default returns the default plan in force: agent.route, then agent.fallback.
+func (r *Router) Default() []string { return slices.Clone(r.table.Load().def) }
 
 // Plan returns the routes a request with meta would try, in order, and
 // why: the planner's answer, validated, or the default.
 func (r *Router) Plan(ctx context.Context, meta RequestMeta) Plan {
 	now := r.opts.Clock()
-	def, reason := r.opts.Default, "default: agent.route, then agent.fallback"
+	t := r.table.Load()
+	def, reason := t.def, "default: agent.route, then agent.fallback"
 	own, err := r.sessionDefault(meta)
 	if err != nil {
 		return Plan{Reason: fmt.Sprintf("session %s's own routes cannot be read: %v", meta.Session, err)}
 	}
 	if len(own) > 0 {
-		if err := r.CheckPlan(Plan{Routes: own}); err != nil {
+		if err := t.check(Plan{Routes: own}); err != nil {
 			// Never another route than the session's: no plan, and the
 			// request fails saying why.
 			return Plan{Reason: fmt.Sprintf("session %s's routes %v: %v", meta.Session, own, strings.TrimPrefix(err.Error(), "model.plan named "))}
 		}
 		def, reason = own, "default: the session's profile route, then its fallback"
 	}
-	if r.opts.Planner == nil || len(r.opts.Routes) == 1 {
+	if r.opts.Planner == nil || len(t.routes) == 1 {
 		// With one route there is nothing to choose: the hook is not asked
 		// (it would cost a hook round trip per step for nothing).
 		return Plan{Routes: def, Reason: reason}
@@ -151,8 +197,8 @@ func (r *Router) Plan(ctx context.Context, meta RequestMeta) Plan {
 	}
 	in := PlanInput{RequestMeta: meta, Default: slices.Clone(def)}
 	r.mu.Lock()
-	for _, name := range slices.Sorted(maps.Keys(r.opts.Routes)) {
-		info := r.opts.Info[name]
+	for _, name := range slices.Sorted(maps.Keys(t.routes)) {
+		info := t.info[name]
 		info.Name = name
 		if rs, ok := r.rest[name]; ok && now.Before(rs.until) {
 			info.Down, info.DownSeconds = true, rs.until.Sub(now).Seconds()
@@ -161,7 +207,7 @@ func (r *Router) Plan(ctx context.Context, meta RequestMeta) Plan {
 	}
 	r.mu.Unlock()
 	p := r.opts.Planner.PlanModel(ctx, in)
-	if err := r.CheckPlan(p); err != nil {
+	if err := t.check(p); err != nil {
 		return Plan{Routes: def, Reason: "default (" + err.Error() + ")", Fallback: true}
 	}
 	return p
@@ -178,8 +224,9 @@ func (r *Router) sessionDefault(meta RequestMeta) ([]string, error) {
 
 // Has reports whether every route of names is configured and usable.
 func (r *Router) Has(names ...string) error {
+	t := r.table.Load()
 	for _, n := range names {
-		if r.opts.Routes[n] == nil {
+		if t.routes[n] == nil {
 			return fmt.Errorf("route %q is not configured (or cannot be used) in the running klbr.toml", n)
 		}
 	}
@@ -187,13 +234,15 @@ func (r *Router) Has(names ...string) error {
 }
 
 // CheckPlan validates a plan: one to 8 known routes, none twice.
-func (r *Router) CheckPlan(p Plan) error {
+func (r *Router) CheckPlan(p Plan) error { return r.table.Load().check(p) }
+
+func (t *table) check(p Plan) error {
 	if len(p.Routes) == 0 || len(p.Routes) > 8 {
 		return fmt.Errorf("model.plan named %d routes; 1 to 8", len(p.Routes))
 	}
 	seen := map[string]bool{}
 	for _, n := range p.Routes {
-		if r.opts.Routes[n] == nil {
+		if t.routes[n] == nil {
 			return fmt.Errorf("model.plan named route %q, which is not configured", n)
 		}
 		if seen[n] {
@@ -207,6 +256,7 @@ func (r *Router) CheckPlan(p Plan) error {
 // Complete sends req along its plan. The Response, and an *Error, carry the
 // name of the route that answered or failed last.
 func (r *Router) Complete(ctx context.Context, req Request) (*Response, error) {
+	t := r.table.Load()
 	plan := r.Plan(ctx, req.Meta)
 	if len(plan.Routes) == 0 {
 		return nil, fmt.Errorf("provider: no route to send along: %s", plan.Reason)
@@ -215,7 +265,12 @@ func (r *Router) Complete(ctx context.Context, req Request) (*Response, error) {
 	var resp *Response
 	var err error
 	for i, name := range order {
-		resp, err = r.opts.Routes[name].Complete(ctx, req)
+		c := t.routes[name]
+		if c == nil {
+			// A reload between the plan and this step took the route away.
+			return resp, fmt.Errorf("provider: route %q is no longer configured", name)
+		}
+		resp, err = c.Complete(ctx, req)
 		if resp != nil {
 			resp.Route = name
 		}
@@ -272,8 +327,9 @@ func (r *Router) Resting() map[string]float64 {
 	now := r.opts.Clock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]float64, len(r.opts.Routes))
-	for name := range r.opts.Routes {
+	t := r.table.Load()
+	out := make(map[string]float64, len(t.routes))
+	for name := range t.routes {
 		out[name] = 0
 		if rs, ok := r.rest[name]; ok && now.Before(rs.until) {
 			out[name] = rs.until.Sub(now).Seconds()

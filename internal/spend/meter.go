@@ -61,7 +61,7 @@ type Meter struct {
 	opts Options
 	loc  *time.Location
 
-	mu       sync.Mutex // guards the fields below
+	mu       sync.Mutex // guards the fields below and opts.Spend.DailyTokens, WarnAt (Reconfigure)
 	day      period
 	month    period
 	daily    *float64 // USD caps in force (config, or the operator's)

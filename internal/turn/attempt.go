@@ -123,7 +123,7 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 // steps runs the model steps of an attempt.
 func (r *runner) steps(ctx context.Context, a *attempt) error {
 	cfg := &r.l.cfg
-	b := cfg.Budgets
+	b := r.l.live().Budgets
 	pre := newPreemption(r)
 	defer pre.stop()
 	for step := 0; ; step++ {
@@ -497,7 +497,7 @@ func (r *runner) request(ctx context.Context, a *attempt, msgs []provider.Messag
 	if resp != nil {
 		usage = resp.Usage
 	}
-	cfg.Observe(answeredBy(cfg.Route, resp, err), outcome, usage)
+	cfg.Observe(answeredBy(r.l.live().Route, resp, err), outcome, usage)
 	return resp, err
 }
 
@@ -518,8 +518,8 @@ func answeredBy(route string, resp *provider.Response, err error) string {
 // anything in it runs.
 func (r *runner) recordStep(ctx context.Context, a *attempt, started time.Time, resp *provider.Response, reqErr, cause error, raw int) (int64, error) {
 	res := store.StepResult{Session: r.session, Attempt: a.id, Ordinal: a.steps, Started: started,
-		Route: answeredBy(r.l.cfg.Route, resp, reqErr), State: "completed", Estimated: raw}
-	if resp != nil && resp.Usage.PromptTokens != nil && reqErr == nil && res.Route == r.l.cfg.Route {
+		Route: answeredBy(r.l.live().Route, resp, reqErr), State: "completed", Estimated: raw}
+	if resp != nil && resp.Usage.PromptTokens != nil && reqErr == nil && res.Route == r.l.live().Route {
 		// The estimate is calibrated against the agent's own route; a
 		// fallback's counts would skew it.
 		r.l.est.Observe(raw, *resp.Usage.PromptTokens)

@@ -116,7 +116,7 @@ func (r *runner) clearBackoff() {
 
 // fixFor names the likely fix of an error retrying cannot fix.
 func (r *runner) fixFor(err error) string {
-	route := r.l.cfg.Route
+	route := r.l.live().Route
 	var pe *provider.Error
 	if errors.As(err, &pe) && pe.Kind == provider.KindHTTP {
 		switch pe.Status {
@@ -153,11 +153,11 @@ func (r *runner) modelFailed(ctx context.Context, a *attempt, step int64, reqErr
 		kind = "invalid response"
 	}
 	transient := provider.IsRetryable(reqErr)
-	st := &Retry{LastError: reqErr.Error(), LastErrorAt: now, Route: cfg.Route, URL: cfg.URL}
+	st := &Retry{LastError: reqErr.Error(), LastErrorAt: now, Route: r.l.live().Route, URL: r.l.live().URL}
 	notice := map[string]any{"attempt": a.id, "step": step, "kind": kind, "message": reqErr.Error(),
-		"route": cfg.Route, "url": cfg.URL, "model": cfg.ModelName, "transient": transient}
+		"route": r.l.live().Route, "url": r.l.live().URL, "model": r.l.live().ModelName, "transient": transient}
 	addProviderDetail(notice, reqErr) // the route that failed, its URL and its own message, when the error knows them
-	if pe != nil && pe.Route != "" && pe.Route != cfg.Route {
+	if pe != nil && pe.Route != "" && pe.Route != r.l.live().Route {
 		// A fallback route failed: name it, with the URL it was sent to.
 		st.Route, st.URL = pe.Route, pe.URL
 		notice["url"] = pe.URL
@@ -165,15 +165,15 @@ func (r *runner) modelFailed(ctx context.Context, a *attempt, step int64, reqErr
 	var wait time.Duration
 	if transient {
 		r.failures++
-		wait = cfg.Budgets.backoff(r.failures)
+		wait = r.l.live().Budgets.backoff(r.failures)
 		if pe != nil && pe.RetryAfter > wait {
-			wait = min(pe.RetryAfter, cfg.Budgets.MaxBackoff) // the route's Retry-After, within the cap
+			wait = min(pe.RetryAfter, r.l.live().Budgets.MaxBackoff) // the route's Retry-After, within the cap
 		}
 		st.State, st.InARow = RetryRetrying, r.failures
 	} else {
 		r.strikes++
 		r.noResume, r.directedOnly = true, true
-		wait = cfg.Budgets.backoff(r.strikes)
+		wait = r.l.live().Budgets.backoff(r.strikes)
 		st.State, st.InARow, st.Fix = RetryBackingOff, r.strikes, r.fixFor(reqErr)
 		notice["fix"] = st.Fix
 	}
@@ -187,7 +187,7 @@ func (r *runner) modelFailed(ctx context.Context, a *attempt, step int64, reqErr
 		return err
 	}
 	r.setStatus(st)
-	where := fmt.Sprintf("route %s, %s, at %s", cfg.Route, cfg.URL, now.UTC().Format(time.RFC3339))
+	where := fmt.Sprintf("route %s, %s, at %s", r.l.live().Route, r.l.live().URL, now.UTC().Format(time.RFC3339))
 	if transient {
 		return r.finish(a, store.AttemptFailed, fmt.Sprintf("model request failed (%s); retrying in %s: %s",
 			where, wait.Round(time.Millisecond), reqErr))
@@ -203,7 +203,7 @@ func (r *runner) guard(ctx context.Context, a *attempt, reason string) error {
 	now := r.l.cfg.Clock()
 	r.strikes++
 	r.noResume = true
-	wait := r.l.cfg.Budgets.backoff(r.strikes)
+	wait := r.l.live().Budgets.backoff(r.strikes)
 	r.retryAt = now.Add(wait)
 	r.setStatus(&Retry{State: RetryBackingOff, NextAt: r.retryAt, InARow: r.strikes, LastError: reason, LastErrorAt: now,
 		Fix: "the next input starts a new attempt"})

@@ -90,7 +90,7 @@ type budget struct {
 }
 
 func (r *runner) budgetOf(bytes int) budget {
-	b := r.l.cfg.Budgets
+	b := r.l.live().Budgets
 	prompt := r.l.est.Tokens(bytes)
 	margin := b.ContextTokens / 50
 	return budget{prompt: prompt, need: prompt + b.ReserveOutput + margin,
@@ -103,9 +103,9 @@ func (l *Loop) compactAt(session string) float64 {
 	l.ctxMu.Lock()
 	defer l.ctxMu.Unlock()
 	if f, ok := l.earlier[session]; ok {
-		return min(f, l.cfg.Budgets.CompactAt)
+		return min(f, l.live().Budgets.CompactAt)
 	}
-	return l.cfg.Budgets.CompactAt
+	return l.live().Budgets.CompactAt
 }
 
 func (l *Loop) setCompactAt(session string, f float64) {
@@ -115,7 +115,7 @@ func (l *Loop) setCompactAt(session string, f float64) {
 }
 
 func (r *runner) publish(bg budget, problem string) {
-	b := r.l.cfg.Budgets
+	b := r.l.live().Budgets
 	r.l.ctxMu.Lock()
 	defer r.l.ctxMu.Unlock()
 	st := r.l.ctxState[r.session]
@@ -226,8 +226,8 @@ func (r *runner) fit(ctx context.Context, a *attempt, s store.Session) ([]provid
 			}
 			return nil, 0, &errBudget{msg: fmt.Sprintf("context budget: the request needs about %d tokens (%d of prompt, %d reserved for output, %d margin) "+
 				"and nothing more can be compacted (the system prompt, the tool schema and the current input remain); the budget is %d. "+
-				"Raise agent.context_budget_tokens or reset the context (klbr-core reset)", bg.need, bg.prompt, r.l.cfg.Budgets.ReserveOutput,
-				r.l.cfg.Budgets.ContextTokens/50, bg.hard)}
+				"Raise agent.context_budget_tokens or reset the context (klbr-core reset)", bg.need, bg.prompt, r.l.live().Budgets.ReserveOutput,
+				r.l.live().Budgets.ContextTokens/50, bg.hard)}
 		}
 		res, err := r.l.compactor.Compact(ctx, plan)
 		switch {
@@ -336,7 +336,7 @@ const maxCandidates = 8
 // candidates lists up to n eligible runs, oldest first (see planCompaction).
 func (r *runner) candidates(s store.Session, bg budget, protected map[int64]bool, reason string, n int) []history.Plan {
 	t := r.transcript
-	b := r.l.cfg.Budgets
+	b := r.l.live().Budgets
 	units, complete := t.units(r.l.est.Tokens, protected)
 	if len(units) < 2 {
 		return nil
@@ -398,7 +398,7 @@ func (r *runner) choose(ctx context.Context, s store.Session, bg budget, protect
 	if len(cands) == 0 {
 		return history.Plan{}, false
 	}
-	in := hooks.CompactionInput{Reason: reason, Need: bg.need, Threshold: bg.threshold, Budget: bg.hard, CompactAt: r.l.cfg.Budgets.CompactAt}
+	in := hooks.CompactionInput{Reason: reason, Need: bg.need, Threshold: bg.threshold, Budget: bg.hard, CompactAt: r.l.live().Budgets.CompactAt}
 	for i, c := range cands {
 		cc := hooks.CompactionCandidate{Index: i, Units: len(c.Units), Tokens: c.Tokens(), Entries: len(c.Refs())}
 		for _, ref := range c.Refs() {

@@ -61,7 +61,7 @@ func (r *runner) next(ctx context.Context, a *attempt, calls int) hooks.Next {
 	if p == nil {
 		return hooks.Next{Decision: "continue"}
 	}
-	b := r.l.cfg.Budgets
+	b := r.l.live().Budgets
 	g, _ := r.l.cfg.Store.Glance(ctx, r.session)
 	return p.NextAt(ctx, r.session, &a.pin, hooks.NextInput{Session: r.session, Attempt: a.id, Steps: a.steps, Tokens: a.tokens,
 		Elapsed: r.l.cfg.Clock().Sub(a.started).Seconds(), Calls: calls, Pending: int(g.PendingOperator + g.PendingOther),

@@ -124,7 +124,11 @@ type Config struct {
 
 // Loop runs the sessions' turn loops.
 type Loop struct {
-	cfg Config
+	cfg Config // Route, URL, ModelName, QuietAmbient and Budgets only seed live
+
+	// live holds what a reload of klbr.toml may change (Reconfigure):
+	// replaced whole, never changed in place; readers load it each time.
+	inForce atomic.Pointer[Live]
 
 	mu      sync.Mutex
 	runners map[string]*runner
@@ -142,6 +146,28 @@ type Loop struct {
 	earlier  map[string]float64      // compact_at lowered by compaction.plan, by session
 }
 
+// Live is the part of a Loop's Config that a reload of klbr.toml changes
+// while sessions run: the agent's route (for records, notices and status)
+// and the budgets. The next attempt, step or backoff uses the new values.
+type Live struct {
+	Route          string
+	URL, ModelName string
+	QuietAmbient   bool
+	Budgets        Budgets
+}
+
+// live returns the Live values in force.
+func (l *Loop) live() *Live { return l.inForce.Load() }
+
+// Reconfigure puts lv in force (defaults filled in as New does).
+func (l *Loop) Reconfigure(lv Live) {
+	lv.Budgets = lv.Budgets.withDefaults()
+	l.inForce.Store(&lv)
+}
+
+// Live returns the values in force (status, tests).
+func (l *Loop) Live() Live { return *l.inForce.Load() }
+
 // Ticks counts the times the session loops woke up to look at their
 // session: an idle or waiting session adds none.
 func (l *Loop) Ticks() int64 { return l.ticks.Load() }
@@ -157,7 +183,19 @@ func New(cfg Config) *Loop {
 	if cfg.Observe == nil {
 		cfg.Observe = func(string, string, provider.Usage) {}
 	}
-	b := &cfg.Budgets
+	cfg.Budgets = cfg.Budgets.withDefaults()
+	if cfg.Estimator == nil {
+		cfg.Estimator = &Estimator{}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Loop{cfg: cfg, runners: map[string]*runner{}, ctx: ctx, cancel: cancel, compactor: cfg.Compactor,
+		est: cfg.Estimator, ctxState: map[string]ContextState{}, earlier: map[string]float64{}}
+	l.Reconfigure(Live{Route: cfg.Route, URL: cfg.URL, ModelName: cfg.ModelName, QuietAmbient: cfg.QuietAmbient, Budgets: cfg.Budgets})
+	return l
+}
+
+// withDefaults fills the budgets' omitted values.
+func (b Budgets) withDefaults() Budgets {
 	if b.ErrorBackoff <= 0 {
 		b.ErrorBackoff = 2 * time.Second
 	}
@@ -165,15 +203,10 @@ func New(cfg Config) *Loop {
 		b.MaxBackoff = 5 * time.Minute
 	}
 	b.MaxBackoff = max(b.MaxBackoff, b.ErrorBackoff)
-	if cfg.Estimator == nil {
-		cfg.Estimator = &Estimator{}
-	}
 	if b.CompactAt <= 0 || b.CompactAt > 1 {
 		b.CompactAt = 0.75
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Loop{cfg: cfg, runners: map[string]*runner{}, ctx: ctx, cancel: cancel, compactor: cfg.Compactor,
-		est: cfg.Estimator, ctxState: map[string]ContextState{}, earlier: map[string]float64{}}
+	return b
 }
 
 // SetIdle installs Config.Idle; call it before Start.
@@ -355,10 +388,10 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 		if now.Before(*w.Deadline) {
 			return earliest(next, *w.Deadline), nil
 		}
-		if r.selfWakes >= r.l.cfg.Budgets.MaxSteps {
+		if r.selfWakes >= r.l.live().Budgets.MaxSteps {
 			r.selfWakes = 0
 			return next, r.endWaiting(ctx, fmt.Sprintf("%d wakes by deadline in a row without input (agent.max_steps): "+
-				"the agent is polling itself; the next input starts a new attempt", r.l.cfg.Budgets.MaxSteps))
+				"the agent is polling itself; the next input starts a new attempt", r.l.live().Budgets.MaxSteps))
 		}
 		if until := r.prepare(ctx, nil, "deadline", now); !until.IsZero() {
 			return earliest(next, until), nil
@@ -382,7 +415,7 @@ func (r *runner) tick(ctx context.Context) (time.Time, error) {
 		// attempt: the next input starts a new one, not a resume.
 		return next, nil
 	}
-	if again := r.lastResume.Add(r.l.cfg.Budgets.ErrorBackoff); now.Before(again) {
+	if again := r.lastResume.Add(r.l.live().Budgets.ErrorBackoff); now.Before(again) {
 		return earliest(next, again), nil // an attempt that keeps ending at once is not retried in a tight loop
 	}
 	wake := fmt.Sprintf("resumed: the last attempt ended %s (%s)", turn.Attempt.State, turn.Attempt.Outcome)
@@ -444,7 +477,7 @@ const MaxFrameInputs = 64
 // wakes reports whether inputs may start an attempt: any of them, unless
 // ambient input is quiet; then only operator or directed input does.
 func (r *runner) wakes(inputs []store.PendingInput) bool {
-	if !r.l.cfg.QuietAmbient {
+	if !r.l.live().QuietAmbient {
 		return len(inputs) > 0
 	}
 	return directed(inputs)
@@ -517,7 +550,7 @@ func (r *runner) endWaiting(ctx context.Context, reason string) error {
 	now := r.l.cfg.Clock()
 	r.strikes++
 	r.noResume = true
-	r.retryAt = now.Add(r.l.cfg.Budgets.backoff(r.strikes))
+	r.retryAt = now.Add(r.l.live().Budgets.backoff(r.strikes))
 	r.setStatus(&Retry{State: RetryBackingOff, NextAt: r.retryAt, InARow: r.strikes, LastError: reason, LastErrorAt: now,
 		Fix: "the next input starts a new attempt"})
 	return r.l.cfg.Store.Write(ctx, func(tx *store.Tx) error {

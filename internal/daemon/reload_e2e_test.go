@@ -1,0 +1,121 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/klbr-dev/klbr/internal/modeltest"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// waitReply answers a turn and waits for the next input.
+var waitReply = modeltest.Reply{Text: "noted", Calls: []modeltest.Call{{ID: "w", Code: "await runtime.wait(None)"}}}
+
+// twoRoutes is a klbr.toml with routes main (at a) and spare (at b), the
+// agent on route; extra is appended.
+func twoRoutes(a, b *modeltest.Server, route, extra string) string {
+	return fmt.Sprintf("[agent]\nroute = %q\nretry_backoff_ms = 50\n\n[routes.main]\nurl = %q\nmodel = \"fake-a\"\ntimeout_seconds = 30\n\n"+
+		"[routes.spare]\nurl = %q\nmodel = \"fake-b\"\ntimeout_seconds = 30\n%s", route, a.URL(), b.URL(), extra)
+}
+
+func (a *agent) writeConfig(body string) {
+	a.t.Helper()
+	if err := os.WriteFile(filepath.Join(a.data, "klbr.toml"), []byte(body), 0o600); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+func (a *agent) agentLine() string {
+	a.t.Helper()
+	st, err := a.c.Status(a.t.Context())
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return st.Agent
+}
+
+// A reload moves the agent to another route: the next model request goes
+// there, status says so; a file that does not parse is refused with the
+// parser's error and the route in force keeps serving; a change only a
+// restart applies is named.
+func TestReloadChangesTheRoute(t *testing.T) {
+	modelA, modelB := modeltest.New(), modeltest.New()
+	defer modelA.Close()
+	defer modelB.Close()
+	modelA.Then(waitReply)
+	modelB.Then(waitReply, waitReply)
+	a := startAgent(t, modelA, "")
+	a.send("one")
+	a.eventually("route main answered", func() bool { return modelA.Count() == 1 && a.session().State == store.StateWaiting })
+
+	a.writeConfig(twoRoutes(modelA, modelB, "spare", "\n[jobs]\nmax_concurrent = 3\n"))
+	got, err := a.c.Reload(t.Context())
+	if err != nil {
+		t.Fatalf("reload: %v\n%s", err, a.d)
+	}
+	if !slices.ContainsFunc(got.Applied, func(s string) bool { return strings.Contains(s, "agent route: main -> spare") }) {
+		t.Fatalf("reload applied %q, want the agent route named", got.Applied)
+	}
+	if !slices.ContainsFunc(got.Restart, func(s string) bool { return strings.HasPrefix(s, "[jobs]") }) {
+		t.Fatalf("reload's restart list %q does not name [jobs]", got.Restart)
+	}
+	if line := a.agentLine(); !strings.HasPrefix(line, "route spare (fake-b)") || got.Agent != line {
+		t.Fatalf("status agent %q, reload's answer %q: want route spare in both", line, got.Agent)
+	}
+	a.send("two")
+	a.eventually("route spare answered", func() bool { return modelB.Count() == 1 })
+	if modelA.Count() != 1 {
+		t.Fatalf("route main got %d requests after the reload, want 1 (before it)", modelA.Count())
+	}
+
+	a.writeConfig("[agent\nroute = \"main\"\n")
+	_, err = a.c.Reload(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "klbr.toml") || !strings.Contains(err.Error(), "running configuration stays") {
+		t.Fatalf("a broken klbr.toml: reload answered %v, want the parser's error and the refusal", err)
+	}
+	if line := a.agentLine(); !strings.HasPrefix(line, "route spare") {
+		t.Fatalf("after a refused reload status says %q, want route spare still", line)
+	}
+	a.eventually("the session waits", a.state(store.StateWaiting))
+	a.send("three")
+	a.eventually("route spare still answers", func() bool { return modelB.Count() == 2 })
+	if modelA.Count() != 1 {
+		t.Fatalf("route main got a request after a refused reload")
+	}
+}
+
+// SIGHUP (systemctl reload klbr-core) does what klbr-core reload does.
+func TestSIGHUPReloads(t *testing.T) {
+	modelA, modelB := modeltest.New(), modeltest.New()
+	defer modelA.Close()
+	defer modelB.Close()
+	modelB.Then(waitReply)
+	a := startAgent(t, modelA, "")
+	a.writeConfig("[agent\n")
+	if err := a.d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	a.eventually("the refusal is logged", func() bool { return strings.Contains(a.d.String(), "reload refused") })
+	if line := a.agentLine(); !strings.HasPrefix(line, "route main") {
+		t.Fatalf("after a refused SIGHUP status says %q, want route main", line)
+	}
+
+	a.writeConfig(twoRoutes(modelA, modelB, "spare", "\n[limits]\ntasks_max = 77\n"))
+	if err := a.d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	a.eventually("status shows route spare", func() bool { return strings.HasPrefix(a.agentLine(), "route spare") })
+	if log := a.d.String(); !strings.Contains(log, "klbr.toml reloaded") || !strings.Contains(log, "[limits]") {
+		t.Fatalf("the daemon log does not name the reload and [limits] as needing a restart:\n%s", log)
+	}
+	a.send("hello")
+	a.eventually("route spare answered", func() bool { return modelB.Count() == 1 })
+	if modelA.Count() != 0 {
+		t.Fatalf("route main got %d requests, want none", modelA.Count())
+	}
+}
