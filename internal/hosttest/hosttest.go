@@ -230,6 +230,10 @@ Description=the test host's sshd
 [Service]
 RuntimeDirectory=sshd
 RuntimeDirectoryMode=0755
+# The host shares this machine's /etc and /root; a login's shell would
+# read root's startup files (a pyenv's rehash, say) before each command.
+# A worker host's login has a home of its own: so does this one, empty.
+ProtectHome=tmpfs
 ExecStart=%s -D -e -f %s -E %s
 KillMode=process
 `, sshd, filepath.Join(h.Dir, "sshd_config"), h.SSHDLog)
