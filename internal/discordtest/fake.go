@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 )
@@ -276,6 +277,19 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"message":"bad json","code":50109}`, 400)
 		return
 	}
+	// Discord counts content in Unicode code points (its API is Python 3)
+	// and refuses a message over 2,000 of them, or an empty one, as an
+	// invalid form body.
+	if n := utf8.RuneCountInString(body.Content); n > MaxContentChars {
+		formError(w, "content", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", MaxContentChars))
+		return
+	}
+	if body.Content == "" {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(400)
+		io.WriteString(w, `{"message":"Cannot send an empty message","code":50006}`)
+		return
+	}
 	if f.OnSend != nil {
 		if st, ra := f.OnSend(ch, body.Nonce); st != 0 {
 			w.Header().Set("Content-Type", "application/json")
@@ -324,6 +338,17 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	json.NewEncoder(w).Encode(f.wire(s, true))
+}
+
+// MaxContentChars is Discord's limit on a bot message's content, in code points.
+const MaxContentChars = 2000
+
+// formError answers as Discord does for an invalid form body (50035).
+func formError(w http.ResponseWriter, field, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	json.NewEncoder(w).Encode(map[string]any{"code": 50035, "message": "Invalid Form Body",
+		"errors": map[string]any{field: map[string]any{"_errors": []any{map[string]any{"code": code, "message": msg}}}}})
 }
 
 func (f *Fake) wire(s Sent, nonce bool) map[string]any {
