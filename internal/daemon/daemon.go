@@ -216,7 +216,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err := ls.bindMissing(cfg, log); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi")).WithHistory(d.history(cfg), d.compact)
+	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi")).WithHistory(d.history(cfg), d.compact).
+		WithOutbox(d.ingress.Kick)
 	if d.bench != nil {
 		ctl.WithWorkbench(d.countCells(d.bench), nil).WithBehavior(d.behavior, d.releases)
 		if d.jobs != nil {
@@ -449,6 +450,9 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		}
 	}
 	st.Jobs = d.jobsStatus()
+	if st.Held, err = d.store.HeldCount(ctx); err != nil {
+		return api.Status{}, err
+	}
 	st.Sizes = d.store.Sizes()
 	if st.Schema, err = d.store.Schema(ctx); err != nil {
 		return api.Status{}, err

@@ -24,7 +24,7 @@ const (
 	// MaxSendChars is Discord's limit on a message's content, counted as
 	// Discord counts it: in Unicode code points, not bytes (1,999 CJK
 	// characters are one message; 2,001 are refused with 50035).
-	MaxSendChars = 2000
+	MaxSendChars = ingressapi.MaxSendChars
 	MaxEmojiLen  = 64
 	MaxNoteBytes = 1024
 )
@@ -382,8 +382,16 @@ func (o *Ops) react(ctx context.Context, session string, r worker.Request, ref, 
 	if err != nil {
 		return nil, err
 	}
-	return o.enqueueAndWait(ctx, session, store.NewEffect{Session: session, Kind: store.EffectReact, ConversationID: c.ID,
-		IdempotencyKey: fmt.Sprintf("x%d/r%d", exec, r.ID), Nonce: newNonce(), Emoji: emoji, Target: messageID, Execution: exec, Epoch: pin.Epoch})
+	// A reaction is an effect like a send: reviewed outside any
+	// transaction, under the cell's own behavior, held when not allowed.
+	n := store.NewEffect{Session: session, Kind: store.EffectReact, ConversationID: c.ID,
+		IdempotencyKey: fmt.Sprintf("x%d/r%d", exec, r.ID), Nonce: newNonce(), Emoji: emoji, Target: messageID, Execution: exec, Epoch: pin.Epoch}
+	dec := o.review.ReviewAt(ctx, session, &pin, hooks.ReviewInput{Channel: "discord", Kind: "react", Text: emoji, Target: messageID,
+		Destination: c.Alias, Session: session})
+	if !dec.Allow {
+		n.Held, n.Reason = true, "held by delivery.review: "+dec.Reason
+	}
+	return o.enqueueAndWait(ctx, session, n)
 }
 
 // scope is the journaled cell a request comes from.

@@ -64,6 +64,7 @@ type Server struct {
 	history    *history.Reader // nil: no history endpoints
 	compact    Compacter       // nil: no manual compaction
 	jobs       Jobs            // nil: jobs cannot be cancelled here
+	kick       func()          // wakes the transport's claim after a release; nil: none
 	browser    func() string   // the browser URL with the token; nil until set
 	rotate     func() error    // replaces the operator token; nil: not offered
 	log        *slog.Logger
@@ -155,6 +156,9 @@ func (s *Server) Handler() http.Handler {
 	s.routeUsage(mux)
 	mux.HandleFunc("GET /v1/sessions/{session}/items", s.handleItems)
 	mux.HandleFunc("POST /v1/items/{item}/mark", s.handleMark)
+	mux.HandleFunc("GET /v1/held", s.handleHeld)
+	mux.HandleFunc("POST /v1/held/{effect}/release", s.handleDecide(true))
+	mux.HandleFunc("POST /v1/held/{effect}/drop", s.handleDecide(false))
 	mux.HandleFunc("GET /v1/releases", s.handleReleases)
 	mux.HandleFunc("GET /v1/releases/diff", s.handleReleaseDiff)
 	mux.HandleFunc("POST /v1/releases", s.handlePublish)

@@ -28,7 +28,10 @@ STATUSES = ("pending", "seen", "acted", "ignored")
 class Receipt:
     """What happened to a send or reaction. ``delivered`` is True only when
     Discord confirmed it (``state == "confirmed"``); a receipt is truthy only
-    then. ``state`` is one of pending, attempting, confirmed, failed, unknown.
+    then. ``state`` is one of pending, attempting, confirmed, failed, unknown,
+    or held: delivery.review did not allow it, and it waits for the operator
+    (``klbr-core release`` sends it, ``klbr-core drop`` refuses it; you learn
+    of either as a notice, and ``await r.refresh()`` shows it).
     A send that delivery.prepare split into several messages has one receipt
     per message in ``parts`` (this one is the first's); it is delivered only
     when every part is."""
