@@ -58,8 +58,12 @@ type Fake struct {
 	sent      []Sent
 	posted    map[string][]map[string]any // MESSAGE_CREATE data dispatched, by channel: the channels' history
 	reactions []string
-	nextID    int64
-	tokens    []string
+	// deferEchoes keeps the gateway echoes of our own new messages in
+	// deferred until ReleaseEchoes: the gateway lagging behind REST.
+	deferEchoes bool
+	deferred    []map[string]any
+	nextID      int64
+	tokens      []string
 }
 
 // New starts a fake; Close it.
@@ -184,6 +188,25 @@ func (f *Fake) Dispatch(event string, data any) bool {
 		return false
 	}
 	return f.cur.WriteMessage(websocket.TextMessage, b) == nil
+}
+
+// SetDeferEchoes holds back the gateway echoes of our own new messages
+// (true) until ReleaseEchoes: the gateway lagging behind REST, as it can.
+func (f *Fake) SetDeferEchoes(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deferEchoes = on
+}
+
+// ReleaseEchoes dispatches the echoes held back, in order.
+func (f *Fake) ReleaseEchoes() {
+	f.mu.Lock()
+	d := f.deferred
+	f.deferred = nil
+	f.mu.Unlock()
+	for _, m := range d {
+		f.Dispatch("MESSAGE_CREATE", m)
+	}
 }
 
 // DispatchRaw sends raw bytes as a gateway frame.
@@ -329,7 +352,15 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if !found {
 		// Discord echoes a new message, with its nonce, on the gateway.
-		f.Dispatch("MESSAGE_CREATE", f.wire(s, true))
+		f.mu.Lock()
+		deferEcho := f.deferEchoes
+		if deferEcho {
+			f.deferred = append(f.deferred, f.wire(s, true))
+		}
+		f.mu.Unlock()
+		if !deferEcho {
+			f.Dispatch("MESSAGE_CREATE", f.wire(s, true))
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if status != 0 {
