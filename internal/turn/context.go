@@ -218,7 +218,7 @@ func renderInput(content json.RawMessage, dc *store.DiscordSource) string {
 	if dc.Item != 0 {
 		head += fmt.Sprintf(" · item %d", dc.Item)
 	}
-	return head + "] " + outsideText(in.Text)
+	return head + "] " + outsideText(in.Text) + renderAttachments(dc.Attachments)
 }
 
 // outside quotes a name that comes from outside (a Discord display name, a channel name):

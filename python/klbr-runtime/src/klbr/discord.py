@@ -15,12 +15,14 @@
   mentions still waiting for a decision (pending or seen), newest first.
 - ``await discord.mark(item_id, status, note="")``: record a decision on a DM
   or mention: ``seen``, ``acted``, ``ignored``, or ``pending`` to reopen.
+- ``item.attachments``: the message's attachments (``Attachment``: ``alias``
+  a1, a2, ... within the message, ``filename``, ``content_type``, ``size``).
 """
 
 from ._sdk import HostError, request
 
 __all__ = ["current", "conversations", "conversation", "items", "mark", "receipt",
-           "Conversation", "Receipt", "Message", "Item", "HostError", "STATUSES"]
+           "Conversation", "Receipt", "Message", "Item", "Attachment", "HostError", "STATUSES"]
 
 STATUSES = ("pending", "seen", "acted", "ignored")
 
@@ -105,10 +107,46 @@ class Message:
         return f"<Message {self.id} {self.author}: {text!r}>"
 
 
-class Item:
-    """An attention item (a DM or mention) and the decision on it."""
+class Attachment:
+    """A Discord attachment's metadata: ``alias`` (a1, a2, ... in its
+    message), ``id``, ``filename`` (from outside: the sender chose it),
+    ``content_type`` (None when Discord did not say) and ``size`` in bytes.
+    The bytes are not fetched yet: ``read()``, ``path`` and ``text`` come with
+    the attachment fetcher and raise until then."""
 
-    __slots__ = ("id", "conversation", "message_id", "status", "decision_origin", "note", "raw")
+    __slots__ = ("alias", "id", "filename", "content_type", "size")
+
+    def __init__(self, a):
+        self.alias = a.get("alias")
+        self.id = a.get("id")
+        self.filename = a.get("filename") or ""
+        self.content_type = a.get("content_type") or None
+        self.size = a.get("size") or 0
+
+    def _unfetched(self):
+        return HostError("unavailable", f"attachment {self.alias} ({self.filename!r}): its bytes are not fetched; "
+                                        "only its metadata is known")
+
+    async def read(self):
+        raise self._unfetched()
+
+    @property
+    def path(self):
+        raise self._unfetched()
+
+    @property
+    def text(self):
+        raise self._unfetched()
+
+    def __repr__(self):
+        return f"<Attachment {self.alias} {self.filename!r} {self.content_type or 'unknown type'} {self.size} B>"
+
+
+class Item:
+    """An attention item (a DM or mention) and the decision on it;
+    ``attachments`` are its message's (``Attachment``)."""
+
+    __slots__ = ("id", "conversation", "message_id", "status", "decision_origin", "note", "attachments", "raw")
 
     def __init__(self, it):
         self.raw = it
@@ -118,6 +156,8 @@ class Item:
         self.status = it.get("status")
         self.decision_origin = it.get("decision_origin") or None
         self.note = it.get("note") or ""
+        atts = it.get("attachments")
+        self.attachments = [Attachment(a) for a in atts if isinstance(a, dict)] if isinstance(atts, list) else []
 
     def __repr__(self):
         by = f" by {self.decision_origin}" if self.decision_origin else ""
