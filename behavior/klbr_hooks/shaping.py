@@ -8,10 +8,11 @@ previous one's output. A handler that fails is skipped.
 next request after the history. Earlier additions must stay as they are.
 
 ``delivery.prepare``: ``{"channel", "destination", "session", "limit",
-"parts": [str]}`` -> ``{"parts": [str]}``: 1 to 16 parts of 1..limit bytes,
+"parts": [str]}`` -> ``{"parts": [str]}``: 1 to 16 parts of 1..limit characters
+(Unicode code points, as Discord counts them: Python's ``len``),
 each reviewed, sent and receipted on its own, to the same destination. The
 default splits a text over the limit at paragraph, line, then word
-boundaries (Discord takes 2,000 bytes a message).
+boundaries (Discord takes 2,000 characters a message, however many bytes).
 
 ``result.present``: ``{"session", "status", "text"}`` -> ``{"text"}``: how a
 cell's result is shown to the model (the complete outcome is stored anyway).
@@ -31,12 +32,12 @@ def context(data):
 
 
 def split(text, limit):
-    """Split text into parts of at most limit UTF-8 bytes, at the last
-    paragraph break, else line break, else space before the limit; a word
-    longer than the limit is cut."""
+    """Split text into parts of at most limit characters (code points), at
+    the last paragraph break, else line break, else space before the limit;
+    a word longer than the limit is cut."""
     parts = []
-    while len(text.encode()) > limit:
-        head = text.encode()[:limit].decode(errors="ignore")
+    while len(text) > limit:
+        head = text[:limit]
         cut = -1
         for sep in ("\n\n", "\n", " "):
             cut = head.rfind(sep)

@@ -79,6 +79,9 @@ type Status struct {
 	Usage    diskuse.Usage      `json:"usage"`
 	Schema   store.SchemaStatus `json:"schema"`
 	Sessions []SessionStatus    `json:"sessions"`
+	// Held counts the Discord sends and reactions delivery.review held that
+	// wait for the operator (klbr-core held, release, drop).
+	Held int64 `json:"held"`
 	// Jobs are the durable jobs running now and the scheduler's next wake-up.
 	Jobs *JobsStatus `json:"jobs,omitempty"`
 	// Spend is today's and this month's spend against the caps, and the
@@ -230,6 +233,18 @@ type Items struct {
 type MarkRequest struct {
 	Status string `json:"status"`
 	Note   string `json:"note,omitempty"`
+}
+
+// Held is a listing of the Discord sends and reactions delivery.review
+// held, waiting for the operator, oldest first.
+type Held struct {
+	Effects []store.Effect `json:"effects"`
+}
+
+// DecideRequest is the operator's release or drop of a held effect; Note
+// says why, for the record.
+type DecideRequest struct {
+	Note string `json:"note,omitempty"`
 }
 
 // Accepted answers a request that the daemon carries out after answering,

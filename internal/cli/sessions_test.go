@@ -110,7 +110,7 @@ func TestUnknownCommandSuggests(t *testing.T) {
 	env := Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut, Lookup: func(string) (string, bool) { return "", false }}
 	for arg, want := range map[string]string{"stauts": "status", "sned": "send", "relases": "releases"} {
 		err := Run(context.Background(), []string{arg}, env)
-		if err == nil || !strings.Contains(err.Error(), "Did you mean this?\n\t"+want) {
+		if err == nil || !strings.Contains(err.Error(), "Did you mean this?\n") || !strings.Contains(err.Error(), "\t"+want+"\n") {
 			t.Errorf("%s: %v", arg, err)
 		}
 	}

@@ -75,6 +75,9 @@ func newStatus(g *globals) *cobra.Command {
 			if st.Sandbox != "" {
 				fmt.Fprintf(g.env.Stdout, "sandbox: %s\n", st.Sandbox)
 			}
+			if st.Held > 0 {
+				fmt.Fprintf(g.env.Stdout, "discord: %d held send(s) or reaction(s) wait for the operator: klbr-core held, then release or drop\n", st.Held)
+			}
 			printJobsStatus(g, st.Jobs)
 			fmt.Fprintln(g.env.Stdout)
 			printSessions(g, st.Sessions)

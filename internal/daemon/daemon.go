@@ -248,7 +248,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err := ls.bindMissing(cfg, log); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi")).WithHistory(d.history(cfg), d.compact).WithGC(d)
+	ctl := localapi.New(st, d.admit, d.sessions, d, log.With("component", "localapi")).WithHistory(d.history(cfg), d.compact).WithGC(d).
+		WithOutbox(d.ingress.Kick)
 	if loc, err := cfg.File.Spend.Location(); err == nil {
 		ctl.WithSpend(spendAPI{d: d, loc: loc})
 	}
@@ -504,6 +505,9 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		st.Spend = &ms
 	}
 	st.Jobs = d.jobsStatus()
+	if st.Held, err = d.store.HeldCount(ctx); err != nil {
+		return api.Status{}, err
+	}
 	st.Sizes = d.store.Sizes()
 	st.Usage = d.disk.Usage()
 	if st.Schema, err = d.store.Schema(ctx); err != nil {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/klbr-dev/klbr/internal/discordtest"
 	"github.com/klbr-dev/klbr/internal/modeltest"
@@ -230,5 +231,55 @@ func TestBrokenHooksFallBackInTheLoop(t *testing.T) {
 		if fell[slot] == 0 {
 			t.Errorf("%s: no fallback counted (%v)", slot, fell)
 		}
+	}
+}
+
+// Discord counts a message's length in Unicode code points (2,000), not in
+// bytes: 1,999 CJK characters (5,997 bytes) are one message, and 2,001
+// emoji (one code point, four bytes each) are two, each within the limit.
+func TestDiscordLimitCountsCharactersNotBytes(t *testing.T) {
+	cjk := strings.Repeat("漢", 1999)
+	emoji := strings.Repeat("😀", 2001)
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "c1", Code: "c = await discord.current()\n" +
+			"r = await c.send('" + cjk + "')\nprint('cjk', len(getattr(r, 'parts', None) or [r]), r.delivered)\n" +
+			"r = await c.send('" + emoji + "')\nprint('emoji', len(r.parts), [p.state for p in r.parts])"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "c2", Code: "await runtime.wait(None, reason='said it')"}}},
+	)
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(None)"}}}
+	})
+	a := startAgent(t, model, "")
+	fake := discordtest.New("99")
+	defer fake.Close()
+	startTransport(t, fake, a.data)
+	a.eventually("the gateway session", fake.Connected)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("8201", "82", "", "5", "write long"))
+	a.eventually("three messages", func() bool { return len(fake.Sent()) == 3 })
+	sent := fake.Sent()
+	if sent[0].Content != cjk {
+		t.Fatalf("the CJK text went out as %d characters, want one message of 1999", utf8.RuneCountInString(sent[0].Content))
+	}
+	if sent[1].Content+sent[2].Content != emoji {
+		t.Fatalf("the emoji parts do not make the text: %d + %d characters", utf8.RuneCountInString(sent[1].Content), utf8.RuneCountInString(sent[2].Content))
+	}
+	for _, s := range sent {
+		if n := utf8.RuneCountInString(s.Content); n > 2000 {
+			t.Fatalf("a part of %d characters", n)
+		}
+	}
+	var cell string
+	a.eventually("the cell's outcome", func() bool {
+		for _, r := range a.kinds(store.LaneCell, "cell.finished") {
+			if strings.Contains(string(r.Content), "emoji") {
+				cell = string(r.Content)
+			}
+		}
+		return cell != ""
+	})
+	if !strings.Contains(cell, "cjk 1 True") || !strings.Contains(cell, "emoji 2 ['confirmed', 'confirmed']") {
+		t.Fatalf("the cell saw %s", cell)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -113,6 +114,9 @@ func classify(err error) *attemptError {
 		if re.Message != nil && re.Message.Message != "" {
 			msg = re.Message.Message
 		}
+		if fe := formErrors(re.ResponseBody); fe != "" {
+			msg += ": " + fe
+		}
 		code := "http_" + strconv.Itoa(st)
 		if st >= 400 && st < 500 {
 			return &attemptError{definitive: true, code: code, msg: clipBytes(msg, 512)}
@@ -124,6 +128,61 @@ func classify(err error) *attemptError {
 		return &attemptError{code: "network", msg: clipBytes(err.Error(), 512)}
 	}
 	return &attemptError{code: "transport", msg: clipBytes(err.Error(), 512)}
+}
+
+// maxFormErrors bounds the field errors read from one refusal.
+const maxFormErrors = 8
+
+// formErrors renders the field errors of Discord's invalid form body (code
+// 50035): {"errors": {"content": {"_errors": [{"code", "message"}]}}}, nested
+// by field path, as "content: Must be 2000 or fewer in length.". Anything
+// else renders as "".
+func formErrors(body []byte) string {
+	if len(body) == 0 || len(body) > 64<<10 {
+		return ""
+	}
+	var r struct {
+		Code   int             `json:"code"`
+		Errors json.RawMessage `json:"errors"`
+	}
+	if json.Unmarshal(body, &r) != nil || r.Code != 50035 || len(r.Errors) == 0 {
+		return ""
+	}
+	var out []string
+	var walk func(path string, raw json.RawMessage, depth int)
+	walk = func(path string, raw json.RawMessage, depth int) {
+		var node map[string]json.RawMessage
+		if depth > 6 || len(out) >= maxFormErrors || json.Unmarshal(raw, &node) != nil {
+			return
+		}
+		if errs, ok := node["_errors"]; ok {
+			var es []struct {
+				Message string `json:"message"`
+			}
+			json.Unmarshal(errs, &es)
+			for _, e := range es {
+				if len(out) < maxFormErrors {
+					out = append(out, clipBytes(path+": "+e.Message, 256))
+				}
+			}
+		}
+		keys := make([]string, 0, len(node))
+		for k := range node {
+			if k != "_errors" {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			walk(p, node[k], depth+1)
+		}
+	}
+	walk("", r.Errors, 0)
+	return strings.Join(out, "; ")
 }
 
 // send posts one message with its stable nonce. With enforce_nonce Discord

@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	core := ingressapi.NewClient(cfg.IngressSocket)
 	defer core.Close()
-	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize), echoes: newEchoes(4096), ready: make(chan struct{}),
+	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
 		filter: Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots, Threads: map[string]string{}}}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -114,6 +114,7 @@ type transport struct {
 	ctx    context.Context // Run's
 
 	echoes    *echoes                // our own messages seen on the gateway, by nonce
+	unsettled *unsettled             // sends reported unknown, by nonce: a late echo settles them
 	botID     atomic.Pointer[string] // from READY; read by the performer
 	ready     chan struct{}          // closed at the first READY: the bot id is known
 	readyOnce sync.Once
@@ -141,6 +142,9 @@ func (t *transport) stats() *ingressapi.GatewayStats {
 func (t *transport) onMessage(data json.RawMessage) {
 	if nonce, id, ok := ownEcho(data, t.filter.BotID); ok {
 		t.echoes.add(nonce, id)
+		if effect, ok := t.unsettled.take(nonce); ok {
+			t.settleLate(effect, id)
+		}
 	}
 	m, err := Normalize(data, t.filter)
 	if errors.Is(err, ErrSkip) {
@@ -249,7 +253,7 @@ hello:
 	}
 	t.wg.Go(func() { t.backfill(ctx, hello.Conversations) })
 	for _, e := range hello.Reconcile {
-		t.report(ctx, e.ID, t.reconcile(e))
+		t.reportSend(ctx, e, t.reconcile(e))
 	}
 	for ctx.Err() == nil {
 		var cr ingressapi.ClaimResponse
@@ -274,7 +278,7 @@ hello:
 			}
 		}
 		for _, e := range cr.Effects {
-			t.report(ctx, e.ID, t.perform(ctx, e))
+			t.reportSend(ctx, e, t.perform(ctx, e))
 		}
 	}
 }
@@ -425,6 +429,31 @@ func (t *transport) perform(ctx context.Context, e ingressapi.Effect) ingressapi
 			}
 		}
 	}
+}
+
+// reportSend reports a send's receipt; an unknown one is remembered by its
+// nonce, so that the gateway's echo, should it come later, settles it.
+func (t *transport) reportSend(ctx context.Context, e ingressapi.Effect, r ingressapi.Receipt) {
+	if r.State == "unknown" && e.Kind == "send" && e.Nonce != "" {
+		t.unsettled.add(e.Nonce, e.ID)
+		// An echo that arrived since the evidence was gathered is not missed.
+		if id, ok := t.echoes.get(e.Nonce); ok {
+			if _, mine := t.unsettled.take(e.Nonce); mine {
+				r = ingressapi.Receipt{State: "confirmed", MessageID: id, Evidence: "nonce echoed on the gateway"}
+			}
+		}
+	}
+	t.report(ctx, e.ID, r)
+}
+
+// settleLate reports a send this transport reported unknown as confirmed:
+// its nonce arrived on the gateway after the evidence ran out.
+func (t *transport) settleLate(effect int64, messageID string) {
+	t.log.Info("a send reported unknown is settled by its nonce on the gateway", "effect", effect)
+	t.wg.Go(func() {
+		t.report(t.ctx, effect, ingressapi.Receipt{State: "confirmed", MessageID: messageID,
+			Evidence: "nonce echoed on the gateway after the send was reported unknown"})
+	})
 }
 
 // reconcile settles an effect a dead transport left attempting.

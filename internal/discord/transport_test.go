@@ -559,3 +559,26 @@ func TestRestartedTransportBackfillsKnownConversations(t *testing.T) {
 		t.Fatal("no gap notice for the channel with more than a page of missed messages")
 	}
 }
+
+// Discord refuses content over 2,000 code points with 50035 (an invalid
+// form body): the effect fails with the field's own reason, and nothing was
+// delivered. 2,000 CJK characters (6,000 bytes) are accepted.
+func TestOverlongContentIsRefusedWithTheFieldsReason(t *testing.T) {
+	c := startCore(t, t.TempDir())
+	fake := discordtest.New("99")
+	defer fake.Close()
+	runTransport(t, fake, c.socket)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("9101", "91", "", "5", "hi"))
+	waitFor(t, "the DM", func() bool { return len(pending(t, c)) == 1 })
+	ok := settled(t, c, enqueueSend(t, c, "d1", "x9/1", strings.Repeat("漢", 2000), 0).ID)
+	if ok.State != store.EffectConfirmed {
+		t.Fatalf("2,000 CJK characters: %s %s %s", ok.State, ok.ErrorCode, ok.Error)
+	}
+	bad := settled(t, c, enqueueSend(t, c, "d1", "x9/2", strings.Repeat("😀", 2001), 0).ID)
+	if bad.State != store.EffectFailed || bad.ErrorCode != "http_400" || !strings.Contains(bad.Error, "content: Must be 2000 or fewer in length") {
+		t.Fatalf("2,001 emoji: %s %s %q; want failed with the content field's reason", bad.State, bad.ErrorCode, bad.Error)
+	}
+	if n := len(fake.Sent()); n != 1 {
+		t.Fatalf("the fake holds %d messages, want 1", n)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 )
@@ -57,8 +58,12 @@ type Fake struct {
 	sent      []Sent
 	posted    map[string][]map[string]any // MESSAGE_CREATE data dispatched, by channel: the channels' history
 	reactions []string
-	nextID    int64
-	tokens    []string
+	// deferEchoes keeps the gateway echoes of our own new messages in
+	// deferred until ReleaseEchoes: the gateway lagging behind REST.
+	deferEchoes bool
+	deferred    []map[string]any
+	nextID      int64
+	tokens      []string
 }
 
 // New starts a fake; Close it.
@@ -185,6 +190,25 @@ func (f *Fake) Dispatch(event string, data any) bool {
 	return f.cur.WriteMessage(websocket.TextMessage, b) == nil
 }
 
+// SetDeferEchoes holds back the gateway echoes of our own new messages
+// (true) until ReleaseEchoes: the gateway lagging behind REST, as it can.
+func (f *Fake) SetDeferEchoes(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deferEchoes = on
+}
+
+// ReleaseEchoes dispatches the echoes held back, in order.
+func (f *Fake) ReleaseEchoes() {
+	f.mu.Lock()
+	d := f.deferred
+	f.deferred = nil
+	f.mu.Unlock()
+	for _, m := range d {
+		f.Dispatch("MESSAGE_CREATE", m)
+	}
+}
+
 // DispatchRaw sends raw bytes as a gateway frame.
 func (f *Fake) DispatchRaw(b []byte) {
 	f.mu.Lock()
@@ -276,6 +300,19 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"message":"bad json","code":50109}`, 400)
 		return
 	}
+	// Discord counts content in Unicode code points (its API is Python 3)
+	// and refuses a message over 2,000 of them, or an empty one, as an
+	// invalid form body.
+	if n := utf8.RuneCountInString(body.Content); n > MaxContentChars {
+		formError(w, "content", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", MaxContentChars))
+		return
+	}
+	if body.Content == "" {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(400)
+		io.WriteString(w, `{"message":"Cannot send an empty message","code":50006}`)
+		return
+	}
 	if f.OnSend != nil {
 		if st, ra := f.OnSend(ch, body.Nonce); st != 0 {
 			w.Header().Set("Content-Type", "application/json")
@@ -315,7 +352,15 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if !found {
 		// Discord echoes a new message, with its nonce, on the gateway.
-		f.Dispatch("MESSAGE_CREATE", f.wire(s, true))
+		f.mu.Lock()
+		deferEcho := f.deferEchoes
+		if deferEcho {
+			f.deferred = append(f.deferred, f.wire(s, true))
+		}
+		f.mu.Unlock()
+		if !deferEcho {
+			f.Dispatch("MESSAGE_CREATE", f.wire(s, true))
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if status != 0 {
@@ -324,6 +369,17 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	json.NewEncoder(w).Encode(f.wire(s, true))
+}
+
+// MaxContentChars is Discord's limit on a bot message's content, in code points.
+const MaxContentChars = 2000
+
+// formError answers as Discord does for an invalid form body (50035).
+func formError(w http.ResponseWriter, field, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	json.NewEncoder(w).Encode(map[string]any{"code": 50035, "message": "Invalid Form Body",
+		"errors": map[string]any{field: map[string]any{"_errors": []any{map[string]any{"code": code, "message": msg}}}}})
 }
 
 func (f *Fake) wire(s Sent, nonce bool) map[string]any {

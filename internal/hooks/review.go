@@ -10,7 +10,11 @@ import (
 
 // ReviewInput is what delivery.review judges.
 type ReviewInput struct {
-	Channel     string          `json:"channel"` // local or discord
+	Channel string `json:"channel"` // local or discord
+	// Kind is send (or empty) or react; a reaction's Text is its emoji and
+	// Target the message it goes on.
+	Kind        string          `json:"kind,omitempty"`
+	Target      string          `json:"target_message_id,omitempty"`
 	Text        string          `json:"text"`
 	Destination string          `json:"destination,omitempty"`
 	Session     string          `json:"session"`

@@ -101,7 +101,7 @@ type DeliveryInput struct {
 	Channel     string   `json:"channel"`
 	Destination string   `json:"destination,omitempty"`
 	Session     string   `json:"session"`
-	Limit       int      `json:"limit"` // bytes per part
+	Limit       int      `json:"limit"` // characters (Unicode code points, as Discord counts) per part
 	Parts       []string `json:"parts"`
 }
 
@@ -128,8 +128,8 @@ func (d *Dispatcher) PrepareDeliveryAt(ctx context.Context, session string, pin 
 			return fmt.Errorf("%d parts (1..%d)", n, MaxParts)
 		}
 		for i, p := range *r.Parts {
-			if p == "" || len(p) > in.Limit || !utf8.ValidString(p) {
-				return fmt.Errorf("part %d is %d bytes (1..%d of UTF-8)", i, len(p), in.Limit)
+			if p == "" || !utf8.ValidString(p) || len(p) > utf8.UTFMax*in.Limit || utf8.RuneCountInString(p) > in.Limit {
+				return fmt.Errorf("part %d is %d characters (1..%d of UTF-8)", i, utf8.RuneCountInString(p), in.Limit)
 			}
 		}
 		cur = *r.Parts

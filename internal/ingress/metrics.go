@@ -10,10 +10,13 @@ import (
 
 var (
 	effectsDesc = prometheus.NewDesc("klbr_outbox_effects",
-		"Discord outbox effects by kind (send, react) and state (pending, attempting, confirmed, failed, unknown).",
+		"Discord outbox effects by kind (send, react) and state (pending, attempting, confirmed, failed, unknown, held: waiting for the operator).",
 		[]string{"kind", "state"}, nil)
 	itemsDesc = prometheus.NewDesc("klbr_attention_items",
 		"Discord attention items (DMs and mentions) by status (pending, seen, acted, ignored).", []string{"status"}, nil)
+	decisionsDesc = prometheus.NewDesc("klbr_outbox_held_decisions",
+		"Held Discord effects the operator decided on, by decision (released, dropped); klbr_outbox_effects{state=\"held\"} counts those still waiting.",
+		[]string{"decision"}, nil)
 	connectedDesc = prometheus.NewDesc("klbr_discord_gateway_connected",
 		"1 while klbr-discord polls for work and reports its gateway connected.", nil, nil)
 	gatewayDesc = prometheus.NewDesc("klbr_discord_gateway_events_total",
@@ -30,6 +33,7 @@ type collector Server
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- effectsDesc
 	ch <- itemsDesc
+	ch <- decisionsDesc
 	ch <- connectedDesc
 	ch <- gatewayDesc
 }
@@ -48,10 +52,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counts[[2]string{e.Kind, e.State}] = e.Count
 		}
 		for _, k := range []string{"send", "react"} {
-			for _, st := range []string{"pending", "attempting", "confirmed", "failed", "unknown"} {
+			for _, st := range []string{"pending", "attempting", "confirmed", "failed", "unknown", "held"} {
 				ch <- prometheus.MustNewConstMetric(effectsDesc, prometheus.GaugeValue, float64(counts[[2]string{k, st}]), k, st)
 			}
 		}
+	}
+	if released, dropped, err := s.cfg.Store.HeldDecisions(ctx); err != nil {
+		ch <- prometheus.NewInvalidMetric(decisionsDesc, err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(decisionsDesc, prometheus.GaugeValue, float64(released), "released")
+		ch <- prometheus.MustNewConstMetric(decisionsDesc, prometheus.GaugeValue, float64(dropped), "dropped")
 	}
 	if items, err := s.cfg.Store.AttentionCounts(ctx); err != nil {
 		ch <- prometheus.NewInvalidMetric(itemsDesc, err)

@@ -21,7 +21,10 @@ import (
 
 // Bounds of the discord.* operations.
 const (
-	MaxSendBytes = 2000 // Discord's message limit
+	// MaxSendChars is Discord's limit on a message's content, counted as
+	// Discord counts it: in Unicode code points, not bytes (1,999 CJK
+	// characters are one message; 2,001 are refused with 50035).
+	MaxSendChars = ingressapi.MaxSendChars
 	MaxEmojiLen  = 64
 	MaxNoteBytes = 1024
 )
@@ -278,8 +281,10 @@ type Preparer interface {
 }
 
 func (o *Ops) send(ctx context.Context, session string, r worker.Request, ref, text, replyTo string, itemID int64) (json.RawMessage, error) {
-	if text == "" || len(text) > MaxSendBytes*hooks.MaxParts || !utf8.ValidString(text) {
-		return nil, refuse("invalid", "discord send: text must be 1 to %d bytes of UTF-8", MaxSendBytes)
+	if text == "" || len(text) > utf8.UTFMax*MaxSendChars*hooks.MaxParts || !utf8.ValidString(text) ||
+		utf8.RuneCountInString(text) > MaxSendChars*hooks.MaxParts {
+		return nil, refuse("invalid", "discord send: text must be 1 to %d characters of UTF-8 (delivery.prepare splits it into messages of %d)",
+			MaxSendChars*hooks.MaxParts, MaxSendChars)
 	}
 	if replyTo != "" && !isSnowflake(replyTo) {
 		return nil, refuse("invalid", "reply_to is a Discord message id")
@@ -309,16 +314,16 @@ func (o *Ops) send(ctx context.Context, session string, r worker.Request, ref, t
 		frame = call.Frame
 	}
 	// delivery.prepare shapes the text into parts (Discord takes 2,000
-	// bytes a message); each part is reviewed, sent and receipted on its own,
+	// characters a message); each part is reviewed, sent and receipted on its own,
 	// to the same destination.
 	parts := []string{text}
 	if p, ok := o.review.(Preparer); ok {
 		parts = p.PrepareDeliveryAt(ctx, session, &pin, hooks.DeliveryInput{Channel: "discord", Destination: c.Alias, Session: session,
-			Limit: MaxSendBytes, Parts: parts})
+			Limit: MaxSendChars, Parts: parts})
 	}
 	for _, part := range parts {
-		if len(part) > MaxSendBytes {
-			return nil, refuse("invalid", "discord send: text must be 1 to %d bytes of UTF-8 (delivery.prepare did not split %d bytes)", MaxSendBytes, len(text))
+		if n := utf8.RuneCountInString(part); n > MaxSendChars {
+			return nil, refuse("invalid", "discord send: a message is 1 to %d characters (delivery.prepare did not split %d)", MaxSendChars, n)
 		}
 	}
 	var first json.RawMessage
@@ -377,8 +382,16 @@ func (o *Ops) react(ctx context.Context, session string, r worker.Request, ref, 
 	if err != nil {
 		return nil, err
 	}
-	return o.enqueueAndWait(ctx, session, store.NewEffect{Session: session, Kind: store.EffectReact, ConversationID: c.ID,
-		IdempotencyKey: fmt.Sprintf("x%d/r%d", exec, r.ID), Nonce: newNonce(), Emoji: emoji, Target: messageID, Execution: exec, Epoch: pin.Epoch})
+	// A reaction is an effect like a send: reviewed outside any
+	// transaction, under the cell's own behavior, held when not allowed.
+	n := store.NewEffect{Session: session, Kind: store.EffectReact, ConversationID: c.ID,
+		IdempotencyKey: fmt.Sprintf("x%d/r%d", exec, r.ID), Nonce: newNonce(), Emoji: emoji, Target: messageID, Execution: exec, Epoch: pin.Epoch}
+	dec := o.review.ReviewAt(ctx, session, &pin, hooks.ReviewInput{Channel: "discord", Kind: "react", Text: emoji, Target: messageID,
+		Destination: c.Alias, Session: session})
+	if !dec.Allow {
+		n.Held, n.Reason = true, "held by delivery.review: "+dec.Reason
+	}
+	return o.enqueueAndWait(ctx, session, n)
 }
 
 // scope is the journaled cell a request comes from.

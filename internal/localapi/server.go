@@ -66,6 +66,7 @@ type Server struct {
 	spend      Spender         // nil: no spend endpoints
 	jobs       Jobs            // nil: jobs cannot be cancelled here
 	gc         Collector       // nil: gc runs only offline
+	kick       func()          // wakes the transport's claim after a release; nil: none
 	browser    func() string   // the browser URL with the token; nil until set
 	rotate     func() error    // replaces the operator token; nil: not offered
 	reload     Reloader        // rereads klbr.toml; nil: not offered
@@ -159,6 +160,9 @@ func (s *Server) Handler() http.Handler {
 	s.routeSpend(mux)
 	mux.HandleFunc("GET /v1/sessions/{session}/items", s.handleItems)
 	mux.HandleFunc("POST /v1/items/{item}/mark", s.handleMark)
+	mux.HandleFunc("GET /v1/held", s.handleHeld)
+	mux.HandleFunc("POST /v1/held/{effect}/release", s.handleDecide(true))
+	mux.HandleFunc("POST /v1/held/{effect}/drop", s.handleDecide(false))
 	mux.HandleFunc("GET /v1/releases", s.handleReleases)
 	mux.HandleFunc("GET /v1/releases/diff", s.handleReleaseDiff)
 	mux.HandleFunc("POST /v1/releases", s.handlePublish)

@@ -295,6 +295,34 @@ func (c *Client) Mark(ctx context.Context, item int64, status, note string) (sto
 	return out, err
 }
 
+// Held lists the Discord effects delivery.review held, oldest first.
+func (c *Client) Held(ctx context.Context, limit int) (api.Held, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out api.Held
+	err := c.do(ctx, http.MethodGet, "/v1/held?"+q.Encode(), nil, &out)
+	return out, err
+}
+
+// Release lets a held effect go out; Drop refuses it for good. Either
+// answers the effect as it now is.
+func (c *Client) Release(ctx context.Context, effect int64, note string) (store.Effect, error) {
+	return c.decide(ctx, effect, "release", note)
+}
+
+// Drop refuses a held effect for good.
+func (c *Client) Drop(ctx context.Context, effect int64, note string) (store.Effect, error) {
+	return c.decide(ctx, effect, "drop", note)
+}
+
+func (c *Client) decide(ctx context.Context, effect int64, verb, note string) (store.Effect, error) {
+	var out store.Effect
+	err := c.do(ctx, http.MethodPost, "/v1/held/"+strconv.FormatInt(effect, 10)+"/"+verb, api.DecideRequest{Note: note}, &out)
+	return out, err
+}
+
 // Releases lists releases and each session's behavior.
 func (c *Client) Releases(ctx context.Context) (api.Releases, error) {
 	var r api.Releases

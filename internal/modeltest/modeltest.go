@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Call is a scripted tool call of the python tool.
@@ -417,6 +418,9 @@ func play(w http.ResponseWriter, r *http.Request, reply Reply, stream bool, n in
 			continue
 		}
 		half := len(args) / 2
+		for half > 0 && !utf8.RuneStart(args[half]) {
+			half-- // a provider's delta is a JSON string: it never splits a character
+		}
 		chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": c["id"], "type": "function",
 			"function": map[string]any{"name": fn["name"], "arguments": args[:half]}}}}, nil)
 		if reply.Truncate {

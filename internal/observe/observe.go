@@ -27,6 +27,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/ingress/ingressapi"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
@@ -376,8 +377,8 @@ func (r *Runner) carryOut(ctx context.Context, c store.ObserverCommand) error {
 		}
 		n := store.NewEffect{Session: c.Session, ConversationID: conv.ID, IdempotencyKey: fmt.Sprintf("o%d", c.ID), Nonce: nonce()}
 		if c.Op == "discord.send" {
-			if a.Text == "" || len(a.Text) > 2000 || !utf8.ValidString(a.Text) {
-				return r.refuse(ctx, c, "discord.send: text must be 1 to 2000 bytes of UTF-8")
+			if a.Text == "" || !utf8.ValidString(a.Text) || utf8.RuneCountInString(a.Text) > ingressapi.MaxSendChars {
+				return r.refuse(ctx, c, fmt.Sprintf("discord.send: text must be 1 to %d characters of UTF-8 (Discord's limit)", ingressapi.MaxSendChars))
 			}
 			n.Kind, n.Text = store.EffectSend, a.Text
 			dec := r.cfg.Hooks.Review(ctx, c.Session, hooks.ReviewInput{Channel: "discord", Text: a.Text, Destination: conv.Alias, Session: c.Session})
@@ -390,6 +391,12 @@ func (r *Runner) carryOut(ctx context.Context, c store.ObserverCommand) error {
 				return r.refuse(ctx, c, "discord.react: needs message_id and emoji")
 			}
 			n.Kind, n.Emoji, n.Target = store.EffectReact, a.Emoji, a.MessageID
+			dec := r.cfg.Hooks.Review(ctx, c.Session, hooks.ReviewInput{Channel: "discord", Kind: "react", Text: a.Emoji, Target: a.MessageID,
+				Destination: conv.Alias, Session: c.Session})
+			n.Epoch = dec.Epoch
+			if !dec.Allow {
+				n.Held, n.Reason = true, "held by delivery.review: "+dec.Reason
+			}
 		}
 		err = st.Write(wctx, func(tx *store.Tx) error {
 			e, err := tx.EnqueueEffect(n)

@@ -367,7 +367,7 @@ SLOTS["delivery.review"] = lambda i: {"decision": "hold" if not i["text"].strip(
 		t.Errorf("the relayed send: %+v %v (pending: no transport has it, so not delivered)", sent, err)
 	}
 	held, err := f.st.Effect(ctx, cmds[1].EffectID)
-	if err != nil || held.State != store.EffectFailed || held.ErrorCode != "held" {
+	if err != nil || held.State != store.EffectHeld || held.ErrorCode != "held" {
 		t.Errorf("the blank send: %+v %v, want held by delivery.review", held, err)
 	}
 	it, _ := f.st.AttentionItem(ctx, 1)

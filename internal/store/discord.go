@@ -269,16 +269,21 @@ type AttentionItem struct {
 	Note           string    `json:"note,omitempty"`
 	CreatedAt      time.Time `json:"created_at"`
 	UpdatedAt      time.Time `json:"updated_at"`
+	// Attachments are the message's attachments (metadata).
+	Attachments []Attachment `json:"attachments,omitempty"`
 }
 
 const itemSelect = `SELECT a.id, a.input_id, a.session_id, c.alias, a.message_id, a.status, a.decision_origin, a.note, a.created_at, a.updated_at,
-	a.conversation_id FROM attention_items a JOIN discord_conversations c ON c.id = a.conversation_id`
+	a.conversation_id, COALESCE((SELECT m.attachments FROM discord_messages m WHERE m.input_id = a.input_id), '[]')
+	FROM attention_items a JOIN discord_conversations c ON c.id = a.conversation_id`
 
 func scanItem(row rowScanner) (AttentionItem, int64, error) {
 	var it AttentionItem
 	var created, updated, conv int64
+	var att string
 	err := row.Scan(&it.ID, &it.InputID, &it.Session, &it.Conversation, &it.MessageID, &it.Status, &it.DecisionOrigin, &it.Note,
-		&created, &updated, &conv)
+		&created, &updated, &conv, &att)
+	it.Attachments = parseAttachments(att)
 	it.CreatedAt, it.UpdatedAt = time.UnixMilli(created), time.UnixMilli(updated)
 	return it, conv, err
 }

@@ -19,6 +19,9 @@ const (
 	EffectConfirmed  = "confirmed"
 	EffectFailed     = "failed"
 	EffectUnknown    = "unknown"
+	// EffectHeld: delivery.review did not allow it; it waits for the
+	// operator, who releases it (pending) or drops it (failed, "dropped").
+	EffectHeld = "held"
 )
 
 // NewEffect is a send or reaction to put in the outbox.
@@ -40,8 +43,8 @@ type NewEffect struct {
 	Execution int64
 	Frame     int64
 	Epoch     int64
-	// Held records the effect as failed at once, with Reason: the review
-	// did not allow it, so the transport never sees it.
+	// Held records the effect as held, with Reason: the review did not
+	// allow it, so the transport never sees it unless the operator releases it.
 	Held   bool
 	Reason string
 }
@@ -69,10 +72,15 @@ type Effect struct {
 	ClaimedAt      *time.Time `json:"claimed_at,omitempty"`
 	SettledAt      *time.Time `json:"settled_at,omitempty"`
 	Repeat         bool       `json:"repeat,omitempty"` // the idempotency key was seen before
+	// HeldReason is why delivery.review held it (kept after a release);
+	// ReleasedBy names the operator who released or dropped it.
+	HeldReason string `json:"held_reason,omitempty"`
+	ReleasedBy string `json:"released_by,omitempty"`
 }
 
 const effectSelect = `SELECT o.id, o.session_id, o.kind, o.state, c.alias, c.channel_id, o.nonce, o.text, o.emoji, o.target_message_id,
-	o.reply_reference, COALESCE(o.item_id, 0), o.attempts, o.message_id, o.error_code, o.error, o.evidence, o.created_at, o.claimed_at, o.settled_at
+	o.reply_reference, COALESCE(o.item_id, 0), o.attempts, o.message_id, o.error_code, o.error, o.evidence, o.created_at, o.claimed_at, o.settled_at,
+	o.held_reason, o.released_by
 	FROM discord_outbox o JOIN discord_conversations c ON c.id = o.conversation_id`
 
 func scanEffect(row rowScanner) (Effect, error) {
@@ -80,7 +88,8 @@ func scanEffect(row rowScanner) (Effect, error) {
 	var created int64
 	var claimed, settled sql.NullInt64
 	err := row.Scan(&e.ID, &e.Session, &e.Kind, &e.State, &e.Conversation, &e.ChannelID, &e.Nonce, &e.Text, &e.Emoji, &e.Target,
-		&e.ReplyReference, &e.ItemID, &e.Attempts, &e.MessageID, &e.ErrorCode, &e.Error, &e.Evidence, &created, &claimed, &settled)
+		&e.ReplyReference, &e.ItemID, &e.Attempts, &e.MessageID, &e.ErrorCode, &e.Error, &e.Evidence, &created, &claimed, &settled,
+		&e.HeldReason, &e.ReleasedBy)
 	e.CreatedAt = time.UnixMilli(created)
 	if claimed.Valid {
 		t := time.UnixMilli(claimed.Int64)
@@ -150,10 +159,9 @@ func (t *Tx) EnqueueEffect(n NewEffect) (Effect, error) {
 			target, reserve = msg, true
 		}
 	}
-	state, code := EffectPending, ""
-	var settled any
+	state, code, heldReason := EffectPending, "", ""
 	if n.Held {
-		state, code, settled = EffectFailed, "held", t.now.UnixMilli()
+		state, code, heldReason = EffectHeld, "held", n.Reason
 	}
 	var item, exec, frame any
 	if n.ItemID != 0 {
@@ -166,10 +174,10 @@ func (t *Tx) EnqueueEffect(n NewEffect) (Effect, error) {
 		frame = n.Frame
 	}
 	res, err := t.exec(`INSERT INTO discord_outbox (session_id, kind, conversation_id, idempotency_key, nonce, state, text, emoji,
-		target_message_id, item_id, execution_id, frame_id, epoch, reply_reference, error_code, error, created_at, settled_at)
+		target_message_id, item_id, execution_id, frame_id, epoch, reply_reference, error_code, error, held_reason, created_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		n.Session, n.Kind, n.ConversationID, n.IdempotencyKey, n.Nonce, state, n.Text, n.Emoji, target, item, exec, frame, n.Epoch,
-		reply, code, n.Reason, t.now.UnixMilli(), settled)
+		reply, code, n.Reason, heldReason, t.now.UnixMilli())
 	if err != nil {
 		return Effect{}, fmt.Errorf("outbox: %w", err)
 	}
@@ -321,14 +329,21 @@ func (t *Tx) SettleEffect(id int64, o Outcome) (Effect, error) {
 	}
 	now := t.now
 	e.SettledAt = &now
-	return e, t.recordOutcome(e)
+	if err := t.recordOutcome(e); err != nil {
+		return e, err
+	}
+	if e.ReleasedBy != "" {
+		// The operator released it long after the cell's receipt said held.
+		return e, t.recordDecision(e, "release."+e.State)
+	}
+	return e, nil
 }
 
 // recordOutcome appends the settled effect to its session's speech lane:
 // discord.sent, discord.failed or discord.unknown. Intention stays in the
 // scratchpad; only this record says what was delivered.
 func (t *Tx) recordOutcome(e Effect) error {
-	kind := "discord." + map[string]string{EffectConfirmed: "sent", EffectFailed: "failed", EffectUnknown: "unknown"}[e.State]
+	kind := "discord." + map[string]string{EffectConfirmed: "sent", EffectFailed: "failed", EffectUnknown: "unknown", EffectHeld: "held"}[e.State]
 	if e.Kind == EffectReact {
 		kind = "discord.react." + e.State
 	}
@@ -336,6 +351,7 @@ func (t *Tx) recordOutcome(e Effect) error {
 		"effect_id": e.ID, "kind": e.Kind, "state": e.State, "conversation": e.Conversation, "channel_id": e.ChannelID,
 		"text": e.Text, "emoji": e.Emoji, "target_message_id": e.Target, "reply_reference": e.ReplyReference,
 		"item_id": e.ItemID, "message_id": e.MessageID, "error_code": e.ErrorCode, "error": e.Error, "evidence": e.Evidence,
+		"held_reason": e.HeldReason, "released_by": e.ReleasedBy,
 	})
 	_, _, err := t.appendItem(e.Session, kind, LaneSpeech, string(content), t.now, t.now)
 	return err

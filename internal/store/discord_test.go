@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -259,10 +260,10 @@ func TestFailedAndUnknownFreeTheAnchorAndAreNotDelivered(t *testing.T) {
 	if e, err := settle(s, 2, Outcome{State: EffectConfirmed, MessageID: "700", Evidence: "nonce in history"}); err != nil || e.State != EffectConfirmed {
 		t.Fatalf("unknown to confirmed: %+v %v", e, err)
 	}
-	// A held send never reaches the transport.
+	// A held send never reaches the transport (unless the operator releases it).
 	h := enqueue(t, s, NewEffect{Session: "default", Kind: EffectSend, ConversationID: c.ID, IdempotencyKey: "held", Nonce: "nh",
 		Text: "no", Held: true, Reason: "review said no"})
-	if h.State != EffectFailed || h.ErrorCode != "held" {
+	if h.State != EffectHeld || h.ErrorCode != "held" {
 		t.Fatalf("held: %+v", h)
 	}
 	if cl := claim(t, s); len(cl) != 0 {
@@ -285,5 +286,83 @@ func TestOutboxTransitionsInSchema(t *testing.T) {
 	})
 	if err == nil {
 		t.Fatal("the schema let a pending effect become confirmed without an attempt")
+	}
+}
+
+// A send delivery.review held waits for the operator: it is never claimed;
+// released, it goes out once (a second release or a drop is refused) and its
+// receipt names who released it; dropped, it fails for good.
+func TestHeldSendIsReleasedOnceOrDropped(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	_, dm := admitDiscord(t, s, "850", "960", "dm", "dm")
+	c, _ := s.ConversationByRef(ctx, dm.Conversation)
+	held := enqueue(t, s, NewEffect{Session: "default", Kind: EffectSend, ConversationID: c.ID, IdempotencyKey: "x1/1", Nonce: "nh1",
+		Text: "a risky reply", ItemID: dm.ItemID, Held: true, Reason: "held by delivery.review: mentions a password"})
+	other := enqueue(t, s, NewEffect{Session: "default", Kind: EffectReact, ConversationID: c.ID, IdempotencyKey: "x1/2", Nonce: "nh2",
+		Emoji: "🔥", Target: "850", Held: true, Reason: "held by delivery.review: no fire"})
+	if held.State != EffectHeld || held.HeldReason == "" || held.SettledAt != nil {
+		t.Fatalf("held effect: %+v", held)
+	}
+	if es := claim(t, s); len(es) != 0 {
+		t.Fatalf("the transport claimed a held effect: %+v", es)
+	}
+	list, err := s.HeldEffects(ctx, 10)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("held listing: %d %v", len(list), err)
+	}
+	var rel Effect
+	mustWrite(t, s, func(tx *Tx) (err error) { rel, err = tx.ReleaseEffect(held.ID, "operator (uid 1000)"); return err })
+	if rel.State != EffectPending || rel.ReleasedBy != "operator (uid 1000)" || rel.Target != "850" {
+		t.Fatalf("released: %+v; want pending, named, with the item's anchor", rel)
+	}
+	for _, again := range []func(tx *Tx) error{
+		func(tx *Tx) error { _, err := tx.ReleaseEffect(held.ID, "someone"); return err },
+		func(tx *Tx) error { _, err := tx.DropEffect(held.ID, "someone"); return err },
+	} {
+		if err := s.Write(ctx, again); !errors.Is(err, ErrOutboxMove) {
+			t.Fatalf("a second decision on a released effect: %v", err)
+		}
+	}
+	es := claim(t, s)
+	if len(es) != 1 || es[0].ID != held.ID {
+		t.Fatalf("claimed %+v, want the released send", es)
+	}
+	sent, err := settle(s, held.ID, Outcome{State: EffectConfirmed, MessageID: "851", Evidence: "response"})
+	if err != nil || sent.ReleasedBy != "operator (uid 1000)" {
+		t.Fatalf("settle: %+v %v", sent, err)
+	}
+	if it, _ := s.AttentionItem(ctx, dm.ItemID); it.Status != ItemActed {
+		t.Fatalf("the DM's item is %s after the released answer was delivered", it.Status)
+	}
+	var dropped Effect
+	mustWrite(t, s, func(tx *Tx) (err error) { dropped, err = tx.DropEffect(other.ID, "operator (uid 0)"); return err })
+	if dropped.State != EffectFailed || dropped.ErrorCode != "dropped" || dropped.SettledAt == nil {
+		t.Fatalf("dropped: %+v", dropped)
+	}
+	if err := s.Write(ctx, func(tx *Tx) error { _, err := tx.ReleaseEffect(other.ID, "x"); return err }); !errors.Is(err, ErrOutboxMove) {
+		t.Fatalf("released a dropped effect: %v", err)
+	}
+	if list, _ := s.HeldEffects(ctx, 10); len(list) != 0 {
+		t.Fatalf("%d still held", len(list))
+	}
+	recs, _ := s.Records(ctx, "default", 0, 100)
+	var kinds []string
+	for _, r := range recs {
+		if strings.HasPrefix(r.Kind, "discord.") && r.Kind != "discord.input" {
+			kinds = append(kinds, r.Kind)
+		}
+	}
+	want := "discord.held discord.react.held discord.released discord.sent discord.release.confirmed discord.dropped discord.react.failed"
+	if strings.Join(kinds, " ") != want {
+		t.Fatalf("records %v, want %s", kinds, want)
+	}
+	// The schema itself refuses a held effect that skips the operator.
+	e := enqueue(t, s, NewEffect{Session: "default", Kind: EffectSend, ConversationID: c.ID, IdempotencyKey: "x1/3", Nonce: "nh3", Text: "t", Held: true})
+	if err := s.Write(ctx, func(tx *Tx) error {
+		_, err := tx.exec(`UPDATE discord_outbox SET state = 'attempting' WHERE id = ?`, e.ID)
+		return err
+	}); err == nil {
+		t.Fatal("the schema let a held effect be attempted")
 	}
 }

@@ -511,13 +511,16 @@ type DiscordSource struct {
 	Mode      string // dm, mention, ambient, gap
 	MessageID string
 	Item      int64 // its attention item (DMs and mentions), else 0
+	// Attachments are the message's attachments (metadata; the bytes are
+	// fetched apart from admission, if at all).
+	Attachments []Attachment
 }
 
 // Context returns session's transcript in context epoch after item id
 // after (0: from the start), in order.
 func (s *Store) Context(ctx context.Context, session string, epoch, after int64) ([]ContextItem, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT c.id, c.role, e.kind, COALESCE(c.call_id, ''), e.content,
-			d.alias, d.kind, d.name, m.mode, m.message_id, a.id
+			d.alias, d.kind, d.name, m.mode, m.message_id, a.id, m.attachments
 		FROM context_items c JOIN events e ON e.id = c.event_id
 		LEFT JOIN inputs i ON c.role = 'input' AND i.event_id = c.event_id
 		LEFT JOIN discord_messages m ON m.input_id = i.id
@@ -532,15 +535,15 @@ func (s *Store) Context(ctx context.Context, session string, epoch, after int64)
 	for rows.Next() {
 		var c ContextItem
 		var content string
-		var alias, kind, name, mode, msg sql.NullString
+		var alias, kind, name, mode, msg, att sql.NullString
 		var item sql.NullInt64
-		if err := rows.Scan(&c.ID, &c.Role, &c.Kind, &c.CallID, &content, &alias, &kind, &name, &mode, &msg, &item); err != nil {
+		if err := rows.Scan(&c.ID, &c.Role, &c.Kind, &c.CallID, &content, &alias, &kind, &name, &mode, &msg, &item, &att); err != nil {
 			return nil, fmt.Errorf("context: %w", err)
 		}
 		c.Content = json.RawMessage(content)
 		if alias.Valid {
 			c.Discord = &DiscordSource{Alias: alias.String, Kind: kind.String, Name: name.String, Mode: mode.String,
-				MessageID: msg.String, Item: item.Int64}
+				MessageID: msg.String, Item: item.Int64, Attachments: parseAttachments(att.String)}
 		}
 		out = append(out, c)
 	}

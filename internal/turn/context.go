@@ -218,7 +218,7 @@ func renderInput(content json.RawMessage, dc *store.DiscordSource) string {
 	if dc.Item != 0 {
 		head += fmt.Sprintf(" · item %d", dc.Item)
 	}
-	return head + "] " + outside.Text(in.Text)
+	return head + "] " + outside.Text(in.Text) + renderAttachments(dc.Attachments)
 }
 
 func renderNotice(kind string, content json.RawMessage) string {

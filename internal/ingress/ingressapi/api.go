@@ -15,10 +15,13 @@ const (
 	MaxIDBytes       = 32       // a Discord snowflake, with room
 	MaxNameBytes     = 256      // author and channel names
 	MaxAttachments   = 10       // per message, as Discord allows
-	MaxURLBytes      = 2048
-	MaxClaim         = 64  // effects handed over in one claim
-	MaxReadLimit     = 100 // messages in one backread (Discord's page)
-	MaxClaimWait     = 30 * time.Second
+	// MaxSendChars is Discord's limit on a message's content, counted as
+	// Discord counts it: in Unicode code points, not bytes.
+	MaxSendChars = 2000
+	MaxURLBytes  = 2048
+	MaxClaim     = 64  // effects handed over in one claim
+	MaxReadLimit = 100 // messages in one backread (Discord's page)
+	MaxClaimWait = 30 * time.Second
 )
 
 // Message modes: how a message reached the agent.

@@ -15,13 +15,15 @@
   mentions still waiting for a decision (pending or seen), newest first.
 - ``await discord.mark(item_id, status, note="")``: record a decision on a DM
   or mention: ``seen``, ``acted``, ``ignored``, or ``pending`` to reopen.
+- ``item.attachments``: the message's attachments (``Attachment``: ``alias``
+  a1, a2, ... within the message, ``filename``, ``content_type``, ``size``).
 """
 
 from . import _outside
 from ._sdk import HostError, request
 
 __all__ = ["current", "conversations", "conversation", "items", "mark", "receipt",
-           "Conversation", "Receipt", "Message", "Item", "HostError", "STATUSES"]
+           "Conversation", "Receipt", "Message", "Item", "Attachment", "HostError", "STATUSES"]
 
 STATUSES = ("pending", "seen", "acted", "ignored")
 
@@ -29,7 +31,10 @@ STATUSES = ("pending", "seen", "acted", "ignored")
 class Receipt:
     """What happened to a send or reaction. ``delivered`` is True only when
     Discord confirmed it (``state == "confirmed"``); a receipt is truthy only
-    then. ``state`` is one of pending, attempting, confirmed, failed, unknown.
+    then. ``state`` is one of pending, attempting, confirmed, failed, unknown,
+    or held: delivery.review did not allow it, and it waits for the operator
+    (``klbr-core release`` sends it, ``klbr-core drop`` refuses it; you learn
+    of either as a notice, and ``await r.refresh()`` shows it).
     A send that delivery.prepare split into several messages has one receipt
     per message in ``parts`` (this one is the first's); it is delivered only
     when every part is."""
@@ -103,10 +108,46 @@ class Message:
         return f"<Message {self.id} {_outside.name(self.author)}: {text!r}>"
 
 
-class Item:
-    """An attention item (a DM or mention) and the decision on it."""
+class Attachment:
+    """A Discord attachment's metadata: ``alias`` (a1, a2, ... in its
+    message), ``id``, ``filename`` (from outside: the sender chose it),
+    ``content_type`` (None when Discord did not say) and ``size`` in bytes.
+    The bytes are not fetched yet: ``read()``, ``path`` and ``text`` come with
+    the attachment fetcher and raise until then."""
 
-    __slots__ = ("id", "conversation", "message_id", "status", "decision_origin", "note", "raw")
+    __slots__ = ("alias", "id", "filename", "content_type", "size")
+
+    def __init__(self, a):
+        self.alias = a.get("alias")
+        self.id = a.get("id")
+        self.filename = a.get("filename") or ""
+        self.content_type = a.get("content_type") or None
+        self.size = a.get("size") or 0
+
+    def _unfetched(self):
+        return HostError("unavailable", f"attachment {self.alias} ({self.filename!r}): its bytes are not fetched; "
+                                        "only its metadata is known")
+
+    async def read(self):
+        raise self._unfetched()
+
+    @property
+    def path(self):
+        raise self._unfetched()
+
+    @property
+    def text(self):
+        raise self._unfetched()
+
+    def __repr__(self):
+        return f"<Attachment {self.alias} {self.filename!r} {self.content_type or 'unknown type'} {self.size} B>"
+
+
+class Item:
+    """An attention item (a DM or mention) and the decision on it;
+    ``attachments`` are its message's (``Attachment``)."""
+
+    __slots__ = ("id", "conversation", "message_id", "status", "decision_origin", "note", "attachments", "raw")
 
     def __init__(self, it):
         self.raw = it
@@ -116,6 +157,8 @@ class Item:
         self.status = it.get("status")
         self.decision_origin = it.get("decision_origin") or None
         self.note = it.get("note") or ""
+        atts = it.get("attachments")
+        self.attachments = [Attachment(a) for a in atts if isinstance(a, dict)] if isinstance(atts, list) else []
 
     def __repr__(self):
         by = f" by {self.decision_origin}" if self.decision_origin else ""
