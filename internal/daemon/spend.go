@@ -49,6 +49,17 @@ func (d *daemon) startSpend(ctx context.Context, cfg *config.Config, m *metrics.
 	return nil
 }
 
+// spendOps serves cells the ledger and the caps, read-only (from klbr
+// import spend): spend.summary.
+func (d *daemon) spendOps(cfg *config.Config) {
+	loc, err := cfg.File.Spend.Location()
+	if err != nil {
+		d.log.Warn("cells cannot read the spend ledger", "error", err)
+		return
+	}
+	d.bench.SetOps("spend.", spend.NewOps(d.store, loc, d.meter))
+}
+
 // spendWarning writes the one notice of a cap past warn_at, in each root
 // session (not shown to the model), and logs it.
 func (d *daemon) spendWarning(cap string, used, limit float64) {

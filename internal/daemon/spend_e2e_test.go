@@ -217,3 +217,31 @@ func TestSpendAPIGroupsTheLedger(t *testing.T) {
 		t.Fatalf("by week: %v; want refused naming the groupings", err)
 	}
 }
+
+// A cell reads the ledger and the caps with from klbr import spend, as
+// klbr-core spend does, and cannot change them: the request that commits
+// a step's row has committed it before the step's cell runs.
+func TestCellReadsSpend(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(modeltest.Reply{Usage: costUsage(100, 20, 0.25), Calls: []modeltest.Call{{ID: "c1", Code: "from klbr import spend, host\n" +
+		"s = await spend.summary(by='purpose')\n" +
+		"print('SPEND', s.by, s.total.requests, s.total.usd, [(g.key, g.usd) for g in s], s.state['daily_usd_cap'], s.state['time_zone'])\n" +
+		"try:\n    await host.request('spend.set_cap', {'name': 'daily', 'usd': 100})\nexcept Exception as e:\n    print('REFUSED', e)"}}})
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Calls: []modeltest.Call{{ID: "cw", Code: "await runtime.wait(None)"}}}
+	})
+	a := startAgent(t, model, "\n[spend]\ndaily_usd = 3.5\ntime_zone = \"UTC\"\n")
+	a.send("what did you spend?")
+	a.eventually("the cell's output reached the model", func() bool { return model.Count() >= 2 })
+	got := lastMessage(model.Requests()[1])
+	if !strings.Contains(got, "SPEND purpose 1 0.25 [('turn', 0.25)] 3.5 UTC") {
+		t.Fatalf("the cell read %q", got)
+	}
+	if !strings.Contains(got, "REFUSED") || !strings.Contains(got, "read-only") {
+		t.Fatalf("a cell's spend.set_cap: %q, want refused", got)
+	}
+	if caps, err := a.c.Status(t.Context()); err != nil || caps.Spend == nil || caps.Spend.DailyUSD == nil || *caps.Spend.DailyUSD != 3.5 {
+		t.Fatalf("the daily cap after the cell: %+v, %v", caps.Spend, err)
+	}
+}
