@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klbr-dev/klbr/internal/budget"
 	"github.com/klbr-dev/klbr/internal/store"
@@ -62,5 +63,58 @@ func TestChildUSDBudgetByTheLedger(t *testing.T) {
 	}
 	if j := jobOf(t, st, g.ID); j.State != store.JobCancelled {
 		t.Fatalf("grandchild is %s, want cancelled with child-1", j.State)
+	}
+}
+
+// agents.max_spawns_per_day counts the child jobs in the store created
+// since the day's start (all trees): past it a spawn is refused naming the
+// cap and when it resets, and the next day spawns again.
+// agents.max_spawns_per_tree counts the children under one child of the
+// root, finished ones included: past it that tree spawns no more, while
+// the root may still start a new tree.
+func TestSpawnCaps(t *testing.T) {
+	a, st, _, _ := newTree(t)
+	start := time.Now().Add(-time.Hour)
+	end := start.Add(24 * time.Hour)
+	a.cfg.Limits.MaxSpawnsPerDay = 3
+	a.cfg.Limits.Day = func() (time.Time, time.Time) { return start, end }
+	c1, err := call(t, a, "default", "agents.spawn", `{"task":"one"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := store.ChildSessionID(c1.ID)
+	for _, s := range []string{child, "default"} {
+		if _, err := call(t, a, s, "agents.spawn", `{"task":"more"}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = call(t, a, "default", "agents.spawn", `{"task":"fourth"}`)
+	if code(err) != "refused" || !strings.Contains(err.Error(), "3 children were spawned today") ||
+		!strings.Contains(err.Error(), "agents.max_spawns_per_day = 3") || !strings.Contains(err.Error(), "resets "+end.Format("2006-01-02 15:04 MST")) {
+		t.Fatalf("the fourth spawn of the day: %v", err)
+	}
+	if n, _ := st.Descendants(context.Background(), "default"); n != 3 {
+		t.Fatalf("%d descendants after a refused spawn, want 3", n)
+	}
+	start, end = time.Now().Add(time.Second), time.Now().Add(25*time.Hour) // the next day
+	if _, err := call(t, a, "default", "agents.spawn", `{"task":"tomorrow"}`); err != nil {
+		t.Fatalf("a spawn on the next day: %v", err)
+	}
+
+	a.cfg.Limits.MaxSpawnsPerDay = 0
+	a.cfg.Limits.MaxSpawnsPerTree = 2
+	g2, err := call(t, a, child, "agents.spawn", `{"task":"second in the tree"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{child, store.ChildSessionID(g2.ID)} {
+		_, err := call(t, a, s, "agents.spawn", `{"task":"third in the tree"}`)
+		if code(err) != "refused" || !strings.Contains(err.Error(), "the tree of "+child+" has spawned 2 children (agents.max_spawns_per_tree = 2)") ||
+			!strings.Contains(err.Error(), "does not reset") {
+			t.Fatalf("a third spawn in %s's tree by %s: %v", child, s, err)
+		}
+	}
+	if _, err := call(t, a, "default", "agents.spawn", `{"task":"a new tree"}`); err != nil {
+		t.Fatalf("the root's spawn starts a new tree: %v", err)
 	}
 }
