@@ -245,3 +245,37 @@ func TestCellReadsSpend(t *testing.T) {
 		t.Fatalf("the daily cap after the cell: %+v, %v", caps.Spend, err)
 	}
 }
+
+// agents.max_spawns_per_day through the daemon: the second spawn of the
+// day is refused, naming the cap and the next midnight of [spend]
+// time_zone.
+func TestSpawnsPerDayRefusedThroughTheDaemon(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "await agents.spawn(task='one')\n" +
+		"try:\n    await agents.spawn(task='two')\n    print('SPAWNED')\nexcept Exception as e:\n    print('REFUSED', e)\n" +
+		"await runtime.wait(None)"}}})
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Calls: []modeltest.Call{{ID: "w", Code: "await runtime.wait(None)"}}}
+	})
+	a := startAgentsAgent(t, model, "[agents]\nmax_spawns_per_day = 1\n[spend]\ntime_zone = \"UTC\"\n")
+	a.send("fan out")
+	now := time.Now().UTC()
+	midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+	a.eventually("the second spawn's outcome is recorded", func() bool {
+		for _, r := range a.kinds(store.LaneCell, "cell.finished") {
+			if strings.Contains(string(r.Content), "REFUSED") || strings.Contains(string(r.Content), "SPAWNED") {
+				return true
+			}
+		}
+		return false
+	})
+	var out string
+	for _, r := range a.kinds(store.LaneCell, "cell.finished") {
+		out += string(r.Content)
+	}
+	if !strings.Contains(out, "REFUSED") || !strings.Contains(out, "agents.max_spawns_per_day = 1") ||
+		!strings.Contains(out, "resets "+midnight.Format("2006-01-02 15:04 MST")) {
+		t.Fatalf("the second spawn of the day: %s", out)
+	}
+}
