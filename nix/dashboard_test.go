@@ -278,6 +278,9 @@ func registryScrape(t *testing.T) []byte {
 	}
 	n := 7
 	m.ObserveModel("main", "ok", provider.Usage{PromptTokens: &n, CompletionTokens: &n, CacheReadTokens: &n, CacheWriteTokens: &n})
+	// The spend meter's metrics, as a daemon whose agent runs exposes them.
+	spent := m.WatchSpend(func() metrics.SpendState { return metrics.SpendState{DayUSD: 0.5, Warned: []string{"daily_usd"}, Held: 1} })
+	spent("main", "turn", 0.01, 14)
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	return get200(t, srv.URL)

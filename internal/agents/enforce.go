@@ -129,7 +129,18 @@ func (l limit) String() string {
 	if l.owner != "" {
 		key += " of " + l.owner
 	}
-	return fmt.Sprintf("%s %s%s of %s%s (%s)", l.what, num(l.used), l.unit, num(l.limit), l.unit, key)
+	return fmt.Sprintf("%s %s of %s (%s)", l.what, l.amount(l.used), l.amount(l.limit), key)
+}
+
+// usdUnit is the unit of a limit in dollars (budget.usd).
+const usdUnit = " USD"
+
+// amount is f in l's unit: dollars to the cent's hundredth, else as num.
+func (l limit) amount(f float64) string {
+	if l.unit == usdUnit {
+		return fmt.Sprintf("%.4g%s", f, l.unit)
+	}
+	return num(f) + l.unit
 }
 
 func num(f float64) string {
@@ -212,8 +223,15 @@ func (a *Agents) limits(ctx context.Context, session string, j store.Job, usage 
 	if wall, key := a.wall(b); wall > 0 && j.StartedAt != nil {
 		out = append(out, limit{what: "wall time", key: key, used: a.cfg.Clock().Sub(*j.StartedAt).Seconds(), limit: wall.Seconds(), unit: "s"})
 	}
-	if !usage || (b.Tokens == nil && b.ModelRequests == nil) {
+	if !usage || (b.Tokens == nil && b.ModelRequests == nil && b.USD == nil) {
 		return out, nil
+	}
+	if b.USD != nil {
+		usd, err := a.cfg.Store.SubtreeSpendUSD(ctx, session)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, limit{what: "spend", key: "budget.usd", used: usd, limit: *b.USD, unit: usdUnit})
 	}
 	u, err := a.cfg.Store.SessionUsage(ctx, session)
 	if err != nil {
@@ -278,6 +296,9 @@ func (a *Agents) budgetNote(raw json.RawMessage) string {
 	if b.ModelRequests != nil {
 		parts = append(parts, fmt.Sprintf("%d model requests", *b.ModelRequests))
 	}
+	if b.USD != nil {
+		parts = append(parts, fmt.Sprintf("%.4g USD of model requests", *b.USD))
+	}
 	if d, _ := a.wall(b); d > 0 {
 		parts = append(parts, fmt.Sprintf("%s of wall time from now", d.Round(time.Second)))
 	}
@@ -298,7 +319,11 @@ func (a *Agents) exhaust(ctx context.Context, session, by string, j store.Job, l
 		reason += ", its children's use included"
 		when = "the next model request of " + by + ", under it"
 	}
-	res, _ := json.Marshal(map[string]any{"budget_exhausted": l.key, "used": math.Round(l.used*10) / 10, "limit": l.limit,
+	used := math.Round(l.used*10) / 10
+	if l.unit == usdUnit {
+		used = math.Round(l.used*1e6) / 1e6
+	}
+	res, _ := json.Marshal(map[string]any{"budget_exhausted": l.key, "used": used, "limit": l.limit,
 		"note": fmt.Sprintf("child %d was ended before %s: %s", j.ID, when, reason)})
 	if _, err := a.endTree(ctx, session, store.JobFailed, res, reason, "budget exhausted", true); err != nil && !errors.Is(err, store.ErrJobState) {
 		return err

@@ -129,14 +129,18 @@ func (a *Agents) narrowBudget(ctx context.Context, links []link, b budget.Budget
 		for _, lim := range ls {
 			left := lim.limit - lim.used
 			spent := left < 1
-			if lim.unit == "s" {
+			switch lim.unit {
+			case "s":
 				left = math.Floor(left*10) / 10
+				spent = left <= 0
+			case usdUnit:
+				left = math.Floor(left*1e6) / 1e6
 				spent = left <= 0
 			}
 			if spent {
 				return b, &worker.RequestError{Code: "refused", Message: fmt.Sprintf(
 					"agents.spawn: refused: %s of %s is spent (%s %s of %s, its children's use included): it has nothing left to give a child; "+
-						"finish with what you have", lim.key, l.session, lim.what, num(lim.used)+lim.unit, num(lim.limit)+lim.unit)}
+						"finish with what you have", lim.key, l.session, lim.what, lim.amount(lim.used), lim.amount(lim.limit))}
 			}
 			var rem budget.Budget
 			switch lim.what {
@@ -148,6 +152,8 @@ func (a *Agents) narrowBudget(ctx context.Context, links []link, b budget.Budget
 				rem.ModelRequests = &n
 			case "wall time":
 				rem.WallSeconds = &left
+			case "spend":
+				rem.USD = &left
 			}
 			b = b.Narrow(rem)
 		}

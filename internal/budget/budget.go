@@ -22,10 +22,14 @@ type Budget struct {
 	WallSeconds *float64 `json:"wall_seconds,omitempty" toml:"wall_seconds"`
 	// ModelRequests bounds the number of the child's model requests.
 	ModelRequests *int64 `json:"model_requests,omitempty" toml:"model_requests"`
+	// USD bounds the cost of the child's model requests, as the spend
+	// ledger records them (the provider's reported cost, else the route's
+	// price; an unpriced route adds nothing).
+	USD *float64 `json:"usd,omitempty" toml:"usd"`
 }
 
 // Keys are the keys a budget takes, in their order.
-var Keys = []string{"tokens", "wall_seconds", "model_requests"}
+var Keys = []string{"tokens", "wall_seconds", "model_requests", "usd"}
 
 // Upper bounds of a budget's values (a typo of many zeros is refused
 // rather than read as "unbounded").
@@ -33,10 +37,12 @@ const (
 	MaxTokens      = 1_000_000_000_000
 	MaxWallSeconds = 366 * 24 * 3600
 	MaxRequests    = 1_000_000_000
+	MaxUSD         = 1_000_000
 )
 
 // Parse decodes a budget object: exactly the keys tokens (int > 0),
-// wall_seconds (number > 0) and model_requests (int > 0), each optional;
+// wall_seconds (number > 0), model_requests (int > 0) and usd (number > 0),
+// each optional;
 // null or empty is no budget. An error names the key ("budget.tokens: …").
 func Parse(raw json.RawMessage) (Budget, error) {
 	var b Budget
@@ -69,19 +75,33 @@ func Parse(raw json.RawMessage) (Budget, error) {
 			}
 			b.ModelRequests = &n
 		case "wall_seconds":
-			var f float64
-			if t := bytes.TrimSpace(v); len(t) == 0 || (t[0] != '-' && (t[0] < '0' || t[0] > '9')) || json.Unmarshal(t, &f) != nil {
-				return Budget{}, fmt.Errorf("budget.wall_seconds: must be a number > 0")
-			}
-			if math.IsNaN(f) || f <= 0 || f > MaxWallSeconds {
-				return Budget{}, fmt.Errorf("budget.wall_seconds: must be a number > 0 and at most %d", MaxWallSeconds)
+			f, err := positiveNumber(v, MaxWallSeconds)
+			if err != nil {
+				return Budget{}, fmt.Errorf("budget.wall_seconds: %v", err)
 			}
 			b.WallSeconds = &f
+		case "usd":
+			f, err := positiveNumber(v, MaxUSD)
+			if err != nil {
+				return Budget{}, fmt.Errorf("budget.usd: %v", err)
+			}
+			b.USD = &f
 		default:
 			return Budget{}, fmt.Errorf("budget: %s is not a budget key; the keys are %s", clipKey(k), strings.Join(Keys, ", "))
 		}
 	}
 	return b, nil
+}
+
+func positiveNumber(v json.RawMessage, limit float64) (float64, error) {
+	var f float64
+	if t := bytes.TrimSpace(v); len(t) == 0 || (t[0] != '-' && (t[0] < '0' || t[0] > '9')) || json.Unmarshal(t, &f) != nil {
+		return 0, fmt.Errorf("must be a number > 0")
+	}
+	if math.IsNaN(f) || f <= 0 || f > limit {
+		return 0, fmt.Errorf("must be a number > 0 and at most %d", int64(limit))
+	}
+	return f, nil
 }
 
 func positiveInt(v json.RawMessage, limit int64) (int64, error) {
@@ -114,12 +134,12 @@ func clipKey(k string) string {
 // narrowed by a spawn's never grows.)
 func (b Budget) Narrow(o Budget) Budget {
 	return Budget{Tokens: minPtr(b.Tokens, o.Tokens), WallSeconds: minPtr(b.WallSeconds, o.WallSeconds),
-		ModelRequests: minPtr(b.ModelRequests, o.ModelRequests)}
+		ModelRequests: minPtr(b.ModelRequests, o.ModelRequests), USD: minPtr(b.USD, o.USD)}
 }
 
 // IsZero reports whether b bounds nothing.
 func (b Budget) IsZero() bool {
-	return b.Tokens == nil && b.WallSeconds == nil && b.ModelRequests == nil
+	return b.Tokens == nil && b.WallSeconds == nil && b.ModelRequests == nil && b.USD == nil
 }
 
 // JSON is b as the job records it ({} when it bounds nothing).
@@ -151,6 +171,9 @@ func (b Budget) Check(prefix string) error {
 	}
 	if b.ModelRequests != nil && (*b.ModelRequests <= 0 || *b.ModelRequests > MaxRequests) {
 		return fmt.Errorf("%smodel_requests = %d: must be an integer > 0 and at most %d", prefix, *b.ModelRequests, int64(MaxRequests))
+	}
+	if b.USD != nil && (math.IsNaN(*b.USD) || *b.USD <= 0 || *b.USD > MaxUSD) {
+		return fmt.Errorf("%susd = %v: must be a number > 0 and at most %d", prefix, *b.USD, int64(MaxUSD))
 	}
 	return nil
 }

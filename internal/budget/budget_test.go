@@ -34,6 +34,10 @@ func TestParse(t *testing.T) {
 		{`{"wall_seconds": null}`, "budget.wall_seconds"},
 		{`{"wall_seconds": 1e9}`, "budget.wall_seconds"},
 		{`{"tokens": 5, "cost": 3}`, `budget: "cost" is not a budget key; the keys are tokens, wall_seconds, model_requests`},
+		{`{"usd": 0}`, "budget.usd: must be a number > 0"},
+		{`{"usd": -0.5}`, "budget.usd"},
+		{`{"usd": "1"}`, "budget.usd"},
+		{`{"usd": 1e7}`, "budget.usd"},
 		{`[1]`, "budget is a dict"},
 		{`"big"`, "budget is a dict"},
 	} {
@@ -45,6 +49,20 @@ func TestParse(t *testing.T) {
 
 // Narrow keeps the tighter value of each key; a key set on one side only
 // keeps that side's.
+func TestUSD(t *testing.T) {
+	b, err := Parse(json.RawMessage(`{"usd": 0.1, "tokens": 50}`))
+	if err != nil || *b.USD != 0.1 || string(b.JSON()) != `{"tokens":50,"usd":0.1}` {
+		t.Fatalf("%+v, %v", b, err)
+	}
+	f := func(n float64) *float64 { return &n }
+	if got := (Budget{USD: f(0.5)}).Narrow(Budget{USD: f(0.1)}); *got.USD != 0.1 || got.IsZero() {
+		t.Fatalf("narrowed %s", got.JSON())
+	}
+	if err := (Budget{USD: f(-1)}).Check("profile x budget."); err == nil || !strings.Contains(err.Error(), "profile x budget.usd") {
+		t.Fatalf("check: %v", err)
+	}
+}
+
 func TestNarrow(t *testing.T) {
 	i := func(n int64) *int64 { return &n }
 	f := func(n float64) *float64 { return &n }

@@ -141,6 +141,8 @@ func printSessions(g *globals, ss []api.SessionStatus) {
 				fmt.Fprintf(g.env.Stdout, "%s retrying by itself %s (%d failed in a row); last error at %s", s.ID, next, r.InARow, r.LastErrorAt.Local().Format(time.DateTime))
 			case "waiting_for_slot":
 				fmt.Fprintf(g.env.Stdout, "%s waits for a model request slot since %s", s.ID, r.NextAt.Local().Format(time.DateTime))
+			case "spend_cap":
+				fmt.Fprintf(g.env.Stdout, "%s holds its next model request since %s", s.ID, r.LastErrorAt.Local().Format(time.DateTime))
 			default:
 				fmt.Fprintf(g.env.Stdout, "%s backing off: the next input starts an attempt %s (%d in a row); last at %s", s.ID, next, r.InARow, r.LastErrorAt.Local().Format(time.DateTime))
 			}

@@ -409,6 +409,8 @@ func TestParseErrors(t *testing.T) {
 		{"agents descendants negative", "[agents]\nmax_descendants = -1\n", 2, 1, "agents.max_descendants", "-1 is out of range 1..10000"},
 		{"agents tree tokens negative", "[agents]\nmax_tree_tokens = -1\n", 2, 1, "agents.max_tree_tokens", "-1 is out of range 1..1000000000000"},
 		{"agents tree tokens too many", "[agents]\nmax_tree_tokens = 1000000000001\n", 2, 1, "agents.max_tree_tokens", "out of range"},
+		{"agents spawns per day negative", "[agents]\nmax_spawns_per_day = -1\n", 2, 1, "agents.max_spawns_per_day", "-1 is out of range 0..100000"},
+		{"agents spawns per tree too many", "[agents]\nmax_spawns_per_tree = 100001\n", 2, 1, "agents.max_spawns_per_tree", "out of range"},
 		{"agents child wall too long", "[agents]\nmax_child_wall_seconds = 31622401\n", 2, 1, "agents.max_child_wall_seconds", "31622401 is out of range 1..31622400"},
 		{"agents one model slot", "[agents]\nmodel_slots = 1\n", 2, 1, "agents.model_slots", "1 is out of range 2..256: one slot is kept for roots"},
 		{"agents too many model slots", "[agents]\nmodel_slots = 257\n", 2, 1, "agents.model_slots", "out of range 2..256"},

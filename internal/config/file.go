@@ -99,6 +99,14 @@ type Agents struct {
 	// sessions; children hold at most ModelSlots-1, so one is always free
 	// for a root. 2..256.
 	ModelSlots int `toml:"model_slots"`
+	// MaxSpawnsPerTree bounds the children spawned under one child of a
+	// root (that child's whole subtree, finished ones included); it does
+	// not reset. 0: none; 1..100000.
+	MaxSpawnsPerTree int `toml:"max_spawns_per_tree"`
+	// MaxSpawnsPerDay bounds the children spawned in a day of [spend]
+	// time_zone, of all trees; it resets at midnight there. 0: none;
+	// 1..100000.
+	MaxSpawnsPerDay int `toml:"max_spawns_per_day"`
 }
 
 // Defaults of [agents].
@@ -109,6 +117,7 @@ const (
 	DefaultAgentsMaxTreeTokens  = 10_000_000 // five attempts at agent.max_tokens's default
 	DefaultAgentsMaxChildWall   = 3600
 	DefaultAgentsModelSlots     = 4
+	MaxSpawnsCap                = 100_000 // agents.max_spawns_per_tree and _per_day
 )
 
 // Resolved returns a with each omitted (zero) field at its default.

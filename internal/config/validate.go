@@ -339,6 +339,14 @@ func (v *validator) agents(given *Agents) {
 	if a.MaxTreeTokens < 1 || a.MaxTreeTokens > 1_000_000_000_000 {
 		v.fail("agents.max_tree_tokens", fmt.Sprintf("%d is out of range 1..1000000000000", a.MaxTreeTokens), "agents")
 	}
+	for _, c := range []struct {
+		key string
+		n   int
+	}{{"agents.max_spawns_per_tree", a.MaxSpawnsPerTree}, {"agents.max_spawns_per_day", a.MaxSpawnsPerDay}} {
+		if c.n < 0 || c.n > MaxSpawnsCap {
+			v.fail(c.key, fmt.Sprintf("%d is out of range 0..%d (0: no cap)", c.n, MaxSpawnsCap), "agents")
+		}
+	}
 	if a.ModelSlots < 2 || a.ModelSlots > 256 {
 		v.fail("agents.model_slots", fmt.Sprintf("%d is out of range 2..256: one slot is kept for roots, so children need at least a second", a.ModelSlots), "agents")
 	}

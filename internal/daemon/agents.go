@@ -26,7 +26,7 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 	acfg := agents.Config{Store: d.store, Jobs: d.jobs, Clock: d.clock, Tree: tree, Workspaces: d.bench.Config().Workspaces,
 		GrantRef: d.history(cfg).GrantRef, Log: d.log.With("component", "agents"),
 		Limits: store.ChildLimits{MaxDepth: l.MaxDepth, MaxDescendants: l.MaxDescendants, MaxConcurrent: l.MaxConcurrent,
-			MaxTreeTokens: l.MaxTreeTokens},
+			MaxTreeTokens: l.MaxTreeTokens, MaxSpawnsPerTree: l.MaxSpawnsPerTree, MaxSpawnsPerDay: l.MaxSpawnsPerDay, Day: d.spawnDay(cfg)},
 		MaxChildWall: time.Duration(l.MaxChildWallSeconds) * time.Second,
 		// A profile's routes must be configured in the running klbr.toml.
 		Routes: func(names ...string) error {

@@ -268,6 +268,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	ctlSrv := ctl.HTTPServer()
 	if d.bench != nil {
 		d.bench.SetOps("history.", history.NewOps(d.history(cfg)))
+		d.spendOps(cfg)
 	}
 	token, err := setup.ReadToken(setup.TokenFile(dir))
 	if err != nil {

@@ -49,6 +49,32 @@ func (d *daemon) startSpend(ctx context.Context, cfg *config.Config, m *metrics.
 	return nil
 }
 
+// spendOps serves cells the ledger and the caps, read-only (from klbr
+// import spend): spend.summary.
+func (d *daemon) spendOps(cfg *config.Config) {
+	loc, err := cfg.File.Spend.Location()
+	if err != nil {
+		d.log.Warn("cells cannot read the spend ledger", "error", err)
+		return
+	}
+	d.bench.SetOps("spend.", spend.NewOps(d.store, loc, d.meter))
+}
+
+// spawnDay is the day agents.max_spawns_per_day counts in: [spend]
+// time_zone's, as the spend caps' (the host's local time when it does
+// not load).
+func (d *daemon) spawnDay(cfg *config.Config) func() (time.Time, time.Time) {
+	loc, err := cfg.File.Spend.Location()
+	if err != nil {
+		loc = time.Local
+	}
+	return func() (time.Time, time.Time) {
+		t := d.clock().In(loc)
+		s := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, loc)
+		return s, s.AddDate(0, 0, 1)
+	}
+}
+
 // spendWarning writes the one notice of a cap past warn_at, in each root
 // session (not shown to the model), and logs it.
 func (d *daemon) spendWarning(cap string, used, limit float64) {

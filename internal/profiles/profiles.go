@@ -97,7 +97,7 @@ func Parse(name string, b []byte) (Profile, error) {
 			for i := range strict.Errors {
 				keys = append(keys, strings.Join(strict.Errors[i].Key(), "."))
 			}
-			return Profile{}, fmt.Errorf("%w: unknown key %s (known: description, instructions, route, fallback, [budget] tokens/wall_seconds/model_requests, delegate, workspace)",
+			return Profile{}, fmt.Errorf("%w: unknown key %s (known: description, instructions, route, fallback, [budget] tokens/wall_seconds/model_requests/usd, delegate, workspace)",
 				ErrInvalid, strings.Join(keys, ", "))
 		}
 		var de *toml.DecodeError

@@ -21,6 +21,7 @@ workspace = "read_only"
 tokens = 200000
 wall_seconds = 600
 model_requests = 40
+usd = 0.5
 `
 
 func TestParseFull(t *testing.T) {
@@ -32,7 +33,7 @@ func TestParseFull(t *testing.T) {
 		!slices.Equal(p.Routes(), []string{"cheap", "main"}) || !slices.Equal(p.Delegate, []string{"local.send"}) || p.Workspace != "read_only" {
 		t.Fatalf("%+v", p)
 	}
-	if *p.Budget.Tokens != 200000 || *p.Budget.WallSeconds != 600 || *p.Budget.ModelRequests != 40 {
+	if *p.Budget.Tokens != 200000 || *p.Budget.WallSeconds != 600 || *p.Budget.ModelRequests != 40 || p.Budget.USD == nil || *p.Budget.USD != 0.5 {
 		t.Fatalf("budget %+v", p.Budget)
 	}
 	p, err = Parse("plain", []byte(`description = "x"`))
@@ -52,6 +53,7 @@ func TestParseRefusals(t *testing.T) {
 		{"ok", "description = \"d\"\n[budget]\nwall_seconds = inf", "wall_seconds = +Inf"},
 		{"ok", "description = \"d\"\n[budget]\nwall_seconds = nan", "wall_seconds = NaN"},
 		{"ok", "description = \"d\"\n[budget]\nmodel_requests = 0", "model_requests = 0"},
+		{"ok", "description = \"d\"\n[budget]\nusd = -1", "[budget] usd = -1"},
 		{"ok", "description = \"d\"\nfallback = [\"x\"]", "fallback without route"},
 		{"ok", "description = \"d\"\nroute = \"a\"\nfallback = [\"a\"]", `route "a" is named twice`},
 		{"ok", "description = \"d\"\nroute = \"a b\"", `"a b" is not a route name`},

@@ -3,10 +3,16 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 )
+
+// ErrNotSent is wrapped by an error that ended a request before it left
+// the host (it waited at a spend cap until its context ended): the request
+// cost nothing and is no row of the spend ledger.
+var ErrNotSent = errors.New("request not sent")
 
 // Message is one chat message as sent to the route.
 type Message struct {

@@ -2,6 +2,7 @@ package spend
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/klbr-dev/klbr/internal/provider"
 )
@@ -27,7 +28,7 @@ func (w *metered) Complete(ctx context.Context, req provider.Request) (*provider
 	}
 	res, err := w.m.Reserve(ctx, req.Meta.Session, w.route, EstimatePrompt(req), req.MaxTokens)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", provider.ErrNotSent, err)
 	}
 	resp, err := w.c.Complete(ctx, req)
 	var usd *float64

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // A child agent is a session whose parent_id names the session that
@@ -27,6 +28,14 @@ type ChildLimits struct {
 	MaxDescendants int   // sessions under the root, finished ones included
 	MaxConcurrent  int   // running children of one parent
 	MaxTreeTokens  int64 // model tokens of all the root's descendants, summed
+	// MaxSpawnsPerTree bounds the children under one child of a root
+	// (its subtree, finished ones included): agents.max_spawns_per_tree.
+	MaxSpawnsPerTree int
+	// MaxSpawnsPerDay bounds the child jobs created since Day's start:
+	// agents.max_spawns_per_day.
+	MaxSpawnsPerDay int
+	// Day returns the current day's start and end (the caps' time zone).
+	Day func() (start, end time.Time)
 }
 
 // NewChild is a child to spawn.
@@ -177,6 +186,9 @@ func (t *Tx) SpawnChild(c NewChild) (Spawned, error) {
 		if u.Tokens >= l.MaxTreeTokens {
 			return Spawned{}, fmt.Errorf("%w: the tree of %s has spent %d of %d tokens (agents.max_tree_tokens)", ErrChildBudget, root, u.Tokens, l.MaxTreeTokens)
 		}
+	}
+	if err := t.spawnCaps(c.Parent, depth, l); err != nil {
+		return Spawned{}, err
 	}
 	if l.MaxConcurrent > 0 {
 		var n int
@@ -394,4 +406,41 @@ func (s *Store) RunningChildJobs(ctx context.Context) ([]Job, error) {
 		return nil, fmt.Errorf("running children: %w", err)
 	}
 	return scanJobs(rows, "running children")
+}
+
+// spawnCaps refuses a spawn by parent (at depth) past the fan-out caps,
+// counted from the child jobs in the store: each says which cap and when
+// it resets.
+func (t *Tx) spawnCaps(parent string, depth int, l ChildLimits) error {
+	if l.MaxSpawnsPerDay > 0 && l.Day != nil {
+		start, end := l.Day()
+		var n int
+		if err := t.queryRow(`SELECT count(*) FROM jobs WHERE kind = 'child' AND created_at >= ?`, start.UnixMilli()).Scan(&n); err != nil {
+			return fmt.Errorf("spawn: %w", err)
+		}
+		if n >= l.MaxSpawnsPerDay {
+			return fmt.Errorf("%w: %d children were spawned today, since %s (agents.max_spawns_per_day = %d); it resets %s: finish with the children you have",
+				ErrChildBudget, n, start.Format("2006-01-02 15:04 MST"), l.MaxSpawnsPerDay, end.Format("2006-01-02 15:04 MST"))
+		}
+	}
+	if l.MaxSpawnsPerTree > 0 && depth > 0 {
+		// The tree is the subtree of the root's child parent is under.
+		top := parent
+		for range depth - 1 {
+			s, err := t.Session(top)
+			if err != nil {
+				return fmt.Errorf("spawn: %w", err)
+			}
+			top = s.ParentID
+		}
+		var n int
+		if err := t.queryRow(descendantsQuery, top).Scan(&n); err != nil {
+			return fmt.Errorf("spawn: %w", err)
+		}
+		if n >= l.MaxSpawnsPerTree {
+			return fmt.Errorf("%w: the tree of %s has spawned %d children (agents.max_spawns_per_tree = %d); it does not reset: finish with the children you have",
+				ErrChildBudget, top, n, l.MaxSpawnsPerTree)
+		}
+	}
+	return nil
 }

@@ -163,3 +163,17 @@ func (s *Store) SpendCaps(ctx context.Context) (map[string]float64, error) {
 	}
 	return out, rows.Err()
 }
+
+// SubtreeSpendUSD sums the ledger's cost of session's model requests and
+// of every session under it (a child's budget.usd covers its subtree).
+func (s *Store) SubtreeSpendUSD(ctx context.Context, session string) (float64, error) {
+	var usd float64
+	err := s.rdb.QueryRowContext(ctx, `WITH RECURSIVE down(id, depth) AS (
+		SELECT ?, 0
+		UNION ALL SELECT s.id, down.depth + 1 FROM sessions s JOIN down ON s.parent_id = down.id WHERE down.depth < 1000)
+	SELECT COALESCE(SUM(sp.cost_usd), 0) FROM spend sp JOIN down ON sp.session_id = down.id`, session).Scan(&usd)
+	if err != nil {
+		return 0, fmt.Errorf("subtree spend of %s: %w", session, err)
+	}
+	return usd, nil
+}

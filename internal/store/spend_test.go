@@ -189,3 +189,30 @@ func TestSpendLedgerMatchesStepsAfterSIGKILL(t *testing.T) {
 		t.Fatalf("SpendSince %+v, %v; want %d tokens", total, err, stepTokens)
 	}
 }
+
+// A step that ended before its request left the host (interrupted while
+// it waited at a spend cap) cost nothing and is no request: it has no
+// ledger row. A sent request that failed without usage still has one.
+func TestUnsentStepHasNoLedgerRow(t *testing.T) {
+	s := newStore(t)
+	mustWrite(t, s, func(tx *Tx) error {
+		attempt, _, err := tx.StartAttempt(NewAttempt{Session: "default", WakeReason: "input"})
+		if err != nil {
+			return err
+		}
+		for i, st := range []StepResult{
+			{State: "interrupted", Error: "new input", Route: "main", NotSent: true},
+			{State: "failed", Error: "502", Route: "main"},
+		} {
+			st.Session, st.Attempt, st.Ordinal, st.Started = "default", attempt, i+1, time.Now()
+			if _, err := tx.RecordStep(st); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	total, err := s.SpendSince(t.Context(), time.Time{})
+	if err != nil || total.Requests != 1 || total.Unpriced != 1 {
+		t.Fatalf("ledger %+v, %v; want the failed request only", total, err)
+	}
+}

@@ -204,6 +204,10 @@ type StepResult struct {
 	// with the step.
 	CostUSD    *float64
 	CostSource string
+	// NotSent marks a step whose request ended before it left the host
+	// (e.g. interrupted while it waited at a spend cap): it cost nothing
+	// and has no ledger row.
+	NotSent bool
 }
 
 // scratchpad is the record of a step's model output.
@@ -262,10 +266,12 @@ func (t *Tx) RecordStep(r StepResult) (int64, error) {
 		return 0, fmt.Errorf("record step: %w", err)
 	}
 	stepID, _ := res.LastInsertId()
-	if err := t.RecordSpend(SpendEntry{Session: r.Session, Route: r.Route, Purpose: "turn", Prompt: deref(r.Usage.Prompt),
-		Completion: deref(r.Usage.Completion), CacheRead: deref(r.Usage.CacheRead), CacheWrite: deref(r.Usage.CacheWrite),
-		CostUSD: r.CostUSD, CostSource: r.CostSource}, stepID); err != nil {
-		return 0, err
+	if !r.NotSent { // no request left the host: no ledger row
+		if err := t.RecordSpend(SpendEntry{Session: r.Session, Route: r.Route, Purpose: "turn", Prompt: deref(r.Usage.Prompt),
+			Completion: deref(r.Usage.Completion), CacheRead: deref(r.Usage.CacheRead), CacheWrite: deref(r.Usage.CacheWrite),
+			CostUSD: r.CostUSD, CostSource: r.CostSource}, stepID); err != nil {
+			return 0, err
+		}
 	}
 	if r.Text != "" || r.Reasoning != "" || len(r.Calls) > 0 {
 		calls := r.Calls

@@ -518,7 +518,7 @@ func answeredBy(route string, resp *provider.Response, err error) string {
 // anything in it runs.
 func (r *runner) recordStep(ctx context.Context, a *attempt, started time.Time, resp *provider.Response, reqErr, cause error, raw int) (int64, error) {
 	res := store.StepResult{Session: r.session, Attempt: a.id, Ordinal: a.steps, Started: started,
-		Route: answeredBy(r.l.live().Route, resp, reqErr), State: "completed", Estimated: raw}
+		Route: answeredBy(r.l.live().Route, resp, reqErr), State: "completed", Estimated: raw, NotSent: errors.Is(reqErr, provider.ErrNotSent)}
 	if resp != nil && resp.Usage.PromptTokens != nil && reqErr == nil && res.Route == r.l.live().Route {
 		// The estimate is calibrated against the agent's own route; a
 		// fallback's counts would skew it.

@@ -21,6 +21,8 @@
 - ``klbr.code``: ``open`` (a parsed source snapshot with ``symbols``),
   symbol ``replace_declaration``/``replace_body`` patches with ``diff`` and a
   checked ``apply``, raw ``query``, best-effort ``references``.
+- ``klbr.spend``: ``summary`` (what model requests cost, against the caps;
+  read-only; ``from klbr import spend``, not bound by the prelude).
 
 ``PRELUDE_MODULES`` are bound by name in every cell. All of it is a thin facade
 over ``klbr._sdk``; klbr.behavior and klbr.hooks load ``klbr._behavior`` on
@@ -29,10 +31,11 @@ first use, and klbr.skills reads its file on first use.
 
 from ._sdk import SDK_VERSION as __version__
 from ._sdk import DraftEscape, HostError, NoExecutionScope, WorkspaceEscape, Yielded
-from . import agents, behavior, code, discord, history, hooks, host, jobs, local, runtime, skills, workspace
+from . import agents, behavior, code, discord, history, hooks, host, jobs, local, runtime, skills, spend, workspace
 
 PRELUDE_MODULES = ("local", "runtime", "workspace", "behavior", "hooks", "skills", "discord", "history", "jobs", "code",
                    "agents")
 
 __all__ = ["DraftEscape", "HostError", "NoExecutionScope", "WorkspaceEscape", "Yielded",
-           "PRELUDE_MODULES", "agents", "behavior", "code", "discord", "history", "hooks", "host", "jobs", "local", "runtime", "skills", "workspace"]
+           "PRELUDE_MODULES", "agents", "behavior", "code", "discord", "history", "hooks", "host", "jobs", "local", "runtime", "skills", "spend",
+           "workspace"]
