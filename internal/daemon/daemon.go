@@ -191,14 +191,17 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	} else if err := d.bootBehavior(ctx, cfg, m); err != nil {
 		return fmt.Errorf("serve: behavior: %w", err)
 	}
+	if err := d.startHosts(cfg); err != nil {
+		return fmt.Errorf("serve: hosts: %w", err)
+	}
+	if d.hosts != nil {
+		defer d.hosts.Close() // after the jobs (defers run last first)
+	}
 	if err := d.startJobs(ctx, cfg, m); err != nil {
 		return fmt.Errorf("serve: jobs: %w", err)
 	}
 	if d.jobs != nil {
 		defer d.jobs.Close()
-	}
-	if d.hosts != nil {
-		defer d.hosts.Close() // after the jobs (defers run last first)
 	}
 	d.agents = d.newAgents(cfg)
 	if d.agents != nil {
@@ -232,6 +235,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		}
 	} else {
 		ctl.WithWorkbench(nil, d.benchErr)
+	}
+	if d.hosts != nil {
+		ctl.WithHosts(d.hosts)
 	}
 	ctlSrv := ctl.HTTPServer()
 	if d.bench != nil {

@@ -64,6 +64,7 @@ type Server struct {
 	history    *history.Reader // nil: no history endpoints
 	compact    Compacter       // nil: no manual compaction
 	jobs       Jobs            // nil: jobs cannot be cancelled here
+	hosts      Hosts           // nil: no worker hosts
 	browser    func() string   // the browser URL with the token; nil until set
 	rotate     func() error    // replaces the operator token; nil: not offered
 	log        *slog.Logger
@@ -152,6 +153,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{session}/reset", s.handleReset)
 	s.routeHistory(mux)
 	s.routeJobs(mux)
+	s.routeHosts(mux)
 	s.routeUsage(mux)
 	mux.HandleFunc("GET /v1/sessions/{session}/items", s.handleItems)
 	mux.HandleFunc("POST /v1/items/{item}/mark", s.handleMark)
