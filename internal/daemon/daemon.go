@@ -191,7 +191,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	} else if err := d.bootBehavior(ctx, cfg, m); err != nil {
 		return fmt.Errorf("serve: behavior: %w", err)
 	}
-	if err := d.startHosts(cfg); err != nil {
+	if err := d.startHosts(cfg, m); err != nil {
 		return fmt.Errorf("serve: hosts: %w", err)
 	}
 	if d.hosts != nil {
