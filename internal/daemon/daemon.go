@@ -383,10 +383,10 @@ func (d *daemon) drain(timeout time.Duration, ls *listeners, servers ...*http.Se
 		d.turns.Close() // a model request in flight is cut off and recorded as interrupted
 	}
 	if d.jobs != nil {
-		d.jobs.Close() // every job's tree is killed; the next start reconciles them by policy
+		d.jobs.Close() // every local job's tree is killed (the next start reconciles them by policy); a job on a worker host runs on and is reattached at the next start
 	}
 	if d.hosts != nil {
-		d.hosts.Close() // the SSH connections; no unit of a job remains (jobs.Close stopped them)
+		d.hosts.Close() // the SSH connections; units of jobs run on under their hosts' systemd
 	}
 	if d.bench != nil {
 		d.bench.Close()
