@@ -263,7 +263,8 @@ func liveScrape(t *testing.T) []byte {
 }
 
 // registryScrape is the daemon's metrics registry, in-process, after one
-// hook invocation of each outcome the dispatcher records.
+// hook invocation of each outcome the dispatcher records, with one worker
+// host.
 func registryScrape(t *testing.T) []byte {
 	t.Helper()
 	d := newDaemon(t)
@@ -279,8 +280,14 @@ func registryScrape(t *testing.T) []byte {
 	n := 7
 	m.ObserveModel("main", "ok", provider.Usage{PromptTokens: &n, CompletionTokens: &n, CacheReadTokens: &n, CacheWriteTokens: &n})
 	// The spend meter's metrics, as a daemon whose agent runs exposes them.
-	spent := m.WatchSpend(func() metrics.SpendState { return metrics.SpendState{DayUSD: 0.5, Warned: []string{"daily_usd"}, Held: 1} })
+	spent := m.WatchSpend(func() metrics.SpendState {
+		return metrics.SpendState{DayUSD: 0.5, Warned: []string{"daily_usd"}, Held: 1}
+	})
 	spent("main", "turn", 0.01, 14)
+	// A worker host, as the daemon reports [hosts.NAME] (the live daemon has none).
+	m.WatchHosts(func(context.Context) []metrics.HostState {
+		return []metrics.HostState{{Name: "gpu", Up: true, Units: map[string]int{"job": 1}, Waiting: 2}}
+	})
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	return get200(t, srv.URL)

@@ -71,7 +71,7 @@ func newRoot(env Env) *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newInit(g), newDoctor(g), serve, newStatus(g), newSend(g), newMaintain(g), newTail(g),
-		newDrain(g), newStop(g), newStart(g), newExec(g), newReset(g), newCompact(g), newHistory(g), newItems(g), newMark(g), newHeld(g), newDecide(g, true), newDecide(g, false), newReleases(g), newPublish(g), newActivate(g), newRollback(g), newOpen(g), newRoute(g), newJobs(g), newSessions(g),
+		newDrain(g), newStop(g), newStart(g), newExec(g), newReset(g), newCompact(g), newHistory(g), newItems(g), newMark(g), newHeld(g), newDecide(g, true), newDecide(g, false), newReleases(g), newPublish(g), newActivate(g), newRollback(g), newOpen(g), newRoute(g), newJobs(g), newHosts(g), newSessions(g),
 		newBackup(g), newRestore(g), newCheck(g), newGC(g), newImport(g), newHooks(g), newSpend(g), newReload(g))
 	return root
 }

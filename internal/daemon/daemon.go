@@ -218,14 +218,17 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	} else if err := d.bootBehavior(ctx, cfg, m); err != nil {
 		return fmt.Errorf("serve: behavior: %w", err)
 	}
+	if err := d.startHosts(cfg, m); err != nil {
+		return fmt.Errorf("serve: hosts: %w", err)
+	}
+	if d.hosts != nil {
+		defer d.hosts.Close() // after the jobs (defers run last first)
+	}
 	if err := d.startJobs(ctx, cfg, m); err != nil {
 		return fmt.Errorf("serve: jobs: %w", err)
 	}
 	if d.jobs != nil {
 		defer d.jobs.Close()
-	}
-	if d.hosts != nil {
-		defer d.hosts.Close() // after the jobs (defers run last first)
 	}
 	d.agents = d.newAgents(cfg)
 	if d.agents != nil {
@@ -265,6 +268,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		ctl.WithWorkbench(nil, d.benchErr)
 	}
 	ctl.WithReload(d.Reload)
+	if d.hosts != nil {
+		ctl.WithHosts(d.hosts)
+	}
 	ctlSrv := ctl.HTTPServer()
 	if d.bench != nil {
 		d.bench.SetOps("history.", history.NewOps(d.history(cfg)))
@@ -422,10 +428,10 @@ func (d *daemon) drain(timeout time.Duration, stopNow <-chan struct{}, ls *liste
 		d.turns.Close() // a model request in flight is cut off and recorded as interrupted
 	}
 	if d.jobs != nil {
-		d.jobs.Close() // every job's tree is killed; the next start reconciles them by policy
+		d.jobs.Close() // every local job's tree is killed (the next start reconciles them by policy); a job on a worker host runs on and is reattached at the next start
 	}
 	if d.hosts != nil {
-		d.hosts.Close() // the SSH connections; no unit of a job remains (jobs.Close stopped them)
+		d.hosts.Close() // the SSH connections; units of jobs run on under their hosts' systemd
 	}
 	if d.bench != nil {
 		d.bench.Close()

@@ -2,12 +2,10 @@ package daemon
 
 import (
 	"context"
-	"path/filepath"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/config"
-	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/jobs"
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/placement"
@@ -41,18 +39,7 @@ func (d *daemon) startJobs(ctx context.Context, cfg *config.Config, m *metrics.M
 	if d.hooks != nil {
 		jcfg.Plan = d.hooks.PlanJob
 	}
-	if len(cfg.File.Hosts) > 0 {
-		hs, err := hosts.FromConfig(cfg.File)
-		if err != nil {
-			return err
-		}
-		eng, err := hosts.New(hosts.Config{Hosts: hs, ControlDir: filepath.Join(cfg.Paths.DataDir, "ssh"),
-			Log: d.log.With("component", "hosts")})
-		if err != nil {
-			return err
-		}
-		d.hosts, jcfg.Hosts = eng, eng
-	}
+	jcfg.Hosts = d.hosts
 	mgr := jobs.New(jcfg)
 	if err := mgr.Start(ctx); err != nil {
 		return err

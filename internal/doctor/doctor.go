@@ -79,6 +79,7 @@ func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
 		checkDataDir(ctx, cfg.Paths.DataDir, add)
 		checkSkills(cfg.Paths, add)
 		checkProfiles(cfg, add)
+		checkHosts(ctx, cfg, add)
 		if k, err := worker.FindKernel(); err != nil {
 			add(Check{Name: "kernel", Detail: err.Error(), Fix: "build it beside klbr-core (make build)"})
 		} else {

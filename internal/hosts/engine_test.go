@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/hosttest"
+	"github.com/klbr-dev/klbr/internal/kernel"
 )
 
 // labEngine returns an engine that knows the booted host h as "lab".
@@ -150,9 +152,43 @@ func TestEngine(t *testing.T) {
 		if n, err := h.Accepted(); err != nil || n != 1 || e.Dials() != 1 {
 			t.Fatalf("sshd accepted %d connections (%v), the engine dialed %d; want 1", n, err, e.Dials())
 		}
+	})
+
+	t.Run("inspect reads systemd, klbr-kernel and its protocol, capacity and the klbr units", func(t *testing.T) {
+		kern := filepath.Join(h.BinDir, "klbr-kernel")
 		info := e.Inspect(ctx, "lab")
-		if !info.Reachable || !strings.HasPrefix(info.Systemd, "systemd ") || info.CPUs < 1 || info.MemoryBytes <= 0 {
+		if !info.Reachable || info.SystemdVersion < MinSystemd || info.CPUs < 1 || info.MemoryBytes <= 0 || info.Kernel != "" {
 			t.Fatalf("inspect: %+v", info)
+		}
+		if p := info.Problems(); len(p) != 1 || !p[0].Warn || !strings.Contains(p[0].What, "no klbr-kernel") {
+			t.Fatalf("without klbr-kernel on the host: %+v", p)
+		}
+		// Something of that name that does not say its protocol.
+		if err := os.WriteFile(kern, []byte("#!/bin/sh\necho 'usage: klbr-kernel -- ARGV' >&2; exit 2\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		info = e.Inspect(ctx, "lab")
+		if p := info.Problems(); info.Kernel != kern || len(p) != 1 || p[0].Warn || !strings.Contains(p[0].What, "does not say its protocol") {
+			t.Fatalf("an old klbr-kernel: %+v, %+v", info, p)
+		}
+		os.Remove(kern)
+		if out, err := exec.Command("go", "build", "-o", kern, "github.com/klbr-dev/klbr/cmd/klbr-kernel").CombinedOutput(); err != nil {
+			t.Fatalf("build klbr-kernel: %v\n%s", err, out)
+		}
+		const unit = "klbr-job-7-1.service"
+		if _, err := e.Start(ctx, "lab", Unit{Name: unit, Argv: []string{"sleep", "1005"}}); err != nil {
+			t.Fatal(err)
+		}
+		defer e.Collect(ctx, "lab", unit)
+		info = e.Inspect(ctx, "lab")
+		if p := info.Problems(); info.Kernel != kern || info.KernelProtocol != kernel.Protocol || info.KernelVersion == "" || len(p) != 0 {
+			t.Fatalf("the real klbr-kernel: %+v, %+v", info, p)
+		}
+		if len(info.Units) != 1 || info.Units[0] != (UnitLine{Unit: unit, Active: "active", Sub: "running"}) {
+			t.Fatalf("units %+v, want %s running", info.Units, unit)
+		}
+		if n, err := h.Accepted(); err != nil || n != 1 {
+			t.Fatalf("inspect opened connections: sshd accepted %d (%v)", n, err)
 		}
 	})
 

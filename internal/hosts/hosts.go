@@ -182,6 +182,17 @@ func (e *Engine) Check(sel string) error {
 	return err
 }
 
+// Matches lists the hosts sel may run on: the one it names, or those with
+// its label; none for a selector no host matches.
+func (e *Engine) Matches(sel string) []string {
+	cs, _ := e.candidates(sel)
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.h.Name
+	}
+	return out
+}
+
 func (e *Engine) candidates(sel string) ([]*conn, error) {
 	if label, ok := strings.CutPrefix(sel, "label:"); ok {
 		var out []*conn

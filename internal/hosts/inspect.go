@@ -3,23 +3,32 @@ package hosts
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/klbr-dev/klbr/internal/kernel"
 )
 
 // Info is what a host says about itself: `klbr-core hosts` and doctor show it.
 type Info struct {
-	Name        string     `json:"name"`
-	SSH         string     `json:"ssh"`
-	Reachable   bool       `json:"reachable"`
-	Error       string     `json:"error,omitempty"`        // why not, with the fix
-	Systemd     string     `json:"systemd,omitempty"`      // systemctl --version, first line
-	Kernel      string     `json:"klbr_kernel,omitempty"`  // where klbr-kernel is on the host's PATH; "" none
-	CPUs        int        `json:"cpus,omitempty"`         // nproc
-	MemoryBytes int64      `json:"memory_bytes,omitempty"` // MemTotal
-	MaxJobs     int        `json:"max_jobs"`
-	Reserved    int        `json:"reserved"`
-	Units       []UnitLine `json:"units"` // the klbr-* units there now
+	Name      string `json:"name"`
+	SSH       string `json:"ssh"`
+	Reachable bool   `json:"reachable"`
+	Error     string `json:"error,omitempty"`   // why not, with the fix
+	Systemd   string `json:"systemd,omitempty"` // systemctl --version, first line
+	// SystemdVersion is the number of Systemd ("systemd 252 (252.39-1)": 252); 0 unknown.
+	SystemdVersion int    `json:"systemd_version,omitempty"`
+	Kernel         string `json:"klbr_kernel,omitempty"` // where klbr-kernel is on the host's PATH; "" none
+	// KernelVersion and KernelProtocol are what the host's klbr-kernel
+	// --version says; protocol 0: it did not say (too old, or not klbr's).
+	KernelVersion  string     `json:"klbr_kernel_version,omitempty"`
+	KernelProtocol int        `json:"klbr_kernel_protocol,omitempty"`
+	CPUs           int        `json:"cpus,omitempty"`         // nproc
+	MemoryBytes    int64      `json:"memory_bytes,omitempty"` // MemTotal
+	MaxJobs        int        `json:"max_jobs"`
+	Reserved       int        `json:"reserved"`
+	Units          []UnitLine `json:"units"` // the klbr-* units there now
 }
 
 // UnitLine is one unit of systemctl list-units.
@@ -29,41 +38,111 @@ type UnitLine struct {
 	Sub    string `json:"sub"`
 }
 
-// Inspect connects to host and asks it what Info holds.
-func (e *Engine) Inspect(ctx context.Context, host string) Info {
-	c, err := e.conn(host)
-	if err != nil {
-		return Info{Name: host, Error: err.Error()}
+// MinSystemd is the oldest systemd a host may run: systemd-run's
+// --slice, -p RuntimeMaxSec= and StandardOutput=append: (240) on a
+// transient service.
+const MinSystemd = 240
+
+// Problem is one finding of Check: what is wrong, and what to do.
+type Problem struct {
+	What string `json:"what"`
+	Fix  string `json:"fix"`
+	// Warn: jobs run, but something is off.
+	Warn bool `json:"warn,omitempty"`
+}
+
+// Problems says what keeps the host from running klbr's work (or, with
+// Warn, what is worth a look); none: it is ready.
+func (i Info) Problems() []Problem {
+	if !i.Reachable {
+		return []Problem{{What: "unreachable: " + i.Error, Fix: "see the error; `klbr-core hosts` asks again"}}
 	}
-	c.mu.Lock()
-	info := Info{Name: host, SSH: c.h.Target.User + "@" + c.h.Target.KnownHostsName(), MaxJobs: c.h.MaxJobs, Reserved: c.reserved, Units: []UnitLine{}}
-	c.mu.Unlock()
-	const script = `systemctl --version | head -n 1
+	var out []Problem
+	switch {
+	case i.SystemdVersion == 0:
+		out = append(out, Problem{What: fmt.Sprintf("no systemd answered (systemctl --version said %q)", i.Systemd),
+			Fix: "a worker host runs systemd as its service manager, with systemctl and systemd-run on the login's PATH"})
+	case i.SystemdVersion < MinSystemd:
+		out = append(out, Problem{What: fmt.Sprintf("systemd %d is older than %d", i.SystemdVersion, MinSystemd),
+			Fix: "upgrade the host's systemd"})
+	}
+	switch {
+	case i.Kernel == "":
+		out = append(out, Problem{Warn: true, What: "no klbr-kernel on the login's PATH (commands run; cells and sandboxed work will need it)",
+			Fix: "install klbr on the host (NixOS: services.klbr-worker.enable) so that klbr-kernel is on the PATH of " + strings.SplitN(i.SSH, "@", 2)[0]})
+	case i.KernelProtocol == 0:
+		out = append(out, Problem{What: "the host's klbr-kernel (" + i.Kernel + ") does not say its protocol (klbr-kernel --version)",
+			Fix: "install the same klbr release on the host as here"})
+	case i.KernelProtocol != kernel.Protocol:
+		out = append(out, Problem{What: fmt.Sprintf("the host's klbr-kernel %s speaks protocol %d, this klbr-core %d", i.KernelVersion, i.KernelProtocol, kernel.Protocol),
+			Fix: "install the same klbr release on the host as here"})
+	}
+	return out
+}
+
+// inspectScript prints one answer a line, then the klbr-* units.
+const inspectScript = `systemctl --version 2>/dev/null | head -n 1; echo
 command -v klbr-kernel || echo
+if command -v klbr-kernel >/dev/null; then klbr-kernel --version 2>/dev/null | head -n 1; fi; echo
 nproc
 awk '/^MemTotal:/ {print $2 * 1024}' /proc/meminfo
 systemctl list-units --all --plain --no-legend --no-pager 'klbr-*'
 `
+
+// Inspect connects to host and asks it what Info holds.
+func (e *Engine) Inspect(ctx context.Context, host string) Info {
+	c, err := e.conn(host)
+	if err != nil {
+		return Info{Name: host, Error: err.Error(), Units: []UnitLine{}}
+	}
+	c.mu.Lock()
+	info := Info{Name: host, SSH: c.h.Target.User + "@" + c.h.Target.KnownHostsName(), MaxJobs: c.h.MaxJobs, Reserved: c.reserved, Units: []UnitLine{}}
+	c.mu.Unlock()
 	var out bytes.Buffer
-	if err := c.run(ctx, script, &limited{w: &out, n: 1 << 20}); err != nil {
+	if err := c.run(ctx, inspectScript, &limited{w: &out, n: 1 << 20}); err != nil {
 		info.Error = err.Error()
 		return info
 	}
 	info.Reachable = true
-	lines := strings.Split(out.String(), "\n")
-	for len(lines) < 4 {
-		lines = append(lines, "")
+	parseInspect(&info, out.String())
+	return info
+}
+
+// parseInspect reads inspectScript's answer into info. Each of the first
+// answers ends with an extra newline (a command that printed nothing
+// still leaves its line): the answers are every other line.
+func parseInspect(info *Info, out string) {
+	lines := strings.Split(out, "\n")
+	field := func() string {
+		if len(lines) == 0 {
+			return ""
+		}
+		l := strings.TrimSpace(lines[0])
+		lines = lines[1:]
+		return l
 	}
-	info.Systemd = strings.TrimSpace(lines[0])
-	info.Kernel = strings.TrimSpace(lines[1])
-	info.CPUs, _ = strconv.Atoi(strings.TrimSpace(lines[2]))
-	mem, _ := strconv.ParseFloat(strings.TrimSpace(lines[3]), 64)
+	info.Systemd = field()
+	if info.Systemd != "" {
+		field() // the echo after a first line
+	}
+	if f := strings.Fields(info.Systemd); len(f) >= 2 && f[0] == "systemd" {
+		info.SystemdVersion, _ = strconv.Atoi(f[1])
+	}
+	info.Kernel = field()
+	kv := field()
+	if kv != "" {
+		field()
+	}
+	if v, p, ok := kernel.ParseVersionLine(kv); ok {
+		info.KernelVersion, info.KernelProtocol = v, p
+	}
+	info.CPUs, _ = strconv.Atoi(field())
+	mem, _ := strconv.ParseFloat(field(), 64)
 	info.MemoryBytes = int64(mem)
-	for _, l := range lines[4:] {
+	for _, l := range lines {
 		f := strings.Fields(l)
 		if len(f) >= 4 {
 			info.Units = append(info.Units, UnitLine{Unit: f[0], Active: f[2], Sub: f[3]})
 		}
 	}
-	return info
 }

@@ -67,7 +67,11 @@ type Host struct {
 	// WorkDir is a directory for the host's work (the machine's /root is
 	// shared with the lab: tests keep off it).
 	WorkDir string
-	PID1    string // the host pid of the namespace's PID 1
+	// BinDir is on the PATH of every SSH session on the host (the lab
+	// shares the machine's /usr and /root, whose shell profile may put
+	// more before it): a test puts the host's klbr-kernel there.
+	BinDir string
+	PID1   string // the host pid of the namespace's PID 1
 
 	veth string // the root side of the veth pair
 }
@@ -93,9 +97,11 @@ func Start(t testing.TB) *Host {
 	h := &Host{Name: "lab", Addr: fmt.Sprintf("10.77.%d.2", net), Gw: fmt.Sprintf("10.77.%d.1", net),
 		Port: Port, User: User, Dir: dir, IdentityFile: filepath.Join(dir, "id_ed25519"),
 		KnownHostsFile: filepath.Join(dir, "known_hosts"), HostKeyFile: filepath.Join(dir, "ssh_host_ed25519_key"),
-		SSHDLog: filepath.Join(dir, "sshd.log"), WorkDir: filepath.Join(dir, "work"), veth: fmt.Sprintf("klbrh%d", net)}
-	if err := os.Mkdir(h.WorkDir, 0o700); err != nil {
-		t.Fatal(err)
+		SSHDLog: filepath.Join(dir, "sshd.log"), WorkDir: filepath.Join(dir, "work"), BinDir: filepath.Join(dir, "bin"), veth: fmt.Sprintf("klbrh%d", net)}
+	for _, d := range []string{h.WorkDir, h.BinDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := h.keys(); err != nil {
 		t.Fatal(err)
@@ -120,7 +126,7 @@ func Start(t testing.TB) *Host {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", h.veth).Run() })
-	if out, err := h.Enter("systemctl", "start", "klbr-test-sshd.service").CombinedOutput(); err != nil {
+	if out, err := h.Enter("systemctl", "start", "hosttest-sshd.service").CombinedOutput(); err != nil {
 		log, _ := os.ReadFile(h.SSHDLog)
 		t.Fatalf("start sshd on the host: %v\n%s\n%s", err, out, log)
 	}
@@ -220,6 +226,7 @@ func (h *Host) writeSSHD(run string) error {
 		"MaxSessions 64",
 		"LogLevel VERBOSE",
 		"PrintMotd no",
+		"SetEnv PATH=" + h.BinDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"",
 	}, "\n")
 	if err := os.WriteFile(filepath.Join(h.Dir, "sshd_config"), []byte(conf), 0o600); err != nil {
@@ -237,7 +244,7 @@ ProtectHome=tmpfs
 ExecStart=%s -D -e -f %s -E %s
 KillMode=process
 `, sshd, filepath.Join(h.Dir, "sshd_config"), h.SSHDLog)
-	return os.WriteFile(filepath.Join(run, "systemd", "system", "klbr-test-sshd.service"), []byte(unit), 0o644)
+	return os.WriteFile(filepath.Join(run, "systemd", "system", "hosttest-sshd.service"), []byte(unit), 0o644)
 }
 
 // link makes the veth pair: the root side with Gw, the host's side, moved
@@ -307,7 +314,7 @@ func (h *Host) RotateHostKey(t testing.TB) {
 	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "klbr-hosttest", "-f", h.HostKeyFile).CombinedOutput(); err != nil {
 		t.Fatalf("ssh-keygen: %v\n%s", err, out)
 	}
-	if out, err := h.Enter("systemctl", "restart", "klbr-test-sshd.service").CombinedOutput(); err != nil {
+	if out, err := h.Enter("systemctl", "restart", "hosttest-sshd.service").CombinedOutput(); err != nil {
 		t.Fatalf("restart sshd: %v\n%s", err, out)
 	}
 	if err := h.waitSSHD(10 * time.Second); err != nil {

@@ -17,7 +17,7 @@ func TestHost(t *testing.T) {
 			"-o", "UserKnownHostsFile=" + h.KnownHostsFile, "-o", "GlobalKnownHostsFile=/dev/null",
 			h.User + "@" + h.Addr}, argv...)...)
 	}
-	out, err := ssh("readlink /proc/self/ns/net; systemctl is-system-running; echo $SSH_CONNECTION").CombinedOutput()
+	out, err := ssh("readlink /proc/self/ns/net; systemctl is-system-running; echo $SSH_CONNECTION; echo $PATH").CombinedOutput()
 	if err != nil {
 		t.Fatalf("ssh: %v\n%s", err, out)
 	}
@@ -31,6 +31,9 @@ func TestHost(t *testing.T) {
 	}
 	if !strings.HasPrefix(lines[2], h.Gw+" ") {
 		t.Fatalf("the connection came from %q, want the root side %s", lines[2], h.Gw)
+	}
+	if len(lines) < 4 || !strings.Contains(":"+lines[3]+":", ":"+h.BinDir+":") {
+		t.Fatalf("PATH on the host is %q, want %s on it", lines[3:], h.BinDir)
 	}
 	t.Logf("host: %s", strings.Join(lines, " | "))
 	if n, err := h.Accepted(); err != nil || n != 1 {

@@ -156,6 +156,9 @@ type Manager struct {
 	// cancelChild cancels a running child agent (package agents); nil: none run.
 	cancelChild func(ctx context.Context, j store.Job) (store.Job, error)
 
+	// orphans are remote commands found running at start, reattached by Start.
+	orphans []store.Job
+
 	// execHook, when set (benchmarks), runs instead of a job's real run.
 	execHook func(ctx context.Context, j store.Job, due time.Time) *store.JobEnd
 }
@@ -200,13 +203,19 @@ func (m *Manager) Start(ctx context.Context) error {
 		return err
 	}
 	m.gen.Store(m.cfg.Clock().UnixMilli() % 1_000_000)
+	for _, j := range m.orphans {
+		m.reattach(j)
+	}
+	m.orphans = nil
 	m.started.Store(true)
 	go m.loop()
 	return nil
 }
 
-// Close kills every running job's tree and waits for them. Their rows stay
-// running: the next start reconciles them by their recovery policy.
+// Close kills every running local job's tree and waits for them. Their
+// rows stay running: the next start reconciles them by their recovery
+// policy. A job on a worker host is left running there under the host's
+// systemd; the next start reattaches to its unit.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	if m.closed {
@@ -359,7 +368,9 @@ func (m *Manager) Cancel(ctx context.Context, id int64) (store.Job, error) {
 	return j, fmt.Errorf("%w: job %d is %s", store.ErrJobState, id, j.State)
 }
 
-// recover reconciles jobs left running by a previous process.
+// recover reconciles jobs left running by a previous process. A command
+// dispatched to a worker host is not decided here: its unit may still run
+// there, and Start reattaches to it (reattach.go).
 func (m *Manager) recover(ctx context.Context) error {
 	jobs, err := m.cfg.Store.RunningJobs(ctx)
 	if err != nil {
@@ -371,38 +382,52 @@ func (m *Manager) recover(ctx context.Context) error {
 			// other: its job stays running until the child ends.
 			continue
 		}
-		to, reason, notice := store.JobPending, "", ""
-		switch {
-		case j.Kind == KindCommand && j.Recovery != RetrySafe:
-			to, reason = store.JobUnknown, "klbr-core stopped while the command ran; its outcome is unknown and it was not run again"
-			notice = fmt.Sprintf("[klbr] job %d (%s) is unknown: klbr-core stopped while it ran. It was not run again; check its effects and run it again yourself if needed.", j.ID, describe(j))
-		case j.Kind == KindCommand:
-			reason = "klbr-core stopped while the command ran; it is retry_safe and runs again"
-			notice = fmt.Sprintf("[klbr] job %d (%s) was interrupted by a klbr-core restart; it is retry_safe and runs again.", j.ID, describe(j))
-		case j.Recovery == Manual:
-			to, reason = store.JobUnknown, "klbr-core stopped while the routine ran; its recovery is manual"
-			notice = fmt.Sprintf("[klbr] job %d (%s) is unknown: klbr-core stopped while it ran, and its recovery is manual. It was not run again.", j.ID, describe(j))
-		case j.Recovery == Resume:
-			reason = "resumed from its last checkpoint after a restart"
-		default:
-			reason = "run again after a restart (retry_safe)"
+		if j.Kind == KindCommand && j.Host != "" && m.cfg.Hosts != nil {
+			m.orphans = append(m.orphans, j)
+			continue
 		}
-		if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) error {
-			if err := tx.RecoverJob(j.ID, to, reason, notice); err != nil {
-				return err
-			}
-			if to == store.JobPending && notice != "" {
-				_, err := tx.AdmitInput(store.NewInput{Session: j.Session, SourceKind: "job",
-					SourceKey: fmt.Sprintf("job:%d:%d:recovered", j.ID, j.Runs), Conversation: fmt.Sprintf("job:%d", j.ID),
-					Author: "klbr", Directed: true, OccurredAt: tx.Now(), ReceivedAt: tx.Now(), Body: notice})
-				return err
-			}
-			return nil
-		}); err != nil {
-			return fmt.Errorf("recover job %d: %w", j.ID, err)
+		if err := m.reconcile(ctx, j, "klbr-core stopped while the command ran", "klbr-core stopped while it ran"); err != nil {
+			return err
 		}
-		m.cfg.Log.Warn("job was running when klbr-core stopped", "job", j.ID, "kind", j.Kind, "recovery", j.Recovery, "now", to)
 	}
+	return nil
+}
+
+// reconcile moves a job whose run was lost (why; whyShort in the notice)
+// to where its recovery policy puts it: a command is never rerun unless it
+// is retry_safe.
+func (m *Manager) reconcile(ctx context.Context, j store.Job, why, whyShort string) error {
+	to, reason, notice := store.JobPending, "", ""
+	switch {
+	case j.Kind == KindCommand && j.Recovery != RetrySafe:
+		to, reason = store.JobUnknown, why+"; its outcome is unknown and it was not run again"
+		notice = fmt.Sprintf("[klbr] job %d (%s) is unknown: %s. It was not run again; check its effects and run it again yourself if needed.", j.ID, describe(j), whyShort)
+	case j.Kind == KindCommand:
+		reason = why + "; it is retry_safe and runs again"
+		notice = fmt.Sprintf("[klbr] job %d (%s) was interrupted (%s); it is retry_safe and runs again.", j.ID, describe(j), whyShort)
+	case j.Recovery == Manual:
+		to, reason = store.JobUnknown, "klbr-core stopped while the routine ran; its recovery is manual"
+		notice = fmt.Sprintf("[klbr] job %d (%s) is unknown: klbr-core stopped while it ran, and its recovery is manual. It was not run again.", j.ID, describe(j))
+	case j.Recovery == Resume:
+		reason = "resumed from its last checkpoint after a restart"
+	default:
+		reason = "run again after a restart (retry_safe)"
+	}
+	if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.RecoverJob(j.ID, to, reason, notice); err != nil {
+			return err
+		}
+		if to == store.JobPending && notice != "" {
+			_, err := tx.AdmitInput(store.NewInput{Session: j.Session, SourceKind: "job",
+				SourceKey: fmt.Sprintf("job:%d:%d:recovered", j.ID, j.Runs), Conversation: fmt.Sprintf("job:%d", j.ID),
+				Author: "klbr", Directed: true, OccurredAt: tx.Now(), ReceivedAt: tx.Now(), Body: notice})
+			return err
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("recover job %d: %w", j.ID, err)
+	}
+	m.cfg.Log.Warn("job was running when its run was lost", "job", j.ID, "kind", j.Kind, "recovery", j.Recovery, "why", why, "now", to)
 	return nil
 }
 

@@ -45,6 +45,11 @@ func (m *Manager) runRemote(ctx context.Context, r *run, s CommandSpec) *store.J
 	}
 	defer release()
 	unit := UnitName(j.ID, j.Runs)
+	// The host is on the row before anything is sent there: a restart asks
+	// it for the unit, whatever became of the start.
+	if err := m.writePlace(j.ID, host); err != nil {
+		return m.deferRun(j, "recording the host: "+err.Error(), backoff(j.Runs))
+	}
 	u := hosts.Unit{Name: unit, Description: describe(j), Argv: s.Argv, Env: s.Env,
 		Wall: time.Duration(s.Timeout * float64(time.Second))}
 	started := time.Now()
@@ -71,6 +76,13 @@ func (m *Manager) runRemote(ctx context.Context, r *run, s CommandSpec) *store.J
 		}
 	}
 	m.cfg.Log.Info("jobs: started on a host", "job", j.ID, "host", host, "unit", unit)
+	return m.watchRemote(ctx, r, host, unit, started)
+}
+
+// watchRemote waits for a started unit to end, however often the
+// connection breaks meanwhile, and says how the job ended.
+func (m *Manager) watchRemote(ctx context.Context, r *run, host, unit string, started time.Time) *store.JobEnd {
+	j := r.job
 	var st hosts.UnitState
 	for {
 		if !m.sleep(ctx, m.cfg.HostPoll) {
@@ -149,11 +161,21 @@ func (m *Manager) remoteEnd(r *run, host, unit string, st hosts.UnitState, start
 }
 
 // remoteInterrupted ends a run whose context ended: a cancel by the owner
-// or the operator, the wall-time limit, or klbr-core stopping. The unit is
-// stopped in each case (its whole control group), so that nothing it
-// started is left on the host; sent says whether a start may have gone out.
+// or the operator, the wall-time limit, or klbr-core stopping. A cancel or
+// the wall-time limit stops the unit (its whole control group), so that
+// nothing it started is left on the host. klbr-core stopping leaves the
+// unit to finish under the host's systemd: the row stays running with its
+// host, and the next start reattaches to the unit. sent says whether a
+// start may have gone out; when none did, the job is pending again.
 func (m *Manager) remoteInterrupted(runCtx context.Context, r *run, host, unit string, sent bool) *store.JobEnd {
 	j := r.job
+	if !r.cancelled.Load() && !errors.Is(runCtx.Err(), context.DeadlineExceeded) {
+		if !sent {
+			return m.deferRun(j, "klbr-core stopped before the job was sent to host "+host, 0)
+		}
+		m.cfg.Log.Info("jobs: klbr-core stops; the job's unit runs on and is reattached at the next start", "job", j.ID, "host", host, "unit", unit)
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if sent {
@@ -174,7 +196,7 @@ func (m *Manager) remoteInterrupted(runCtx context.Context, r *run, host, unit s
 		e.Notice = commandNotice(j, e, 0)
 		return e
 	}
-	return nil // klbr-core is stopping: the next start reconciles the row
+	return nil
 }
 
 // deferRun puts the job back to pending, due after wait, with why; nothing
@@ -187,6 +209,12 @@ func (m *Manager) deferRun(j store.Job, why string, wait time.Duration) *store.J
 	}
 	m.cfg.Log.Warn("jobs: a job's host is not ready; the job waits", "job", j.ID, "reason", why, "due", due)
 	return nil
+}
+
+func (m *Manager) writePlace(id int64, host string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return m.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.PlaceJob(id, host) })
 }
 
 func (m *Manager) writeDefer(id int64, reason string, due time.Time) error {

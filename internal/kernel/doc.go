@@ -7,6 +7,7 @@
 //	            [--rlimit-as BYTES] [--rlimit-nproc N]
 //	            [--deny PATH]... [--ro PATH]... [--rw PATH]... [--tmp DIR]
 //	            [--uid UID --gid GID] [--drop-caps] -- ARGV...
+//	klbr-kernel --version     (prints "klbr-kernel VERSION protocol N"; see [Protocol])
 //
 // What it does, in order:
 //

@@ -36,6 +36,9 @@ func Main(args []string) int {
 	if len(args) > 0 && args[0] == execLimitedArg {
 		return execLimited(args[1:])
 	}
+	if len(args) == 1 && args[0] == versionArg {
+		return printVersion(os.Stdout)
+	}
 	k := &kernel{log: log.New(os.Stderr, "klbr-kernel: ", 0), self: os.Getpid(), ppid: os.Getppid()}
 	return k.run(args)
 }

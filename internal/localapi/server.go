@@ -67,6 +67,7 @@ type Server struct {
 	jobs       Jobs            // nil: jobs cannot be cancelled here
 	gc         Collector       // nil: gc runs only offline
 	kick       func()          // wakes the transport's claim after a release; nil: none
+	hosts      Hosts           // nil: no worker hosts
 	browser    func() string   // the browser URL with the token; nil until set
 	rotate     func() error    // replaces the operator token; nil: not offered
 	reload     Reloader        // rereads klbr.toml; nil: not offered
@@ -156,6 +157,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{session}/reset", s.handleReset)
 	s.routeHistory(mux)
 	s.routeJobs(mux)
+	s.routeHosts(mux)
 	s.routeUsage(mux)
 	s.routeSpend(mux)
 	mux.HandleFunc("GET /v1/sessions/{session}/items", s.handleItems)

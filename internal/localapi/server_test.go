@@ -96,7 +96,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 
 func start(t *testing.T) *harness { t.Helper(); return startWith(t, httpguard.Limits{}) }
 
-func startWith(t *testing.T, limits httpguard.Limits) *harness {
+func startWith(t *testing.T, limits httpguard.Limits, with ...func(*Server)) *harness {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "klbr-api-") // short: socket paths are limited to 108 bytes
 	if err != nil {
@@ -117,6 +117,9 @@ func startWith(t *testing.T, limits httpguard.Limits) *harness {
 	log := slog.New(slog.NewTextHandler(h.logs, nil))
 	api := New(h.st, h.admit, h.sessions, h.daemon, log)
 	api.Limits = limits
+	for _, f := range with {
+		f(api)
+	}
 	srv := api.HTTPServer()
 	l, err := unixsock.Listen(h.sock, 0o600)
 	if err != nil {

@@ -68,6 +68,8 @@ type Job struct {
 	StartedAt      *time.Time      `json:"started_at,omitempty"`
 	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
 	UpdatedAt      time.Time       `json:"updated_at"`
+	// Host is the worker host the current attempt was dispatched to; "" here.
+	Host string `json:"host,omitempty"`
 }
 
 // NewJob is a job to store, pending.
@@ -253,6 +255,19 @@ func (t *Tx) DeferJob(id int64, reason string, due time.Time) error {
 	return t.moveJob(id, JobRunning, JobPending, "error = ?, next_due = ?", reason, due.UnixMilli())
 }
 
+// PlaceJob records the worker host a running job's attempt is dispatched
+// to, before its unit is started there.
+func (t *Tx) PlaceJob(id int64, host string) error {
+	res, err := t.exec(`UPDATE jobs SET host = ?, updated_at = ? WHERE id = ? AND state = 'running'`, host, t.now.UnixMilli(), id)
+	if err != nil {
+		return fmt.Errorf("place job: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%w: job %d is not running", ErrJobState, id)
+	}
+	return nil
+}
+
 // CheckpointJob stores a running job's checkpoint.
 func (t *Tx) CheckpointJob(id int64, state json.RawMessage) error {
 	res, err := t.exec(`UPDATE jobs SET checkpoint = ?, updated_at = ? WHERE id = ? AND state = 'running'`, string(state), t.now.UnixMilli(), id)
@@ -324,7 +339,7 @@ func (t *Tx) EmitSource(id int64, events []SourceEvent, cursor json.RawMessage, 
 
 const jobColumns = `id, kind, session_id, COALESCE(parent_id, 0), release, workspace, spec, budget, recovery, state, priority,
 	schedule, tz, next_due, runs, result, error, output_artifact, output_preview, output_bytes, checkpoint, cursor,
-	created_at, started_at, finished_at, updated_at`
+	created_at, started_at, finished_at, updated_at, host`
 
 // scanJobs reads and closes rows of jobColumns (never nil: an empty
 // list); what names the query in an error.
@@ -349,7 +364,7 @@ func scanJob(r rowScanner) (Job, error) {
 	var created, updated int64
 	if err := r.Scan(&j.ID, &j.Kind, &j.Session, &j.Parent, &j.Release, &j.Workspace, &spec, &budget, &j.Recovery, &j.State,
 		&j.Priority, &sched, &j.TZ, &due, &j.Runs, &result, &j.Error, &j.OutputArtifact, &j.OutputPreview, &j.OutputBytes,
-		&checkpoint, &cursor, &created, &started, &finished, &updated); err != nil {
+		&checkpoint, &cursor, &created, &started, &finished, &updated, &j.Host); err != nil {
 		return j, err
 	}
 	j.Spec, j.Budget = json.RawMessage(spec), json.RawMessage(budget)

@@ -1,0 +1,61 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+
+	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/hosts"
+	"github.com/klbr-dev/klbr/internal/metrics"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// startHosts makes the engine of the worker hosts, when klbr.toml has any:
+// jobs dispatch through it, and `klbr-core hosts` and /metrics ask through
+// it whether cells run here or not. Nothing connects until a host is used.
+func (d *daemon) startHosts(cfg *config.Config, m *metrics.Metrics) error {
+	if len(cfg.File.Hosts) == 0 {
+		return nil
+	}
+	hs, err := hosts.FromConfig(cfg.File)
+	if err != nil {
+		return err
+	}
+	eng, err := hosts.New(hosts.Config{Hosts: hs, ControlDir: filepath.Join(cfg.Paths.DataDir, "ssh"),
+		Log: d.log.With("component", "hosts")})
+	if err != nil {
+		return err
+	}
+	d.hosts = eng
+	m.WatchHosts(d.hostStates)
+	return nil
+}
+
+// maxWaitingScan bounds the pending jobs read per scrape to count the work
+// waiting for each host.
+const maxWaitingScan = 1000
+
+// hostStates is each host for /metrics: up as last seen, the job slots its
+// units hold, and the pending jobs that can run only there.
+func (d *daemon) hostStates(ctx context.Context) []metrics.HostState {
+	waiting := map[string]int{}
+	if pending, err := d.store.Jobs(ctx, store.JobFilter{State: store.JobPending, Kind: "command", Limit: maxWaitingScan}); err == nil {
+		for _, j := range pending {
+			var spec struct {
+				Host string `json:"host"`
+			}
+			if json.Unmarshal(j.Spec, &spec) != nil || spec.Host == "" {
+				continue
+			}
+			for _, h := range d.hosts.Matches(spec.Host) {
+				waiting[h]++
+			}
+		}
+	}
+	var out []metrics.HostState
+	for _, s := range d.hosts.Statuses() {
+		out = append(out, metrics.HostState{Name: s.Name, Up: s.Up, Units: map[string]int{"job": s.Reserved}, Waiting: waiting[s.Name]})
+	}
+	return out
+}

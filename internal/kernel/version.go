@@ -1,0 +1,46 @@
+package kernel
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/klbr-dev/klbr/internal/version"
+)
+
+// Protocol is the version of the contract above (the command line, the
+// go-ahead byte, the protocol fd as fd 3, the exit statuses). A klbr-core
+// reaching a worker host runs that host's klbr-kernel only when the host's
+// says the same number; a change that an older core or kernel would
+// misread raises it.
+const Protocol = 1
+
+// versionArg makes klbr-kernel print its version line and exit.
+const versionArg = "--version"
+
+// VersionLine is what `klbr-kernel --version` prints:
+// "klbr-kernel VERSION protocol N".
+func VersionLine() string {
+	return fmt.Sprintf("klbr-kernel %s protocol %d", version.Version, Protocol)
+}
+
+func printVersion(w io.Writer) int {
+	fmt.Fprintln(w, VersionLine())
+	return 0
+}
+
+// ParseVersionLine reads a version line: the build's version and its
+// protocol; ok is false for anything else (an old kernel without
+// --version, or another program of that name).
+func ParseVersionLine(line string) (ver string, protocol int, ok bool) {
+	f := strings.Fields(line)
+	if len(f) != 4 || f[0] != "klbr-kernel" || f[2] != "protocol" || len(f[1]) > 100 {
+		return "", 0, false
+	}
+	p, err := strconv.Atoi(f[3])
+	if err != nil || p < 1 {
+		return "", 0, false
+	}
+	return f[1], p, true
+}
