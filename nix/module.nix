@@ -92,6 +92,9 @@ in
             api_key_file = "/run/credentials/klbr-core.service/openai-key";
           };
           limits = { memory_max = "4G"; tasks_max = 512; cpu_quota = "200%"; };
+          # Traces of every attempt to Grafana Tempo's OTLP/HTTP port
+          # (docs/operating.md, "Traces"); left out, nothing is traced.
+          telemetry.otlp_endpoint = "http://127.0.0.1:4318";
         }
       '';
       type = types.submodule {

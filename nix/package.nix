@@ -56,7 +56,7 @@ buildGo126Module {
   # nix/vendorhash_test.go recomputes it on every `make test` and prints the
   # new value when a dependency (or an import) changes; nix prints it too, as
   # "got: sha256-…", on the first build after such a change.
-  vendorHash = "sha256-y2aMkvaqkEy+TAI6m9FwZ501EcV4bGCwC4Sc6xKf3Y0=";
+  vendorHash = "sha256-3EXyv4cAcGCujPlUSOGWFotaOmofRV8Y/Qte9O8QqqA=";
 
   # `go mod vendor` copies only each package's own directory, but the
   # tree-sitter cgo packages (the grammars klbr.code parses with) include C

@@ -31,6 +31,8 @@ type File struct {
 	Spend Spend `toml:"spend"`
 	// Storage is the [storage] section: the bound on the data directory.
 	Storage Storage `toml:"storage"`
+	// Telemetry is the [telemetry] section: traces (telemetry.go).
+	Telemetry Telemetry `toml:"telemetry"`
 }
 
 // Retention is the [retention] section. Zero keeps everything (the

@@ -60,6 +60,7 @@ func validate(name string, index *keyIndex, f *File) []*Error {
 	v.hosts(f)
 	v.spend(&f.Spend)
 	v.storage(&f.Storage)
+	v.telemetry(&f.Telemetry)
 	if f.Retention.ArtifactDays < 0 {
 		v.fail("retention.artifact_days", fmt.Sprintf("%d is negative; 0 keeps every artifact", f.Retention.ArtifactDays), "retention")
 	}

@@ -58,7 +58,7 @@ type benchAgent struct {
 	admit    *admission.Admitter
 }
 
-func newBenchAgent(b *testing.B) *benchAgent {
+func newBenchAgent(b testing.TB) *benchAgent {
 	b.Helper()
 	if os.Getenv(childEnv) != "" {
 		b.Skip("in the child")
@@ -98,7 +98,7 @@ func (a *benchAgent) loop(m turn.Model, steps int) *turn.Loop {
 	})
 }
 
-func (a *benchAgent) waitState(b *testing.B, id string, want store.SessionState) {
+func (a *benchAgent) waitState(b testing.TB, id string, want store.SessionState) {
 	b.Helper()
 	deadline := time.Now().Add(10 * time.Minute)
 	for {

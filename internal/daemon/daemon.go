@@ -45,6 +45,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/spend"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/systemd"
+	"github.com/klbr-dev/klbr/internal/telemetry"
 	"github.com/klbr-dev/klbr/internal/turn"
 	"github.com/klbr-dev/klbr/internal/unixsock"
 	"github.com/klbr-dev/klbr/internal/version"
@@ -90,6 +91,8 @@ type daemon struct {
 	started  time.Time
 	store    *store.Store
 	sessions *session.Manager
+	// tracer exports traces ([telemetry] otlp_endpoint); nil when off.
+	tracer   *telemetry.Tracer
 	admit    *admission.Admitter
 	bench    *workbench.Manager // nil when cells cannot run
 	benchErr error
@@ -438,6 +441,11 @@ func (d *daemon) drain(timeout time.Duration, stopNow <-chan struct{}, ls *liste
 	}
 	if d.observers != nil {
 		d.observers.Close() // a delivery in flight stays pending: retried at the next start
+	}
+	if d.tracer != nil {
+		if err := d.tracer.Close(ctx); err != nil { // the last spans are flushed
+			d.log.Warn("drain: traces not exported", "error", err)
+		}
 	}
 	if d.hooks != nil {
 		d.hooks.Close()

@@ -130,6 +130,7 @@ func restartNeeded(old, nf config.File) []string {
 	add(!reflect.DeepEqual(old.Agents, nf.Agents), "[agents]: child agents' limits and model slots")
 	add(!reflect.DeepEqual(old.Browser, nf.Browser), "[browser]")
 	add(old.Storage != nf.Storage, "[storage]: the data directory's bound is set at the start")
+	add(old.Telemetry != nf.Telemetry, "[telemetry]: the trace exporter is made at the start")
 	add(old.Discord.PendingAgingSeconds != nf.Discord.PendingAgingSeconds, "discord.pending_aging_seconds")
 	od, nd := old.Discord, nf.Discord
 	od.AmbientWake, nd.AmbientWake = false, false

@@ -82,8 +82,12 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	if d.agents != nil {
 		check = d.agents.Check // a child's budget, before each of its requests
 	}
+	tracer, err := d.startTracing(ctx, cfg)
+	if err != nil {
+		return err
+	}
 	d.turns = turn.New(turn.Config{
-		Slots: slots, Check: check,
+		Slots: slots, Check: check, Tracer: tracer,
 		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Policy: d.hooks, Model: model, Route: a.Route,
 		URL: route.URL, ModelName: route.Model,
 		Prompt: releasePrompt(d.releases.Tree, d.skillIndex), Maintenance: d.maintenanceSkill, Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),

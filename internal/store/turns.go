@@ -84,6 +84,8 @@ type NewAttempt struct {
 	Session    string
 	Frame      int64 // 0: woken without a frame (a deadline, a restart)
 	WakeReason string
+	// TraceID is the attempt's trace ([telemetry]), hex; "" when off.
+	TraceID string
 }
 
 // StartAttempt records a new running attempt, pinned to the session's
@@ -104,9 +106,13 @@ func (t *Tx) StartAttempt(a NewAttempt) (id, epoch int64, err error) {
 	if a.Frame != 0 {
 		frame = a.Frame
 	}
-	res, err := t.exec(`INSERT INTO attempts (session_id, frame_id, wake_reason, context_epoch, release, behavior_epoch, started_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		a.Session, frame, a.WakeReason, s.ContextEpoch, s.PolicyRevision, s.BehaviorEpoch, t.now.UnixMilli())
+	var trace any
+	if a.TraceID != "" {
+		trace = a.TraceID
+	}
+	res, err := t.exec(`INSERT INTO attempts (session_id, frame_id, wake_reason, context_epoch, release, behavior_epoch, started_at, trace_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		a.Session, frame, a.WakeReason, s.ContextEpoch, s.PolicyRevision, s.BehaviorEpoch, t.now.UnixMilli(), trace)
 	if err != nil {
 		return 0, 0, fmt.Errorf("start attempt: %w", err)
 	}
@@ -656,6 +662,8 @@ type AttemptInfo struct {
 	// The behavior release the attempt runs under, and its epoch.
 	Release       string `json:"release"`
 	BehaviorEpoch int64  `json:"behavior_epoch"`
+	// TraceID is the attempt's OpenTelemetry trace, when tracing was on.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // Turn returns session's latest attempt and armed wait.
@@ -663,9 +671,9 @@ func (s *Store) Turn(ctx context.Context, session string) (TurnStatus, error) {
 	var ts TurnStatus
 	var a AttemptInfo
 	var started int64
-	err := s.rdb.QueryRowContext(ctx, `SELECT id, state, wake_reason, outcome, steps, tokens, started_at, release, behavior_epoch FROM attempts
+	err := s.rdb.QueryRowContext(ctx, `SELECT id, state, wake_reason, outcome, steps, tokens, started_at, release, behavior_epoch, COALESCE(trace_id, '') FROM attempts
 		WHERE session_id = ? ORDER BY id DESC LIMIT 1`, session).Scan(&a.ID, &a.State, &a.WakeReason, &a.Outcome, &a.Steps, &a.Tokens, &started,
-		&a.Release, &a.BehaviorEpoch)
+		&a.Release, &a.BehaviorEpoch, &a.TraceID)
 	switch {
 	case err == nil:
 		a.StartedAt = time.UnixMilli(started)

@@ -50,9 +50,12 @@ type wait struct {
 
 // attempt starts an attempt with inputs (possibly none) and runs it until it
 // idles, waits, pauses, fails or is interrupted.
-func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake string, fire bool) error {
+func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake string, fire bool) (err error) {
 	st := r.l.cfg.Store
 	a := &attempt{started: r.l.cfg.Clock()}
+	ctx, span := r.attemptSpan(ctx)
+	defer func() { endAttemptSpan(span, a, err) }()
+	traceID := span.TraceID()
 	by := "input"
 	if len(inputs) == 0 {
 		by = "deadline"
@@ -61,7 +64,7 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 	// write whose caller gave up may commit): it reads nothing of r.
 	guidance := r.guidance
 	r.guidance = ""
-	err := st.Write(ctx, func(tx *store.Tx) error {
+	err = st.Write(ctx, func(tx *store.Tx) error {
 		s, err := tx.Session(r.session)
 		if err != nil {
 			return err
@@ -92,7 +95,7 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 			}
 		}
 		a.pin = store.Pin{Epoch: s.BehaviorEpoch, Release: s.PolicyRevision}
-		a.id, _, err = tx.StartAttempt(store.NewAttempt{Session: r.session, Frame: a.frame, WakeReason: wake})
+		a.id, _, err = tx.StartAttempt(store.NewAttempt{Session: r.session, Frame: a.frame, WakeReason: wake, TraceID: traceID})
 		if err == nil && guidance != "" {
 			// turn.prepare's guidance: the attempt's model sees it first.
 			_, err = tx.Notice(r.session, "turn.guidance", map[string]any{"attempt": a.id, "guidance": guidance}, true)
@@ -102,6 +105,7 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 	if err != nil {
 		return fmt.Errorf("start attempt: %w", err)
 	}
+	attemptAttrs(span, a, wake)
 	r.resume, r.retryAt = false, time.Time{}
 	if len(inputs) > 0 {
 		r.selfWakes = 0
@@ -481,7 +485,9 @@ func (r *runner) request(ctx context.Context, a *attempt, msgs []provider.Messag
 			hub.Publish(live.Delta{Session: r.session, Attempt: a.id, Step: step, Kind: "end", Index: index})
 		}()
 	}
+	ctx, span := r.modelSpan(ctx, msgs)
 	resp, err := cfg.Model.Complete(ctx, req)
+	r.endModelSpan(ctx, span, resp, err)
 	outcome := "ok"
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -607,7 +613,9 @@ func (r *runner) runCalls(ctx context.Context, pre *preemption, a *attempt, step
 			continue
 		}
 		phase, end := pre.phase(ctx)
-		res, err := cfg.Bench.Execute(workbench.WithCall(phase, workbench.Call{Step: step, ID: c.ID, Frame: a.frame}), r.session, code, nil)
+		cellCtx, span := cellSpan(phase, step, c.ID, code)
+		res, err := cfg.Bench.Execute(workbench.WithCall(cellCtx, workbench.Call{Step: step, ID: c.ID, Frame: a.frame}), r.session, code, nil)
+		endCellSpan(span, res, err)
 		cause := context.Cause(phase)
 		end()
 		if cause != nil {

@@ -169,7 +169,9 @@ func (l *Loop) Compact(ctx context.Context, session string) (history.Result, err
 		if !ok {
 			return history.Result{}, fmt.Errorf("%w: the active context has %d entries and no complete run of at least %d tokens outside the fresh tail", history.ErrNothingToCompact, len(r.transcript.entries), minRun)
 		}
-		res, err := l.compactor.Compact(ctx, plan)
+		cctx, span := compactSpan(ctx, session, "operator")
+		res, err := l.compactor.Compact(cctx, plan)
+		endCompactSpan(span, res, err)
 		if errors.Is(err, store.ErrStaleContext) {
 			continue
 		}
@@ -229,7 +231,9 @@ func (r *runner) fit(ctx context.Context, a *attempt, s store.Session) ([]provid
 				"Raise agent.context_budget_tokens or reset the context (klbr-core reset)", bg.need, bg.prompt, r.l.live().Budgets.ReserveOutput,
 				r.l.live().Budgets.ContextTokens/50, bg.hard)}
 		}
-		res, err := r.l.compactor.Compact(ctx, plan)
+		cctx, span := compactSpan(ctx, r.session, "threshold")
+		res, err := r.l.compactor.Compact(cctx, plan)
+		endCompactSpan(span, res, err)
 		switch {
 		case errors.Is(err, store.ErrStaleContext):
 			continue // someone compacted meanwhile: plan against the current version

@@ -21,6 +21,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/tracing"
 	"github.com/klbr-dev/klbr/internal/workbench"
 	"github.com/klbr-dev/klbr/internal/worker"
 )
@@ -120,6 +121,10 @@ type Config struct {
 	// model_slots): a child's request waits for a slot, a root's always
 	// finds one that children cannot take.
 	Slots *Slots
+	// Tracer, if set, records a trace of each attempt ([telemetry]
+	// otlp_endpoint): its model requests, cells, host requests and
+	// compactions. nil: no tracing and no cost.
+	Tracer tracing.Tracer
 }
 
 // Loop runs the sessions' turn loops.

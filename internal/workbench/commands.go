@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/tracing"
 	"github.com/klbr-dev/klbr/internal/worker"
 )
 
@@ -62,7 +63,7 @@ func (c *commands) HandleRequest(ctx context.Context, r worker.Request) (json.Ra
 		ops, _ := c.m.ext()
 		if prefix, _, ok := strings.Cut(r.Op, "."); ok {
 			if h := ops[prefix+"."]; h != nil {
-				return h.HandleRequest(WithSession(ctx, c.session), r)
+				return c.traced(ctx, h, r)
 			}
 		}
 		return nil, &worker.RequestError{Code: "unsupported", Message: fmt.Sprintf("%s is not served here yet", r.Op)}
@@ -211,4 +212,53 @@ func cellCall(ctx context.Context) *store.ToolCall {
 		return nil
 	}
 	return &store.ToolCall{Step: c.Step, ID: c.ID}
+}
+
+// traced serves a host request under a span of the cell's trace (none when
+// tracing is off): each send and its receipt, each job and child dispatch.
+// A spawned child's traces link to the spawn's span.
+func (c *commands) traced(ctx context.Context, h worker.Handler, r worker.Request) (json.RawMessage, error) {
+	ctx = WithSession(ctx, c.session)
+	if tracing.From(ctx) == nil {
+		return h.HandleRequest(ctx, r)
+	}
+	ctx, span := tracing.Start(ctx, "klbr.host "+r.Op, tracing.Options{Attrs: []tracing.Attr{
+		tracing.String("klbr.op", r.Op), tracing.String("klbr.session", c.session)}})
+	res, err := h.HandleRequest(ctx, r)
+	if err == nil && span.Recording() {
+		// A receipt's ids and state, never its text: a send's (status,
+		// event_id), a job's or child's (id, state).
+		var receipt struct {
+			ID      int64  `json:"id"`
+			EventID int64  `json:"event_id"`
+			State   string `json:"state"`
+			Status  string `json:"status"`
+		}
+		if json.Unmarshal(res, &receipt) == nil {
+			for k, v := range map[string]int64{"klbr.receipt.id": receipt.ID, "klbr.receipt.event_id": receipt.EventID} {
+				if v != 0 {
+					span.Set(tracing.Int(k, v))
+				}
+			}
+			for k, v := range map[string]string{"klbr.receipt.state": receipt.State, "klbr.receipt.status": receipt.Status} {
+				if v != "" {
+					span.Set(tracing.String(k, clipState(v)))
+				}
+			}
+			if r.Op == "agents.spawn" && receipt.ID != 0 {
+				tracing.From(ctx).Remember(store.ChildSessionID(receipt.ID), span.Ref())
+				span.Set(tracing.String("klbr.child.session", store.ChildSessionID(receipt.ID)))
+			}
+		}
+	}
+	span.End(err)
+	return res, err
+}
+
+// clipState keeps a receipt's state a short label, whatever a handler said.
+func clipState(s string) string {
+	if len(s) > 32 {
+		return s[:32]
+	}
+	return s
 }
