@@ -43,11 +43,29 @@ var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // workDir is the shell expression of a unit's directory on the host.
 func (c *conn) workDir(unit string) string {
-	if c.h.WorkDir != "" {
-		return Quote(c.h.WorkDir + "/" + unit)
-	}
-	return `"$HOME/.cache/klbr/work/"` + Quote(unit)
+	return c.workRoot() + "/" + Quote(unit)
 }
+
+// workRoot is the shell expression of the directory that holds the units'
+// directories on the host.
+func (c *conn) workRoot() string {
+	if c.h.WorkDir != "" {
+		return Quote(c.h.WorkDir)
+	}
+	return `"$HOME/.cache/klbr/work"`
+}
+
+// containment are the properties that keep a job to its own directory. Its
+// unit runs as the login's uid, as every other job of klbr-core there does,
+// so its directory's mode parts nothing: the unit's mount namespace does.
+// The login's home and the work root are empty tmpfs in it, with only the
+// job's own directory bound back ($d); the system bus and systemd's private
+// socket are gone, since through them (and the login's polkit rule for
+// klbr-* units) a job could start a unit of its choosing; and it has no
+// capabilities, so that a job of a root login cannot undo any of it.
+const containment = `-p "TemporaryFileSystem=$HOME $r" -p "BindPaths=$d" ` +
+	`-p "InaccessiblePaths=-/run/dbus -/var/run/dbus -/run/systemd/private" ` +
+	`-p CapabilityBoundingSet= -p AmbientCapabilities=`
 
 // Start starts u on host unless a unit of its name exists there already;
 // existed says which. Either way, exactly one unit of that name has been
@@ -107,12 +125,13 @@ func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, 
 	// the job at the login's own uid, never above it.
 	script := fmt.Sprintf(`set -u
 u=%s
-d=%s
+r=%s
+d="$r"/%s
 if [ "$(systemctl show --property=LoadState --value -- "$u")" != not-found ]; then echo existed; exit 0; fi
 mkdir -p -- "$d" && chmod 700 -- "$d"
-%s -p "User=$(id -un)" -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s
+%s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s
 echo started
-`, Quote(u.Name), c.workDir(u.Name), strings.Join(quoted, " "), strings.Join(argv, " "))
+`, Quote(u.Name), c.workRoot(), Quote(u.Name), strings.Join(quoted, " "), containment, strings.Join(argv, " "))
 	var out bytes.Buffer
 	if err := c.run(ctx, script, &limited{w: &out, n: 4096}); err != nil {
 		return false, err
