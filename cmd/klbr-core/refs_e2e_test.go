@@ -30,7 +30,7 @@ func TestOneNumberPerThing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := fmt.Sprintf("e%d", rec.ID)
-	if human := in.must("tail", "default"); !regexp.MustCompile(`(?m)^`+ref+`\s.*first words`).MatchString(human) {
+	if human := in.must("tail", "default"); !regexp.MustCompile(`(?m)^` + ref + `\s.*first words`).MatchString(human) {
 		t.Fatalf("tail does not show the record under its ref %s:\n%s", ref, human)
 	}
 	if got := in.must("history", "read", ref); !strings.Contains(got, "first words") {
