@@ -506,3 +506,21 @@ func TestTracesCompaction(t *testing.T) {
 		}
 	}
 }
+
+// An operator's compaction (klbr-core compact) runs outside any attempt: it
+// is a trace of its own.
+func TestTracesOperatorCompaction(t *testing.T) {
+	rc, tr := receive(t, false)
+	runTracedWith(t, tracedRun{tracer: tr, model: &compactModel{}, compactor: true, after: func(a *benchAgent, l *turn.Loop) {
+		if _, err := l.Compact(t.Context(), "main"); err != nil {
+			t.Fatalf("compact: %v", err)
+		}
+	}})
+	if err := tr.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := spanNamed(t, rc.got(), "klbr.compaction")
+	if got := attrs(c); len(c.ParentSpanId) != 0 || got["klbr.compaction.by"] != "operator" || got["klbr.compaction.kind"] == "" {
+		t.Errorf("the operator's compaction: parent %x, attributes %v", c.ParentSpanId, got)
+	}
+}
