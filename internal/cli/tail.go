@@ -85,6 +85,8 @@ func printRecord(w io.Writer, r store.Record) error {
 func describe(r store.Record) string {
 	var c struct {
 		Text      string `json:"text"`
+		Attempt   int64  `json:"attempt"`
+		TraceID   string `json:"trace_id"`
 		Reasoning string `json:"reasoning"`
 		Partial   bool   `json:"partial"`
 		Calls     []struct {
@@ -109,6 +111,9 @@ func describe(r store.Record) string {
 	var b strings.Builder
 	switch {
 	case r.Kind == "scratchpad":
+		if c.TraceID != "" {
+			fmt.Fprintf(&b, "[attempt %d trace %s] ", c.Attempt, c.TraceID)
+		}
 		if c.Partial {
 			b.WriteString("[partial: cut off, never run] ")
 		}

@@ -28,6 +28,10 @@ func TestTailDescribesRecords(t *testing.T) {
 			[]string{"Let me look.", "→ python c1:", "x = 1", "x"}},
 		{rec(store.LaneScratchpad, "scratchpad", map[string]any{"text": "half", "partial": true, "tool_calls": []any{}}),
 			[]string{"[partial: cut off, never run] half"}},
+		// A traced attempt's steps name its trace, so the operator can open it.
+		{rec(store.LaneScratchpad, "scratchpad", map[string]any{"attempt": 12, "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+			"text": "Let me look.", "tool_calls": []any{}}),
+			[]string{"[attempt 12 trace 4bf92f3577b34da6a3ce929d0e0e4736] Let me look."}},
 		{rec(store.LaneCell, "cell.started", map[string]any{"code": "print(1)"}), []string{"print(1)"}},
 		{rec(store.LaneCell, "cell.finished", map[string]any{"status": "error", "output": map[string]any{"preview": []map[string]string{{"data": "out\n"}}},
 			"error": map[string]string{"type": "ValueError", "message": "bad"}}), []string{"error", "out", "ValueError: bad"}},

@@ -25,6 +25,12 @@ func TestParseTelemetry(t *testing.T) {
 		{name: "query", doc: "[telemetry]\notlp_endpoint = \"http://tempo:4318/?token=x\"\n", wantErr: "must not carry credentials", line: 2},
 		{name: "content without endpoint", doc: "[telemetry]\ncapture_content = true\n", wantErr: "telemetry.capture_content: is set without", line: 2},
 		{name: "content as a string", doc: "[telemetry]\ncapture_content = \"yes\"\n", wantErr: "capture_content", line: 2},
+		{name: "trace url", doc: "[telemetry]\ntrace_url = \"https://grafana.example/explore?left={\\\"queries\\\":[{\\\"query\\\":\\\"{trace_id}\\\"}]}\"\n",
+			want: Telemetry{TraceURL: `https://grafana.example/explore?left={"queries":[{"query":"{trace_id}"}]}`}},
+		{name: "trace url without the id", doc: "[telemetry]\ntrace_url = \"https://grafana.example/explore\"\n", wantErr: "must contain {trace_id} once", line: 2},
+		{name: "trace url twice", doc: "[telemetry]\ntrace_url = \"https://t.example/{trace_id}/{trace_id}\"\n", wantErr: "must contain {trace_id} once", line: 2},
+		{name: "trace url javascript", doc: "[telemetry]\ntrace_url = \"javascript:alert('{trace_id}')\"\n", wantErr: "is not an http(s) URL", line: 2},
+		{name: "trace url credentials", doc: "[telemetry]\ntrace_url = \"https://u:p@t.example/{trace_id}\"\n", wantErr: "must not carry credentials", line: 2},
 		{name: "unknown key", doc: "[telemetry]\nendpoint = \"http://x\"\n", wantErr: "telemetry.endpoint", line: 2},
 	}
 	for _, tt := range tests {

@@ -290,7 +290,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		return "http://" + ls.http[0].Addr().String() + "/?token=" + url.QueryEscape(token)
 	})
 	wb := web.Browser{Store: st, Admit: d.admit, Sessions: d.sessions, Daemon: d, Token: token, Deltas: d.deltas,
-		CookieMaxAge: cfg.File.Browser.CookieMaxAge(), History: d.history(cfg),
+		CookieMaxAge: cfg.File.Browser.CookieMaxAge(), History: d.history(cfg), TraceURL: cfg.File.Telemetry.TraceURL,
 		Compact: func(ctx context.Context, session string) (api.Compacted, error) {
 			res, err := d.compact(ctx, session)
 			return api.NewCompacted(session, res), err

@@ -23,6 +23,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/tracing"
 	"github.com/klbr-dev/klbr/internal/worker"
 	"github.com/klbr-dev/klbr/internal/workspace"
 )
@@ -286,6 +287,7 @@ func (d *Dispatcher) invokeKey(ctx context.Context, session, key string, pin *st
 	in, _ := json.Marshal(input)
 	sum := sha256.Sum256(in)
 	start := time.Now()
+	ctx, span := tracing.Start(ctx, "klbr.hook "+slot, tracing.Options{})
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	c := &call{rec: store.HookInvocation{Session: session, Slot: slot, InputDigest: hex.EncodeToString(sum[:]), Outcome: "ok", Input: in}}
@@ -316,6 +318,7 @@ func (d *Dispatcher) invokeKey(ctx context.Context, session, key string, pin *st
 		c.rec.Outcome, c.rec.Error = "error", err.Error()
 	}
 	c.rec.Latency = time.Since(start)
+	endHookSpan(span, c, handler, tracing.Capture(ctx))
 	return c
 }
 

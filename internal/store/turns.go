@@ -186,8 +186,11 @@ type StepCall struct {
 // tool calls enter the context; a partial one (the stream was cut off) is
 // recorded for the operator and never runs or enters the context.
 type StepResult struct {
-	Session        string
-	Attempt        int64
+	Session string
+	Attempt int64
+	// TraceID is the attempt's trace ("" when tracing is off): the
+	// scratchpad record carries it so tail and the browser can link it.
+	TraceID        string
 	Ordinal        int       // the step's number within its attempt, from 1
 	Started        time.Time // when the request was sent
 	Route          string
@@ -219,6 +222,7 @@ type StepResult struct {
 // scratchpad is the record of a step's model output.
 type scratchpad struct {
 	Attempt        int64  `json:"attempt"`
+	TraceID        string `json:"trace_id,omitempty"`
 	Step           int    `json:"step"`    // within the attempt: live deltas carry the same number
 	StepID         int64  `json:"step_id"` // the model step's id: its tool calls' cells name it
 	Route          string `json:"route"`
@@ -284,7 +288,7 @@ func (t *Tx) RecordStep(r StepResult) (int64, error) {
 		if calls == nil {
 			calls = []StepCall{}
 		}
-		b, err := json.Marshal(scratchpad{Attempt: r.Attempt, Step: r.Ordinal, StepID: stepID, Route: r.Route, Text: r.Text,
+		b, err := json.Marshal(scratchpad{Attempt: r.Attempt, TraceID: r.TraceID, Step: r.Ordinal, StepID: stepID, Route: r.Route, Text: r.Text,
 			Reasoning: r.Reasoning, ReasoningField: r.ReasoningField, ReasoningDetails: validJSON(r.ReasoningDetails), Calls: calls, Partial: !complete,
 			FinishReason: r.FinishReason, Usage: r.Usage})
 		if err != nil {

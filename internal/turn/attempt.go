@@ -39,6 +39,7 @@ type attempt struct {
 	addressed []*addressedInput
 	lastStep  int64  // the id of the attempt's last recorded step
 	lastText  string // the text of the last response without a tool call
+	traceID   string // the attempt's trace, "" when tracing is off
 }
 
 // wait is a terminal wait a cell asked for.
@@ -55,7 +56,8 @@ func (r *runner) attempt(ctx context.Context, inputs []store.PendingInput, wake 
 	a := &attempt{started: r.l.cfg.Clock()}
 	ctx, span := r.attemptSpan(ctx)
 	defer func() { endAttemptSpan(span, a, err) }()
-	traceID := span.TraceID()
+	a.traceID = span.TraceID()
+	traceID := a.traceID
 	by := "input"
 	if len(inputs) == 0 {
 		by = "deadline"
@@ -523,7 +525,7 @@ func answeredBy(route string, resp *provider.Response, err error) string {
 // recordStep records a step's response, complete or partial, before
 // anything in it runs.
 func (r *runner) recordStep(ctx context.Context, a *attempt, started time.Time, resp *provider.Response, reqErr, cause error, raw int) (int64, error) {
-	res := store.StepResult{Session: r.session, Attempt: a.id, Ordinal: a.steps, Started: started,
+	res := store.StepResult{Session: r.session, Attempt: a.id, TraceID: a.traceID, Ordinal: a.steps, Started: started,
 		Route: answeredBy(r.l.live().Route, resp, reqErr), State: "completed", Estimated: raw, NotSent: errors.Is(reqErr, provider.ErrNotSent)}
 	if resp != nil && resp.Usage.PromptTokens != nil && reqErr == nil && res.Route == r.l.live().Route {
 		// The estimate is calibrated against the agent's own route; a

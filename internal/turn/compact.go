@@ -10,6 +10,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/tracing"
 )
 
 // Context budget: the whole request (system prompt, tool schema, every
@@ -169,7 +170,7 @@ func (l *Loop) Compact(ctx context.Context, session string) (history.Result, err
 		if !ok {
 			return history.Result{}, fmt.Errorf("%w: the active context has %d entries and no complete run of at least %d tokens outside the fresh tail", history.ErrNothingToCompact, len(r.transcript.entries), minRun)
 		}
-		cctx, span := compactSpan(ctx, session, "operator")
+		cctx, span := compactSpan(tracing.WithTracer(ctx, l.cfg.Tracer), session, "operator")
 		res, err := l.compactor.Compact(cctx, plan)
 		endCompactSpan(span, res, err)
 		if errors.Is(err, store.ErrStaleContext) {

@@ -99,12 +99,14 @@ func endCellSpan(sp tracing.Span, res workbench.Result, err error) {
 	sp.End(err)
 }
 
-// compactSpan starts a compaction's span.
+// compactSpan starts a compaction's span: a child of the attempt's when the
+// context's budget forced it, the root of a trace of its own when the
+// operator asked (no attempt runs it).
 func compactSpan(ctx context.Context, session, by string) (context.Context, tracing.Span) {
 	if tracing.From(ctx) == nil {
 		return ctx, tracing.Nop
 	}
-	return tracing.Start(ctx, "klbr.compaction", tracing.Options{Attrs: []tracing.Attr{
+	return tracing.Start(ctx, "klbr.compaction", tracing.Options{Root: by == "operator", Attrs: []tracing.Attr{
 		tracing.String("klbr.session", session), tracing.String("klbr.compaction.by", by)}})
 }
 

@@ -1,12 +1,14 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"io/fs"
 	"iter"
@@ -67,6 +69,9 @@ type Browser struct {
 	// Compact compacts a session's context now (the operator API's
 	// compact): compact.
 	Compact func(ctx context.Context, session string) (api.Compacted, error)
+	// TraceURL is [telemetry] trace_url: the page links an attempt's trace
+	// id there ({trace_id} replaced); "" shows the id as text.
+	TraceURL string
 }
 
 // browser is the configured client.
@@ -133,6 +138,10 @@ func (b *browser) handlePage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
+	}
+	if b.TraceURL != "" {
+		page = bytes.Replace(page, []byte(`<meta name="klbr-trace-url" content="">`),
+			[]byte(`<meta name="klbr-trace-url" content="`+html.EscapeString(b.TraceURL)+`">`), 1)
 	}
 	secureHeaders(w)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

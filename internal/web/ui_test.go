@@ -242,3 +242,44 @@ func TestBrowserReplaysTenThousandRecords(t *testing.T) {
 	}
 	screenshot(t, ctx, "browser-10000")
 }
+
+// A traced step's record shows its trace: a link into the operator's trace
+// viewer when [telemetry] trace_url is set, else the id as text; an id
+// that is not a trace id is not shown.
+func TestBrowserLinksTraces(t *testing.T) {
+	const id = "4bf92f3577b34da6a3ce929d0e0e4736"
+	for _, tc := range []struct {
+		name, traceURL, wantHref string
+	}{
+		{"trace_url set", `https://grafana.example/explore?left={"queries":[{"query":"{trace_id}"}]}&x=<b>`,
+			`https://grafana.example/explore?left={%22queries%22:[{%22query%22:%22` + id + `%22}]}&x=%3Cb%3E`},
+		{"no trace_url", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := startWith(t, func(_ *harness, b *Browser) { b.TraceURL = tc.traceURL })
+			ctx := browserCtx(t)
+			h.rawRecords(t,
+				rawRecord{store.LaneScratchpad, "scratchpad", map[string]any{"attempt": 3, "step": 1, "trace_id": id, "text": "traced", "tool_calls": []any{}}},
+				rawRecord{store.LaneScratchpad, "scratchpad", map[string]any{"attempt": 4, "step": 1, "trace_id": `"><img src=x>`, "text": "odd", "tool_calls": []any{}}})
+			if err := chromedp.Do(ctx,
+				chromedp.Navigate(h.http.URL+"/?view=lanes&token="+testToken),
+				chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
+			); err != nil {
+				t.Fatal(err)
+			}
+			if err := poll(ctx, `document.querySelectorAll('#lane-scratchpad .record').length === 2`); err != nil {
+				t.Fatal(err)
+			}
+			got := eval[map[string]any](t, ctx, `(() => { const a = document.querySelector('#lane-scratchpad .trace a');
+				return {traces: document.querySelectorAll('#lane-scratchpad .trace').length,
+				        text: document.querySelector('#lane-scratchpad .trace').innerText,
+				        href: a ? a.href : "", target: a ? a.target : "", rel: a ? a.rel : ""}; })()`)
+			if got["traces"] != 1.0 || got["text"] != "trace "+id || got["href"] != tc.wantHref {
+				t.Errorf("trace shown as %v, want one %q linking %q", got, "trace "+id, tc.wantHref)
+			}
+			if tc.wantHref != "" && (got["target"] != "_blank" || got["rel"] != "noopener noreferrer") {
+				t.Errorf("the link opens as %v", got)
+			}
+		})
+	}
+}

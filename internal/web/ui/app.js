@@ -28,6 +28,24 @@ function el(tag, cls, text) {
   if (text !== undefined && text !== null) e.textContent = text;
   return e;
 }
+// TRACE_URL is [telemetry] trace_url ({trace_id} stands for the id), "" when
+// unset: then a trace id is shown as text.
+const TRACE_URL = (document.querySelector('meta[name="klbr-trace-url"]') || {}).content || "";
+
+// traceRef shows an attempt's trace id: a link to the operator's trace
+// viewer when trace_url is set, else the id as text.
+function traceRef(id) {
+  const box = el("div", "meta trace", "trace ");
+  const url = TRACE_URL.replace("{trace_id}", id);
+  if (TRACE_URL && /^https?:\/\//.test(url)) {
+    const a = el("a", "trace-link", id);
+    a.href = url;
+    a.target = "_blank";
+    a.rel = "noopener noreferrer";
+    box.appendChild(a);
+  } else box.appendChild(el("code", "trace-id", id));
+  return box;
+}
 function badge(text, cls) { return el("span", "badge " + (cls || ""), text); }
 function plural(n, one, many) { return `${n} ${n === 1 ? one : (many || one + "s")}`; }
 const timeFormat = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
@@ -202,6 +220,7 @@ function renderScratchpad(r, c) {
   if (c.attempt != null) bits.push(`attempt ${c.attempt} · step ${c.step}`);
   if (c.route) bits.push(c.route);
   e.appendChild(meta(r, bits.join(" · ")));
+  if (typeof c.trace_id === "string" && /^[0-9a-f]{32}$/.test(c.trace_id)) e.appendChild(traceRef(c.trace_id));
   const flags = el("div", "flags");
   if (c.partial) flags.appendChild(badge("interrupted — partial, not sent: the step was cut off before it finished", "warn"));
   if (c.finish_reason && c.finish_reason !== "stop" && c.finish_reason !== "tool_calls") flags.appendChild(badge(`finish: ${c.finish_reason}`, "warn"));
