@@ -3,8 +3,10 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,13 +15,14 @@ import (
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/hosttest"
+	"github.com/klbr-dev/klbr/internal/workertest"
 )
 
 // remoteLab boots a worker host with this build's klbr-kernel on its PATH
 // and returns an engine that knows it as "lab".
 func remoteLab(t testing.TB) (*hosttest.Host, *hosts.Engine) {
 	t.Helper()
-	setup(t.(*testing.T))
+	env = workertest.Setup(t)
 	h := hosttest.Start(t)
 	b, err := os.ReadFile(env.Kernel)
 	if err != nil {
@@ -117,4 +120,80 @@ func TestRemoteWorkbench(t *testing.T) {
 	if o := run(t, w2, "e4", "'x' in dir()"); o.Status != "ok" || o.Value == nil || *o.Value != "False" {
 		t.Fatalf("a new generation kept the old heap: %+v", o)
 	}
+}
+
+// BenchmarkRemoteRoundtrip: the round trip of the cell `x = 1` in a local
+// workbench and in one on the lab host (over its SSH connection), side by
+// side, and the link's round trip (a TCP connect to the host's sshd: one
+// SYN, one SYN-ACK) for the goal remote ≤ local + 2 × link RTT.
+func BenchmarkRemoteRoundtrip(b *testing.B) {
+	h, e := remoteLab(b)
+	ctx := context.Background()
+	roundtrip := func(b *testing.B, w *Worker) {
+		for i := 0; b.Loop(); i++ {
+			o, err := w.Execute(ctx, "b"+strconv.Itoa(i), "x = 1", nil)
+			if err != nil || o.Status != "ok" {
+				b.Fatalf("%+v %v", o, err)
+			}
+		}
+	}
+	b.Run("place=local", func(b *testing.B) {
+		store, err := artifacts.New(filepath.Join(b.TempDir(), "artifacts"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		w, err := Start(ctx, Spec{Role: RoleWorkbench, Session: "s1", Generation: 1, Kernel: env.Kernel, Python: env.Python,
+			RuntimeSrc: env.Runtime, Workspace: b.TempDir(), Placer: env.Placer, Artifacts: store})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Kill()
+		roundtrip(b, w)
+	})
+	gen := int64(0)
+	b.Run("place=remote", func(b *testing.B) {
+		gen++
+		w, _ := startRemote(b, e, gen)
+		defer w.Kill()
+		roundtrip(b, w)
+	})
+	b.Run("op=link-rtt", func(b *testing.B) {
+		// A UDP echo on the host: one datagram there and back over its link
+		// (an upper bound of the link's round trip: it includes the echo's
+		// own Python).
+		echo := h.Enter("python3", "-c", `import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 7777))
+while True:
+    d, a = s.recvfrom(64)
+    s.sendto(d, a)`)
+		if err := echo.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { echo.Process.Kill(); echo.Wait() }()
+		c, err := net.Dial("udp", net.JoinHostPort(h.Addr, "7777"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		buf := make([]byte, 64)
+		for i := 0; ; i++ { // until the echo listens
+			c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			c.Write([]byte("x"))
+			if _, err := c.Read(buf); err == nil {
+				break
+			} else if i > 50 {
+				b.Fatal("no echo from the host")
+			}
+		}
+		c.SetReadDeadline(time.Time{})
+		for b.Loop() {
+			if _, err := c.Write([]byte("x")); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.Read(buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
