@@ -84,6 +84,26 @@ func PackTree(dir string) (Tree, error) {
 	return Tree{Hash: hex.EncodeToString(sum[:]), Tar: buf.Bytes()}, nil
 }
 
+// PackFile packs one regular file as a tree holding it under its base name.
+func PackFile(path string) (Tree, error) {
+	dir, err := os.MkdirTemp("", "klbr-packfile-")
+	if err != nil {
+		return Tree{}, fmt.Errorf("hosts: pack %s: %w", path, err)
+	}
+	defer os.RemoveAll(dir)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Tree{}, fmt.Errorf("hosts: pack %s: %w", path, err)
+	}
+	if len(b) > MaxTreeBytes {
+		return Tree{}, fmt.Errorf("hosts: pack %s: over %d bytes", path, MaxTreeBytes)
+	}
+	if err := os.WriteFile(filepath.Join(dir, filepath.Base(path)), b, 0o644); err != nil {
+		return Tree{}, fmt.Errorf("hosts: pack %s: %w", path, err)
+	}
+	return PackTree(dir)
+}
+
 var treeHash = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // cacheDir is the shell expression of the host's tree cache.
