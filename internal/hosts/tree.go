@@ -108,10 +108,7 @@ var treeHash = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // cacheDir is the shell expression of the host's tree cache.
 func (c *conn) cacheDir() string {
-	if c.h.WorkDir != "" {
-		return Quote(c.h.WorkDir + "/cache")
-	}
-	return `"$HOME/.cache/klbr/work/cache"`
+	return c.workBase() + "/cache"
 }
 
 // PutTree makes tree present on host, unpacked in WORK_DIR/cache/<hash>,

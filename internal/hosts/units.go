@@ -28,6 +28,11 @@ type Unit struct {
 	TasksMax       int
 	CPUQuotaPct    int
 	Wall           time.Duration
+	// Confine (Pipe only): Argv is klbr-kernel, and its sandbox flags go
+	// after Argv[0]: its program may write only the unit's directory, read
+	// the tree cache, reach nothing else of the work directory (other units)
+	// nor the login's ~/.ssh, and runs without capabilities.
+	Confine bool
 }
 
 var unitName = regexp.MustCompile(`^klbr-[a-z0-9][a-z0-9-]{0,200}\.service$`)
@@ -48,6 +53,14 @@ func (c *conn) workDir(unit string) string {
 		return Quote(c.h.WorkDir + "/" + unit)
 	}
 	return `"$HOME/.cache/klbr/work/"` + Quote(unit)
+}
+
+// workBase is the shell expression of the host's work directory.
+func (c *conn) workBase() string {
+	if c.h.WorkDir != "" {
+		return Quote(c.h.WorkDir)
+	}
+	return `"$HOME/.cache/klbr/work"`
 }
 
 // Start starts u on host unless a unit of its name exists there already;
@@ -374,8 +387,16 @@ d=%s
 if [ "$(systemctl show --property=LoadState --value -- "$u")" != not-found ]; then echo "klbr: $u exists on the host already" >&2; exit 75; fi
 p=$(command -v -- %s) || { echo "klbr: %s is not on the PATH of $(id -un) on the host" >&2; exit 127; }
 mkdir -p -- "$d" && chmod 700 -- "$d"
-exec %s -p "User=$(id -un)" -p "WorkingDirectory=$d" -- "$p" %s
-`, Quote(u.Name), c.workDir(u.Name), Quote(u.Argv[0]), Quote(u.Argv[0]), strings.Join(quoted, " "), strings.Join(argv, " "))
+set --
+if [ %t = true ]; then
+	w=%s
+	c=%s
+	mkdir -p -- "$c" "$d/tmp"
+	set -- --deny "$w" --deny "$HOME/.ssh" --ro "$c" --rw "$d" --tmp "$d/tmp" --drop-caps
+fi
+exec %s -p "User=$(id -un)" -p "WorkingDirectory=$d" -- "$p" "$@" %s
+`, Quote(u.Name), c.workDir(u.Name), Quote(u.Argv[0]), Quote(u.Argv[0]), u.Confine, c.workBase(), c.cacheDir(),
+		strings.Join(quoted, " "), strings.Join(argv, " "))
 	if err := c.connect(ctx); err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ func (u WorkerUnit) Command(ctx context.Context, argv, env []string) (*exec.Cmd,
 		k, v, _ := strings.Cut(kv, "=")
 		m[k] = v
 	}
-	return u.Engine.Pipe(ctx, u.Host, Unit{Name: u.Name, Description: "klbr worker " + u.Name, Argv: argv, Env: m})
+	return u.Engine.Pipe(ctx, u.Host, Unit{Name: u.Name, Description: "klbr worker " + u.Name, Argv: argv, Env: m, Confine: true})
 }
 
 // Stop stops the unit and removes its directory on the host.

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -90,6 +91,37 @@ func TestRemoteWorkbench(t *testing.T) {
 	}
 	if o := run(t, w, "e2", "x + 1"); o.Status != "ok" || o.Value == nil || *o.Value != "2" {
 		t.Fatalf("x across cells: %+v", o)
+	}
+
+	// The sandbox on the host: the unit's own directory is writable, the
+	// cache only readable, another unit's directory and the login's ~/.ssh
+	// out of reach, and no capability even as root.
+	other := filepath.Join(h.WorkDir, "klbr-job-9-1.service")
+	if err := os.MkdirAll(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "secret"), []byte("s"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	probe := `import os
+def tryit(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return type(e).__name__
+home = os.path.expanduser("~")
+print("own", tryit(lambda: open("mine", "w").write("m")))
+print("other", tryit(lambda: open(%q).read()))
+print("cache", tryit(lambda: open(os.environ["PYTHONPATH"].split(":")[0] + "/planted", "w")))
+print("ssh", tryit(lambda: os.listdir(home + "/.ssh")))
+print("caps", [l for l in open("/proc/self/status") if l.startswith("CapEff")][0].split()[1])
+`
+	o = run(t, w, "e2b", fmt.Sprintf(probe, filepath.Join(other, "secret")))
+	for _, want := range []string{"own ok", "other PermissionError", "cache PermissionError", "ssh PermissionError", "caps 0000000000000000"} {
+		if !strings.Contains(text(o), want) {
+			t.Fatalf("sandbox on the host: want %q in\n%s", want, text(o))
+		}
 	}
 
 	// A host request of the remote cell is answered here, by klbr-core.
