@@ -511,6 +511,7 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		st.Workbench = "unavailable: " + d.benchErr.Error()
 	} else if d.bench != nil {
 		st.Sandbox = d.bench.Config().SandboxSummary
+		st.WorkbenchHost = d.bench.RemoteHost()
 	}
 	st.Storage = d.store.Fault()
 	if d.routes != nil {

@@ -48,6 +48,9 @@ func TestRemoteWorkbenchPlacement(t *testing.T) {
 			t.Fatalf("no cell said %q\n%s\n%s", want, a.dump(), a.d)
 		}
 	}
+	if st, err := a.c.Status(a.t.Context()); err != nil || st.WorkbenchHost != "lab" {
+		t.Fatalf("status does not say where the workbench runs: %+v %v", st, err)
+	}
 	units, err := h.Units("klbr-workbench-*")
 	if err != nil || len(units) != 1 {
 		t.Fatalf("workbench units on the host: %v %v", units, err)
