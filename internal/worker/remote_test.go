@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,6 +152,19 @@ print("caps", [l for l in open("/proc/self/status") if l.startswith("CapEff")][0
 	}
 	if o := run(t, w2, "e4", "'x' in dir()"); o.Status != "ok" || o.Value == nil || *o.Value != "False" {
 		t.Fatalf("a new generation kept the old heap: %+v", o)
+	}
+
+	// klbr-core's end (its SSH session killed, nothing stopped): the
+	// kernel reads the end of its stdin, the worker exits, the unit goes.
+	syscall.Kill(-w2.cmd.Process.Pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		units, err := h.Units("klbr-workbench-*")
+		if err == nil && len(units) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the unit outlived its SSH session: %v %v", units, err)
+		}
 	}
 }
 
