@@ -37,6 +37,15 @@
         };
       nixosModules.klbr = self.nixosModules.default;
 
+      # services.klbr-worker: a worker host klbr-core reaches over SSH
+      # (docs/hosts.md), with the package defaulting to this flake's build.
+      nixosModules.worker =
+        { lib, pkgs, ... }:
+        {
+          imports = [ ./nix/worker.nix ];
+          services.klbr-worker.package = lib.mkDefault self.packages.${pkgs.stdenv.hostPlatform.system}.default;
+        };
+
       checks = forAllSystems (pkgs: {
         # The build: go build with the vendored modules, units installed,
         # klbr-core wrapped with the pinned Python.

@@ -285,6 +285,7 @@ func registryScrape(t *testing.T) []byte {
 	})
 	spent("main", "turn", 0.01, 14)
 	// A worker host, as the daemon reports [hosts.NAME] (the live daemon has none).
+	m.WatchPromptCache(func() map[string]float64 { return map[string]float64{"main": 0.9} })
 	m.WatchHosts(func(context.Context) []metrics.HostState {
 		return []metrics.HostState{{Name: "gpu", Up: true, Units: map[string]int{"job": 1}, Waiting: 2}}
 	})

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -419,4 +420,147 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// workerEval is what nix/tests/worker-eval.nix returns.
+type workerEval struct {
+	Options          []string `json:"options"`
+	FailedAssertions []string `json:"failedAssertions"`
+	Environment      struct {
+		SystemPackages []string `json:"systemPackages"`
+	} `json:"environment"`
+	Systemd struct {
+		Packages []string `json:"packages"`
+	} `json:"systemd"`
+	Users struct {
+		Users  map[string]map[string]any `json:"users"`
+		Groups map[string]map[string]any `json:"groups"`
+	} `json:"users"`
+	Security struct {
+		Polkit struct {
+			Enable      bool   `json:"enable"`
+			ExtraConfig string `json:"extraConfig"`
+		} `json:"polkit"`
+	} `json:"security"`
+	OpenSSH map[string]any `json:"openssh"`
+}
+
+func evalWorker(t *testing.T, nixInstantiate, lib, cfg string) (*workerEval, string) {
+	t.Helper()
+	harness := filepath.Join(repoRoot(t), "nix", "tests", "worker-eval.nix")
+	expr := "import " + harness + " { lib = import " + lib + "; config = " + cfg + "; }"
+	cmd := exec.Command(nixInstantiate, "--eval", "--strict", "--json", "-E", expr)
+	cmd.Env = nixEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, stderr.String()
+	}
+	var ev workerEval
+	if err := json.Unmarshal(stdout.Bytes(), &ev); err != nil {
+		t.Fatalf("decode the evaluation: %v", err)
+	}
+	return &ev, ""
+}
+
+// TestWorkerModuleEvaluates runs lib.evalModules over nix/worker.nix
+// (services.klbr-worker, the flake's nixosModules.worker).
+func TestWorkerModuleEvaluates(t *testing.T) {
+	lib := nixpkgsLib(t)
+	ni := requireTool(t, "nix-instantiate", "nix-bin")
+	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKlbrKlbrKlbrKlbrKlbrKlbrKlbrKlbrKlbrKlbrKlbr klbr-core"
+	mustWorker := func(cfg string) *workerEval {
+		t.Helper()
+		ev, errText := evalWorker(t, ni, lib, cfg)
+		if ev == nil {
+			t.Fatalf("evaluating the worker module with %s failed:\n%s", cfg, errText)
+		}
+		return ev
+	}
+
+	t.Run("disabled does nothing", func(t *testing.T) {
+		ev := mustWorker(`{ }`)
+		if len(ev.Systemd.Packages) != 0 || len(ev.Users.Users) != 0 || ev.Security.Polkit.ExtraConfig != "" || len(ev.OpenSSH) != 0 {
+			t.Fatalf("a disabled worker module changed the system: %+v", ev)
+		}
+		want := []string{"services.klbr-worker.authorizedKeys", "services.klbr-worker.enable", "services.klbr-worker.group",
+			"services.klbr-worker.home", "services.klbr-worker.openFirewall", "services.klbr-worker.package", "services.klbr-worker.user"}
+		if got := slices.Sorted(slices.Values(ev.Options)); !slices.Equal(got, want) {
+			t.Fatalf("options:\n got %q\nwant %q", got, want)
+		}
+	})
+
+	t.Run("enabled with one key", func(t *testing.T) {
+		ev := mustWorker(`{ services.klbr-worker = { enable = true; authorizedKeys = [ "` + key + `" ]; }; }`)
+		if len(ev.FailedAssertions) != 0 {
+			t.Fatalf("failed assertions: %q", ev.FailedAssertions)
+		}
+		pkg := "/nix/store/11111111111111111111111111111111-klbr"
+		if !slices.Equal(ev.Systemd.Packages, []string{pkg}) || !slices.Contains(ev.Environment.SystemPackages, pkg) {
+			t.Errorf("the package (klbr-kernel, the runtime, klbr.slice) is not installed: %q %q", ev.Systemd.Packages, ev.Environment.SystemPackages)
+		}
+		u := ev.Users.Users["klbr"]
+		if get(u, "isSystemUser") != true || get(u, "group") != "klbr" || get(u, "useDefaultShell") != true || get(u, "createHome") != true {
+			t.Errorf("users.users.klbr = %v, want an unprivileged system user with a shell and a home", u)
+		}
+		if keys := strList(get(u, "openssh", "authorizedKeys", "keys")); !slices.Equal(keys, []string{key}) {
+			t.Errorf("authorized keys = %q, want klbr-core's", keys)
+		}
+		if _, ok := ev.Users.Groups["klbr"]; !ok {
+			t.Errorf("group klbr is not created: %v", ev.Users.Groups)
+		}
+		if ev.OpenSSH["enable"] != true {
+			t.Errorf("services.openssh = %v, want enabled", ev.OpenSSH)
+		}
+		if !ev.Security.Polkit.Enable {
+			t.Errorf("polkit is not enabled")
+		}
+		rule := ev.Security.Polkit.ExtraConfig
+		for _, want := range []string{`"org.freedesktop.systemd1.manage-units"`, `subject.user == "klbr"`, `action.lookup("unit")`, `polkit.Result.YES`} {
+			if !strings.Contains(rule, want) {
+				t.Errorf("polkit rule lacks %s:\n%s", want, rule)
+			}
+		}
+		// The rule's own test, run as JavaScript would: klbr-* units only.
+		re := regexp.MustCompile(`/(\^klbr-.*?\$)/\.test\(unit\)`).FindStringSubmatch(rule)
+		if re == nil {
+			t.Fatalf("no unit-name test in the polkit rule:\n%s", rule)
+		}
+		unitRe := regexp.MustCompile(strings.ReplaceAll(re[1], `\/`, `/`))
+		for name, allowed := range map[string]bool{
+			"klbr-job-12-1.service": true, "klbr-worker-default-3.service": true,
+			"sshd.service": false, "klbr.slice": false, "polkit.service": false, "xklbr-job-1-1.service": false, "klbr-a/../sshd.service": false,
+		} {
+			if unitRe.MatchString(name) != allowed {
+				t.Errorf("polkit rule for %s: allowed=%v, want %v", name, !allowed, allowed)
+			}
+		}
+	})
+
+	t.Run("no key, or root, is refused", func(t *testing.T) {
+		ev := mustWorker(`{ services.klbr-worker.enable = true; }`)
+		if len(ev.FailedAssertions) != 1 || !strings.Contains(ev.FailedAssertions[0], "authorizedKeys is empty") {
+			t.Fatalf("failed assertions = %q, want the empty-keys one", ev.FailedAssertions)
+		}
+		ev = mustWorker(`{ services.klbr-worker = { enable = true; user = "root"; authorizedKeys = [ "` + key + `" ]; }; }`)
+		if len(ev.FailedAssertions) != 1 || !strings.Contains(ev.FailedAssertions[0], "must not be root") {
+			t.Fatalf("failed assertions = %q, want the root one", ev.FailedAssertions)
+		}
+	})
+
+	t.Run("another user gets the key and the rule", func(t *testing.T) {
+		ev := mustWorker(`{ services.klbr-worker = { enable = true; user = "builder"; authorizedKeys = [ "` + key + `" ]; }; }`)
+		if get(ev.Users.Users["builder"], "isSystemUser") != nil {
+			t.Errorf("an existing user was redefined: %v", ev.Users.Users["builder"])
+		}
+		if keys := strList(get(ev.Users.Users["builder"], "openssh", "authorizedKeys", "keys")); !slices.Equal(keys, []string{key}) {
+			t.Errorf("builder's keys = %q", keys)
+		}
+		if _, ok := ev.Users.Users["klbr"]; ok {
+			t.Errorf("the klbr user is created though user = builder")
+		}
+		if !strings.Contains(ev.Security.Polkit.ExtraConfig, `subject.user == "builder"`) {
+			t.Errorf("polkit rule is not for the configured user:\n%s", ev.Security.Polkit.ExtraConfig)
+		}
+	})
 }

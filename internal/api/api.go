@@ -90,6 +90,8 @@ type Status struct {
 	// Spend is today's and this month's spend against the caps, and the
 	// sessions held at one; nil when the agent does not run.
 	Spend *spend.State `json:"spend,omitempty"`
+	// PromptCache is each route's prompt cache hit ratio today.
+	PromptCache []PromptCache `json:"prompt_cache,omitempty"`
 	// Hooks is the hooks' diagnostics (nil when no hook worker can run).
 	Hooks *HooksStatus `json:"hooks,omitempty"`
 }
@@ -283,3 +285,13 @@ const (
 	CodeNotImplemented   = "not_implemented" // 501: the operation is not available yet
 	CodeCursorPastEnd    = "cursor_past_end" // 409: a records cursor past the session's last record
 )
+
+// PromptCache is a route's prompt cache today (in [spend] time_zone), from
+// the spend ledger: the prompt tokens its requests sent and the part the
+// provider reported as read from its cache.
+type PromptCache struct {
+	Route    string  `json:"route"`
+	Prompt   int64   `json:"prompt_tokens"`
+	Cached   int64   `json:"cache_read_tokens"`
+	HitRatio float64 `json:"hit_ratio"`
+}

@@ -329,7 +329,14 @@ func (r *Releases) List() ([]string, error) {
 	return ids, nil
 }
 
-// Resolve accepts a release id or a path to a release directory under dir.
+// MinPrefix is the fewest hex digits of a release id Resolve takes as a prefix.
+const MinPrefix = 6
+
+var hexPrefix = regexp.MustCompile(`^[0-9a-f]+$`)
+
+// Resolve accepts a release id, a path to a release directory under dir, or
+// a prefix of MinPrefix or more hex digits that starts one stored release
+// id only; an ambiguous prefix is refused with the ids it could mean.
 func (r *Releases) Resolve(ref string) (string, error) {
 	if hexID.MatchString(ref) {
 		return ref, nil
@@ -338,7 +345,33 @@ func (r *Releases) Resolve(ref string) (string, error) {
 	if filepath.Dir(clean) == filepath.Clean(r.dir) && hexID.MatchString(filepath.Base(clean)) {
 		return filepath.Base(clean), nil
 	}
-	return "", fmt.Errorf("%q is neither a release id nor a directory in %s", ref, r.dir)
+	if !hexPrefix.MatchString(ref) {
+		return "", fmt.Errorf("%q is neither a release id nor a directory in %s", ref, r.dir)
+	}
+	if len(ref) < MinPrefix {
+		return "", fmt.Errorf("%q is too short to name a release: give at least %d hex digits of its id", ref, MinPrefix)
+	}
+	ids, err := r.List()
+	if err != nil {
+		return "", fmt.Errorf("resolve release %s: %w", ref, err)
+	}
+	var found []string
+	for _, id := range ids {
+		if strings.HasPrefix(id, ref) {
+			found = append(found, id)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return "", fmt.Errorf("no stored release starts with %q (klbr-core releases lists them)", ref)
+	}
+	short := make([]string, len(found))
+	for i, id := range found {
+		short[i] = id[:min(len(id), len(ref)+6)]
+	}
+	return "", fmt.Errorf("%q starts %d stored releases (%s); give more of the id", ref, len(found), strings.Join(short, ", "))
 }
 
 func writeSynced(p string, b []byte, mode os.FileMode) error {

@@ -174,3 +174,41 @@ func TestActivationKind(t *testing.T) {
 		}
 	}
 }
+
+// A release id may be shortened to a unique prefix of 6 or more hex digits; an
+// ambiguous prefix is refused naming the releases it could mean.
+func TestResolveUniquePrefix(t *testing.T) {
+	dir := t.TempDir()
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := "abcdef01" + strings.Repeat("0", 56)
+	b := "abcdef02" + strings.Repeat("0", 56)
+	c := "123456" + strings.Repeat("f", 58)
+	for _, id := range []string{a, b, c} {
+		if err := os.Mkdir(filepath.Join(dir, id), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ ref, want, err string }{
+		{ref: "abcdef01", want: a},
+		{ref: "123456", want: c},
+		{ref: c, want: c},
+		{ref: "abcdef", err: "abcdef01" + strings.Repeat("0", 4)},
+		{ref: "abcde", err: "at least 6 hex digits"},
+		{ref: "fedcba", err: "no stored release starts with"},
+		{ref: "ABCDEF01", err: "neither"},
+	} {
+		got, err := r.Resolve(tc.ref)
+		switch {
+		case tc.err == "" && (err != nil || got != tc.want):
+			t.Errorf("Resolve(%s) = %s, %v; want %s", tc.ref, got, err, tc.want)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("Resolve(%s) = %s, %v; want an error with %q", tc.ref, got, err, tc.err)
+		}
+	}
+	if _, err := r.Resolve("abcdef"); err == nil || !strings.Contains(err.Error(), b[:12]) || !strings.Contains(err.Error(), a[:12]) {
+		t.Errorf("an ambiguous prefix must list both candidates: %v", err)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -85,7 +84,7 @@ func newReleasesDiff(g *globals) *cobra.Command {
 			}
 			var ids [2]string
 			for i, ref := range args {
-				if ids[i], err = resolveRelease(rel, ref); err != nil {
+				if ids[i], err = rel.Resolve(ref); err != nil {
 					return err
 				}
 			}
@@ -99,34 +98,6 @@ func newReleasesDiff(g *globals) *cobra.Command {
 			}
 			return nil
 		},
-	}
-}
-
-// resolveRelease accepts an id, a path, or a unique prefix of at least 6 hex digits.
-func resolveRelease(rel *behavior.Releases, ref string) (string, error) {
-	if id, err := rel.Resolve(ref); err == nil {
-		return id, nil
-	}
-	if len(ref) < 6 {
-		return "", fmt.Errorf("%q is not a release id (give at least 6 hex digits of one)", ref)
-	}
-	ids, err := rel.List()
-	if err != nil {
-		return "", err
-	}
-	var found []string
-	for _, id := range ids {
-		if strings.HasPrefix(id, ref) {
-			found = append(found, id)
-		}
-	}
-	switch len(found) {
-	case 1:
-		return found[0], nil
-	case 0:
-		return "", fmt.Errorf("no release starts with %q", ref)
-	default:
-		return "", fmt.Errorf("%q names %d releases; give more digits", ref, len(found))
 	}
 }
 
@@ -160,7 +131,7 @@ func newActivate(g *globals) *cobra.Command {
 	var reason string
 	cmd := &cobra.Command{
 		Use:   "activate SESSION EPOCH RELEASE",
-		Short: "Activate a release (id or <data>/releases/<sha256> path) for a session at its current EPOCH",
+		Short: "Activate a release (id, unique id prefix, or <data>/releases/<sha256> path) for a session at its current EPOCH",
 		Long: "EPOCH is the session's current behavior epoch as `klbr-core releases` shows it: the activation\n" +
 			"is refused if the session has moved on since (compare-and-swap). The candidate is checked in its\n" +
 			"own hook worker first; only what the change needs is replaced.",

@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -66,6 +69,10 @@ func newSendLike(g *globals, maintenance bool) *cobra.Command {
 			}
 			if res.Unanswered != "" {
 				fmt.Fprintln(g.env.Stderr, res.Unanswered)
+			} else if st, err := statusBriefly(cmd.Context(), c); err == nil {
+				for _, w := range nobodyAnswers(st, args[0]) {
+					fmt.Fprintln(g.env.Stderr, w)
+				}
 			}
 			return nil
 		},
@@ -73,6 +80,33 @@ func newSendLike(g *globals, maintenance bool) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the receipt as JSON")
 	cmd.Flags().StringVar(&key, "key", "", "idempotency key: resending with the same key returns the original input (default: a new random key)")
 	return cmd
+}
+
+// nobodyAnswers says why an admitted input will not be answered now, as the
+// browser's banner does: the agent does not run (no route, no cells), or the
+// session is held at a spend cap.
+func nobodyAnswers(st api.Status, session string) []string {
+	var out []string
+	if why, ok := strings.CutPrefix(st.Agent, "not running: "); ok {
+		out = append(out, "nobody will answer: the agent is not running ("+why+")")
+	}
+	if st.Spend != nil {
+		for _, h := range st.Spend.Held {
+			if h.Session == session {
+				out = append(out, fmt.Sprintf("nobody will answer until %s: session %s is held at the %s spend cap; the input is kept (klbr-core spend shows the caps)",
+					h.Resets.Local().Format("2006-01-02 15:04"), session, h.Cap))
+			}
+		}
+	}
+	return out
+}
+
+// statusBriefly reads the daemon's status for a warning: the input is
+// already stored, so a slow status costs the warning, never the send.
+func statusBriefly(ctx context.Context, c *localclient.Client) (api.Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return c.Status(ctx)
 }
 
 // sendError says what a failed send means for the input: not stored (nothing reached

@@ -10,6 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/spend"
 )
 
 // TestSendThatCannotTellPrintsTheKey: when the daemon reads the request and dies before it
@@ -60,5 +64,34 @@ func TestSendThatCannotTellPrintsTheKey(t *testing.T) {
 	msg := run()
 	if !strings.Contains(msg, "cannot tell") || !strings.Contains(msg, "--key k-42") {
 		t.Errorf("after a request with no answer: %q, want 'cannot tell' and the key to retry with", msg)
+	}
+}
+
+// send warns, as the browser's banner does, when nobody will answer: the
+// agent does not run, or the session is held at a spend cap; another
+// session's hold says nothing.
+func TestSendSaysWhenNobodyAnswers(t *testing.T) {
+	resets := time.Date(2030, 1, 2, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		st   api.Status
+		want []string
+	}{
+		{"running", api.Status{Agent: "route local (m)"}, nil},
+		{"no route", api.Status{Agent: "not running: no [routes.local] in klbr.toml; inputs are admitted and kept"},
+			[]string{"nobody will answer: the agent is not running (no [routes.local]"}},
+		{"spend cap", api.Status{Agent: "route local (m)", Spend: &spend.State{Held: []spend.Hold{{Session: "default", Cap: "daily_usd", Resets: resets}}}},
+			[]string{"nobody will answer until", "held at the daily_usd spend cap"}},
+		{"another session's cap", api.Status{Agent: "route local (m)", Spend: &spend.State{Held: []spend.Hold{{Session: "other", Cap: "daily_usd", Resets: resets}}}}, nil},
+	} {
+		got := strings.Join(nobodyAnswers(tc.st, "default"), "\n")
+		if len(tc.want) == 0 && got != "" {
+			t.Errorf("%s: warned %q", tc.name, got)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q lacks %q", tc.name, got, w)
+			}
+		}
 	}
 }

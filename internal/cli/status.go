@@ -73,6 +73,9 @@ func newStatus(g *globals) *cobra.Command {
 						r.Name, time.Duration(r.RestingSeconds*float64(time.Second)).Round(time.Second))
 				}
 			}
+			for _, c := range st.PromptCache {
+				fmt.Fprintf(g.env.Stdout, "route %s: prompt cache %.1f %% of today's %d prompt tokens\n", c.Route, 100*c.HitRatio, c.Prompt)
+			}
 			for _, n := range st.PlacementNotes {
 				fmt.Fprintf(g.env.Stdout, "  (placement skipped %s)\n", n)
 			}

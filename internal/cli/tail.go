@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,14 +15,14 @@ import (
 
 func newTail(g *globals) *cobra.Command {
 	var asJSON, follow bool
-	var since int64
+	var since string
 	cmd := &cobra.Command{
-		Use:   "tail SESSION [--since CURSOR] [--follow] [--json]",
-		Short: "Print a session's durable records after a cursor; --json prints one JSON record a line",
+		Use:   "tail SESSION [--since REF] [--follow] [--json]",
+		Short: "Print a session's durable records after a record (its ref, e123); --json prints one JSON record a line",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if since < 0 {
-				return fmt.Errorf("--since must be a cursor (a record's seq) of 0 or more")
+			if !validCursor(since) {
+				return fmt.Errorf("--since %q: give a record's ref as tail prints it (e123), or a seq of 0 or more", since)
 			}
 			c, err := g.client()
 			if err != nil {
@@ -36,10 +37,10 @@ func newTail(g *globals) *cobra.Command {
 				return printRecord(g.env.Stdout, r)
 			}
 			if follow {
-				return c.Follow(cmd.Context(), args[0], since, print)
+				return c.FollowFrom(cmd.Context(), args[0], since, print)
 			}
 			for {
-				page, err := c.Records(cmd.Context(), args[0], since, 0)
+				page, err := c.RecordsFrom(cmd.Context(), args[0], since, 0)
 				if err != nil {
 					return err
 				}
@@ -47,7 +48,7 @@ func newTail(g *globals) *cobra.Command {
 					if err := print(r); err != nil {
 						return err
 					}
-					since = r.Seq
+					since = strconv.FormatInt(r.Seq, 10)
 				}
 				if !page.More {
 					return nil
@@ -57,13 +58,24 @@ func newTail(g *globals) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON record a line: seq, id, lane, kind, at, content, …")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new records as they are committed")
-	cmd.Flags().Int64Var(&since, "since", 0, "print records after this cursor (seq)")
+	cmd.Flags().StringVar(&since, "since", "0", "print records after this one: its ref (e123), or a seq as --json prints it")
 	return cmd
 }
 
+// validCursor tells whether since is a record's ref (e123) or a seq.
+func validCursor(since string) bool {
+	if p, err := store.ParseRef(since); err == nil {
+		return p.Event != 0
+	}
+	n, err := strconv.ParseInt(since, 10, 64)
+	return err == nil && n >= 0
+}
+
+// printRecord prints a record under its ref (e123): the one number history
+// read, receipts, the browser and --since take.
 func printRecord(w io.Writer, r store.Record) error {
-	body := strings.ReplaceAll(describe(r), "\n", "\n        ")
-	_, err := fmt.Fprintf(w, "%6d  %s  %-10s %-18s %s\n", r.Seq, r.At.Local().Format(time.TimeOnly), r.Lane, r.Kind, body)
+	body := strings.ReplaceAll(describe(r), "\n", "\n         ")
+	_, err := fmt.Fprintf(w, "%-8s %s  %-10s %-18s %s\n", store.EventRef(r.ID), r.At.Local().Format(time.TimeOnly), r.Lane, r.Kind, body)
 	return err
 }
 

@@ -644,6 +644,7 @@ cookie_days = 7
 			APIBase: "http://127.0.0.1:9999/api/v9", Channels: []string{"123456789012345678", "2"},
 			Ingest: IngestDirected, AmbientWake: false, IncludeBots: true,
 			PendingAgingSeconds: 86400,
+			AttachmentMaxBytes:  25 << 20, AttachmentTimeoutSeconds: 60, AttachmentConcurrency: 2, AttachmentBytesPerHour: 1 << 30,
 		},
 		Limits:  Limits{MemoryMax: "512M", TasksMax: 100000, CPUQuota: "50%"},
 		Browser: Browser{CookieDays: 7}, Storage: Storage{WarnAt: DefaultStorageWarnAt},
@@ -768,7 +769,10 @@ func TestValidate(t *testing.T) {
 			f.Routes["main"] = r
 		}, "routes.main.extra_options.cache_prompt", "declare cache_profile instead"},
 		{"agent route missing", func(f *File) { f.Agent.Route = "other" }, "agent.route", "no [routes.other]"},
-		{"zero Discord", func(f *File) { f.Discord = Discord{Ingest: IngestAll, PendingAgingSeconds: 1} }, "discord.api_base", "required"},
+		{"zero Discord", func(f *File) {
+			f.Discord = Discord{Ingest: IngestAll, PendingAgingSeconds: 1,
+				AttachmentMaxBytes: 1, AttachmentTimeoutSeconds: 1, AttachmentConcurrency: 1, AttachmentBytesPerHour: 1}
+		}, "discord.api_base", "required"},
 		{"zero Limits", func(f *File) { f.Limits = Limits{TasksMax: 1, CPUQuota: "1%"} }, "limits.memory_max", "not a size"},
 	}
 	for _, tt := range tests {

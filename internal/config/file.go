@@ -256,6 +256,12 @@ type Discord struct {
 	IncludeBots         bool     `toml:"include_bots"`
 	AmbientBatchSeconds int      `toml:"ambient_batch_seconds"` // refused when set: see settings.toml [attention]
 	PendingAgingSeconds int      `toml:"pending_aging_seconds"` // 1..86400
+	// Attachment fetching: the cap of one file, of one fetch's time, the
+	// fetches at once and the bytes fetched in any hour.
+	AttachmentMaxBytes       int64 `toml:"attachment_max_bytes"`       // 1..500 MiB
+	AttachmentTimeoutSeconds int   `toml:"attachment_timeout_seconds"` // 1..3600
+	AttachmentConcurrency    int   `toml:"attachment_concurrency"`     // 1..16
+	AttachmentBytesPerHour   int64 `toml:"attachment_bytes_per_hour"`  // >= attachment_max_bytes
 }
 
 // Limits is the [limits] section: the resource limits of worker scopes, in
@@ -350,10 +356,14 @@ func Defaults() File {
 			RetryBackoffMillis: DefaultRetryBackoffMillis, MaxRetryBackoffMillis: DefaultMaxRetryBackoff,
 			ReserveOutputTokens: DefaultReserveOutput, CompactAt: DefaultCompactAt, SummaryTimeoutSeconds: DefaultSummaryTimeout},
 		Discord: Discord{
-			APIBase:             DefaultDiscordAPIBase,
-			Ingest:              IngestAll,
-			AmbientWake:         true,
-			PendingAgingSeconds: DefaultPendingAgingSeconds,
+			APIBase:                  DefaultDiscordAPIBase,
+			Ingest:                   IngestAll,
+			AmbientWake:              true,
+			PendingAgingSeconds:      DefaultPendingAgingSeconds,
+			AttachmentMaxBytes:       25 << 20,
+			AttachmentTimeoutSeconds: 60,
+			AttachmentConcurrency:    2,
+			AttachmentBytesPerHour:   1 << 30,
 		},
 		Limits: Limits{
 			MemoryMax: DefaultMemoryMax,

@@ -290,6 +290,18 @@ func (v *validator) discord(d *Discord) {
 	if d.PendingAgingSeconds < 1 || d.PendingAgingSeconds > maxPendingAgingSeconds {
 		v.fail("discord.pending_aging_seconds", fmt.Sprintf("%d is out of range 1..%d", d.PendingAgingSeconds, maxPendingAgingSeconds), "discord")
 	}
+	if d.AttachmentMaxBytes < 1 || d.AttachmentMaxBytes > 500<<20 {
+		v.fail("discord.attachment_max_bytes", fmt.Sprintf("%d is out of range 1..%d", d.AttachmentMaxBytes, 500<<20), "discord")
+	}
+	if d.AttachmentTimeoutSeconds < 1 || d.AttachmentTimeoutSeconds > 3600 {
+		v.fail("discord.attachment_timeout_seconds", fmt.Sprintf("%d is out of range 1..3600", d.AttachmentTimeoutSeconds), "discord")
+	}
+	if d.AttachmentConcurrency < 1 || d.AttachmentConcurrency > 16 {
+		v.fail("discord.attachment_concurrency", fmt.Sprintf("%d is out of range 1..16", d.AttachmentConcurrency), "discord")
+	}
+	if d.AttachmentBytesPerHour < d.AttachmentMaxBytes {
+		v.fail("discord.attachment_bytes_per_hour", fmt.Sprintf("%d is less than attachment_max_bytes (%d): no attachment could be fetched", d.AttachmentBytesPerHour, d.AttachmentMaxBytes), "discord")
+	}
 }
 
 // limits checks the [limits] section.

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -35,11 +36,35 @@ type stepModel struct {
 	steps int
 	n     atomic.Int64
 	spent atomic.Int64 // nanoseconds inside Complete
+	cache promptCache
 }
+
+// promptCache emulates a provider's prefix cache over the requests as
+// sent (tool schema, then the messages): a request's cached part is the
+// longest prefix it shares with the previous one, in bytes.
+type promptCache struct {
+	prev           []byte
+	prompt, cached int64
+}
+
+func (c *promptCache) observe(req provider.Request) {
+	tools, _ := json.Marshal(req.Tools)
+	msgs, _ := json.Marshal(req.Messages)
+	p := append(tools, msgs...)
+	n := 0
+	for n < min(len(p), len(c.prev)) && p[n] == c.prev[n] {
+		n++
+	}
+	c.prev, c.prompt, c.cached = p, c.prompt+int64(len(p)), c.cached+int64(n)
+}
+
+// share is the part of the prompts the cache served.
+func (c *promptCache) share() float64 { return float64(c.cached) / float64(max(c.prompt, 1)) }
 
 func (m *stepModel) Complete(ctx context.Context, req provider.Request) (*provider.Response, error) {
 	start := time.Now()
 	defer func() { m.spent.Add(int64(time.Since(start))) }()
+	m.cache.observe(req) // the loop makes one request at a time
 	n := int(m.n.Add(1))
 	code := "n = n + 1 if 'n' in globals() else 1"
 	if n > m.steps {
@@ -278,7 +303,7 @@ func BenchmarkTurnLoopHistory(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	per := map[int]float64{}
+	per, cached := map[int]float64{}, map[int]float64{}
 	for i := 0; i < b.N; i++ {
 		for _, n := range sizes {
 			id := fmt.Sprintf("hist-%d", n)
@@ -294,10 +319,14 @@ func BenchmarkTurnLoopHistory(b *testing.B) {
 			host := time.Since(start) - time.Duration(m.spent.Load())
 			l.Close()
 			per[n] += float64(host) / float64(steps+1) / float64(time.Millisecond) / float64(b.N)
+			cached[n] += 100 * m.cache.share() / float64(b.N)
 		}
 	}
 	for _, n := range sizes {
 		b.ReportMetric(per[n], fmt.Sprintf("host_ms/step@%d", n))
+	}
+	for _, n := range sizes {
+		b.ReportMetric(cached[n], fmt.Sprintf("cache_%%@%d", n))
 	}
 	b.ReportMetric(per[sizes[len(sizes)-1]]/per[sizes[0]], "largest/smallest")
 }

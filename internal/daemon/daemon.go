@@ -523,6 +523,9 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 	if d.meter != nil {
 		ms := d.meter.State()
 		st.Spend = &ms
+		if st.PromptCache, err = d.promptCache(ctx); err != nil {
+			return api.Status{}, err
+		}
 	}
 	st.Jobs = d.jobsStatus()
 	if st.Held, err = d.store.HeldCount(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/ingress"
 )
 
@@ -14,7 +15,17 @@ import (
 // pending aging ([discord] pending_aging_seconds) and their metrics.
 func newIngress(d *daemon, reg prometheus.Registerer, log *slog.Logger) *ingress.Server {
 	srv := ingress.New(ingress.Config{Store: d.store, Admit: d.admit, Log: log, Clock: d.clock,
-		PendingAging: time.Duration(d.cfg.File.Discord.PendingAgingSeconds) * time.Second})
+		PendingAging: time.Duration(d.cfg.File.Discord.PendingAgingSeconds) * time.Second,
+		// Fetched attachments go to the workbench's artifact store (its
+		// spools are bounded by [storage] max_bytes); it is made after the
+		// ingress server and before the ingress socket serves.
+		Artifacts: func() *artifacts.Store {
+			if d.bench == nil {
+				return nil
+			}
+			return d.bench.Config().Artifacts
+		},
+		AttachmentMaxBytes: d.cfg.File.Discord.AttachmentMaxBytes})
 	reg.MustRegister(srv.Collector()) // outbox effects, attention items, the gateway
 	return srv
 }

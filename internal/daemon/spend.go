@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/provider"
@@ -46,7 +47,41 @@ func (d *daemon) startSpend(ctx context.Context, cfg *config.Config, m *metrics.
 		s := mtr.State()
 		return metrics.SpendState{DayUSD: s.DayUSD, MonthUSD: s.MonthUSD, DayTokens: s.DayTokens, Warned: s.Warned, Held: len(s.Held)}
 	})
+	m.WatchPromptCache(func() map[string]float64 {
+		pc, err := d.promptCache(context.Background())
+		if err != nil {
+			d.log.Warn("the prompt cache ratio cannot be read from the ledger", "error", err)
+		}
+		out := make(map[string]float64, len(pc))
+		for _, c := range pc {
+			out[c.Route] = c.HitRatio
+		}
+		return out
+	})
 	return nil
+}
+
+// promptCache is each route's prompt cache today, from the ledger: the
+// share of its prompt tokens the provider reported as cached. A route that
+// sent no prompt tokens today is left out.
+func (d *daemon) promptCache(ctx context.Context) ([]api.PromptCache, error) {
+	if d.meter == nil {
+		return nil, nil
+	}
+	s := d.meter.State()
+	groups, err := d.store.SpendBy(ctx, "route", s.DayStart, s.DayStart.Location())
+	if err != nil {
+		return nil, fmt.Errorf("prompt cache: %w", err)
+	}
+	var out []api.PromptCache
+	for _, g := range groups {
+		if g.Prompt <= 0 {
+			continue
+		}
+		out = append(out, api.PromptCache{Route: g.Key, Prompt: g.Prompt, Cached: g.Cached,
+			HitRatio: min(float64(g.Cached)/float64(g.Prompt), 1)})
+	}
+	return out, nil
 }
 
 // spendOps serves cells the ledger and the caps, read-only (from klbr

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/secretfile"
@@ -41,7 +42,9 @@ func Main(ctx context.Context, args []string, lookup func(string) (string, bool)
 		"include_bots", d.IncludeBots, "channels", len(d.Channels),
 		"intents", "guilds, guild messages, direct messages, message content (privileged: enable it in the Developer Portal)")
 	err = Run(ctx, Config{Token: token, APIBase: d.APIBase, IngressSocket: cfg.Paths.IngressSocket, Channels: d.Channels,
-		Directed: d.Ingest == config.IngestDirected, IncludeBots: d.IncludeBots, Log: log})
+		Directed: d.Ingest == config.IngestDirected, IncludeBots: d.IncludeBots, Log: log,
+		Fetch: FetchLimits{MaxBytes: d.AttachmentMaxBytes, Timeout: time.Duration(d.AttachmentTimeoutSeconds) * time.Second,
+			Concurrency: d.AttachmentConcurrency, BytesPerHour: d.AttachmentBytesPerHour}})
 	var fe *FatalError
 	if errors.As(err, &fe) {
 		log.Error("stopping: the gateway refused this bot for good", "close_code", fe.Code, "error", fe.Msg)

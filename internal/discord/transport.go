@@ -30,6 +30,8 @@ type Config struct {
 	// QueueSize bounds the messages waiting for admission (0: 65536). A full
 	// queue stops reading the gateway; a resume replays what was missed.
 	QueueSize int
+	// Fetch bounds attachment fetching.
+	Fetch FetchLimits
 }
 
 // Run runs the transport until ctx ends (nil) or the gateway closes for good
@@ -52,6 +54,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer core.Close()
 	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
 		filter: Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots, Threads: map[string]string{}}}
+	t.fetch = newFetcher(cfg.Fetch, core, rest, cfg.Log.With("component", "fetcher"))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	t.ctx = ctx
@@ -59,6 +62,7 @@ func Run(ctx context.Context, cfg Config) error {
 	wg := &t.wg
 	wg.Go(func() { t.admitLoop(ctx) })
 	wg.Go(func() { t.performLoop(ctx) })
+	t.fetch.run(ctx, wg)
 	gw := NewGateway(rest, cfg.Token, cfg.Log.With("component", "gateway"), GatewayEvents{
 		Ready: func(id string) {
 			t.filter.BotID = id
@@ -103,15 +107,17 @@ func Run(ctx context.Context, cfg Config) error {
 var ErrFenced = errors.New("another klbr-discord is the sender")
 
 type transport struct {
-	stop   context.CancelFunc
-	fenced atomic.Pointer[error] // set when klbr-core refused this transport's hello
-	cfg    Config
-	rest   *discordgo.Session
-	core   *ingressapi.Client
-	log    *slog.Logger
-	queue  chan ingressapi.Message
-	filter Filter          // used only by the gateway's goroutine
-	ctx    context.Context // Run's
+	stop       context.CancelFunc
+	fenced     atomic.Pointer[error] // set when klbr-core refused this transport's hello
+	cfg        Config
+	rest       *discordgo.Session
+	core       *ingressapi.Client
+	log        *slog.Logger
+	queue      chan ingressapi.Message
+	fetch      *fetcher
+	fetchReady sync.Once       // the fetcher starts after the first hello
+	filter     Filter          // used only by the gateway's goroutine
+	ctx        context.Context // Run's
 
 	echoes    *echoes                // our own messages seen on the gateway, by nonce
 	unsettled *unsettled             // sends reported unknown, by nonce: a late echo settles them
@@ -205,6 +211,12 @@ func (t *transport) admit(ctx context.Context, batch []ingressapi.Message) {
 					t.log.Warn("ingress refused a message", "message_id", batch[i].MessageID, "error", r.Error.Message)
 				} else {
 					t.admitted.Add(1)
+					if !r.Duplicate {
+						for _, a := range batch[i].Attachments {
+							t.fetch.add(ctx, fetchJob{MessageID: batch[i].MessageID, ChannelID: batch[i].ChannelID, ID: a.ID,
+								Filename: a.Filename, ContentType: a.ContentType, Size: a.Size, URL: a.URL})
+						}
+					}
 				}
 			}
 			return
@@ -252,6 +264,10 @@ hello:
 		return
 	}
 	t.wg.Go(func() { t.backfill(ctx, hello.Conversations) })
+	t.fetchReady.Do(func() { close(t.fetch.ready) })
+	for _, j := range hello.Fetches {
+		t.fetch.add(ctx, j)
+	}
 	for _, e := range hello.Reconcile {
 		t.reportSend(ctx, e, t.reconcile(e))
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/admission"
+	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/discordtest"
 	"github.com/klbr-dev/klbr/internal/ingress"
 	"github.com/klbr-dev/klbr/internal/ingress/ingressapi"
@@ -53,6 +54,7 @@ type core struct {
 	dir, socket string
 	store       *store.Store
 	server      *ingress.Server
+	artifacts   *artifacts.Store
 	stop        func()
 }
 
@@ -63,7 +65,11 @@ func startCore(t *testing.T, dir string) *core {
 		t.Fatal(err)
 	}
 	st.Write(context.Background(), func(tx *store.Tx) error { _, err := tx.EnsureSession(session.DefaultID); return err })
-	srv := ingress.New(ingress.Config{Store: st, Admit: admission.New(st, session.NewManager(st), nil, nil)})
+	arts, err := artifacts.New(filepath.Join(dir, "artifacts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := ingress.New(ingress.Config{Store: st, Admit: admission.New(st, session.NewManager(st), nil, nil), Artifacts: func() *artifacts.Store { return arts }})
 	sock := filepath.Join(dir, "ingress.sock")
 	l, err := unixsock.Listen(sock, 0o660)
 	if err != nil {
@@ -72,7 +78,7 @@ func startCore(t *testing.T, dir string) *core {
 	hs := srv.HTTPServer()
 	done := make(chan struct{})
 	go func() { hs.Serve(l); close(done) }()
-	c := &core{dir: dir, socket: sock, store: st, server: srv}
+	c := &core{dir: dir, socket: sock, store: st, server: srv, artifacts: arts}
 	var once sync.Once
 	c.stop = func() {
 		once.Do(func() {
@@ -107,13 +113,23 @@ func (l *logBuffer) String() string {
 // runTransport runs the transport in this process until the test ends.
 func runTransport(t *testing.T, fake *discordtest.Fake, socket string) (*logBuffer, <-chan error) {
 	t.Helper()
+	return runTransportWith(t, fake, socket, nil)
+}
+
+// runTransportWith is runTransport with the config adjusted by adjust.
+func runTransportWith(t *testing.T, fake *discordtest.Fake, socket string, adjust func(*Config)) (*logBuffer, <-chan error) {
+	t.Helper()
 	logs := &logBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		errc <- Run(ctx, Config{Token: testToken, APIBase: fake.APIBase(), IngressSocket: socket, Log: slog.New(slog.NewTextHandler(logs, nil))})
+		cfg := Config{Token: testToken, APIBase: fake.APIBase(), IngressSocket: socket, Log: slog.New(slog.NewTextHandler(logs, nil))}
+		if adjust != nil {
+			adjust(&cfg)
+		}
+		errc <- Run(ctx, cfg)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -47,6 +47,13 @@ type Fake struct {
 	// HistoryNonces makes history report each message's nonce. Discord's
 	// message history does not; its gateway echo of a new message does.
 	HistoryNonces bool
+	// OnCDN, if set, runs before the CDN answers a request for an
+	// attachment: it may block (a link that never answers) until the
+	// request's context ends.
+	OnCDN func(*http.Request)
+	// RefreshTTL is how long links refresh-urls makes are valid (0: 24 h;
+	// negative: expired at once, a refresh that does not help).
+	RefreshTTL time.Duration
 
 	mu        sync.Mutex // guards the fields below
 	conns     map[*websocket.Conn]bool
@@ -64,11 +71,13 @@ type Fake struct {
 	deferred    []map[string]any
 	nextID      int64
 	tokens      []string
+	cdn         cdn
 }
 
 // New starts a fake; Close it.
 func New(botID string) *Fake {
-	f := &Fake{BotID: botID, conns: map[*websocket.Conn]bool{}, nextID: 900000000000000000, posted: map[string][]map[string]any{}}
+	f := &Fake{BotID: botID, conns: map[*websocket.Conn]bool{}, nextID: 900000000000000000, posted: map[string][]map[string]any{},
+		cdn: cdn{files: map[string][]byte{}, fetches: map[string]int{}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v9/gateway/", f.gateway) // discordgo asks with a trailing slash
 	mux.HandleFunc("GET /api/v9/gateway", f.gateway)
@@ -77,6 +86,8 @@ func New(botID string) *Fake {
 	mux.HandleFunc("POST /api/v9/channels/{ch}/messages", f.create)
 	mux.HandleFunc("GET /api/v9/channels/{ch}/messages", f.history)
 	mux.HandleFunc("PUT /api/v9/channels/{ch}/messages/{msg}/reactions/{emoji}/@me", f.react)
+	mux.HandleFunc("POST /api/v9/attachments/refresh-urls", f.refreshURLs)
+	mux.HandleFunc("GET /attachments/", f.serveCDN)
 	f.srv = httptest.NewServer(mux)
 	return f
 }

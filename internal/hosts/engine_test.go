@@ -75,7 +75,7 @@ func TestEngine(t *testing.T) {
 	t.Run("a unit runs on the host, once, with its limits, and is collected", func(t *testing.T) {
 		const unit = "klbr-job-1-1.service"
 		u := Unit{Name: unit, Description: "test", Env: map[string]string{"GREETING": "it's here"}, Argv: []string{"sh", "-c",
-			`readlink /proc/self/ns/net; echo "$GREETING"; cat /proc/self/cgroup | grep -m1 klbr.slice; systemctl show -p MemoryMax -p TasksMax ` + unit}}
+			`readlink /proc/self/ns/net; echo "$GREETING"; cat /proc/self/cgroup | grep -m1 klbr.slice`}}
 		existed, err := e.Start(ctx, "lab", u)
 		if err != nil || existed {
 			t.Fatalf("start: existed %v, %v", existed, err)
@@ -92,10 +92,15 @@ func TestEngine(t *testing.T) {
 		if err != nil || n != int64(out.Len()) {
 			t.Fatalf("output %d bytes (%v), got %d", n, err, out.Len())
 		}
-		for _, want := range []string{netns + "\n", "it's here\n", "/klbr.slice/" + unit, "MemoryMax=268435456", "TasksMax=64"} {
+		for _, want := range []string{netns + "\n", "it's here\n", "/klbr.slice/" + unit} {
 			if !strings.Contains(out.String(), want) {
 				t.Fatalf("the unit printed\n%s\nwant %q", out.String(), want)
 			}
+		}
+		// The job cannot ask systemd (see TestJobSeesOnlyItsOwnDirectory): the host is asked.
+		limits, err := h.Enter("systemctl", "show", "-p", "MemoryMax", "-p", "TasksMax", unit).Output()
+		if err != nil || !strings.Contains(string(limits), "MemoryMax=268435456") || !strings.Contains(string(limits), "TasksMax=64") {
+			t.Fatalf("the unit's limits: %s (%v)", limits, err)
 		}
 		if err := e.Collect(ctx, "lab", unit); err != nil {
 			t.Fatal(err)

@@ -108,7 +108,7 @@ var treeHash = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // cacheDir is the shell expression of the host's tree cache.
 func (c *conn) cacheDir() string {
-	return c.workBase() + "/cache"
+	return c.workRoot() + "/cache"
 }
 
 // PutTree makes tree present on host, unpacked in WORK_DIR/cache/<hash>,

@@ -31,7 +31,8 @@ type Unit struct {
 	// Confine (Pipe only): Argv is klbr-kernel, and its sandbox flags go
 	// after Argv[0]: its program may write only the unit's directory, read
 	// the tree cache, reach nothing else of the work directory (other units)
-	// nor the login's ~/.ssh, and runs without capabilities.
+	// nor the login's home, nor the service manager, and runs without
+	// capabilities (a job's containment, and klbr-kernel's sandbox in it).
 	Confine bool
 }
 
@@ -49,19 +50,29 @@ var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // workDir is the shell expression of a unit's directory on the host.
 func (c *conn) workDir(unit string) string {
-	if c.h.WorkDir != "" {
-		return Quote(c.h.WorkDir + "/" + unit)
-	}
-	return `"$HOME/.cache/klbr/work/"` + Quote(unit)
+	return c.workRoot() + "/" + Quote(unit)
 }
 
-// workBase is the shell expression of the host's work directory.
-func (c *conn) workBase() string {
+// workRoot is the shell expression of the directory that holds the units'
+// directories on the host.
+func (c *conn) workRoot() string {
 	if c.h.WorkDir != "" {
 		return Quote(c.h.WorkDir)
 	}
 	return `"$HOME/.cache/klbr/work"`
 }
+
+// containment are the properties that keep a job to its own directory. Its
+// unit runs as the login's uid, as every other job of klbr-core there does,
+// so its directory's mode parts nothing: the unit's mount namespace does.
+// The login's home and the work root are empty tmpfs in it, with only the
+// job's own directory bound back ($d); the system bus and systemd's private
+// socket are gone, since through them (and the login's polkit rule for
+// klbr-* units) a job could start a unit of its choosing; and it has no
+// capabilities, so that a job of a root login cannot undo any of it.
+const containment = `-p "TemporaryFileSystem=$HOME $r" -p "BindPaths=$d" ` +
+	`-p "InaccessiblePaths=-/run/dbus -/var/run/dbus -/run/systemd/private" ` +
+	`-p CapabilityBoundingSet= -p AmbientCapabilities=`
 
 // Start starts u on host unless a unit of its name exists there already;
 // existed says which. Either way, exactly one unit of that name has been
@@ -92,12 +103,13 @@ func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, 
 	// the job at the login's own uid, never above it.
 	script := fmt.Sprintf(`set -u
 u=%s
-d=%s
+r=%s
+d="$r"/%s
 if [ "$(systemctl show --property=LoadState --value -- "$u")" != not-found ]; then echo existed; exit 0; fi
 mkdir -p -- "$d" && chmod 700 -- "$d"
-%s -p "User=$(id -un)" -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s
+%s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s
 echo started
-`, Quote(u.Name), c.workDir(u.Name), strings.Join(quoted, " "), strings.Join(argv, " "))
+`, Quote(u.Name), c.workRoot(), Quote(u.Name), strings.Join(quoted, " "), containment, strings.Join(argv, " "))
 	var out bytes.Buffer
 	if err := c.run(ctx, script, &limited{w: &out, n: 4096}); err != nil {
 		return false, err
@@ -381,22 +393,29 @@ func (e *Engine) Pipe(ctx context.Context, host string, u Unit) (*exec.Cmd, erro
 	for i, a := range u.Argv[1:] {
 		argv[i] = Quote(a)
 	}
+	// Confined, the unit gets a job's containment (its own mount namespace:
+	// an empty home and work root with its directory bound back, no bus, no
+	// capabilities) with the tree cache bound back read-only, and
+	// klbr-kernel's own sandbox inside it, as a local worker has.
+	confine, props := "", ""
+	if u.Confine {
+		confine = `mkdir -p -- "$c" "$d/tmp"
+set -- --deny "$r" --deny "$HOME/.ssh" --ro "$c" --rw "$d" --tmp "$d/tmp" --drop-caps`
+		props = containment + ` -p "BindReadOnlyPaths=$c"`
+	}
 	script := fmt.Sprintf(`set -u
 u=%s
-d=%s
+r=%s
+d="$r"/%s
+c="$r"/cache
 if [ "$(systemctl show --property=LoadState --value -- "$u")" != not-found ]; then echo "klbr: $u exists on the host already" >&2; exit 75; fi
 p=$(command -v -- %s) || { echo "klbr: %s is not on the PATH of $(id -un) on the host" >&2; exit 127; }
 mkdir -p -- "$d" && chmod 700 -- "$d"
 set --
-if [ %t = true ]; then
-	w=%s
-	c=%s
-	mkdir -p -- "$c" "$d/tmp"
-	set -- --deny "$w" --deny "$HOME/.ssh" --ro "$c" --rw "$d" --tmp "$d/tmp" --drop-caps
-fi
-exec %s -p "User=$(id -un)" -p "WorkingDirectory=$d" -- "$p" "$@" %s
-`, Quote(u.Name), c.workDir(u.Name), Quote(u.Argv[0]), Quote(u.Argv[0]), u.Confine, c.workBase(), c.cacheDir(),
-		strings.Join(quoted, " "), strings.Join(argv, " "))
+%s
+exec %s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -- "$p" "$@" %s
+`, Quote(u.Name), c.workRoot(), Quote(u.Name), Quote(u.Argv[0]), Quote(u.Argv[0]), confine,
+		strings.Join(quoted, " "), props, strings.Join(argv, " "))
 	if err := c.connect(ctx); err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/admission"
+	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/httpguard"
 	"github.com/klbr-dev/klbr/internal/ingress/ingressapi"
 	"github.com/klbr-dev/klbr/internal/placement"
@@ -46,6 +47,11 @@ type Config struct {
 	// Admitted, if set, is told of each committed batch (the attention
 	// scheduler wakes on directed messages through it).
 	Admitted func(session string, directed, ambient int)
+	// Artifacts returns the store fetched attachments go to (nil, or nil
+	// returned: uploads are refused 503); AttachmentMaxBytes caps one (0:
+	// DefaultAttachmentMaxBytes).
+	Artifacts          func() *artifacts.Store
+	AttachmentMaxBytes int64
 	// Limits are the ingress socket's timeouts and connection bound.
 	Limits httpguard.Limits
 }
@@ -119,6 +125,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/effects/claim", s.fenced(s.handleClaim))
 	mux.HandleFunc("POST /v1/effects/{id}/receipt", s.fenced(s.handleReceipt))
 	mux.HandleFunc("POST /v1/reads/{id}", s.fenced(s.handleReadAnswer))
+	mux.HandleFunc("PUT /v1/attachments/{message}/{attachment}", s.fenced(s.handleUpload))
+	mux.HandleFunc("POST /v1/attachments/{message}/{attachment}/failure", s.fenced(s.handleFetchFailure))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, ingressapi.CodeNotFound, "no such ingress endpoint: "+r.Method+" "+r.URL.Path)
 	})
@@ -290,10 +298,18 @@ func (s *Server) handleHello(w http.ResponseWriter, r *http.Request) {
 	// The most recently active first, bounded.
 	sort.Slice(convs, func(i, j int) bool { return store.SnowflakeLess(convs[j].LastMessageID, convs[i].LastMessageID) })
 	convs = convs[:min(len(convs), ingressapi.MaxBackfillConversations)]
+	fetches, err := s.cfg.Store.PendingFetches(r.Context(), s.cfg.Session, ingressapi.MaxPendingFetches)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
 	s.cfg.Log.Info("transport connected", "instance", clip(req.Instance), "reconcile", len(left), "conversations", len(convs))
 	resp := ingressapi.HelloResponse{Reconcile: make([]ingressapi.Effect, len(left)), Conversations: make([]ingressapi.ConversationRef, len(convs)), Fence: fence}
 	for i, e := range left {
 		resp.Reconcile[i] = wireEffect(e)
+	}
+	for _, f := range fetches {
+		resp.Fetches = append(resp.Fetches, ingressapi.PendingFetch(f))
 	}
 	for i, c := range convs {
 		resp.Conversations[i] = ingressapi.ConversationRef{ChannelID: c.ChannelID, Kind: c.Kind, GuildID: c.GuildID, ParentID: c.ParentID,

@@ -154,7 +154,7 @@ func (m *Manager) runCommand(ctx context.Context, r *run) *store.JobEnd {
 	if out.sp != nil {
 		if out.err == nil && out.sp.Size() > 0 {
 			if ref, cerr := out.sp.Commit(); cerr == nil {
-				e.Artifact = "a" + ref.SHA256
+				e.Artifact, e.ArtifactSize = "a"+ref.SHA256, ref.Size
 			}
 		} else {
 			out.sp.Discard()

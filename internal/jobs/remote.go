@@ -132,7 +132,7 @@ func (m *Manager) remoteEnd(r *run, host, unit string, st hosts.UnitState, start
 	if out.sp != nil {
 		if out.err == nil && out.sp.Size() > 0 {
 			if ref, cerr := out.sp.Commit(); cerr == nil {
-				e.Artifact = "a" + ref.SHA256
+				e.Artifact, e.ArtifactSize = "a"+ref.SHA256, ref.Size
 			}
 		} else {
 			out.sp.Discard()

@@ -266,8 +266,15 @@ func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	since, err := queryInt(q.Get("since"), 0)
+	if ref, perr := store.ParseRef(q.Get("since")); err != nil && perr == nil && ref.Event != 0 {
+		// A record's ref (e123, as tail and history show it): read what follows it.
+		if since, err = s.store.SeqOfEvent(r.Context(), id, ref.Event); err != nil {
+			s.historyFail(w, err)
+			return
+		}
+	}
 	if err != nil || since < 0 {
-		writeError(w, http.StatusBadRequest, api.CodeInvalid, "since must be a non-negative integer cursor")
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, "since must be a record's ref (e123) or a non-negative integer cursor (seq)")
 		return
 	}
 	// seq only grows, so a cursor past the last record did not come from this session:

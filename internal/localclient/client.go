@@ -102,8 +102,13 @@ func (c *Client) Send(ctx context.Context, session string, req api.SendRequest) 
 
 // Records reads one page of a session's records after since.
 func (c *Client) Records(ctx context.Context, session string, since int64, limit int) (api.Records, error) {
+	return c.RecordsFrom(ctx, session, strconv.FormatInt(since, 10), limit)
+}
+
+// RecordsFrom is Records after a cursor that is a seq or a record's ref (e123).
+func (c *Client) RecordsFrom(ctx context.Context, session, since string, limit int) (api.Records, error) {
 	var recs api.Records
-	q := url.Values{"since": {strconv.FormatInt(since, 10)}}
+	q := url.Values{"since": {since}}
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
@@ -114,7 +119,12 @@ func (c *Client) Records(ctx context.Context, session string, since int64, limit
 // Follow streams a session's records after since to fn until ctx ends, fn
 // returns an error, or the daemon closes the stream (then it returns nil).
 func (c *Client) Follow(ctx context.Context, session string, since int64, fn func(store.Record) error) error {
-	q := url.Values{"since": {strconv.FormatInt(since, 10)}, "follow": {"1"}}
+	return c.FollowFrom(ctx, session, strconv.FormatInt(since, 10), fn)
+}
+
+// FollowFrom is Follow after a cursor that is a seq or a record's ref (e123).
+func (c *Client) FollowFrom(ctx context.Context, session, since string, fn func(store.Record) error) error {
+	q := url.Values{"since": {since}, "follow": {"1"}}
 	resp, err := c.send(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/records?"+q.Encode(), nil)
 	if err != nil {
 		return err

@@ -51,6 +51,9 @@ type Request struct {
 	Tools    []any
 	Stream   bool
 	Body     map[string]any
+	// PromptTokens and CachedTokens are the prompt's size and the part
+	// of it served from the emulated prefix cache (EmulatePrefixCache).
+	PromptTokens, CachedTokens int
 }
 
 // Dialects the server can speak: the response forms and request rules of
@@ -80,6 +83,7 @@ type Server struct {
 	toolFree func(req Request) Reply
 	requests []Request
 	arrived  chan struct{}
+	cache    *prefixCache // nil: no cache emulated
 }
 
 // New starts a server. Close it with Close (tests: t.Cleanup(s.Close)).
@@ -223,6 +227,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	req.Tools, _ = body["tools"].([]any)
 	req.Stream, _ = body["stream"].(bool)
 	s.mu.Lock()
+	if s.cache != nil {
+		req.PromptTokens, req.CachedTokens = s.cache.serve(b)
+	}
 	s.requests = append(s.requests, req)
 	n := len(s.requests)
 	if status, msg := refuse(s.dialect, req); status != 0 {
@@ -236,6 +243,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, msg)
 		return
 	}
+	cached := s.cache != nil
 	var reply Reply
 	var ok bool
 	if tf := s.toolFree; len(req.Tools) == 0 && tf != nil {
@@ -244,7 +252,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		case s.arrived <- struct{}{}:
 		default:
 		}
-		play(w, r, tf(req), req.Stream, n, s.dialect) // outside the lock: it may block (a hung summarizer)
+		reply := tf(req)
+		if cached {
+			reply.Usage = cacheUsage(reply.Usage, req)
+		}
+		play(w, r, reply, req.Stream, n, s.dialect) // outside the lock: it may block (a hung summarizer)
 		return
 	}
 	if len(s.script) > 0 {
@@ -262,6 +274,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		http.Error(w, `{"error":{"message":"script exhausted"}}`, http.StatusInternalServerError)
 		return
+	}
+	if cached {
+		reply.Usage = cacheUsage(reply.Usage, req)
 	}
 	play(w, r, reply, req.Stream, n, s.dialect)
 }

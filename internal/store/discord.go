@@ -274,7 +274,7 @@ type AttentionItem struct {
 }
 
 const itemSelect = `SELECT a.id, a.input_id, a.session_id, c.alias, a.message_id, a.status, a.decision_origin, a.note, a.created_at, a.updated_at,
-	a.conversation_id, COALESCE((SELECT m.attachments FROM discord_messages m WHERE m.input_id = a.input_id), '[]')
+	a.conversation_id, COALESCE((SELECT ` + attachmentsExpr + ` FROM discord_messages m WHERE m.input_id = a.input_id), '[]')
 	FROM attention_items a JOIN discord_conversations c ON c.id = a.conversation_id`
 
 func scanItem(row rowScanner) (AttentionItem, int64, error) {

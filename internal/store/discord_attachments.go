@@ -22,7 +22,28 @@ type Attachment struct {
 	Filename    string `json:"filename"`
 	ContentType string `json:"content_type,omitempty"`
 	Size        int64  `json:"size"`
+	// State is the fetch of its bytes: pending (not ended yet), fetched
+	// (SHA256 names the artifact) or failed (Error says why; final).
+	State  string `json:"state"`
+	SHA256 string `json:"sha256,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
+
+// Fetch states of an attachment.
+const (
+	AttachmentPending = "pending"
+	AttachmentFetched = "fetched"
+	AttachmentFailed  = "failed"
+)
+
+// attachmentsExpr reads the attachments column of discord_messages m with
+// each attachment's fetch outcome folded in (under "fetch"), for
+// parseAttachments. json() keeps the outcome an object: a subquery's value
+// loses its JSON subtype.
+const attachmentsExpr = `(SELECT json_group_array(json_set(j.value, '$.fetch',
+		json((SELECT json_object('state', f.state, 'sha256', f.sha256, 'error', f.error_code) FROM discord_attachment_fetches f
+		 WHERE f.input_id = m.input_id AND f.attachment_id = json_extract(j.value, '$.id')))))
+	FROM json_each(m.attachments) j)`
 
 // parseAttachments reads a discord_messages.attachments column: at most
 // maxAttachmentsShown, names clipped, anything malformed left out.
@@ -35,6 +56,11 @@ func parseAttachments(raw string) []Attachment {
 		Filename    string `json:"filename"`
 		ContentType string `json:"content_type"`
 		Size        int64  `json:"size"`
+		Fetch       *struct {
+			State  string `json:"state"`
+			SHA256 string `json:"sha256"`
+			Error  string `json:"error"`
+		} `json:"fetch"`
 	}
 	if json.Unmarshal([]byte(raw), &in) != nil {
 		return nil
@@ -45,7 +71,15 @@ func parseAttachments(raw string) []Attachment {
 			break
 		}
 		out = append(out, Attachment{Alias: "a" + strconv.Itoa(i+1), ID: clipName(a.ID, 32), Filename: clipName(a.Filename, maxAttachmentNameLen),
-			ContentType: clipName(a.ContentType, 128), Size: max(a.Size, 0)})
+			ContentType: clipName(a.ContentType, 128), Size: max(a.Size, 0), State: AttachmentPending})
+		if f := a.Fetch; f != nil {
+			switch {
+			case f.State == AttachmentFetched && hexSHA256(f.SHA256):
+				out[i].State, out[i].SHA256 = AttachmentFetched, f.SHA256
+			case f.State == AttachmentFailed:
+				out[i].State, out[i].Error = AttachmentFailed, clipName(f.Error, 64)
+			}
+		}
 	}
 	return out
 }
@@ -59,4 +93,16 @@ func clipName(s string, n int) string {
 		s = s[:len(s)-1]
 	}
 	return s
+}
+
+func hexSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -81,7 +81,7 @@ type ActiveContext struct {
 // contextEntriesQuery reads the session's version and its entries in one
 // statement: a row with a NULL position when there are none.
 const contextEntriesQuery = `SELECT v.version, x.position, c.id, c.role, e.kind, COALESCE(c.call_id, ''), e.content,
-		d.alias, d.kind, d.name, m.mode, m.message_id, a.id, x.summary_id, m.attachments
+		d.alias, d.kind, d.name, m.mode, m.message_id, a.id, x.summary_id, ` + attachmentsExpr + `
 	FROM (SELECT context_version AS version FROM sessions WHERE id = ?1) v
 	LEFT JOIN context_entries x ON x.session_id = ?1 AND x.context_epoch = ?2 AND x.position > ?3
 	LEFT JOIN context_items c ON c.id = x.item_id

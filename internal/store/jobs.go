@@ -165,11 +165,13 @@ type JobEnd struct {
 	To     JobState        // a final state, or pending to re-arm
 	Result json.RawMessage // nil: none
 	Error  string
-	// Output of a command: its artifact, bounded preview and total size.
-	Artifact    string
-	Preview     string
-	OutputBytes int64
-	NextDue     time.Time // with To = pending: the next deadline
+	// Output of a command: its artifact (a<sha256>, the history ref) with
+	// the bytes it holds, bounded preview and total size.
+	Artifact     string
+	ArtifactSize int64
+	Preview      string
+	OutputBytes  int64
+	NextDue      time.Time // with To = pending: the next deadline
 	// Notice, when set, is admitted to the owning session as a job input in
 	// the same transaction, deduplicated by job and run.
 	Notice string
@@ -224,14 +226,23 @@ func (t *Tx) endJob(e JobEnd, from JobState) error {
 		}
 	}
 	ev, _ := json.Marshal(map[string]any{"job": e.ID, "kind": kind, "run": runs, "state": state, "error": e.Error, "result": e.Result})
-	if _, err := t.exec(`INSERT INTO events (session_id, kind, content, occurred_at, received_at) VALUES (?, ?, ?, ?, ?)`,
-		session, "job."+string(state), string(ev), t.now.UnixMilli(), t.now.UnixMilli()); err != nil {
+	res, err := t.exec(`INSERT INTO events (session_id, kind, content, occurred_at, received_at) VALUES (?, ?, ?, ?, ?)`,
+		session, "job."+string(state), string(ev), t.now.UnixMilli(), t.now.UnixMilli())
+	if err != nil {
 		return fmt.Errorf("end job: event: %w", err)
+	}
+	if p, perr := ParseRef(e.Artifact); perr == nil && p.Artifact != "" {
+		// The output is history's like a cell's: history read takes the ref
+		// jobs show prints, and retention and gc know the file is kept.
+		eventID, _ := res.LastInsertId()
+		if err := t.recordArtifact(p.Artifact, e.ArtifactSize, "text/plain; charset=utf-8", eventID); err != nil {
+			return fmt.Errorf("end job: %w", err)
+		}
 	}
 	if e.Notice == "" {
 		return nil
 	}
-	_, err := t.AdmitInput(NewInput{
+	_, err = t.AdmitInput(NewInput{
 		Session: session, SourceKind: "job", SourceKey: fmt.Sprintf("job:%d:%d:%s", e.ID, runs, from),
 		Conversation: fmt.Sprintf("job:%d", e.ID), Author: "klbr", Directed: true,
 		OccurredAt: t.now, ReceivedAt: t.now, Body: e.Notice,

@@ -86,6 +86,21 @@ func (s *Store) Records(ctx context.Context, session string, since int64, limit 
 	return out, rows.Err()
 }
 
+// SeqOfEvent is the seq of the record whose history ref is e<eventID> in
+// session: the cursor that reads the records after it. ErrUnknownRef when
+// the session holds no such record.
+func (s *Store) SeqOfEvent(ctx context.Context, session string, eventID int64) (int64, error) {
+	var seq int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT seq FROM session_items WHERE event_id = ? AND session_id = ?`, eventID, session).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("%w: session %s has no record %s", ErrUnknownRef, session, EventRef(eventID))
+	}
+	if err != nil {
+		return 0, fmt.Errorf("seq of %s: %w", EventRef(eventID), err)
+	}
+	return seq, nil
+}
+
 // LastSeq is the seq of the session's last record, 0 if it has none: the furthest
 // cursor a client can hold (one index lookup).
 func (s *Store) LastSeq(ctx context.Context, session string) (int64, error) {

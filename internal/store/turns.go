@@ -532,7 +532,7 @@ type DiscordSource struct {
 // after (0: from the start), in order.
 func (s *Store) Context(ctx context.Context, session string, epoch, after int64) ([]ContextItem, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT c.id, c.role, e.kind, COALESCE(c.call_id, ''), e.content,
-			d.alias, d.kind, d.name, m.mode, m.message_id, a.id, m.attachments
+			d.alias, d.kind, d.name, m.mode, m.message_id, a.id, `+attachmentsExpr+`
 		FROM context_items c JOIN events e ON e.id = c.event_id
 		LEFT JOIN inputs i ON c.role = 'input' AND i.event_id = c.event_id
 		LEFT JOIN discord_messages m ON m.input_id = i.id

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/activation"
@@ -156,7 +155,7 @@ func (c *client) control(ctx context.Context, id string, m ClientMessage) bool {
 		if b.Behavior == nil || b.Releases == nil {
 			return unavailable("behavior releases")
 		}
-		rel, err := b.resolveRelease(m.Release)
+		rel, err := b.Releases.Resolve(m.Release)
 		if err != nil {
 			return c.send(errorMsg{Type: MsgError, Code: api.CodeInvalid, Message: err.Error(), Action: m.Type})
 		}
@@ -226,35 +225,6 @@ func (b *browser) editSoul(ctx context.Context, id, text string, expected int64)
 }
 
 var errNoRelease = errors.New("no active release")
-
-// resolveRelease accepts what behavior.Releases.Resolve does, or a unique
-// prefix of at least 8 hex digits of a stored release id (the page shows 12).
-func (b *browser) resolveRelease(ref string) (string, error) {
-	id, err := b.Releases.Resolve(ref)
-	if err == nil {
-		return id, nil
-	}
-	if len(ref) < 8 || strings.Trim(ref, "0123456789abcdef") != "" {
-		return "", err
-	}
-	ids, lerr := b.Releases.List()
-	if lerr != nil {
-		return "", lerr
-	}
-	var found []string
-	for _, id := range ids {
-		if strings.HasPrefix(id, ref) {
-			found = append(found, id)
-		}
-	}
-	switch len(found) {
-	case 1:
-		return found[0], nil
-	case 0:
-		return "", fmt.Errorf("no stored release starts with %q", ref)
-	}
-	return "", fmt.Errorf("%d stored releases start with %q; give more of the id", len(found), ref)
-}
 
 // controlErrorCode maps a control's error to its code.
 func controlErrorCode(err error) string {

@@ -109,8 +109,8 @@ def tryit(f):
     try:
         f()
         return "ok"
-    except OSError as e:
-        return type(e).__name__
+    except OSError:
+        return "denied"
 home = os.path.expanduser("~")
 print("own", tryit(lambda: open("mine", "w").write("m")))
 print("other", tryit(lambda: open(%q).read()))
@@ -119,7 +119,7 @@ print("ssh", tryit(lambda: os.listdir(home + "/.ssh")))
 print("caps", [l for l in open("/proc/self/status") if l.startswith("CapEff")][0].split()[1])
 `
 	o = run(t, w, "e2b", fmt.Sprintf(probe, filepath.Join(other, "secret")))
-	for _, want := range []string{"own ok", "other PermissionError", "cache PermissionError", "ssh PermissionError", "caps 0000000000000000"} {
+	for _, want := range []string{"own ok", "other denied", "cache denied", "ssh denied", "caps 0000000000000000"} {
 		if !strings.Contains(text(o), want) {
 			t.Fatalf("sandbox on the host: want %q in\n%s", want, text(o))
 		}

@@ -107,6 +107,10 @@ type HelloResponse struct {
 	// read answer carries it (FenceHeader), and klbr-core refuses those of
 	// any other token, so two transports can never both deliver.
 	Fence string `json:"fence"`
+	// Fetches are attachments admitted earlier whose fetch has no outcome
+	// (the transport that would have fetched them ended): the newest first,
+	// at most MaxPendingFetches.
+	Fetches []PendingFetch `json:"fetches,omitempty"`
 }
 
 // FenceHeader carries a transport's fencing token.

@@ -110,6 +110,11 @@ func (c *Client) do(ctx context.Context, path string, body, out any) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	return c.send(ctx, req, path, out)
+}
+
+// send sends req (fenced) and decodes a 2xx JSON answer into out.
+func (c *Client) send(ctx context.Context, req *http.Request, path string, out any) error {
 	if f := c.fence.Load(); f != nil && *f != "" {
 		req.Header.Set(FenceHeader, *f)
 	}

@@ -945,7 +945,7 @@ function setupControls() {
     `Roll ${SESSION} back to the release of its previous epoch?`));
   $("#btn-activate").addEventListener("click", () => {
     const release = $("#release-ref").value.trim();
-    if (!release) { ctlStatus("activate: give a release id (or a prefix of 8+ hex digits)", true); return; }
+    if (!release) { ctlStatus("activate: give a release id (or a prefix of 6+ hex digits)", true); return; }
     if (epoch === null) { ctlStatus("activate: the current epoch is not known yet", true); return; }
     sendControl({ type: "activate", release, expected_epoch: epoch },
       `Activate release ${release} on ${SESSION} (from epoch ${epoch})?`);
