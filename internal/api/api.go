@@ -60,6 +60,9 @@ type Status struct {
 	// and what is not enforced; empty when no workbench runs.
 	Sandbox   string `json:"sandbox,omitempty"`
 	Workbench string `json:"workbench"`
+	// WorkbenchHost names the worker host the root session's workbench runs on
+	// (KLBR_REMOTE_PLACEMENT, [agent] host); empty: here.
+	WorkbenchHost string `json:"workbench_host,omitempty"`
 	// Agent says whether the turn loop runs: "route <name> (<model>)", or
 	// why not (no route configured, cells cannot run).
 	Agent string `json:"agent"`

@@ -46,7 +46,11 @@ func newStatus(g *globals) *cobra.Command {
 				state = "draining"
 			}
 			fmt.Fprintf(g.env.Stdout, "klbr-core %s: %s, pid %d, up %s\n", st.Version, state, st.PID, time.Since(st.StartedAt).Round(time.Second))
-			fmt.Fprintf(g.env.Stdout, "data %s · sqlite %s · placement %s · workbench %s\n", st.DataDir, st.SQLite, st.Placement, st.Workbench)
+			wb := st.Workbench
+			if st.WorkbenchHost != "" {
+				wb += " on host " + st.WorkbenchHost
+			}
+			fmt.Fprintf(g.env.Stdout, "data %s · sqlite %s · placement %s · workbench %s\n", st.DataDir, st.SQLite, st.Placement, wb)
 			fmt.Fprintf(g.env.Stdout, "agent: %s\n", st.Agent)
 			fmt.Fprintf(g.env.Stdout, "storage: database %s, wal %s, artifacts %s, releases %s · schema %d (%s)\n",
 				mib(st.Sizes.Database), mib(st.Sizes.WAL), mib(st.Sizes.Artifacts), mib(st.Sizes.Releases), st.Schema.Version, downgrade(st.Schema))

@@ -185,6 +185,10 @@ type Agent struct {
 	// the agent's route. SummaryTimeoutSeconds bounds each summary request.
 	SummaryRoute          string `toml:"summary_route"`
 	SummaryTimeoutSeconds int    `toml:"summary_timeout_seconds"`
+	// Host names the [hosts.X] the root session's workbench runs on (the
+	// environment's KLBR_REMOTE_PLACEMENT, when set, takes precedence);
+	// empty: here.
+	Host string `toml:"host"`
 }
 
 // Reserve is the output reserve in force: reserve_output_tokens, but at

@@ -87,6 +87,7 @@ func TestParseHostErrors(t *testing.T) {
 		{"wall", hostBase + "wall_seconds = 604801\n", "hosts.gpu.wall_seconds", "out of range", 5},
 		{"work_dir", hostBase + "work_dir = \"/\"\n", "hosts.gpu.work_dir", "below /", 5},
 		{"unknown key", hostBase + "port = 22\n", "hosts.gpu.port", "unknown key", 5},
+		{"agent on an unknown host", "[agent]\nhost = \"gpu\"\n", "agent.host", "no [hosts.gpu]", 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,4 +123,11 @@ func FuzzParseSSHTarget(f *testing.F) {
 			t.Fatalf("%q: port %d", s, tg.Port)
 		}
 	})
+}
+
+func TestAgentHost(t *testing.T) {
+	f, err := Parse("klbr.toml", []byte("[agent]\nhost = \"gpu\"\n"+hostBase))
+	if err != nil || f.Agent.Host != "gpu" {
+		t.Fatalf("[agent] host naming a defined host: %v %q", err, f.Agent.Host)
+	}
 }

@@ -122,6 +122,11 @@ func (v *validator) agent(f *File) {
 			v.fail("agent.summary_route", fmt.Sprintf("no [routes.%s] is defined", r), "agent")
 		}
 	}
+	if h := f.Agent.Host; h != "" {
+		if _, ok := f.Hosts[h]; !ok {
+			v.fail("agent.host", fmt.Sprintf("no [hosts.%s] is defined; define the host or remove agent.host to run the workbench here", h), "agent")
+		}
+	}
 	if a := f.Agent; a.MaxRetryBackoffMillis >= 1 && a.RetryBackoffMillis <= 3600*1000 && a.MaxRetryBackoffMillis < a.RetryBackoffMillis {
 		v.fail("agent.max_retry_backoff_ms", fmt.Sprintf("%d is less than agent.retry_backoff_ms (%d); the cap must be at least the first backoff",
 			a.MaxRetryBackoffMillis, a.RetryBackoffMillis), "agent")

@@ -208,7 +208,17 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		return fmt.Errorf("serve: %w", err)
 	}
 	notify.Status("starting: detecting placement and the workbench")
-	d.bench, d.placer, d.benchErr = newWorkbench(ctx, cfg, st, d.sessions, d.disk, log, func(e string) { m.WorkerEvent("workbench", e) })
+	if err := d.startHosts(cfg, m); err != nil {
+		return fmt.Errorf("serve: hosts: %w", err)
+	}
+	if d.hosts != nil {
+		defer d.hosts.Close() // after the jobs (defers run last first)
+	}
+	remote, err := d.remoteWorkbench(cfg)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	d.bench, d.placer, d.benchErr = newWorkbench(ctx, cfg, st, d.sessions, d.disk, log, remote, func(e string) { m.WorkerEvent("workbench", e) })
 	stopBound := d.watchBound(ctx)
 	defer stopBound()
 	mode := ""
@@ -220,12 +230,6 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		log.Warn("cells cannot run; serving without a workbench", "error", d.benchErr)
 	} else if err := d.bootBehavior(ctx, cfg, m); err != nil {
 		return fmt.Errorf("serve: behavior: %w", err)
-	}
-	if err := d.startHosts(cfg, m); err != nil {
-		return fmt.Errorf("serve: hosts: %w", err)
-	}
-	if d.hosts != nil {
-		defer d.hosts.Close() // after the jobs (defers run last first)
 	}
 	if err := d.startJobs(ctx, cfg, m); err != nil {
 		return fmt.Errorf("serve: jobs: %w", err)
@@ -507,6 +511,7 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		st.Workbench = "unavailable: " + d.benchErr.Error()
 	} else if d.bench != nil {
 		st.Sandbox = d.bench.Config().SandboxSummary
+		st.WorkbenchHost = d.bench.RemoteHost()
 	}
 	st.Storage = d.store.Fault()
 	if d.routes != nil {

@@ -3,12 +3,15 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/workbench"
 )
 
 // startHosts makes the engine of the worker hosts, when klbr.toml has any:
@@ -58,4 +61,26 @@ func (d *daemon) hostStates(ctx context.Context) []metrics.HostState {
 		out = append(out, metrics.HostState{Name: s.Name, Up: s.Up, Units: map[string]int{"job": s.Reserved}, Waiting: waiting[s.Name]})
 	}
 	return out
+}
+
+// EnvRemotePlacement names the worker host the root session's workbench
+// runs on; it takes precedence over [agent] host. Unset: [agent] host.
+const EnvRemotePlacement = "KLBR_REMOTE_PLACEMENT"
+
+// remoteWorkbench is where the root session's workbench runs: nil for
+// here, else the host KLBR_REMOTE_PLACEMENT or [agent] host names, which
+// must be one of [hosts].
+func (d *daemon) remoteWorkbench(cfg *config.Config) (*workbench.Remote, error) {
+	name, from := os.Getenv(EnvRemotePlacement), EnvRemotePlacement
+	if name == "" {
+		name, from = cfg.File.Agent.Host, "[agent] host"
+	}
+	if name == "" {
+		return nil, nil
+	}
+	if _, ok := cfg.File.Hosts[name]; !ok || d.hosts == nil {
+		return nil, fmt.Errorf("%s names host %q, but klbr.toml has no [hosts.%s]: define it (docs/hosts.md) or unset %s", from, name, name, from)
+	}
+	d.log.Info("the root session's workbench runs on a worker host", "host", name, "from", from)
+	return &workbench.Remote{Hosts: d.hosts, Host: name}, nil
 }

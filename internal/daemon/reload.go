@@ -124,6 +124,7 @@ func restartNeeded(old, nf config.File) []string {
 		"agent.retry_backoff_ms as a failed route's rest (the sessions' retries use the new value now)")
 	add(!reflect.DeepEqual(prices(old.Routes), prices(nf.Routes)), "[routes.*.price]: the spend meter prices requests as at the start")
 	add(old.Spend.TimeZone != nf.Spend.TimeZone, "spend.time_zone: the day and month boundaries are fixed at the start")
+	add(old.Agent.Host != nf.Agent.Host, "agent.host: where the workbench runs is fixed at the start")
 	add(!reflect.DeepEqual(old.Hosts, nf.Hosts), "[hosts]: the worker hosts' connections are made at the start")
 	add(!reflect.DeepEqual(old.Limits, nf.Limits), "[limits]: the workers' scopes are set at the start")
 	add(!reflect.DeepEqual(old.Jobs, nf.Jobs), "[jobs]")

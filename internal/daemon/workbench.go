@@ -41,7 +41,7 @@ func Runtime(paths config.Paths) (src, hash string, err error) {
 // newWorkbench assembles the workbench manager, or says why cells cannot run.
 // The daemon serves either way: admission and the operator path need no Python.
 func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sessions *session.Manager, meter *diskuse.Meter,
-	log *slog.Logger, observe func(string)) (*workbench.Manager, placement.Placer, error) {
+	log *slog.Logger, remote *workbench.Remote, observe func(string)) (*workbench.Manager, placement.Placer, error) {
 	placer, err := placement.Detect(ctx, placement.Options{
 		SystemdBus: os.Getenv(EnvSystemdBus), // unset: the system bus
 		Logger:     log.With("component", "placement"),
@@ -102,6 +102,7 @@ func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sess
 		Limits:  placement.Limits{MemoryMaxBytes: int64(mem), TasksMax: l.TasksMax, CPUQuotaPercent: cpu},
 		Log:     log.With("component", "workbench"),
 		Observe: observe,
+		Remote:  remote,
 	}), placer, nil
 }
 

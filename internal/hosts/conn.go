@@ -219,15 +219,27 @@ func lastLine(s string) string {
 // breaks after the script went out is ErrLost. Otherwise the script's exit
 // status is returned as *exec.ExitError with its stderr.
 func (c *conn) run(ctx context.Context, script string, stdout io.Writer) error {
-	if err := c.connect(ctx); err != nil {
-		return err
-	}
+	return c.runIn(ctx, script, nil, stdout)
+}
+
+// session is the command that runs script on the host as a session of the
+// master connection (which must be up): never a connection of its own.
+func (c *conn) session(ctx context.Context, script string) *exec.Cmd {
 	// The remote login shell parses the command line: hand the script to
 	// /bin/sh as one quoted word whatever that shell is.
 	args := append(c.baseArgs(), "-o", "ControlMaster=no", "-o", "ProxyCommand=false", "-T", "--", c.h.Target.Host,
 		"exec /bin/sh -c "+Quote(script))
-	cmd := exec.CommandContext(ctx, c.e.cfg.SSH, args...)
+	return exec.CommandContext(ctx, c.e.cfg.SSH, args...)
+}
+
+// runIn is run with stdin (nil: none) fed to the script.
+func (c *conn) runIn(ctx context.Context, script string, stdin io.Reader, stdout io.Writer) error {
+	if err := c.connect(ctx); err != nil {
+		return err
+	}
+	cmd := c.session(ctx, script)
 	var stderr bytes.Buffer
+	cmd.Stdin = stdin
 	cmd.Stdout = stdout
 	cmd.Stderr = &limited{w: &stderr, n: 16 << 10}
 	cmd.WaitDelay = 5 * time.Second

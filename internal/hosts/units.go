@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -27,6 +28,12 @@ type Unit struct {
 	TasksMax       int
 	CPUQuotaPct    int
 	Wall           time.Duration
+	// Confine (Pipe only): Argv is klbr-kernel, and its sandbox flags go
+	// after Argv[0]: its program may write only the unit's directory, read
+	// the tree cache, reach nothing else of the work directory (other units)
+	// nor the login's home, nor the service manager, and runs without
+	// capabilities (a job's containment, and klbr-kernel's sandbox in it).
+	Confine bool
 }
 
 var unitName = regexp.MustCompile(`^klbr-[a-z0-9][a-z0-9-]{0,200}\.service$`)
@@ -83,38 +90,9 @@ func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, 
 	if len(u.Argv) == 0 || u.Argv[0] == "" {
 		return false, errors.New("hosts: a unit needs a program")
 	}
-	mem, tasks, cpu, wall := u.MemoryMaxBytes, u.TasksMax, u.CPUQuotaPct, u.Wall
-	if mem == 0 {
-		mem = c.h.MemoryMaxBytes
-	}
-	if tasks == 0 {
-		tasks = c.h.TasksMax
-	}
-	if cpu == 0 {
-		cpu = c.h.CPUQuotaPct
-	}
-	if wall == 0 {
-		wall = c.h.Wall
-	}
-	wall = min(wall, c.h.Wall)
-	run := []string{"systemd-run", "--quiet", "--no-ask-password", "--unit=" + u.Name, "--slice=klbr.slice",
-		"--description=" + strings.ToValidUTF8(u.Description, "?"),
-		"-p", "RemainAfterExit=yes", // the outcome stays readable until Collect
-		"-p", "NoNewPrivileges=yes",
-		"-p", fmt.Sprintf("MemoryMax=%d", mem),
-		"-p", fmt.Sprintf("TasksMax=%d", tasks),
-		"-p", fmt.Sprintf("CPUQuota=%d%%", cpu),
-		"-p", fmt.Sprintf("RuntimeMaxSec=%d", max(1, int(wall/time.Second))),
-	}
-	for _, k := range slices.Sorted(maps.Keys(u.Env)) {
-		if !envKey.MatchString(k) {
-			return false, fmt.Errorf("hosts: %q is not an environment variable name", k)
-		}
-		run = append(run, "--setenv="+k+"="+u.Env[k])
-	}
-	var quoted []string
-	for _, a := range run {
-		quoted = append(quoted, Quote(a))
+	quoted, err := c.runArgs(u, "-p", "RemainAfterExit=yes") // the outcome stays readable until Collect
+	if err != nil {
+		return false, err
 	}
 	argv := make([]string, len(u.Argv))
 	for i, a := range u.Argv {
@@ -143,6 +121,46 @@ echo started
 		return false, nil
 	}
 	return false, fmt.Errorf("host %s: start %s: unexpected answer %q", host, u.Name, out.String())
+}
+
+// runArgs is the systemd-run command line, quoted for the shell, that starts
+// u in klbr.slice with its limits (the host's where u has none), its
+// environment and extra.
+func (c *conn) runArgs(u Unit, extra ...string) ([]string, error) {
+	mem, tasks, cpu, wall := u.MemoryMaxBytes, u.TasksMax, u.CPUQuotaPct, u.Wall
+	if mem == 0 {
+		mem = c.h.MemoryMaxBytes
+	}
+	if tasks == 0 {
+		tasks = c.h.TasksMax
+	}
+	if cpu == 0 {
+		cpu = c.h.CPUQuotaPct
+	}
+	if wall == 0 {
+		wall = c.h.Wall
+	}
+	wall = min(wall, c.h.Wall)
+	run := []string{"systemd-run", "--quiet", "--no-ask-password", "--unit=" + u.Name, "--slice=klbr.slice",
+		"--description=" + strings.ToValidUTF8(u.Description, "?"),
+		"-p", "NoNewPrivileges=yes",
+		"-p", fmt.Sprintf("MemoryMax=%d", mem),
+		"-p", fmt.Sprintf("TasksMax=%d", tasks),
+		"-p", fmt.Sprintf("CPUQuota=%d%%", cpu),
+		"-p", fmt.Sprintf("RuntimeMaxSec=%d", max(1, int(wall/time.Second))),
+	}
+	run = append(run, extra...)
+	for _, k := range slices.Sorted(maps.Keys(u.Env)) {
+		if !envKey.MatchString(k) {
+			return nil, fmt.Errorf("hosts: %q is not an environment variable name", k)
+		}
+		run = append(run, "--setenv="+k+"="+u.Env[k])
+	}
+	quoted := make([]string, len(run))
+	for i, a := range run {
+		quoted[i] = Quote(a)
+	}
+	return quoted, nil
 }
 
 // UnitState is a unit's state on its host.
@@ -346,4 +364,60 @@ rm -rf -- %s
 true
 `, Quote(unit), c.workDir(unit))
 	return c.run(ctx, script, io.Discard)
+}
+
+// Pipe returns the command that starts u on host as a transient service
+// whose standard input and output are the command's own (systemd-run
+// --pipe): a session of the host's one connection, so the bytes travel over
+// it. Set the command's Stdin and Stdout and start it; the unit ends when
+// its program does, and is unloaded then (--collect). u.Argv[0] is looked up
+// on the login's PATH. A unit of u's name that exists already is refused
+// (exit status 75): the name is the worker's identity, one generation each.
+// The session is not tied to ctx beyond the connect: stop it with Stop.
+func (e *Engine) Pipe(ctx context.Context, host string, u Unit) (*exec.Cmd, error) {
+	c, err := e.conn(host)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckUnitName(u.Name); err != nil {
+		return nil, err
+	}
+	if len(u.Argv) == 0 || u.Argv[0] == "" {
+		return nil, errors.New("hosts: a unit needs a program")
+	}
+	quoted, err := c.runArgs(u, "--pipe", "--wait", "--collect")
+	if err != nil {
+		return nil, err
+	}
+	argv := make([]string, len(u.Argv)-1)
+	for i, a := range u.Argv[1:] {
+		argv[i] = Quote(a)
+	}
+	// Confined, the unit gets a job's containment (its own mount namespace:
+	// an empty home and work root with its directory bound back, no bus, no
+	// capabilities) with the tree cache bound back read-only, and
+	// klbr-kernel's own sandbox inside it, as a local worker has.
+	confine, props := "", ""
+	if u.Confine {
+		confine = `mkdir -p -- "$c" "$d/tmp"
+set -- --deny "$r" --deny "$HOME/.ssh" --ro "$c" --rw "$d" --tmp "$d/tmp" --drop-caps`
+		props = containment + ` -p "BindReadOnlyPaths=$c"`
+	}
+	script := fmt.Sprintf(`set -u
+u=%s
+r=%s
+d="$r"/%s
+c="$r"/cache
+if [ "$(systemctl show --property=LoadState --value -- "$u")" != not-found ]; then echo "klbr: $u exists on the host already" >&2; exit 75; fi
+p=$(command -v -- %s) || { echo "klbr: %s is not on the PATH of $(id -un) on the host" >&2; exit 127; }
+mkdir -p -- "$d" && chmod 700 -- "$d"
+set --
+%s
+exec %s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -- "$p" "$@" %s
+`, Quote(u.Name), c.workRoot(), Quote(u.Name), Quote(u.Argv[0]), Quote(u.Argv[0]), confine,
+		strings.Join(quoted, " "), props, strings.Join(argv, " "))
+	if err := c.connect(ctx); err != nil {
+		return nil, err
+	}
+	return c.session(context.Background(), script), nil
 }

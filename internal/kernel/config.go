@@ -20,11 +20,16 @@ const (
 
 // Config is what the command line says.
 type Config struct {
-	ProtocolFD int           // -1: none
-	GoAheadFD  int           // -1: none
-	Deadline   time.Duration // 0: none
-	KeepEnv    []string      // extra variable names to pass through
-	Argv       []string      // the child's argv, at least one element
+	ProtocolFD int // -1: none
+	// ProtocolStdio carries the protocol over the kernel's own stdin and stdout: the
+	// kernel makes the socket the child gets as fd 3 and copies between the two (a worker
+	// on another host, whose only channel is an SSH session). The child's stdout goes to
+	// the kernel's stderr.
+	ProtocolStdio bool
+	GoAheadFD     int           // -1: none
+	Deadline      time.Duration // 0: none
+	KeepEnv       []string      // extra variable names to pass through
+	Argv          []string      // the child's argv, at least one element
 	// RlimitAS and RlimitNproc (0: none) are set as hard limits on the child, not on the
 	// kernel: placement's rlimit mode passes them (placement.Placer.KernelArgs).
 	RlimitAS    int64
@@ -40,6 +45,7 @@ func ParseArgs(args []string) (Config, error) {
 	fs := flag.NewFlagSet("klbr-kernel", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.IntVar(&cfg.ProtocolFD, "protocol-fd", -1, "inherited fd of the protocol socket; the child gets it as fd 3")
+	fs.BoolVar(&cfg.ProtocolStdio, "protocol-stdio", false, "carry the protocol over stdin/stdout; the child gets a socket as fd 3")
 	fs.IntVar(&cfg.GoAheadFD, "go-ahead-fd", -1, "inherited fd to read one go-ahead byte from before starting")
 	fs.DurationVar(&cfg.Deadline, "deadline", 0, "kill the tree this long after the child started (0: never)")
 	fs.Int64Var(&cfg.RlimitAS, "rlimit-as", 0, "RLIMIT_AS (bytes) for the child (0: none)")
@@ -88,6 +94,9 @@ func ParseArgs(args []string) (Config, error) {
 	}
 	if cfg.ProtocolFD != -1 && cfg.ProtocolFD < 3 {
 		return Config{}, fmt.Errorf("usage: --protocol-fd %d: must be 3 or above", cfg.ProtocolFD)
+	}
+	if cfg.ProtocolStdio && cfg.ProtocolFD != -1 {
+		return Config{}, errors.New("usage: --protocol-stdio and --protocol-fd exclude each other")
 	}
 	if cfg.GoAheadFD != -1 && cfg.GoAheadFD < 3 {
 		return Config{}, fmt.Errorf("usage: --go-ahead-fd %d: must be 3 or above", cfg.GoAheadFD)

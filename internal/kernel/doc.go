@@ -3,7 +3,7 @@
 //
 // # Contract
 //
-//	klbr-kernel [--protocol-fd N] [--go-ahead-fd M] [--deadline DURATION] [--keep-env NAME]...
+//	klbr-kernel [--protocol-fd N | --protocol-stdio] [--go-ahead-fd M] [--deadline DURATION] [--keep-env NAME]...
 //	            [--rlimit-as BYTES] [--rlimit-nproc N]
 //	            [--deny PATH]... [--ro PATH]... [--rw PATH]... [--tmp DIR]
 //	            [--uid UID --gid GID] [--drop-caps] -- ARGV...
@@ -31,7 +31,10 @@
 //     kernel at start (and what the kernel keeps is close-on-exec), so nothing else reaches
 //     the child. The kernel closes its own copy of the protocol socket once the child runs:
 //     the core sees EOF on the socket as soon as the child (and anything it passed the socket
-//     to) is gone.
+//     to) is gone. With --protocol-stdio instead, the kernel makes that socket itself and
+//     copies between it and its own stdin and stdout (the core's end travels over an SSH
+//     session to a worker host); the child's stdout then goes to the kernel's stderr, and the
+//     end of the kernel's stdin is the end of the protocol stream.
 //  5. ARGV runs in its own process group, with PDEATHSIG=SIGKILL towards the kernel. SIGTERM
 //     and SIGINT sent to the kernel are forwarded to that group. SIGINT is only forwarded
 //     (Python turns it into KeyboardInterrupt); after a forwarded SIGTERM the child has a

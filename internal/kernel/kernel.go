@@ -48,6 +48,8 @@ type kernel struct {
 	self   int
 	ppid   int  // the parent at start; a different getppid() means it died
 	killed bool // the kernel has SIGKILLed the tree (grace over, parent gone)
+	// drained is closed once --protocol-stdio's socket has been copied to stdout to its end.
+	drained chan struct{}
 }
 
 // parentGone reports whether the process that started the kernel has died (the kernel was
@@ -132,6 +134,7 @@ func (k *kernel) run(args []string) int {
 		k.log.Printf("killed %d leftover process(es) of the tree", n)
 	}
 	_ = cmd.Process.Release()
+	k.drain()
 
 	switch {
 	case deadlineFired:
@@ -205,6 +208,15 @@ func (k *kernel) start(cfg Config) (cmd *exec.Cmd, code int, ok bool) {
 	if cfg.ProtocolFD >= 0 {
 		proto = os.NewFile(uintptr(cfg.ProtocolFD), "protocol")
 		cmd.ExtraFiles = []*os.File{proto} // fd 3 in the child
+	}
+	if cfg.ProtocolStdio {
+		var err error
+		if proto, err = k.bridgeStdio(); err != nil {
+			k.log.Print(err)
+			return nil, ExitKernel, false
+		}
+		cmd.ExtraFiles = []*os.File{proto}
+		cmd.Stdout = os.Stderr // stdout is the protocol's now
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	err := cmd.Start()

@@ -50,6 +50,10 @@ type Config struct {
 	// Observe, if set, is told of worker starts and resets (for metrics).
 	Observe func(event string)
 
+	// Remote, when set, runs the workbench of every root session (not a
+	// child's) on a worker host: KLBR_REMOTE_PLACEMENT, [agent] host.
+	Remote *Remote
+
 	// Workspaces, when set, says where each session works (a child's
 	// worktree, a read-only workspace) and what its workers may write;
 	// nil: every session works in Workspace under Sandbox.
@@ -481,16 +485,25 @@ func (m *Manager) startGeneration(ctx context.Context, sessionID, release string
 	}); err != nil {
 		return nil, err
 	}
-	dir, sb, err := m.Place(ctx, sessionID)
+	spec := worker.Spec{
+		Role: worker.RoleWorkbench, Session: sessionID, Generation: gen,
+		Kernel: m.cfg.Kernel, Python: m.cfg.Python, RuntimeSrc: m.cfg.RuntimeSrc,
+		Placer: m.cfg.Placer, Limits: m.cfg.Limits, Artifacts: m.cfg.Artifacts,
+		Skills: skillsRev, Env: env, Log: m.cfg.Log,
+	}
+	var err error
+	if m.remoteFor(sessionID) {
+		err = m.cfg.Remote.prepare(ctx, &spec, m.cfg.RuntimeSrc)
+	} else {
+		spec.Workspace, spec.Sandbox, err = m.Place(ctx, sessionID)
+	}
 	if err != nil {
+		m.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {
+			return tx.KernelReset(sessionID, gen, "the workbench failed to start: "+err.Error())
+		})
 		return nil, err
 	}
-	w, err := worker.Start(ctx, worker.Spec{
-		Role: worker.RoleWorkbench, Session: sessionID, Generation: gen,
-		Kernel: m.cfg.Kernel, Python: m.cfg.Python, RuntimeSrc: m.cfg.RuntimeSrc, Workspace: dir,
-		Placer: m.cfg.Placer, Limits: m.cfg.Limits, Sandbox: sb, Artifacts: m.cfg.Artifacts,
-		Skills: skillsRev, Env: env, Log: m.cfg.Log,
-	})
+	w, err := worker.Start(ctx, spec)
 	if err != nil {
 		m.cfg.Observe("start_failed")
 		m.cfg.Store.Write(context.WithoutCancel(ctx), func(tx *store.Tx) error {

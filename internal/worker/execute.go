@@ -193,6 +193,10 @@ func (w *Worker) kill() {
 	if w.cmd == nil || w.cmd.Process == nil {
 		return
 	}
+	if w.spec.Remote != nil {
+		w.killRemote()
+		return
+	}
 	select {
 	case <-w.exited:
 	default:

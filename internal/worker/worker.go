@@ -63,6 +63,10 @@ type Spec struct {
 
 	Placer placement.Placer
 	Limits placement.Limits
+	// Remote, when set, runs the worker on another host (see Remote); Kernel,
+	// Python and RuntimeSrc then name the host's, Workspace is the remote
+	// unit's directory when empty, and Placer and Sandbox do not apply.
+	Remote Remote
 	// Sandbox is what klbr-kernel takes away from Python before it starts (kernel.Sandbox);
 	// the zero value takes nothing (tests).
 	Sandbox kernel.Sandbox
@@ -78,6 +82,17 @@ type Spec struct {
 	// (background tasks). It must not block.
 	LateOutput func(execution string, ch OutputChunk)
 	Log        *slog.Logger
+}
+
+// Remote starts a worker on another host: klbr-kernel there, with
+// --protocol-stdio, in a transient unit of the host's systemd.
+type Remote interface {
+	// Command returns the (not yet started) local command whose stdin and
+	// stdout are the remote kernel's: the protocol stream. argv is the
+	// kernel's command line, env the Python process's variables.
+	Command(ctx context.Context, argv, env []string) (*exec.Cmd, error)
+	// Stop stops the remote unit and every process of it.
+	Stop(ctx context.Context) error
 }
 
 // Handler answers a running execution's host requests.
@@ -202,6 +217,10 @@ func (w *Worker) spawn(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.conn = fc.(*net.UnixConn)
+	s := w.spec
+	if s.Remote != nil {
+		return w.spawnRemote(ctx, workerEnd)
+	}
 	goRead, goWrite, err := os.Pipe()
 	if err != nil {
 		w.conn.Close()
@@ -209,7 +228,6 @@ func (w *Worker) spawn(ctx context.Context) error {
 	}
 	defer goRead.Close()
 
-	s := w.spec
 	pspec := placement.Spec{Role: s.Role, Session: s.Session, Generation: s.Generation, Limits: s.Limits}
 	var args []string
 	if s.Placer != nil {
@@ -223,13 +241,7 @@ func (w *Worker) spawn(ctx context.Context) error {
 	}
 	args = append(args, "--protocol-fd", "3", "--go-ahead-fd", "4", "--", s.Python, site, "-m", "klbr_runtime")
 	cmd := exec.Command(s.Kernel, args...)
-	cmd.Env = append([]string{
-		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "LANG=C.UTF-8",
-		"KLBR_ROLE=" + s.Role, "KLBR_SESSION=" + s.Session, "KLBR_GENERATION=" + strconv.FormatInt(s.Generation, 10),
-		"KLBR_PROTOCOL_FD=3", "KLBR_WORKSPACE=" + s.Workspace, "KLBR_BEHAVIOR_DIR=" + s.Behavior,
-		"KLBR_SKILLS_REVISION=" + s.Skills, "PYTHONPATH=" + s.RuntimeSrc,
-		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1", "PYTHONSAFEPATH=1",
-	}, s.Env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, w.env()...)
 	cmd.Dir = s.Workspace
 	cmd.ExtraFiles = []*os.File{workerEnd, goRead}
 	cmd.Stdout, cmd.Stderr = w.diag, w.diag
@@ -257,6 +269,23 @@ func (w *Worker) spawn(ctx context.Context) error {
 	}
 	goWrite.Close()
 
+	return w.greet(ctx)
+}
+
+// env is the Python process's environment (klbr-kernel passes only these).
+func (w *Worker) env() []string {
+	s := w.spec
+	return append([]string{
+		"LANG=C.UTF-8",
+		"KLBR_ROLE=" + s.Role, "KLBR_SESSION=" + s.Session, "KLBR_GENERATION=" + strconv.FormatInt(s.Generation, 10),
+		"KLBR_PROTOCOL_FD=3", "KLBR_WORKSPACE=" + s.Workspace, "KLBR_BEHAVIOR_DIR=" + s.Behavior,
+		"KLBR_SKILLS_REVISION=" + s.Skills, "PYTHONPATH=" + s.RuntimeSrc,
+		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1", "PYTHONSAFEPATH=1",
+	}, s.Env...)
+}
+
+// greet waits for the hello, then serves the worker.
+func (w *Worker) greet(ctx context.Context) error {
 	if err := w.handshake(ctx); err != nil {
 		w.Kill()
 		return fmt.Errorf("worker: handshake: %w (recent output: %q)", err, w.diag.String())

@@ -1,0 +1,46 @@
+package hosts
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strings"
+)
+
+// WorkerUnit runs one generation of a session's worker (klbr-kernel
+// --protocol-stdio) on a host as klbr-<role>-<session>-<generation>.service,
+// its protocol stream over the host's connection. It is what
+// worker.Spec.Remote takes.
+type WorkerUnit struct {
+	Engine *Engine
+	Host   string
+	Name   string // the unit's name: WorkerUnitName
+}
+
+// WorkerUnitName is the unit of a worker generation. A session name that is
+// not plain lower-case letters, digits and dashes is spelled in hex.
+func WorkerUnitName(role, session string, generation int64) string {
+	if !plainName.MatchString(session) {
+		session = "x" + fmt.Sprintf("%x", session)
+	}
+	return fmt.Sprintf("klbr-%s-%s-%d.service", role, session, generation)
+}
+
+var plainName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+
+// Command is the SSH session that starts the unit with argv and env, its
+// stdin and stdout the unit's.
+func (u WorkerUnit) Command(ctx context.Context, argv, env []string) (*exec.Cmd, error) {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return u.Engine.Pipe(ctx, u.Host, Unit{Name: u.Name, Description: "klbr worker " + u.Name, Argv: argv, Env: m, Confine: true})
+}
+
+// Stop stops the unit and removes its directory on the host.
+func (u WorkerUnit) Stop(ctx context.Context) error {
+	return u.Engine.Collect(ctx, u.Host, u.Name)
+}

@@ -1,0 +1,131 @@
+package workbench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/klbr-dev/klbr/internal/hosts"
+	"github.com/klbr-dev/klbr/internal/worker"
+)
+
+// Remote places root sessions' workbenches on a worker host: each
+// generation is klbr-workbench-<session>-<generation>.service there, started
+// by the host's systemd, its worker protocol over the host's one SSH
+// connection. The runtime and the generation's skills travel
+// content-addressed (sent once per hash, verified on the host); the model,
+// the store and every host request stay here: a remote cell reaches them
+// only through klbr-core over the protocol.
+type Remote struct {
+	Hosts *hosts.Engine
+	Host  string
+	// Kernel and Python are the host's (looked up on its PATH when not
+	// absolute); empty: klbr-kernel and python3.
+	Kernel, Python string
+
+	mu    sync.Mutex
+	trees map[string]hosts.Tree // packed once per local directory or file
+}
+
+func (m *Manager) remoteFor(session string) bool {
+	return m.cfg.Remote != nil && !strings.HasPrefix(session, "child-")
+}
+
+// Remote says where root sessions' workbenches run: the host's name, or ""
+// for here.
+func (m *Manager) RemoteHost() string {
+	if m.cfg.Remote == nil {
+		return ""
+	}
+	return m.cfg.Remote.Host
+}
+
+// prepare makes spec start on the host: the runtime, the skills file and
+// the skill set's directories are put there and every path in spec names
+// the host's copy.
+func (r *Remote) prepare(ctx context.Context, spec *worker.Spec, runtimeSrc string) error {
+	put := func(local string, file, keep bool) (string, error) {
+		t, err := r.pack(local, file, keep)
+		if err != nil {
+			return "", err
+		}
+		dir, _, err := r.Hosts.PutTree(ctx, r.Host, t)
+		if err != nil {
+			return "", fmt.Errorf("workbench on host %s: %w", r.Host, err)
+		}
+		if file {
+			return dir + "/" + filepath.Base(local), nil
+		}
+		return dir, nil
+	}
+	src, err := put(runtimeSrc, false, true)
+	if err != nil {
+		return err
+	}
+	spec.RuntimeSrc = src
+	var env []string
+	for _, kv := range spec.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "KLBR_SKILLS_FILE":
+			if v, err = put(v, true, false); err != nil {
+				return err
+			}
+		case "PYTHONPATH":
+			parts := strings.Split(v, string(os.PathListSeparator))
+			for i, p := range parts {
+				if parts[i], err = put(p, false, p == runtimeSrc); err != nil {
+					return err
+				}
+			}
+			v = strings.Join(parts, string(os.PathListSeparator))
+		}
+		env = append(env, k+"="+v)
+	}
+	spec.Env = env
+	spec.Kernel, spec.Python = r.Kernel, r.Python
+	if spec.Kernel == "" {
+		spec.Kernel = "klbr-kernel"
+	}
+	if spec.Python == "" {
+		spec.Python = "python3"
+	}
+	// The host's own unit is the placement; the workspace is the unit's
+	// directory there (a copy of the workspace travels with issue 28's
+	// child agents, not yet here).
+	spec.Placer, spec.Workspace = nil, ""
+	spec.Remote = hosts.WorkerUnit{Engine: r.Hosts, Host: r.Host,
+		Name: hosts.WorkerUnitName(spec.Role, spec.Session, spec.Generation)}
+	return nil
+}
+
+// pack packs a directory, or a file as a tree of that one file; with keep
+// (the runtime, which does not change while klbr-core runs) once per
+// manager, else (skills, which do change) each time.
+func (r *Remote) pack(path string, file, keep bool) (hosts.Tree, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.trees[path]; ok {
+		return t, nil
+	}
+	var t hosts.Tree
+	var err error
+	if file {
+		t, err = hosts.PackFile(path)
+	} else {
+		t, err = hosts.PackTree(path)
+	}
+	if err != nil {
+		return hosts.Tree{}, err
+	}
+	if r.trees == nil {
+		r.trees = map[string]hosts.Tree{}
+	}
+	if keep {
+		r.trees[path] = t
+	}
+	return t, nil
+}

@@ -1,0 +1,245 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/klbr-dev/klbr/internal/artifacts"
+	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/hosts"
+	"github.com/klbr-dev/klbr/internal/hosttest"
+	"github.com/klbr-dev/klbr/internal/workertest"
+)
+
+// remoteLab boots a worker host with this build's klbr-kernel on its PATH
+// and returns an engine that knows it as "lab".
+func remoteLab(t testing.TB) (*hosttest.Host, *hosts.Engine) {
+	t.Helper()
+	env = workertest.Setup(t)
+	h := hosttest.Start(t)
+	b, err := os.ReadFile(env.Kernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.BinDir, "klbr-kernel"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tg, err := config.ParseSSHTarget(h.SSH())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := hosts.New(hosts.Config{Hosts: map[string]hosts.Host{"lab": {Name: "lab", Target: tg, IdentityFile: h.IdentityFile,
+		KnownHostsFile: h.KnownHostsFile, MaxJobs: 2, MemoryMaxBytes: 1 << 30, TasksMax: 256, CPUQuotaPct: 200,
+		Wall: time.Hour, WorkDir: h.WorkDir}}, ConnectTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return h, e
+}
+
+// startRemote sends the runtime (once per hash) and starts generation gen of
+// session s1's workbench on the lab host.
+func startRemote(t testing.TB, e *hosts.Engine, gen int64) (*Worker, int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tree, err := hosts.PackTree(env.Runtime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, sent, err := e.PutTree(ctx, "lab", tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := artifacts.New(filepath.Join(t.TempDir(), "artifacts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := hosts.WorkerUnitName(RoleWorkbench, "s1", gen)
+	w, err := Start(ctx, Spec{Role: RoleWorkbench, Session: "s1", Generation: gen,
+		Kernel: "klbr-kernel", Python: "python3", RuntimeSrc: src, Artifacts: store,
+		Remote: hosts.WorkerUnit{Engine: e, Host: "lab", Name: unit}, InterruptGrace: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(w.Kill)
+	return w, sent
+}
+
+func TestRemoteWorkbench(t *testing.T) {
+	h, e := remoteLab(t)
+	netns, err := h.NetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, sent := startRemote(t, e, 1)
+	if sent == 0 {
+		t.Fatal("the first start sent no runtime bytes")
+	}
+	o := run(t, w, "e1", "import os\nprint(os.readlink('/proc/self/ns/net'))\nprint(open('/proc/self/cgroup').read())\nx = 1")
+	if o.Status != "ok" || !strings.Contains(text(o), netns) || !strings.Contains(text(o), "klbr.slice/klbr-workbench-s1-1.service") {
+		t.Fatalf("the cell did not run in the host's unit (host netns %s): %+v %q\n%s", netns, o, text(o), w.Diagnostics())
+	}
+	if o := run(t, w, "e2", "x + 1"); o.Status != "ok" || o.Value == nil || *o.Value != "2" {
+		t.Fatalf("x across cells: %+v", o)
+	}
+
+	// The sandbox on the host: the unit's own directory is writable, the
+	// cache only readable, another unit's directory and the login's ~/.ssh
+	// out of reach, and no capability even as root.
+	other := filepath.Join(h.WorkDir, "klbr-job-9-1.service")
+	if err := os.MkdirAll(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "secret"), []byte("s"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	probe := `import os
+def tryit(f):
+    try:
+        f()
+        return "ok"
+    except OSError:
+        return "denied"
+home = os.path.expanduser("~")
+print("own", tryit(lambda: open("mine", "w").write("m")))
+print("other", tryit(lambda: open(%q).read()))
+print("cache", tryit(lambda: open(os.environ["PYTHONPATH"].split(":")[0] + "/planted", "w")))
+print("ssh", tryit(lambda: os.listdir(home + "/.ssh")))
+print("caps", [l for l in open("/proc/self/status") if l.startswith("CapEff")][0].split()[1])
+`
+	o = run(t, w, "e2b", fmt.Sprintf(probe, filepath.Join(other, "secret")))
+	for _, want := range []string{"own ok", "other denied", "cache denied", "ssh denied", "caps 0000000000000000"} {
+		if !strings.Contains(text(o), want) {
+			t.Fatalf("sandbox on the host: want %q in\n%s", want, text(o))
+		}
+	}
+
+	// A host request of the remote cell is answered here, by klbr-core.
+	var asked Request
+	h1 := handlerFunc(func(ctx context.Context, r Request) (json.RawMessage, error) {
+		asked = r
+		return json.RawMessage(`{"hits": [{"text": "answered at home"}]}`), nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	o, err = w.Execute(ctx, "e3", "import klbr._sdk as sdk\n(await sdk.request('history.search', {'query': 'hi'}))['hits'][0]['text']", h1)
+	if err != nil || o.Status != "ok" || o.Value == nil || *o.Value != "'answered at home'" || asked.Op != "history.search" {
+		t.Fatalf("host request from the remote cell: %+v %v (asked %+v)", o, err, asked)
+	}
+
+	// A reset stops the remote unit; the next generation reuses the cached runtime.
+	if units, err := h.Units("klbr-workbench-*"); err != nil || len(units) != 1 || units[0] != "klbr-workbench-s1-1.service" {
+		t.Fatalf("units on the host while the worker runs: %v %v", units, err)
+	}
+	w.Kill()
+	if units, err := h.Units("klbr-workbench-*"); err != nil || len(units) != 0 {
+		t.Fatalf("units left on the host after the reset: %v %v", units, err)
+	}
+	w2, sent := startRemote(t, e, 2)
+	if sent != 0 {
+		t.Fatalf("the second start sent %d runtime bytes, want 0", sent)
+	}
+	if o := run(t, w2, "e4", "'x' in dir()"); o.Status != "ok" || o.Value == nil || *o.Value != "False" {
+		t.Fatalf("a new generation kept the old heap: %+v", o)
+	}
+
+	// klbr-core's end (its SSH session killed, nothing stopped): the
+	// kernel reads the end of its stdin, the worker exits, the unit goes.
+	syscall.Kill(-w2.cmd.Process.Pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		units, err := h.Units("klbr-workbench-*")
+		if err == nil && len(units) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the unit outlived its SSH session: %v %v", units, err)
+		}
+	}
+}
+
+// BenchmarkRemoteRoundtrip: the round trip of the cell `x = 1` in a local
+// workbench and in one on the lab host (over its SSH connection), side by
+// side, and the link's round trip (a TCP connect to the host's sshd: one
+// SYN, one SYN-ACK) for the goal remote ≤ local + 2 × link RTT.
+func BenchmarkRemoteRoundtrip(b *testing.B) {
+	h, e := remoteLab(b)
+	ctx := context.Background()
+	roundtrip := func(b *testing.B, w *Worker) {
+		for i := 0; b.Loop(); i++ {
+			o, err := w.Execute(ctx, "b"+strconv.Itoa(i), "x = 1", nil)
+			if err != nil || o.Status != "ok" {
+				b.Fatalf("%+v %v", o, err)
+			}
+		}
+	}
+	b.Run("place=local", func(b *testing.B) {
+		store, err := artifacts.New(filepath.Join(b.TempDir(), "artifacts"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		w, err := Start(ctx, Spec{Role: RoleWorkbench, Session: "s1", Generation: 1, Kernel: env.Kernel, Python: env.Python,
+			RuntimeSrc: env.Runtime, Workspace: b.TempDir(), Placer: env.Placer, Artifacts: store})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Kill()
+		roundtrip(b, w)
+	})
+	gen := int64(0)
+	b.Run("place=remote", func(b *testing.B) {
+		gen++
+		w, _ := startRemote(b, e, gen)
+		defer w.Kill()
+		roundtrip(b, w)
+	})
+	b.Run("op=link-rtt", func(b *testing.B) {
+		// A UDP echo on the host: one datagram there and back over its link
+		// (an upper bound of the link's round trip: it includes the echo's
+		// own Python).
+		echo := h.Enter("python3", "-c", `import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 7777))
+while True:
+    d, a = s.recvfrom(64)
+    s.sendto(d, a)`)
+		if err := echo.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { echo.Process.Kill(); echo.Wait() }()
+		c, err := net.Dial("udp", net.JoinHostPort(h.Addr, "7777"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		buf := make([]byte, 64)
+		for i := 0; ; i++ { // until the echo listens
+			c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			c.Write([]byte("x"))
+			if _, err := c.Read(buf); err == nil {
+				break
+			} else if i > 50 {
+				b.Fatal("no echo from the host")
+			}
+		}
+		c.SetReadDeadline(time.Time{})
+		for b.Loop() {
+			if _, err := c.Write([]byte("x")); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.Read(buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
