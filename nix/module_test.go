@@ -30,7 +30,7 @@ func nixpkgsLib(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("KLBR_NIXPKGS_LIB")
 	if dir == "" {
-		t.Skip("KLBR_NIXPKGS_LIB is not set: skipping the lib.evalModules check of nix/module.nix " +
+		t.Skip("KLBR_NIXPKGS_LIB is not set: skipping the lib.evalModules check of the NixOS modules " +
 			"(point it at a nixpkgs or nix-community/nixpkgs.lib checkout to run it)")
 	}
 	for _, cand := range []string{filepath.Join(dir, "lib"), dir} {
