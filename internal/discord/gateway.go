@@ -50,7 +50,7 @@ var freshCloses = map[int]bool{4007: true, 4009: true}
 type GatewayEvents struct {
 	Ready   func(botID string)
 	Message func(data json.RawMessage)
-	Thread  func(id, parent string)
+	Thread  func(th ThreadCreate)
 	// Gap is called when a resume failed and events may be missing.
 	Gap func(reason string)
 	// State tells connected (true) or not, and counts resumes.
@@ -66,6 +66,8 @@ type Gateway struct {
 	log    *slog.Logger
 	ev     GatewayEvents
 	dialer *websocket.Dialer
+
+	conn atomic.Pointer[websocket.Conn] // the current connection, for Reconnect
 
 	// Owned by Run's goroutine.
 	sessionID string
@@ -137,6 +139,8 @@ func (g *Gateway) session(ctx context.Context) error {
 		return fmt.Errorf("dial gateway: %w", err)
 	}
 	conn.SetReadLimit(MaxEventBytes + 4096)
+	g.conn.Store(conn)
+	defer g.conn.CompareAndSwap(conn, nil)
 	var wmu sync.Mutex // guards writes on conn
 	write := func(v any) error {
 		wmu.Lock()
@@ -242,6 +246,20 @@ func (g *Gateway) session(ctx context.Context) error {
 	}
 }
 
+// Reconnect drops the current connection (as a zombie: no close frame, so
+// the session stays resumable): Run resumes at the session's resume URL,
+// or identifies anew when that fails. It is for a connection that
+// acknowledges heartbeats but has stopped delivering events.
+func (g *Gateway) Reconnect(reason string) bool {
+	c := g.conn.Load()
+	if c == nil {
+		return false
+	}
+	g.log.Warn("gateway: dropping the connection to resume", "reason", reason)
+	c.Close()
+	return true
+}
+
 func (g *Gateway) seqOrNil() any {
 	if n := g.seq.Load(); n != 0 {
 		return n
@@ -288,12 +306,10 @@ func (g *Gateway) dispatch(f frame, resuming bool) {
 	case "MESSAGE_CREATE":
 		g.ev.Message(f.D)
 	case "THREAD_CREATE":
-		var th struct {
-			ID       string `json:"id"`
-			ParentID string `json:"parent_id"`
-		}
-		if json.Unmarshal(f.D, &th) == nil && snowflake(th.ID) && snowflake(th.ParentID) {
-			g.ev.Thread(th.ID, th.ParentID)
+		if th, err := ParseThreadCreate(f.D); err == nil {
+			g.ev.Thread(th)
+		} else {
+			g.log.Warn("gateway: THREAD_CREATE refused", "error", err)
 		}
 	default:
 		// Event types this transport does not use are ignored.

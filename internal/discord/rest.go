@@ -25,11 +25,15 @@ const MaxResponseBytes = 8 << 20
 // configured api_base (Discord itself, a compatible server, or a test's
 // fake), and bounds what is read back.
 type rewriter struct {
-	base *url.URL
-	next http.RoundTripper
+	base   *url.URL
+	next   http.RoundTripper
+	budget *invalidBudget
 }
 
 func (rw *rewriter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !rw.budget.allow(!isNonEssential(req.Context())) {
+		return nil, ErrInvalidBudget
+	}
 	u := req.URL.String()
 	if rest, ok := strings.CutPrefix(u, discordgo.EndpointAPI); ok {
 		nu, err := url.Parse(strings.TrimSuffix(rw.base.String(), "/") + "/" + rest)
@@ -43,6 +47,7 @@ func (rw *rewriter) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	rw.budget.record(resp)
 	resp.Body = struct {
 		io.Reader
 		io.Closer
@@ -52,7 +57,7 @@ func (rw *rewriter) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // newSession is a discordgo session for REST whose requests go to apiBase.
 // Its token never leaves the Authorization header.
-func newSession(token, apiBase string) (*discordgo.Session, error) {
+func newSession(token, apiBase string, budget *invalidBudget) (*discordgo.Session, error) {
 	base, err := url.Parse(apiBase)
 	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" {
 		return nil, fmt.Errorf("discord.api_base %q is not an http(s) URL", apiBase)
@@ -61,7 +66,7 @@ func newSession(token, apiBase string) (*discordgo.Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Client = &http.Client{Timeout: 20 * time.Second, Transport: &rewriter{base: base, next: http.DefaultTransport}}
+	s.Client = &http.Client{Timeout: 20 * time.Second, Transport: &rewriter{base: base, next: http.DefaultTransport, budget: budget}}
 	s.ShouldRetryOnRateLimit = false // we bound the retries ourselves
 	s.MaxRestRetries = 0
 	s.LogLevel = discordgo.LogError
@@ -103,6 +108,9 @@ type attemptError struct {
 func (e *attemptError) Error() string { return e.code + ": " + e.msg }
 
 func classify(err error) *attemptError {
+	if errors.Is(err, ErrInvalidBudget) { // refused here: nothing reached Discord
+		return &attemptError{definitive: true, code: "invalid_request_budget", msg: ErrInvalidBudget.Error()}
+	}
 	var rl *discordgo.RateLimitError
 	if errors.As(err, &rl) {
 		return &attemptError{rateLimited: true, retryAfter: rl.RetryAfter, code: "http_429", msg: "rate limited"}
@@ -215,7 +223,7 @@ func react(s *discordgo.Session, e ingressapi.Effect) error {
 
 // historyRaw reads up to limit messages of a channel as Discord answers
 // them (newest first).
-func historyRaw(s *discordgo.Session, channel string, limit int, before, after string) ([]json.RawMessage, error) {
+func historyRaw(s *discordgo.Session, channel string, limit int, before, after string, opts ...discordgo.RequestOption) ([]json.RawMessage, error) {
 	v := url.Values{}
 	v.Set("limit", strconv.Itoa(limit))
 	if before != "" {
@@ -225,7 +233,7 @@ func historyRaw(s *discordgo.Session, channel string, limit int, before, after s
 		v.Set("after", after)
 	}
 	ep := discordgo.EndpointChannelMessages(channel) + "?" + v.Encode()
-	resp, err := s.RequestWithBucketID(http.MethodGet, ep, nil, discordgo.EndpointChannelMessages(channel), discordgo.WithRetryOnRatelimit(true))
+	resp, err := s.RequestWithBucketID(http.MethodGet, ep, nil, discordgo.EndpointChannelMessages(channel), append([]discordgo.RequestOption{discordgo.WithRetryOnRatelimit(true)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,6 +31,11 @@ type Config struct {
 	QueueSize int
 	// Fetch bounds attachment fetching.
 	Fetch FetchLimits
+	// Probe bounds the deafness probe.
+	Probe ProbeLimits
+	// InvalidRequestLimit is Discord's invalid-request limit per 10 minutes
+	// (0: 10,000); non-essential calls stop at half of it, all at 90%.
+	InvalidRequestLimit int
 }
 
 // Run runs the transport until ctx ends (nil) or the gateway closes for good
@@ -46,13 +50,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Instance == "" {
 		cfg.Instance = strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
-	rest, err := newSession(cfg.Token, cfg.APIBase)
+	budget := newInvalidBudget(cfg.InvalidRequestLimit)
+	rest, err := newSession(cfg.Token, cfg.APIBase, budget)
 	if err != nil {
 		return err
 	}
 	core := ingressapi.NewClient(cfg.IngressSocket)
 	defer core.Close()
 	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
+		budget: budget, watch: newWatch(), joins: make(chan ThreadCreate, threadJoinQueue),
 		filter: Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots, Threads: map[string]string{}}}
 	t.fetch = newFetcher(cfg.Fetch, core, rest, cfg.Log.With("component", "fetcher"))
 	ctx, cancel := context.WithCancel(ctx)
@@ -62,6 +68,7 @@ func Run(ctx context.Context, cfg Config) error {
 	wg := &t.wg
 	wg.Go(func() { t.admitLoop(ctx) })
 	wg.Go(func() { t.performLoop(ctx) })
+	wg.Go(func() { t.joinLoop(ctx) })
 	t.fetch.run(ctx, wg)
 	gw := NewGateway(rest, cfg.Token, cfg.Log.With("component", "gateway"), GatewayEvents{
 		Ready: func(id string) {
@@ -71,11 +78,7 @@ func Run(ctx context.Context, cfg Config) error {
 			cfg.Log.Info("gateway ready", "bot_id", id)
 		},
 		Message: t.onMessage,
-		Thread: func(id, parent string) {
-			if len(t.filter.Threads) < 100000 {
-				t.filter.Threads[id] = parent
-			}
-		},
+		Thread:  t.onThread,
 		Gap: func(reason string) {
 			t.gaps.Add(1)
 			cfg.Log.Warn("gateway: events may be missing", "reason", reason)
@@ -93,6 +96,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		},
 	})
+	wg.Go(func() { t.probeLoop(ctx, gw) })
 	err = gw.Run(ctx)
 	cancel()
 	wg.Wait()
@@ -127,9 +131,14 @@ type transport struct {
 	noContent sync.Once      // the warning that messages arrive without text
 	wg        sync.WaitGroup // Run's goroutines
 
+	budget *invalidBudget    // invalid REST answers (401/403/429) in the last 10 minutes
+	watch  *watch            // the newest message seen per active channel: the deafness probe's
+	joins  chan ThreadCreate // new threads to join
+
 	// Gateway state, reported to the core with each claim (its /metrics).
 	connected                                  atomic.Bool
 	sessions, resumes, gaps, admitted, dropped atomic.Uint64
+	gapRecoveries, threadJoins                 atomic.Uint64
 }
 
 func (t *transport) bot() string {
@@ -141,7 +150,8 @@ func (t *transport) bot() string {
 
 func (t *transport) stats() *ingressapi.GatewayStats {
 	return &ingressapi.GatewayStats{Connected: t.connected.Load(), Sessions: t.sessions.Load(), Resumes: t.resumes.Load(),
-		Gaps: t.gaps.Load(), Admitted: t.admitted.Load(), Dropped: t.dropped.Load()}
+		Gaps: t.gaps.Load(), Admitted: t.admitted.Load(), Dropped: t.dropped.Load(),
+		GapRecoveries: t.gapRecoveries.Load(), ThreadJoins: t.threadJoins.Load(), InvalidRequests: uint64(t.budget.count())}
 }
 
 // onMessage normalizes a MESSAGE_CREATE and queues it for admission.
@@ -152,7 +162,13 @@ func (t *transport) onMessage(data json.RawMessage) {
 			t.settleLate(effect, id)
 		}
 	}
+	if id, ch, ok := eventChannel(data); ok {
+		t.watch.seen(ch, id)
+	}
 	m, err := Normalize(data, t.filter)
+	if err == nil {
+		t.watch.track(ingressapi.ConversationRef{ChannelID: m.ChannelID, Kind: m.ChannelKind, GuildID: m.GuildID, ParentID: m.ParentID}, m.MessageID)
+	}
 	if errors.Is(err, ErrSkip) {
 		if errors.Is(err, errNoContent) {
 			t.noContent.Do(func() {
@@ -312,43 +328,15 @@ func (t *transport) backfill(ctx context.Context, convs []ingressapi.Conversatio
 		if c.LastMessageID == "" || !snowflake(c.ChannelID) {
 			continue
 		}
-		raw, err := historyRaw(t.rest, c.ChannelID, ingressapi.MaxReadLimit, "", c.LastMessageID)
+		t.watch.track(c, c.LastMessageID)
+		n, _, err := t.catchUp(ctx, c, c.LastMessageID, false, "while klbr-discord was not connected")
 		if err != nil {
 			t.log.Warn("backfill: reading a channel's history", "channel", c.ChannelID, "error", classify(err).Error())
 			continue
 		}
-		f := Filter{BotID: t.bot(), Channels: t.cfg.Channels, Directed: t.cfg.Directed, IncludeBots: t.cfg.IncludeBots}
-		if c.Kind == ingressapi.KindThread {
-			f.Threads = map[string]string{c.ChannelID: c.ParentID}
-		}
-		msgs := make([]ingressapi.Message, 0, len(raw))
-		for _, r := range raw {
-			data := r
-			if c.GuildID != "" { // history leaves guild_id out
-				var obj map[string]json.RawMessage
-				if json.Unmarshal(r, &obj) != nil {
-					continue
-				}
-				obj["guild_id"], _ = json.Marshal(c.GuildID)
-				data, _ = json.Marshal(obj)
-			}
-			if m, err := Normalize(data, f); err == nil {
-				msgs = append(msgs, m)
-			}
-		}
-		sort.Slice(msgs, func(i, j int) bool { return snowflakeLess(msgs[i].MessageID, msgs[j].MessageID) })
-		for _, m := range msgs {
-			t.enqueue(ctx, m)
-		}
-		if len(msgs) > 0 {
-			found += len(msgs)
+		if n > 0 {
+			found += n
 			channels++
-		}
-		if len(raw) == ingressapi.MaxReadLimit {
-			t.gaps.Add(1)
-			t.enqueue(ctx, ingressapi.Message{MessageID: "g" + strconv.FormatInt(time.Now().UnixNano(), 10), Mode: ingressapi.ModeGap,
-				Content: fmt.Sprintf("[klbr-discord] more than %d messages arrived in channel %s while klbr-discord was not connected; only the oldest %d were fetched",
-					ingressapi.MaxReadLimit, c.ChannelID, ingressapi.MaxReadLimit), OccurredAt: time.Now()})
 		}
 	}
 	if found > 0 {
@@ -450,6 +438,9 @@ func (t *transport) perform(ctx context.Context, e ingressapi.Effect) ingressapi
 // reportSend reports a send's receipt; an unknown one is remembered by its
 // nonce, so that the gateway's echo, should it come later, settles it.
 func (t *transport) reportSend(ctx context.Context, e ingressapi.Effect, r ingressapi.Receipt) {
+	if r.State == "confirmed" && snowflake(r.MessageID) {
+		t.watch.seen(e.ChannelID, r.MessageID) // our own message is not a gap
+	}
 	if r.State == "unknown" && e.Kind == "send" && e.Nonce != "" {
 		t.unsettled.add(e.Nonce, e.ID)
 		// An echo that arrived since the evidence was gathered is not missed.

@@ -72,11 +72,17 @@ type Fake struct {
 	nextID      int64
 	tokens      []string
 	cdn         cdn
+	// deaf is a connection that acknowledges heartbeats and delivers no
+	// dispatch (see SetDeaf).
+	deaf    *websocket.Conn
+	threads map[string]*thread // by id (see CreateThread)
+	reqs    reqState
 }
 
 // New starts a fake; Close it.
 func New(botID string) *Fake {
 	f := &Fake{BotID: botID, conns: map[*websocket.Conn]bool{}, nextID: 900000000000000000, posted: map[string][]map[string]any{},
+		threads: map[string]*thread{}, reqs: reqState{counts: map[string]int{}, buckets: map[string]*bucket{}},
 		cdn: cdn{files: map[string][]byte{}, fetches: map[string]int{}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v9/gateway/", f.gateway) // discordgo asks with a trailing slash
@@ -88,7 +94,8 @@ func New(botID string) *Fake {
 	mux.HandleFunc("PUT /api/v9/channels/{ch}/messages/{msg}/reactions/{emoji}/@me", f.react)
 	mux.HandleFunc("POST /api/v9/attachments/refresh-urls", f.refreshURLs)
 	mux.HandleFunc("GET /attachments/", f.serveCDN)
-	f.srv = httptest.NewServer(mux)
+	mux.HandleFunc("PUT /api/v9/channels/{ch}/thread-members/@me", f.joinThread)
+	f.srv = httptest.NewServer(f.requests(mux))
 	return f
 }
 
@@ -194,6 +201,12 @@ func (f *Fake) Dispatch(event string, data any) bool {
 	}
 	f.seq++
 	b, _ := json.Marshal(map[string]any{"op": 0, "t": event, "s": f.seq, "d": data})
+	if !f.subscribedLocked(event, data) {
+		return false // a thread the bot is not a member of: nothing for it
+	}
+	if f.cur != nil && f.cur == f.deaf {
+		return true // the session thinks it delivered it; the client never sees it, nor a resume's replay
+	}
 	f.events = append(f.events, b)
 	if f.cur == nil {
 		return false

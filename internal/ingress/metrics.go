@@ -22,6 +22,12 @@ var (
 	gatewayDesc = prometheus.NewDesc("klbr_discord_gateway_events_total",
 		"Gateway events of the running klbr-discord, as it reports them: sessions (identifies), resumes, gaps (failed resumes), admitted and dropped messages.",
 		[]string{"event"}, nil)
+	gapRecoveriesDesc = prometheus.NewDesc("klbr_discord_gap_recoveries_total",
+		"Deaf gateway connections klbr-discord found (watched channels moved and the gateway delivered nothing), dropped, resumed and backfilled.", nil, nil)
+	invalidRequestsDesc = prometheus.NewDesc("klbr_discord_invalid_requests",
+		"Discord REST answers 401, 403 or 429 in the last 10 minutes, as klbr-discord reports them; Discord bans an IP past 10,000, and klbr-discord stops non-essential calls at 5,000 and all at 9,000.", nil, nil)
+	threadJoinsDesc = prometheus.NewDesc("klbr_discord_thread_joins_total",
+		"New threads and forum posts under watched channels klbr-discord joined.", nil, nil)
 )
 
 // Collector reports the outbox and attention items (read from the store at
@@ -36,6 +42,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- decisionsDesc
 	ch <- connectedDesc
 	ch <- gatewayDesc
+	ch <- gapRecoveriesDesc
+	ch <- invalidRequestsDesc
+	ch <- threadJoinsDesc
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -88,4 +97,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}{{"sessions", g.Sessions}, {"resumes", g.Resumes}, {"gaps", g.Gaps}, {"admitted", g.Admitted}, {"dropped", g.Dropped}} {
 		ch <- prometheus.MustNewConstMetric(gatewayDesc, prometheus.CounterValue, float64(e.n), e.name)
 	}
+	ch <- prometheus.MustNewConstMetric(gapRecoveriesDesc, prometheus.CounterValue, float64(g.GapRecoveries))
+	ch <- prometheus.MustNewConstMetric(invalidRequestsDesc, prometheus.GaugeValue, float64(g.InvalidRequests))
+	ch <- prometheus.MustNewConstMetric(threadJoinsDesc, prometheus.CounterValue, float64(g.ThreadJoins))
 }

@@ -363,7 +363,7 @@ func TestMetricsReportOutboxItemsAndGateway(t *testing.T) {
 	ctx := context.Background()
 	resp, _ := c.client.Admit(ctx, ingressapi.AdmitRequest{Messages: []ingressapi.Message{msg("6001", "60", ingressapi.ModeDM, "hi")}})
 	enqueueSend(t, c, "d1", "x1/1", "hello", resp.Results[0].ItemID)
-	if _, err := c.client.Claim(ctx, ingressapi.ClaimRequest{WaitMS: 10, Gateway: &ingressapi.GatewayStats{Connected: true, Sessions: 1, Resumes: 2, Gaps: 1}}); err != nil {
+	if _, err := c.client.Claim(ctx, ingressapi.ClaimRequest{WaitMS: 10, Gateway: &ingressapi.GatewayStats{Connected: true, Sessions: 1, Resumes: 2, Gaps: 1, GapRecoveries: 3, InvalidRequests: 17}}); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewPedanticRegistry()
@@ -390,6 +390,8 @@ func TestMetricsReportOutboxItemsAndGateway(t *testing.T) {
 		"klbr_discord_gateway_events_total,event=gaps":     1,
 		"klbr_discord_gateway_events_total,event=sessions": 1,
 		"klbr_discord_gateway_events_total,event=admitted": 0,
+		"klbr_discord_gap_recoveries_total":                3,
+		"klbr_discord_invalid_requests":                    17,
 	} {
 		if v, ok := got[key]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", key, v, ok, want)

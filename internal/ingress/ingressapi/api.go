@@ -146,6 +146,12 @@ type GatewayStats struct {
 	Gaps      uint64 `json:"gaps"` // gap notices: resumes that failed
 	Admitted  uint64 `json:"admitted"`
 	Dropped   uint64 `json:"dropped"` // refused for good by the core (invalid)
+	// GapRecoveries counts deaf connections the probe found (channels moved
+	// without a delivery), each dropped, resumed and backfilled.
+	GapRecoveries uint64 `json:"gap_recoveries"`
+	ThreadJoins   uint64 `json:"thread_joins"` // new threads and forum posts joined
+	// InvalidRequests is REST answers 401, 403 or 429 in the last 10 minutes.
+	InvalidRequests uint64 `json:"invalid_requests"`
 }
 
 // ClaimResponse hands over effects (now attempting) and reads to perform.

@@ -1,0 +1,65 @@
+package discord
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+
+	"github.com/klbr-dev/klbr/internal/ingress/ingressapi"
+)
+
+// catchUp reads one page of a channel's history after the message after
+// ("": the newest page), and queues what passes the filter for admission,
+// oldest first: admission dedupes by source key, so a message the gateway
+// delivers too is admitted once. full says a page was not enough (a gap
+// notice is queued). The watch learns the newest id read.
+func (t *transport) catchUp(ctx context.Context, c ingressapi.ConversationRef, after string, nonEssentialCall bool, while string) (admitted int, full bool, err error) {
+	rctx := ctx
+	if nonEssentialCall {
+		rctx = nonEssential(ctx)
+	}
+	raw, err := historyRaw(t.rest, c.ChannelID, ingressapi.MaxReadLimit, "", after, discordgo.WithContext(rctx))
+	if err != nil {
+		return 0, false, err
+	}
+	f := Filter{BotID: t.bot(), Channels: t.cfg.Channels, Directed: t.cfg.Directed, IncludeBots: t.cfg.IncludeBots}
+	if c.Kind == ingressapi.KindThread {
+		f.Threads = map[string]string{c.ChannelID: c.ParentID}
+	}
+	msgs := make([]ingressapi.Message, 0, len(raw))
+	for _, r := range raw {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(r, &obj) != nil {
+			continue
+		}
+		var id string
+		if json.Unmarshal(obj["id"], &id) == nil && snowflake(id) {
+			t.watch.seen(c.ChannelID, id)
+		}
+		data := r
+		if c.GuildID != "" { // history leaves guild_id out
+			obj["guild_id"], _ = json.Marshal(c.GuildID)
+			data, _ = json.Marshal(obj)
+		}
+		if m, err := Normalize(data, f); err == nil {
+			msgs = append(msgs, m)
+		}
+	}
+	sort.Slice(msgs, func(i, j int) bool { return snowflakeLess(msgs[i].MessageID, msgs[j].MessageID) })
+	for _, m := range msgs {
+		t.enqueue(ctx, m)
+	}
+	if len(raw) == ingressapi.MaxReadLimit && after != "" {
+		t.gaps.Add(1)
+		t.enqueue(ctx, ingressapi.Message{MessageID: "g" + strconv.FormatInt(time.Now().UnixNano(), 10), Mode: ingressapi.ModeGap,
+			Content: fmt.Sprintf("[klbr-discord] more than %d messages arrived in channel %s %s; only the oldest %d were fetched",
+				ingressapi.MaxReadLimit, c.ChannelID, while, ingressapi.MaxReadLimit), OccurredAt: time.Now()})
+		full = true
+	}
+	return len(msgs), full, nil
+}
