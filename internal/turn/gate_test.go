@@ -177,13 +177,19 @@ func TestCheckRefusesAChildsRequest(t *testing.T) {
 	l.Start(kid, false)
 	l.Start("default", false)
 	operatorSays(t, st, "hello")
+	// The outcome is read with the state that ended it: a later attempt
+	// may already have begun by the time a second read would run.
+	var outcome string
 	eventually(t, "the child's attempt ended", func() bool {
 		turn, err := st.Turn(context.Background(), kid)
-		return err == nil && turn.Attempt != nil && turn.Attempt.State == store.AttemptInterrupted
+		if err != nil || turn.Attempt == nil || turn.Attempt.State != store.AttemptInterrupted {
+			return false
+		}
+		outcome = turn.Attempt.Outcome
+		return true
 	})
-	turn, _ := st.Turn(context.Background(), kid)
-	if !strings.Contains(turn.Attempt.Outcome, "no model request: budget exhausted") {
-		t.Fatalf("outcome %q", turn.Attempt.Outcome)
+	if !strings.Contains(outcome, "no model request: budget exhausted") {
+		t.Fatalf("outcome %q", outcome)
 	}
 	if n, _ := m.count(kid); n != 1 {
 		t.Fatalf("the child sent %d requests, want 1", n)
