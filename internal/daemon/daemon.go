@@ -457,7 +457,10 @@ func (d *daemon) drain(timeout time.Duration, stopNow <-chan struct{}, ls *liste
 	d.notify.Status("draining: closing connections")
 	d.ingress.Close() // ends the transport's waiting claims
 	for _, s := range servers {
-		if err := s.Shutdown(ctx); err != nil {
+		// A listener systemd passed was closed at the drain's start
+		// (stopAccepting); Shutdown may still find it tracked, if its Serve
+		// has not returned yet, and close it again: that is no fault.
+		if err := s.Shutdown(ctx); err != nil && !errors.Is(err, net.ErrClosed) {
 			d.log.Warn("drain: listener did not close cleanly", "error", err)
 			s.Close()
 		}
