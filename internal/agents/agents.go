@@ -26,6 +26,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/jobs"
 	"github.com/klbr-dev/klbr/internal/profiles"
 	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/tracing"
 	"github.com/klbr-dev/klbr/internal/workbench"
 	"github.com/klbr-dev/klbr/internal/worker"
 	"github.com/klbr-dev/klbr/internal/workspace"
@@ -312,6 +313,11 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 		return answer(store.Job{}, err)
 	}
 	a.poke()
+	// The child's traces link to the span of the request that spawned it:
+	// remembered before the child starts, so its first attempt finds it.
+	if t, ref := tracing.From(ctx), tracing.SpanFrom(ctx).Ref(); t != nil && ref != "" {
+		t.Remember(sp.Session, ref)
+	}
 	if a.cfg.Start != nil {
 		a.cfg.Start(sp.Session)
 	}

@@ -76,14 +76,25 @@ func From(ctx context.Context) Tracer {
 	return t
 }
 
+type spanKey struct{}
+
 // Start starts a span under ctx with ctx's tracer; without one it returns
-// ctx and a no-op span.
+// ctx and a no-op span. The returned ctx carries the span (SpanFrom).
 func Start(ctx context.Context, name string, o Options) (context.Context, Span) {
 	t := From(ctx)
 	if t == nil {
 		return ctx, Nop
 	}
-	return t.Start(ctx, name, o)
+	ctx, s := t.Start(ctx, name, o)
+	return context.WithValue(ctx, spanKey{}, s), s
+}
+
+// SpanFrom returns the span Start put in ctx, or Nop.
+func SpanFrom(ctx context.Context) Span {
+	if s, ok := ctx.Value(spanKey{}).(Span); ok {
+		return s
+	}
+	return Nop
 }
 
 // Capture reports whether ctx's tracer may record content.

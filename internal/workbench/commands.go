@@ -246,7 +246,8 @@ func (c *commands) traced(ctx context.Context, h worker.Handler, r worker.Reques
 				}
 			}
 			if r.Op == "agents.spawn" && receipt.ID != 0 {
-				tracing.From(ctx).Remember(store.ChildSessionID(receipt.ID), span.Ref())
+				// The handler remembered this span for the child's links
+				// before it started the child (agents.spawn).
 				span.Set(tracing.String("klbr.child.session", store.ChildSessionID(receipt.ID)))
 			}
 		}
