@@ -103,7 +103,7 @@ func draftGitRunsNothing(t *testing.T, owner string) {
 	for _, c := range cases {
 		t.Run(owner+"/"+c.name, func(t *testing.T) {
 			if owner == "unprivileged" && os.Geteuid() != 0 {
-				t.Skip("needs root to hand the draft to another uid")
+				citest.SkipOrFail(t, "needs root to hand the draft to another uid")
 			}
 			f := newFixture(t, 2*time.Second)
 			ctx := context.Background()

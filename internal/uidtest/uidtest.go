@@ -126,7 +126,7 @@ func Run(t testing.TB, child string, uid, gid int, env ...string) {
 	case err != nil:
 		t.Fatalf("%s as uid %d: %v\n%s", child, uid, err, out)
 	case strings.Contains(string(out), "--- SKIP: "+child+" "):
-		t.Skipf("%s as uid %d skipped:\n%s", child, uid, out)
+		citest.SkipOrFail(t, fmt.Sprintf("%s as uid %d skipped:\n%s", child, uid, out))
 	case !strings.Contains(string(out), "--- PASS: "+child+" "):
 		t.Fatalf("%s as uid %d did not run:\n%s", child, uid, out)
 	}
