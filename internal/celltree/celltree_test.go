@@ -2,7 +2,6 @@ package celltree
 
 import (
 	"errors"
-	"github.com/klbr-dev/klbr/internal/citest"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/klbr-dev/klbr/internal/citest"
 )
 
 // tree is a root holding a file, a subdirectory, and what leads outside:
