@@ -23,6 +23,11 @@ type CommandSpec struct {
 	// Host, when set, is where the command runs: a [hosts.NAME] or
 	// "label:L" (package hosts); unset, it runs here.
 	Host string `json:"host,omitempty"`
+	// Inputs are workspace paths copied into the job's own directory
+	// before it starts; Outputs are globs matched in that directory when it
+	// ends, the files brought back as artifacts (files.go).
+	Inputs  []string `json:"inputs,omitempty"`
+	Outputs []string `json:"outputs,omitempty"`
 }
 
 // DefaultCommandTimeout is a command's timeout when none is given.
@@ -62,6 +67,15 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (store.Job, error) {
 	spec := mustJSON(s)
 	if len(spec) > MaxArgBytes {
 		return store.Job{}, fmt.Errorf("jobs.run: argv and env are larger than %d bytes", MaxArgBytes)
+	}
+	if err := checkInputs(s.Inputs); err != nil {
+		return store.Job{}, fmt.Errorf("jobs.run: %w", err)
+	}
+	if err := checkGlobs(s.Outputs); err != nil {
+		return store.Job{}, fmt.Errorf("jobs.run: %w", err)
+	}
+	if (len(s.Inputs) > 0 || len(s.Outputs) > 0) && s.Cwd != "" {
+		return store.Job{}, fmt.Errorf("jobs.run: cwd= and inputs=/outputs= exclude each other: with inputs or outputs the job runs in a directory of its own")
 	}
 	if s.Host != "" {
 		if m.cfg.Hosts == nil {
@@ -210,6 +224,16 @@ func commandNotice(j store.Job, e *store.JobEnd, took time.Duration) string {
 		b.WriteString("  " + strings.ReplaceAll(strings.TrimRight(tail, "\n"), "\n", "\n  "))
 	} else {
 		b.WriteString(" No output; the result is in `await jobs.get(" + fmt.Sprint(j.ID) + ")`.")
+	}
+	if len(e.Files) > 0 {
+		fmt.Fprintf(&b, "\nOutputs: %d files as artifacts (the result's \"artifacts\": path, artifact, bytes):", len(e.Files))
+		for i, f := range e.Files {
+			if i == 10 {
+				fmt.Fprintf(&b, "\n  and %d more", len(e.Files)-10)
+				break
+			}
+			fmt.Fprintf(&b, "\n  %s %s (%d bytes)", f.Path, f.Artifact, f.Size)
+		}
 	}
 	return b.String()
 }

@@ -167,6 +167,8 @@ type run struct {
 	job       store.Job
 	cancel    context.CancelFunc
 	cancelled atomic.Bool // by the owner or the operator
+	// inputsSkipped lists what of a command's inputs was left out.
+	inputsSkipped []string
 }
 
 // New returns a Manager; Start recovers and starts the timer.

@@ -1,0 +1,305 @@
+package jobs
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/klbr-dev/klbr/internal/celltree"
+	"github.com/klbr-dev/klbr/internal/hosts"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// Bounds of a command's inputs= and outputs=.
+const (
+	MaxInputPaths   = 64       // paths named in inputs=
+	MaxInputFiles   = 10_000   // files and directories copied in
+	MaxInputsBytes  = 64 << 20 // bytes of the files copied in
+	MaxOutputGlobs  = 64       // globs in outputs=
+	MaxOutputFiles  = 100      // files brought back as artifacts
+	MaxOutputsBytes = 1 << 30  // bytes of those files, together
+	maxFilePathLen  = 1024
+)
+
+// reserved names a job's directory holds of klbr's own: its output (stdout
+// and stderr) and its temporary directory. No input lands on them, and no
+// output glob matches them.
+var reserved = []string{"output", "tmp"}
+
+// checkInputs refuses input paths that are not clean relative paths of
+// the workspace, or that would land on a reserved name.
+func checkInputs(paths []string) error {
+	if len(paths) > MaxInputPaths {
+		return fmt.Errorf("inputs: at most %d paths", MaxInputPaths)
+	}
+	for _, p := range paths {
+		if !cleanPath(p) {
+			return fmt.Errorf("inputs: %q is not a clean path relative to the workspace (no leading /, no ..)", p)
+		}
+		if first, _, _ := strings.Cut(p, "/"); slices.Contains(reserved, first) {
+			return fmt.Errorf("inputs: %q would land on the job's own %q; rename it", p, first)
+		}
+	}
+	return nil
+}
+
+// checkGlobs refuses output globs that are not relative patterns inside
+// the job's directory: no leading /, no "..", a valid pattern in each part.
+func checkGlobs(globs []string) error {
+	if len(globs) > MaxOutputGlobs {
+		return fmt.Errorf("outputs: at most %d globs", MaxOutputGlobs)
+	}
+	for _, g := range globs {
+		if !cleanPath(g) {
+			return fmt.Errorf("outputs: %q leaves the job's directory or is not clean (a glob is relative, without ..)", g)
+		}
+		for _, part := range strings.Split(g, "/") {
+			if part == "**" {
+				continue
+			}
+			if _, err := path.Match(part, ""); err != nil {
+				return fmt.Errorf("outputs: %q: %w", g, err)
+			}
+		}
+	}
+	return nil
+}
+
+func cleanPath(p string) bool {
+	return p != "" && p != "." && len(p) <= maxFilePathLen && !path.IsAbs(p) && path.Clean(p) == p &&
+		p != ".." && !strings.HasPrefix(p, "../") && !strings.ContainsRune(p, 0)
+}
+
+// matchGlob says whether the slash path name matches glob: path.Match for
+// each part, and a part "**" for any number of parts (none too).
+func matchGlob(glob, name string) bool {
+	return matchParts(strings.Split(glob, "/"), strings.Split(name, "/"))
+}
+
+func matchParts(g, n []string) bool {
+	for len(g) > 0 {
+		if g[0] == "**" {
+			for i := 0; i <= len(n); i++ {
+				if matchParts(g[1:], n[i:]) {
+					return true
+				}
+			}
+			return false
+		}
+		if len(n) == 0 {
+			return false
+		}
+		if ok, _ := path.Match(g[0], n[0]); !ok {
+			return false
+		}
+		g, n = g[1:], n[1:]
+	}
+	return len(n) == 0
+}
+
+// selectOutputs picks the files that match any glob, in path order, and
+// says what was left out by the bounds.
+func selectOutputs(files []hosts.File, globs []string) (picked []hosts.File, skipped []string) {
+	slices.SortFunc(files, func(a, b hosts.File) int { return strings.Compare(a.Path, b.Path) })
+	var total int64
+	for _, f := range files {
+		if first, _, _ := strings.Cut(f.Path, "/"); slices.Contains(reserved, first) {
+			continue
+		}
+		if !slices.ContainsFunc(globs, func(g string) bool { return matchGlob(g, f.Path) }) {
+			continue
+		}
+		switch {
+		case len(picked) == MaxOutputFiles:
+			skipped = append(skipped, f.Path+": more than "+fmt.Sprint(MaxOutputFiles)+" files matched")
+		case total+f.Size > MaxOutputsBytes:
+			skipped = append(skipped, fmt.Sprintf("%s: %d bytes, over the %d bytes all outputs may hold", f.Path, f.Size, MaxOutputsBytes))
+		default:
+			picked = append(picked, f)
+			total += f.Size
+		}
+	}
+	if len(skipped) > 20 {
+		skipped = append(skipped[:20], fmt.Sprintf("and %d more", len(skipped)-20))
+	}
+	return picked, skipped
+}
+
+// packInputs packs the named paths of the workspace (files, and
+// directories with what is beneath them) as one tree with their paths
+// relative to the workspace, read through celltree: no link is followed.
+// A named path that is a link, or not a file or directory, is refused; a
+// link or special file inside a named directory is left out and reported.
+// The same files give the same bytes, hence the same hash.
+func packInputs(workspace string, paths []string) (t hosts.Tree, skipped []string, err error) {
+	root, err := celltree.Open(workspace)
+	if err != nil {
+		return t, nil, fmt.Errorf("inputs: %w", err)
+	}
+	defer root.Close()
+	type entry struct {
+		path string
+		dir  bool
+	}
+	seen := map[string]bool{}
+	var entries []entry
+	add := func(p string, dir bool) error {
+		if seen[p] {
+			return nil
+		}
+		seen[p] = true
+		// The directories on the way, so that a file's parents exist.
+		for d := path.Dir(p); d != "." && !seen[d]; d = path.Dir(d) {
+			seen[d] = true
+			entries = append(entries, entry{d, true})
+		}
+		entries = append(entries, entry{p, dir})
+		if len(entries) > MaxInputFiles {
+			return fmt.Errorf("inputs: more than %d files and directories", MaxInputFiles)
+		}
+		return nil
+	}
+	for _, p := range paths {
+		fi, err := root.Lstat(p)
+		if err != nil {
+			return t, nil, fmt.Errorf("inputs: %w", err)
+		}
+		switch {
+		case fi.Mode().IsRegular():
+			if err := add(p, false); err != nil {
+				return t, nil, err
+			}
+		case fi.IsDir():
+			sub, err := root.OpenRoot(p)
+			if err != nil {
+				return t, nil, fmt.Errorf("inputs: %w", err)
+			}
+			if err := add(p, true); err != nil {
+				sub.Close()
+				return t, nil, err
+			}
+			err = sub.Walk(func(e *celltree.Entry) error {
+				full := path.Join(p, e.Path)
+				switch {
+				case e.Type.IsDir():
+					return add(full, true)
+				case e.Type.IsRegular():
+					return add(full, false)
+				}
+				skipped = append(skipped, full+": not a regular file or directory (links are not followed)")
+				return nil
+			})
+			sub.Close()
+			if err != nil {
+				return t, nil, fmt.Errorf("inputs: %w", err)
+			}
+		default:
+			return t, nil, fmt.Errorf("inputs: %s: %w", p, celltree.ErrNotRegular)
+		}
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.path, b.path) })
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	var total int64
+	for _, e := range entries {
+		if e.dir {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: e.path + "/", Mode: 0o755, Format: tar.FormatPAX}); err != nil {
+				return t, nil, err
+			}
+			continue
+		}
+		if err := writeInput(tw, root, e.path, &total); err != nil {
+			if errors.Is(err, celltree.ErrLink) || errors.Is(err, celltree.ErrNotRegular) || errors.Is(err, celltree.ErrHardLink) || errors.Is(err, fs.ErrNotExist) {
+				skipped = append(skipped, e.path+": "+err.Error())
+				continue
+			}
+			return t, nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return t, nil, err
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	return hosts.Tree{Hash: hex.EncodeToString(sum[:]), Tar: buf.Bytes()}, skipped, nil
+}
+
+func writeInput(tw *tar.Writer, root *celltree.Root, rel string, total *int64) error {
+	f, err := root.OpenFile(rel)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if *total+fi.Size() > MaxInputsBytes {
+		return fmt.Errorf("inputs: more than %d bytes (at %s)", MaxInputsBytes, rel)
+	}
+	*total += fi.Size()
+	mode := int64(0o644)
+	if fi.Mode().Perm()&0o100 != 0 {
+		mode = 0o755
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: mode, Size: fi.Size(), Format: tar.FormatPAX}); err != nil {
+		return err
+	}
+	if _, err := io.CopyN(tw, f, fi.Size()); err != nil {
+		return fmt.Errorf("inputs: %s changed while it was read: %w", rel, err)
+	}
+	return nil
+}
+
+// keepFile stores one output file of size bytes, read from r, as an
+// artifact, within what is left of budget; a file over it is left out with
+// a note. A file that is not size bytes long when read is left out too.
+func (m *Manager) keepFile(name string, size int64, r io.Reader, budget *int64) (store.JobFile, string, error) {
+	if size > *budget {
+		return store.JobFile{}, fmt.Sprintf("%s: %d bytes, over the %d bytes all outputs may hold", name, size, MaxOutputsBytes), nil
+	}
+	sp, err := m.cfg.Artifacts.NewSpool()
+	if err != nil {
+		return store.JobFile{}, "", fmt.Errorf("outputs: %w", err)
+	}
+	n, err := io.Copy(sp, io.LimitReader(r, size))
+	if err != nil {
+		sp.Discard()
+		return store.JobFile{}, "", fmt.Errorf("outputs: %s: %w", name, err)
+	}
+	if n != size {
+		sp.Discard()
+		return store.JobFile{}, fmt.Sprintf("%s: changed while it was read", name), nil
+	}
+	ref, err := sp.Commit()
+	if err != nil {
+		return store.JobFile{}, "", fmt.Errorf("outputs: %s: %w", name, err)
+	}
+	*budget -= size
+	return store.JobFile{Path: name, Artifact: "a" + ref.SHA256, Size: ref.Size}, "", nil
+}
+
+// addFiles puts a run's files and what was left out into its result and
+// its end.
+func addFiles(result map[string]any, e *store.JobEnd, files []store.JobFile, outSkipped, inSkipped []string) {
+	if files != nil || outSkipped != nil {
+		if files == nil {
+			files = []store.JobFile{}
+		}
+		result["artifacts"] = files
+		e.Files = files
+	}
+	if len(outSkipped) > 0 {
+		result["outputs_skipped"] = outSkipped
+	}
+	if len(inSkipped) > 0 {
+		result["inputs_skipped"] = inSkipped
+	}
+}
