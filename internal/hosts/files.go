@@ -143,6 +143,11 @@ exec tar -c -f - --format=pax --null --no-recursion --verbatim-files-from -T -
 		runErr <- err
 	}()
 	err = readFiles(pr, want, max, fn)
+	if err == nil {
+		// tar pads its end to a whole record: read what follows the
+		// archive's end (a few KiB), so the host's tar exits well.
+		_, _ = io.Copy(io.Discard, io.LimitReader(pr, 1<<20))
+	}
 	pr.CloseWithError(errors.New("hosts: fetch ended"))
 	rerr := <-runErr
 	if err != nil {

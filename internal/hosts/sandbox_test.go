@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/hosttest"
-	"github.com/klbr-dev/klbr/internal/workertest"
 )
 
 // A job on a host sees its own directory and nothing else of klbr's there:
@@ -70,18 +69,6 @@ func TestJobSeesOnlyItsOwnDirectory(t *testing.T) {
 	}
 }
 
-// installKernel puts this build's klbr-kernel on the PATH of the host's login.
-func installKernel(t *testing.T, h *hosttest.Host) {
-	t.Helper()
-	b, err := os.ReadFile(workertest.Setup(t).Kernel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(h.BinDir, "klbr-kernel"), b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A confined job (klbr-kernel's Landlock around it, as around a local
 // job) can write only its own directory, and cannot reach another job's
 // directory even by the way its mount namespace leaves open: the other
@@ -89,7 +76,7 @@ func installKernel(t *testing.T, h *hosttest.Host) {
 // tree cache, nor the rest of the work root.
 func TestConfinedJobReachesOnlyItsOwnDirectory(t *testing.T) {
 	h := hosttest.Start(t)
-	installKernel(t, h)
+	h.InstallKernel(t)
 	e := labEngine(t, h, nil)
 	ctx := ctxT(t)
 	if err := os.MkdirAll(filepath.Join(h.WorkDir, "cache", "0123"), 0o700); err != nil {

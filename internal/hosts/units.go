@@ -176,7 +176,7 @@ func (c *conn) runArgs(u Unit, extra ...string) ([]string, error) {
 	}
 	wall = min(wall, c.h.Wall)
 	run := []string{"systemd-run", "--quiet", "--no-ask-password", "--unit=" + u.Name, "--slice=klbr.slice",
-		"--description=" + strings.ToValidUTF8(u.Description, "?"),
+		"--description=" + strings.Join(strings.Fields(strings.ToValidUTF8(u.Description, "?")), " "), // one line: list-units reads lines
 		"-p", "NoNewPrivileges=yes",
 		"-p", fmt.Sprintf("MemoryMax=%d", mem),
 		"-p", fmt.Sprintf("TasksMax=%d", tasks),
@@ -233,7 +233,17 @@ func (s UnitState) Outcome() (exit int, reason string) {
 	}
 	switch s.MainCode {
 	case "1": // CLD_EXITED
-		return s.MainStatus, fmt.Sprintf("exit status %d", s.MainStatus)
+		why := fmt.Sprintf("exit status %d", s.MainStatus)
+		// klbr-kernel (around a confined job) exits 128+N when its child
+		// was killed by signal N. Without cgroup v2 the host's systemd
+		// cannot tell an OOM kill (Result=oom-kill) from another SIGKILL.
+		if sig := s.MainStatus - 128; sig > 0 && sig < 65 {
+			why += fmt.Sprintf(": killed by signal %d", sig)
+			if sig == 9 {
+				why += " (SIGKILL: on the host, the kernel's OOM killer under MemoryMax, or a stop)"
+			}
+		}
+		return s.MainStatus, why
 	case "2", "3":
 		why := fmt.Sprintf("killed by signal %d", s.MainStatus)
 		if s.MainStatus == 9 {
