@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -157,6 +158,25 @@ func (m *Manager) runCommand(ctx context.Context, r *run) *store.JobEnd {
 	if dir == "" {
 		dir = root
 	}
+	own := len(s.Inputs) > 0 || len(s.Outputs) > 0
+	if own {
+		// Its own directory, as on a host: inputs copied in, outputs
+		// brought back from it; removed when the run ends.
+		var skipped []string
+		dir, sb, skipped, err = m.localDir(j, s, root, sb)
+		if dir != "" {
+			defer os.RemoveAll(dir)
+		}
+		if err != nil {
+			if out.sp != nil {
+				out.sp.Discard()
+			}
+			e := &store.JobEnd{ID: j.ID, To: store.JobFailed, Error: err.Error()}
+			e.Notice = commandNotice(j, e, 0)
+			return e
+		}
+		r.inputsSkipped = skipped
+	}
 	started := time.Now()
 	res, err := worker.RunCommand(ctx, worker.CommandSpec{
 		Kernel: m.cfg.Kernel, Placer: m.cfg.Placer, Limits: m.cfg.Limits, Sandbox: sb,
@@ -181,6 +201,16 @@ func (m *Manager) runCommand(ctx context.Context, r *run) *store.JobEnd {
 		"output_truncated": out.total > m.cfg.MaxOutput, "seconds": took.Seconds()}
 	if e.Artifact != "" {
 		result["output"] = e.Artifact
+	}
+	if len(s.Outputs) > 0 {
+		files, skipped, oerr := m.localOutputs(dir, s.Outputs)
+		if oerr != nil {
+			m.cfg.Log.Warn("jobs: outputs of a job", "job", j.ID, "error", oerr)
+			skipped = append(skipped, "not brought back: "+oerr.Error())
+		}
+		addFiles(result, e, files, skipped, r.inputsSkipped)
+	} else if own {
+		addFiles(result, e, nil, nil, r.inputsSkipped)
 	}
 	e.Result = mustJSON(result)
 	switch {

@@ -9,12 +9,15 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/klbr-dev/klbr/internal/celltree"
 	"github.com/klbr-dev/klbr/internal/hosts"
+	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
@@ -302,4 +305,158 @@ func addFiles(result map[string]any, e *store.JobEnd, files []store.JobFile, out
 	if len(inSkipped) > 0 {
 		result["inputs_skipped"] = inSkipped
 	}
+}
+
+// jobsDir holds the own directories of local jobs with inputs or outputs:
+// <data>/jobs/<job>-<run>. The data directory is hidden from workers; each
+// job's sandbox gets its own directory back, writable, and no other.
+func (m *Manager) jobsDir() string { return filepath.Join(m.cfg.Store.Dir(), "jobs") }
+
+// localDir makes a local job's own directory with its inputs copied in
+// (from workspace root, through celltree), owned by the uid its sandbox
+// drops to, and returns it with the sandbox that lets the job write it.
+func (m *Manager) localDir(j store.Job, s CommandSpec, root string, sb kernel.Sandbox) (string, kernel.Sandbox, []string, error) {
+	base := m.jobsDir()
+	if err := os.MkdirAll(base, 0o711); err != nil {
+		return "", sb, nil, fmt.Errorf("the job's directory: %w", err)
+	}
+	if err := os.Chmod(base, 0o711); err != nil {
+		return "", sb, nil, fmt.Errorf("the job's directory: %w", err)
+	}
+	dir := filepath.Join(base, fmt.Sprintf("%d-%d", j.ID, j.Runs))
+	if err := os.RemoveAll(dir); err != nil {
+		return "", sb, nil, fmt.Errorf("the job's directory: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", sb, nil, fmt.Errorf("the job's directory: %w", err)
+	}
+	var skipped []string
+	if len(s.Inputs) > 0 {
+		tree, sk, err := packInputs(root, s.Inputs)
+		if err != nil {
+			return dir, sb, nil, err
+		}
+		skipped = sk
+		if err := unpack(tree.Tar, dir); err != nil {
+			return dir, sb, nil, fmt.Errorf("inputs: %w", err)
+		}
+	}
+	if sb.DropUser {
+		err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, sb.UID, sb.GID)
+		})
+		if err != nil {
+			return dir, sb, nil, fmt.Errorf("the job's directory: %w", err)
+		}
+	}
+	sb.ReadWrite = append(slices.Clone(sb.ReadWrite), dir)
+	return dir, sb, skipped, nil
+}
+
+// unpack writes a tree packInputs made (directories and regular files of
+// clean relative names) into the empty directory dir.
+func unpack(b []byte, dir string) error {
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := strings.TrimSuffix(hdr.Name, "/")
+		if !cleanPath(name) {
+			return fmt.Errorf("%q is not a clean relative path", hdr.Name)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if err := os.Mkdir(p, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, os.FileMode(hdr.Mode).Perm())
+			if err != nil {
+				return err
+			}
+			_, err = io.CopyN(f, tr, hdr.Size)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%q: not a file or directory", hdr.Name)
+		}
+	}
+}
+
+// localOutputs brings the files of a local job's directory that match
+// globs back as artifacts, read through celltree (the job wrote them: no
+// link is followed, no special file opened).
+func (m *Manager) localOutputs(dir string, globs []string) ([]store.JobFile, []string, error) {
+	if m.cfg.Artifacts == nil {
+		return nil, []string{"no artifact store here"}, nil
+	}
+	root, err := celltree.Open(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer root.Close()
+	var listed []hosts.File
+	err = root.Walk(func(e *celltree.Entry) error {
+		if e.Path == "output" || e.Path == "tmp" {
+			if e.Type.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if !e.Type.IsRegular() {
+			return nil
+		}
+		if len(listed) == hosts.MaxListed {
+			return fmt.Errorf("more than %d files in the job's directory", hosts.MaxListed)
+		}
+		fi, err := e.Stat()
+		if err != nil {
+			return err
+		}
+		listed = append(listed, hosts.File{Path: e.Path, Size: fi.Size()})
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	picked, skipped := selectOutputs(listed, globs)
+	var files []store.JobFile
+	var budget int64 = MaxOutputsBytes
+	for _, p := range picked {
+		f, err := root.OpenFile(p.Path)
+		if err != nil {
+			skipped = append(skipped, err.Error())
+			continue
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return files, skipped, err
+		}
+		jf, note, err := m.keepFile(p.Path, fi.Size(), f, &budget)
+		f.Close()
+		if err != nil {
+			return files, skipped, err
+		}
+		if note != "" {
+			skipped = append(skipped, note)
+		}
+		if jf.Artifact != "" {
+			files = append(files, jf)
+		}
+	}
+	return files, skipped, nil
 }

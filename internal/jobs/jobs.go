@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -203,6 +204,10 @@ func New(cfg Config) *Manager {
 func (m *Manager) Start(ctx context.Context) error {
 	if err := m.recover(ctx); err != nil {
 		return err
+	}
+	// No local job runs yet: the own directories a previous run left go.
+	if err := os.RemoveAll(m.jobsDir()); err != nil {
+		m.cfg.Log.Warn("jobs: remove the jobs' directories", "error", err)
 	}
 	m.gen.Store(m.cfg.Clock().UnixMilli() % 1_000_000)
 	for _, j := range m.orphans {
