@@ -285,6 +285,9 @@ func describe(j store.Job) string {
 	default:
 		var s RoutineSpec
 		_ = json.Unmarshal(j.Spec, &s)
+		if s.Host != "" {
+			return j.Kind + " " + s.Entry + " on " + s.Host
+		}
 		return j.Kind + " " + s.Entry
 	}
 }

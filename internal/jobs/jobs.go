@@ -157,6 +157,9 @@ type Manager struct {
 	// cancelChild cancels a running child agent (package agents); nil: none run.
 	cancelChild func(ctx context.Context, j store.Job) (store.Job, error)
 
+	// trees are what routines on hosts take there, packed once.
+	trees trees
+
 	// orphans are remote commands found running at start, reattached by Start.
 	orphans []store.Job
 

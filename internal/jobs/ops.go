@@ -103,9 +103,13 @@ func (m *Manager) handle(ctx context.Context, r worker.Request, c caller) (json.
 			TZ       string          `json:"tz"`
 			Input    json.RawMessage `json:"input"`
 			Recovery string          `json:"recovery"`
+			Host     string          `json:"host"`
 		}
 		if err := decode(r, &a); err != nil {
 			return nil, err
+		}
+		if len(a.Host) > 200 {
+			return nil, invalid("jobs.schedule: host= is longer than 200 bytes")
 		}
 		var s Schedule
 		if a.At != nil {
@@ -125,7 +129,7 @@ func (m *Manager) handle(ctx context.Context, r worker.Request, c caller) (json.
 			a.Input = nil
 		}
 		j, err := m.Schedule(ctx, ScheduleRequest{Session: c.session, Parent: c.parent, Release: c.release, Kind: a.Kind,
-			Entry: a.Entry, Input: a.Input, Schedule: s, TZ: a.TZ, Recovery: a.Recovery})
+			Entry: a.Entry, Input: a.Input, Schedule: s, TZ: a.TZ, Recovery: a.Recovery, Host: a.Host})
 		return answer(j, err)
 	case "jobs.get":
 		j, err := m.own(ctx, r, c)
