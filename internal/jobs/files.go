@@ -30,6 +30,7 @@ const (
 	MaxOutputFiles  = 100      // files brought back as artifacts
 	MaxOutputsBytes = 1 << 30  // bytes of those files, together
 	maxFilePathLen  = 1024
+	maxSkipsListed  = 20 // what was left out, listed in a result
 )
 
 // reserved names a job's directory holds of klbr's own: its output (stdout
@@ -121,6 +122,8 @@ func selectOutputs(files []hosts.File, globs []string) (picked []hosts.File, ski
 			continue
 		}
 		switch {
+		case len(f.Path) > maxFilePathLen:
+			skipped = append(skipped, fmt.Sprintf("%s…: a path longer than %d bytes", f.Path[:64], maxFilePathLen))
 		case len(picked) == MaxOutputFiles:
 			skipped = append(skipped, f.Path+": more than "+fmt.Sprint(MaxOutputFiles)+" files matched")
 		case total+f.Size > MaxOutputsBytes:
@@ -130,8 +133,8 @@ func selectOutputs(files []hosts.File, globs []string) (picked []hosts.File, ski
 			total += f.Size
 		}
 	}
-	if len(skipped) > 20 {
-		skipped = append(skipped[:20], fmt.Sprintf("and %d more", len(skipped)-20))
+	if len(skipped) > maxSkipsListed {
+		skipped = append(skipped[:maxSkipsListed], fmt.Sprintf("and %d more", len(skipped)-maxSkipsListed))
 	}
 	return picked, skipped
 }
@@ -154,6 +157,13 @@ func packInputs(workspace string, paths []string) (t hosts.Tree, skipped []strin
 	}
 	seen := map[string]bool{}
 	var entries []entry
+	skips := 0
+	skip := func(why string) {
+		skips++
+		if len(skipped) < maxSkipsListed {
+			skipped = append(skipped, why)
+		}
+	}
 	add := func(p string, dir bool) error {
 		if seen[p] {
 			return nil
@@ -165,7 +175,7 @@ func packInputs(workspace string, paths []string) (t hosts.Tree, skipped []strin
 			entries = append(entries, entry{d, true})
 		}
 		entries = append(entries, entry{p, dir})
-		if len(entries) > MaxInputFiles {
+		if len(entries)+skips > MaxInputFiles {
 			return fmt.Errorf("inputs: more than %d files and directories", MaxInputFiles)
 		}
 		return nil
@@ -197,7 +207,7 @@ func packInputs(workspace string, paths []string) (t hosts.Tree, skipped []strin
 				case e.Type.IsRegular():
 					return add(full, false)
 				}
-				skipped = append(skipped, full+": not a regular file or directory (links are not followed)")
+				skip(full + ": not a regular file or directory (links are not followed)")
 				return nil
 			})
 			sub.Close()
@@ -221,7 +231,7 @@ func packInputs(workspace string, paths []string) (t hosts.Tree, skipped []strin
 		}
 		if err := writeInput(tw, root, e.path, &total); err != nil {
 			if errors.Is(err, celltree.ErrLink) || errors.Is(err, celltree.ErrNotRegular) || errors.Is(err, celltree.ErrHardLink) || errors.Is(err, fs.ErrNotExist) {
-				skipped = append(skipped, e.path+": "+err.Error())
+				skip(e.path + ": " + err.Error())
 				continue
 			}
 			return t, nil, err
@@ -229,6 +239,9 @@ func packInputs(workspace string, paths []string) (t hosts.Tree, skipped []strin
 	}
 	if err := tw.Close(); err != nil {
 		return t, nil, err
+	}
+	if skips > len(skipped) {
+		skipped = append(skipped, fmt.Sprintf("and %d more", skips-len(skipped)))
 	}
 	sum := sha256.Sum256(buf.Bytes())
 	return hosts.Tree{Hash: hex.EncodeToString(sum[:]), Tar: buf.Bytes()}, skipped, nil
