@@ -165,7 +165,7 @@ func TestEngine(t *testing.T) {
 		if !info.Reachable || info.SystemdVersion < MinSystemd || info.CPUs < 1 || info.MemoryBytes <= 0 || info.Kernel != "" {
 			t.Fatalf("inspect: %+v", info)
 		}
-		if p := info.Problems(); len(p) != 1 || !p[0].Warn || !strings.Contains(p[0].What, "no klbr-kernel") {
+		if p := info.Problems(); len(p) != 1 || p[0].Warn || !strings.Contains(p[0].What, "no klbr-kernel") {
 			t.Fatalf("without klbr-kernel on the host: %+v", p)
 		}
 		// Something of that name that does not say its protocol.

@@ -28,13 +28,27 @@ type Unit struct {
 	TasksMax       int
 	CPUQuotaPct    int
 	Wall           time.Duration
-	// Confine (Pipe only): Argv is klbr-kernel, and its sandbox flags go
+	// Confine (Pipe): Argv is klbr-kernel, and its sandbox flags go
 	// after Argv[0]: its program may write only the unit's directory, read
 	// the tree cache, reach nothing else of the work directory (other units)
 	// nor the login's home, nor the service manager, and runs without
 	// capabilities (a job's containment, and klbr-kernel's sandbox in it).
+	// Confine (Start): Argv runs under the host's klbr-kernel (on the
+	// login's PATH; ErrNoKernel without it) with the same sandbox, but no
+	// read of the tree cache: Landlock lets it write only the unit's
+	// directory (and its tmp/, its TMPDIR) and reach nothing of the login's
+	// home or the work directory but that; nor, through /proc, another
+	// job's processes.
 	Confine bool
+	// Inputs (Start), when set, is a directory on the host (a tree PutTree
+	// made) whose content is copied into the unit's directory before the
+	// unit starts.
+	Inputs string
 }
+
+// ErrNoKernel says a confined unit was asked of a host with no klbr-kernel
+// on its login's PATH: nothing was started.
+var ErrNoKernel = errors.New("no klbr-kernel on the host")
 
 var unitName = regexp.MustCompile(`^klbr-[a-z0-9][a-z0-9-]{0,200}\.service$`)
 
@@ -98,6 +112,24 @@ func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, 
 	for i, a := range u.Argv {
 		argv[i] = Quote(a)
 	}
+	// Confined, klbr-kernel goes before the program with its sandbox
+	// (Landlock, no capabilities), which the environment crosses by name.
+	prep, kern := "", ""
+	if u.Confine {
+		prep = `k=$(command -v klbr-kernel) || { echo no-kernel; exit 0; }
+mkdir -p -- "$d/tmp"
+`
+		kern = `"$k" --deny "$HOME" --deny "$r" --rw "$d" --tmp "$d/tmp" --drop-caps`
+		for _, k := range slices.Sorted(maps.Keys(u.Env)) {
+			kern += " --keep-env " + Quote(k)
+		}
+		kern += " --"
+	}
+	// The unit does not exist: a directory of its name is what a start
+	// that was cut off left, and is made again.
+	if u.Inputs != "" {
+		prep += "cp -R -- " + Quote(u.Inputs) + `/. "$d"/` + "\n"
+	}
 	// A transient system service runs as root unless told otherwise, even
 	// when an unprivileged login asked for it through polkit: User= keeps
 	// the job at the login's own uid, never above it.
@@ -106,10 +138,10 @@ u=%s
 r=%s
 d="$r"/%s
 if [ "$(systemctl show --property=LoadState --value -- "$u")" != not-found ]; then echo existed; exit 0; fi
-mkdir -p -- "$d" && chmod 700 -- "$d"
-%s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s
+rm -rf -- "$d" && mkdir -p -- "$d" && chmod 700 -- "$d"
+%s%s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s %s
 echo started
-`, Quote(u.Name), c.workRoot(), Quote(u.Name), strings.Join(quoted, " "), containment, strings.Join(argv, " "))
+`, Quote(u.Name), c.workRoot(), Quote(u.Name), prep, strings.Join(quoted, " "), containment, kern, strings.Join(argv, " "))
 	var out bytes.Buffer
 	if err := c.run(ctx, script, &limited{w: &out, n: 4096}); err != nil {
 		return false, err
@@ -119,6 +151,8 @@ echo started
 		return true, nil
 	case "started":
 		return false, nil
+	case "no-kernel":
+		return false, fmt.Errorf("host %s: start %s: %w on the PATH of the login: install klbr there (NixOS: services.klbr-worker.enable), then the job can run", host, u.Name, ErrNoKernel)
 	}
 	return false, fmt.Errorf("host %s: start %s: unexpected answer %q", host, u.Name, out.String())
 }
@@ -142,7 +176,7 @@ func (c *conn) runArgs(u Unit, extra ...string) ([]string, error) {
 	}
 	wall = min(wall, c.h.Wall)
 	run := []string{"systemd-run", "--quiet", "--no-ask-password", "--unit=" + u.Name, "--slice=klbr.slice",
-		"--description=" + strings.ToValidUTF8(u.Description, "?"),
+		"--description=" + strings.Join(strings.Fields(strings.ToValidUTF8(u.Description, "?")), " "), // one line: list-units reads lines
 		"-p", "NoNewPrivileges=yes",
 		"-p", fmt.Sprintf("MemoryMax=%d", mem),
 		"-p", fmt.Sprintf("TasksMax=%d", tasks),
@@ -186,22 +220,34 @@ func (s UnitState) Ended() bool {
 // Outcome describes an ended unit: its exit status (-1 when killed by a
 // signal) and a reason when it did not exit 0.
 func (s UnitState) Outcome() (exit int, reason string) {
+	if s.MainCode == "1" && s.MainStatus == 0 {
+		return 0, ""
+	}
+	// The host's systemd says why it ended the unit, whatever its main
+	// process (klbr-kernel, around a confined job) made of it.
+	switch s.Result {
+	case "oom-kill":
+		return -1, "killed by the host's systemd: out of memory (MemoryMax)"
+	case "timeout":
+		return -1, "killed by the host's systemd: ran past its wall-time limit (RuntimeMaxSec)"
+	}
 	switch s.MainCode {
 	case "1": // CLD_EXITED
-		if s.MainStatus != 0 {
-			return s.MainStatus, fmt.Sprintf("exit status %d", s.MainStatus)
+		why := fmt.Sprintf("exit status %d", s.MainStatus)
+		// klbr-kernel (around a confined job) exits 128+N when its child
+		// was killed by signal N. Without cgroup v2 the host's systemd
+		// cannot tell an OOM kill (Result=oom-kill) from another SIGKILL.
+		if sig := s.MainStatus - 128; sig > 0 && sig < 65 {
+			why += fmt.Sprintf(": killed by signal %d", sig)
+			if sig == 9 {
+				why += " (SIGKILL: on the host, the kernel's OOM killer under MemoryMax, or a stop)"
+			}
 		}
-		return 0, ""
+		return s.MainStatus, why
 	case "2", "3":
 		why := fmt.Sprintf("killed by signal %d", s.MainStatus)
 		if s.MainStatus == 9 {
 			why += " (SIGKILL: on the host, the kernel's OOM killer under MemoryMax, or a stop)"
-		}
-		switch s.Result {
-		case "oom-kill":
-			why = "killed by the host's systemd: out of memory (MemoryMax)"
-		case "timeout":
-			why = "killed by the host's systemd: ran past its wall-time limit (RuntimeMaxSec)"
 		}
 		return -1, why
 	}

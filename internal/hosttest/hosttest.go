@@ -26,6 +26,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/citest"
 	"github.com/klbr-dev/klbr/internal/systemdlab"
+	"github.com/klbr-dev/klbr/internal/workertest"
 )
 
 // Port is where the host's sshd listens (not 22, so that the port of
@@ -358,4 +359,17 @@ func (h *Host) Units(pattern string) ([]string, error) {
 		}
 	}
 	return units, nil
+}
+
+// InstallKernel puts this build's klbr-kernel on the PATH of the host's
+// login (in BinDir): jobs on a host run under it (package hosts, Confine).
+func (h *Host) InstallKernel(t testing.TB) {
+	t.Helper()
+	b, err := os.ReadFile(workertest.Setup(t).Kernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.BinDir, "klbr-kernel"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
 }

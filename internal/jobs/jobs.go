@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -156,6 +157,9 @@ type Manager struct {
 	// cancelChild cancels a running child agent (package agents); nil: none run.
 	cancelChild func(ctx context.Context, j store.Job) (store.Job, error)
 
+	// trees are what routines on hosts take there, packed once.
+	trees trees
+
 	// orphans are remote commands found running at start, reattached by Start.
 	orphans []store.Job
 
@@ -167,6 +171,8 @@ type run struct {
 	job       store.Job
 	cancel    context.CancelFunc
 	cancelled atomic.Bool // by the owner or the operator
+	// inputsSkipped lists what of a command's inputs was left out.
+	inputsSkipped []string
 }
 
 // New returns a Manager; Start recovers and starts the timer.
@@ -201,6 +207,10 @@ func New(cfg Config) *Manager {
 func (m *Manager) Start(ctx context.Context) error {
 	if err := m.recover(ctx); err != nil {
 		return err
+	}
+	// No local job runs yet: the own directories a previous run left go.
+	if err := os.RemoveAll(m.jobsDir()); err != nil {
+		m.cfg.Log.Warn("jobs: remove the jobs' directories", "error", err)
 	}
 	m.gen.Store(m.cfg.Clock().UnixMilli() % 1_000_000)
 	for _, j := range m.orphans {

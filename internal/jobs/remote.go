@@ -2,8 +2,10 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/hosts"
@@ -50,8 +52,33 @@ func (m *Manager) runRemote(ctx context.Context, r *run, s CommandSpec) *store.J
 	if err := m.writePlace(j.ID, host); err != nil {
 		return m.deferRun(j, "recording the host: "+err.Error(), backoff(j.Runs))
 	}
+	// The job runs under the host's klbr-kernel, confined to its own
+	// directory (hosts.Unit.Confine), with its inputs copied in.
 	u := hosts.Unit{Name: unit, Description: describe(j), Argv: s.Argv, Env: s.Env,
-		Wall: time.Duration(s.Timeout * float64(time.Second))}
+		Wall: time.Duration(s.Timeout * float64(time.Second)), Confine: true}
+	if len(s.Inputs) > 0 {
+		root, _, err := m.place(ctx, j.Session)
+		if err != nil {
+			return fail(err.Error())
+		}
+		tree, skipped, err := packInputs(root, s.Inputs)
+		if err != nil {
+			return fail(err.Error())
+		}
+		r.inputsSkipped = skipped
+		dir, sent, err := m.cfg.Hosts.PutTree(ctx, host, tree)
+		var he *hosts.HostError
+		switch {
+		case errors.As(err, &he):
+			return m.deferRun(j, err.Error(), backoff(j.Runs)) // nothing runs there yet
+		case err != nil && ctx.Err() != nil:
+			return m.remoteInterrupted(ctx, r, host, unit, false)
+		case err != nil:
+			return fail("inputs: " + err.Error())
+		}
+		m.cfg.Log.Info("jobs: inputs on the host", "job", j.ID, "host", host, "tree", tree.Hash[:12], "bytes", len(tree.Tar), "sent", sent)
+		u.Inputs = dir
+	}
 	started := time.Now()
 	for attempt := 0; ; attempt++ {
 		_, err = m.cfg.Hosts.Start(ctx, host, u)
@@ -60,6 +87,9 @@ func (m *Manager) runRemote(ctx context.Context, r *run, s CommandSpec) *store.J
 		}
 		if ctx.Err() != nil && !errors.Is(err, hosts.ErrLost) {
 			return m.remoteInterrupted(ctx, r, host, unit, false)
+		}
+		if errors.Is(err, hosts.ErrNoKernel) {
+			return fail(err.Error())
 		}
 		if !errors.Is(err, hosts.ErrLost) {
 			var he *hosts.HostError
@@ -122,6 +152,17 @@ func (m *Manager) remoteEnd(r *run, host, unit string, st hosts.UnitState, start
 		m.cfg.Log.Warn("jobs: output of a host's unit", "job", j.ID, "host", host, "error", oerr)
 	}
 	out.total = max(out.total, total)
+	var spec CommandSpec
+	_ = json.Unmarshal(j.Spec, &spec)
+	var files []store.JobFile
+	var outSkipped []string
+	if len(spec.Outputs) > 0 && st.Exists() && oerr == nil {
+		files, outSkipped, oerr = m.fetchOutputs(ctx, host, unit, spec.Outputs)
+		if oerr != nil {
+			m.cfg.Log.Warn("jobs: outputs of a host's unit", "job", j.ID, "host", host, "error", oerr)
+			outSkipped = append(outSkipped, "not brought back: "+oerr.Error())
+		}
+	}
 	if oerr == nil {
 		if err := m.cfg.Hosts.Collect(ctx, host, unit); err != nil {
 			m.cfg.Log.Warn("jobs: collect a host's unit", "job", j.ID, "host", host, "unit", unit, "error", err)
@@ -145,6 +186,7 @@ func (m *Manager) remoteEnd(r *run, host, unit string, st hosts.UnitState, start
 	if e.Artifact != "" {
 		result["output"] = e.Artifact
 	}
+	addFiles(result, e, files, outSkipped, r.inputsSkipped)
 	e.Result = mustJSON(result)
 	switch {
 	case why != "":
@@ -242,4 +284,37 @@ func (m *Manager) sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// fetchOutputs brings the files of an ended unit's directory that match
+// globs back as artifacts, within the bounds of files.go.
+func (m *Manager) fetchOutputs(ctx context.Context, host, unit string, globs []string) ([]store.JobFile, []string, error) {
+	if m.cfg.Artifacts == nil {
+		return nil, []string{"no artifact store here"}, nil
+	}
+	listed, err := m.cfg.Hosts.ListFiles(ctx, host, unit)
+	if err != nil {
+		return nil, nil, err
+	}
+	picked, skipped := selectOutputs(listed, globs)
+	names := make([]string, len(picked))
+	for i, f := range picked {
+		names[i] = f.Path
+	}
+	var files []store.JobFile
+	var budget int64 = MaxOutputsBytes
+	err = m.cfg.Hosts.FetchFiles(ctx, host, unit, names, MaxOutputsBytes, func(name string, size int64, r io.Reader) error {
+		f, note, err := m.keepFile(name, size, r, &budget)
+		if err != nil {
+			return err
+		}
+		if note != "" {
+			skipped = append(skipped, note)
+		}
+		if f.Artifact != "" {
+			files = append(files, f)
+		}
+		return nil
+	})
+	return files, skipped, err
 }

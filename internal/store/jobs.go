@@ -171,10 +171,20 @@ type JobEnd struct {
 	ArtifactSize int64
 	Preview      string
 	OutputBytes  int64
-	NextDue      time.Time // with To = pending: the next deadline
+	// Files are further artifacts of the run (a command's outputs=),
+	// recorded with it so that history read serves them.
+	Files   []JobFile
+	NextDue time.Time // with To = pending: the next deadline
 	// Notice, when set, is admitted to the owning session as a job input in
 	// the same transaction, deduplicated by job and run.
 	Notice string
+}
+
+// JobFile is one file a run brought back as an artifact.
+type JobFile struct {
+	Path     string `json:"path"`
+	Artifact string `json:"artifact"` // a<sha256>
+	Size     int64  `json:"bytes"`
 }
 
 // EndJob records the end of a running job's current run and, in the same
@@ -237,6 +247,14 @@ func (t *Tx) endJob(e JobEnd, from JobState) error {
 		eventID, _ := res.LastInsertId()
 		if err := t.recordArtifact(p.Artifact, e.ArtifactSize, "text/plain; charset=utf-8", eventID); err != nil {
 			return fmt.Errorf("end job: %w", err)
+		}
+	}
+	for _, f := range e.Files {
+		if p, perr := ParseRef(f.Artifact); perr == nil && p.Artifact != "" {
+			eventID, _ := res.LastInsertId()
+			if err := t.recordArtifact(p.Artifact, f.Size, "application/octet-stream", eventID); err != nil {
+				return fmt.Errorf("end job: %w", err)
+			}
 		}
 	}
 	if e.Notice == "" {
