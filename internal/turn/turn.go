@@ -87,8 +87,12 @@ type Config struct {
 	URL, ModelName string
 	Prompt         Prompt
 	// Maintenance, if set, returns the maintenance skill body of a release:
-	// a turn whose newest input is a maintenance goal carries it.
+	// it follows each maintenance goal in the context.
 	Maintenance Prompt
+	// Index, if set, returns the skill index offered with a release. The
+	// system message carries the index of the transcript's start; a
+	// change follows the history (the prompt cache keeps its prefix).
+	Index func(release string) string
 	Deltas      *live.Hub // nil: no deltas
 	// Compactor compacts the context when it passes the threshold (nil:
 	// never; a request over the budget pauses).
