@@ -92,8 +92,8 @@ type Config struct {
 	// Index, if set, returns the skill index offered with a release. The
 	// system message carries the index of the transcript's start; a
 	// change follows the history (the prompt cache keeps its prefix).
-	Index func(release string) string
-	Deltas      *live.Hub // nil: no deltas
+	Index  func(release string) string
+	Deltas *live.Hub // nil: no deltas
 	// Compactor compacts the context when it passes the threshold (nil:
 	// never; a request over the budget pauses).
 	Compactor *history.Compactor
