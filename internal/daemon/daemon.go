@@ -303,6 +303,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 			res, err := d.compact(ctx, session)
 			return api.NewCompacted(session, res), err
 		}}
+	if loc, err := cfg.File.Spend.Location(); err == nil {
+		wb.Spend = spendAPI{d: d, loc: loc}
+	}
 	if d.bench != nil {
 		wb.Workbench = d.bench
 	}
