@@ -120,13 +120,14 @@ func TestPromptCacheShareOverLongSession(t *testing.T) {
 	}
 }
 
-// The 500-step session of TestPromptCacheShareOverLongSession with what
+// The 500-step session of TestPromptCacheShareOverLongSession (under a
+// budget of 8000 tokens: the maintenance skill takes room) with what
 // varies in a real one: it begins as a maintenance goal, the operator
 // chats in at steps 150 and 350, and a managed skill is added every 50
 // steps. Only compactions change a request's prefix, and the share of the
 // agent's prompt tokens the cache serves stays above 85 %.
 func TestPromptCacheShareWithChangingContext(t *testing.T) {
-	const steps, budget = 500, 6000
+	const steps, budget = 500, 8000 // the maintenance skill stays with its goal: more room than 6000
 	model := modeltest.New()
 	defer model.Close()
 	model.EmulatePrefixCache()
@@ -168,13 +169,10 @@ func TestPromptCacheShareWithChangingContext(t *testing.T) {
 	breaks := prefixBreaks(reqs)
 	t.Logf("prompt cache share over %d requests: agent %.1f %%, summarizer %.1f %%; %d compactions; %d prefix breaks",
 		len(reqs), 100*share, 100*sumShare, summaries.Load(), len(breaks))
-	compactions := 0
 	for _, b := range breaks {
-		if strings.Contains(b, "[klbr summary") {
-			compactions++
-			continue
+		if !strings.Contains(b, "[klbr summary") {
+			t.Errorf("not a compaction: %s", b)
 		}
-		t.Errorf("not a compaction: %s", b)
 	}
 	if share < 0.85 {
 		t.Errorf("the prefix cache served %.1f %% of the agent's prompt tokens; want at least 85 %%", 100*share)

@@ -57,7 +57,14 @@ func (r *runner) assemble(ctx context.Context, s store.Session, epoch int64) ([]
 			}
 		}
 		t = newTranscript(epoch, ac.Version)
-		t.index, t.shown = index, index
+		// The system message keeps the index of the epoch's (and the
+		// release's) first request through compactions: a newer one
+		// follows the history, and a compaction changes the prefix only
+		// from its cut on.
+		if r.index == nil || r.index.epoch != epoch || r.index.release != s.PolicyRevision {
+			r.index = &epochIndex{epoch: epoch, release: s.PolicyRevision, index: index}
+		}
+		t.index, t.shown = r.index.index, r.index.index
 		r.transcript = t
 	}
 	t.skill = func() string { return r.maintenanceSkill(ctx, s.PolicyRevision) }
@@ -77,6 +84,14 @@ func (r *runner) assemble(ctx context.Context, s store.Session, epoch int64) ([]
 	t.sent = len(t.msgs)
 	hb, _ := json.Marshal(head)
 	return msgs, t.bytes + len(hb) + len(toolSchema) + 3, nil
+}
+
+// epochIndex is the skill index the system message carries in a context
+// epoch under a release.
+type epochIndex struct {
+	epoch   int64
+	release string
+	index   string
 }
 
 // maintenanceSkill is the message that follows a maintenance goal: the

@@ -287,6 +287,9 @@ type runner struct {
 	log      *slog.Logger
 	// transcript is the current context epoch rendered so far.
 	transcript *transcript
+	// index is the skill index its system message carries (kept through
+	// compactions; see assemble).
+	index *epochIndex
 }
 
 func (r *runner) run(ctx context.Context) {
