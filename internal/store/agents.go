@@ -408,6 +408,10 @@ func (s *Store) RunningChildJobs(ctx context.Context) ([]Job, error) {
 	return scanJobs(rows, "running children")
 }
 
+// childrenSpawnedSince counts the child jobs created since a time (unix
+// ms): agents.max_spawns_per_day's count, on the index jobs_child_created.
+const childrenSpawnedSince = `SELECT count(*) FROM jobs WHERE kind = 'child' AND created_at >= ?`
+
 // spawnCaps refuses a spawn by parent (at depth) past the fan-out caps,
 // counted from the child jobs in the store: each says which cap and when
 // it resets.
@@ -415,7 +419,7 @@ func (t *Tx) spawnCaps(parent string, depth int, l ChildLimits) error {
 	if l.MaxSpawnsPerDay > 0 && l.Day != nil {
 		start, end := l.Day()
 		var n int
-		if err := t.queryRow(`SELECT count(*) FROM jobs WHERE kind = 'child' AND created_at >= ?`, start.UnixMilli()).Scan(&n); err != nil {
+		if err := t.queryRow(childrenSpawnedSince, start.UnixMilli()).Scan(&n); err != nil {
 			return fmt.Errorf("spawn: %w", err)
 		}
 		if n >= l.MaxSpawnsPerDay {

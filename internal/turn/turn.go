@@ -87,9 +87,13 @@ type Config struct {
 	URL, ModelName string
 	Prompt         Prompt
 	// Maintenance, if set, returns the maintenance skill body of a release:
-	// a turn whose newest input is a maintenance goal carries it.
+	// it follows each maintenance goal in the context.
 	Maintenance Prompt
-	Deltas      *live.Hub // nil: no deltas
+	// Index, if set, returns the skill index offered with a release. The
+	// system message carries the index of the transcript's start; a
+	// change follows the history (the prompt cache keeps its prefix).
+	Index  func(release string) string
+	Deltas *live.Hub // nil: no deltas
 	// Compactor compacts the context when it passes the threshold (nil:
 	// never; a request over the budget pauses).
 	Compactor *history.Compactor
@@ -283,6 +287,9 @@ type runner struct {
 	log      *slog.Logger
 	// transcript is the current context epoch rendered so far.
 	transcript *transcript
+	// index is the skill index its system message carries (kept through
+	// compactions; see assemble).
+	index *epochIndex
 }
 
 func (r *runner) run(ctx context.Context) {
