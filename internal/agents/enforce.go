@@ -35,13 +35,17 @@ type endedChild struct {
 func (a *Agents) endTree(ctx context.Context, session string, to store.JobState, result json.RawMessage, errText, how string, stop bool) (store.Job, error) {
 	var j store.Job
 	var ended []endedChild
+	// A child on a host: its changes come back before its end is committed,
+	// so the end records the patch and the parent's notice names it.
+	patch, note := a.hostPatch(ctx, session)
 	err := a.cfg.Store.Write(ctx, func(tx *store.Tx) error {
 		ended = ended[:0]
 		cur, err := tx.ChildJobOf(session)
 		if err != nil {
 			return err
 		}
-		if j, err = tx.EndChild(session, to, result, errText, Notice(cur.ID, session, to, how, result, errText)); err != nil {
+		if j, err = tx.EndChildWith(session, store.JobEnd{To: to, Result: result, Error: errText,
+			Artifact: patch.Ref, ArtifactSize: patch.Size, Notice: Notice(cur.ID, session, to, how, result, errText) + note}); err != nil {
 			return err
 		}
 		ended = append(ended, endedChild{job: j.ID, session: session, stopped: stop})
