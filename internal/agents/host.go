@@ -82,4 +82,3 @@ func (a *Agents) hostPatch(ctx context.Context, session string) (workspace.Patch
 		"read it with `await history.read(%q)`, and apply it with `git apply` in your workspace, or not. Nothing was applied.",
 		w.Host, p.Ref, p.Files, p.Size, w.Root, p.Ref)
 }
-
