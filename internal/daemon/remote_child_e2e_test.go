@@ -15,8 +15,9 @@ import (
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
-// A child spawned with host="lab" works on the lab host: its cells run
-// there (their nodename is the host's) in a copy of its parent's workspace,
+// A child spawned with host="lab" works on the lab host: its cells and its
+// commands (jobs.run without host=) run there (their nodename is the
+// host's), its cells in a copy of its parent's workspace,
 // its model requests are klbr-core's (the scripted model answers them), a
 // reset of the root's kernel leaves its workbench and its Python state
 // alone, and when it finishes its changes come back to the parent as a
@@ -75,7 +76,8 @@ func TestRemoteChildAgent(t *testing.T) {
 		switch childN {
 		case 1:
 			return modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "import os\nprint('NODE', os.uname().nodename)\nprint('CWD', os.getcwd())\n" +
-				"open('notes.txt', 'a').write('from the child\\n')\nopen('new.txt', 'w').write('new\\n')\nx = 42\nprint('EDITED')"}}}
+				"open('notes.txt', 'a').write('from the child\\n')\nopen('new.txt', 'w').write('new\\n')\nx = 42\n" +
+				"j = await jobs.run(['hostname'])\nr = await j.result(timeout=60)\nprint('JOB', r['host'], j.get('output_preview', '').strip())\nprint('EDITED')"}}}
 		case 2:
 			return modeltest.Reply{Hold: release, Calls: []modeltest.Call{{ID: "k2", Code: "print('STILL', os.uname().nodename, x)"}}}
 		case 3:
@@ -98,12 +100,15 @@ func TestRemoteChildAgent(t *testing.T) {
 	a := startAgentAt(t, model, hostTOML, "", data, env)
 	a.send("work on the host")
 
-	a.eventually("the child edited its copy", func() bool { return a.cellSaid("child-1", "EDITED") })
+	a.eventually("the child edited its copy and ran a command", func() bool { return a.cellSaid("child-1", "JOB lab") })
 	if !a.cellSaid("default", "DOWN REFUSED refused") || !a.cellSaid("default", "unreachable") || !a.cellSaid("default", "SPAWNED 1 lab worktree copy") {
 		t.Fatalf("the root's spawns:\n%s\n%s", a.dump(), a.d)
 	}
 	if !a.cellSaid("child-1", "NODE "+h.Hostname) {
 		t.Fatalf("the child's cell did not run on the host (%s):\n%v\n%s", h.Hostname, a.sessionRecords("child-1"), a.d)
+	}
+	if !a.cellSaid("child-1", "JOB lab "+h.Hostname) {
+		t.Fatalf("the child's command did not run on its host:\n%v\n%s", a.sessionRecords("child-1"), a.d)
 	}
 	if !a.cellSaid("child-1", "CWD "+h.WorkDir+"/klbr-ws-") {
 		t.Fatalf("the child's cell did not work in its copy on the host:\n%v", a.sessionRecords("child-1"))
