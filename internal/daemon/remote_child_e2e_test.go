@@ -117,6 +117,9 @@ func TestRemoteChildAgent(t *testing.T) {
 	if err != nil || len(units) != 1 {
 		t.Fatalf("the child's workbench units on the host: %v %v", units, err)
 	}
+	if m := a.scrape(); !strings.Contains(m, `klbr_host_units{host="lab",kind="child"} 1`) {
+		t.Fatalf("/metrics does not count the child on its host:\n%s", m)
+	}
 
 	// The root's kernel is reset while the child waits for its model: the
 	// child's unit and its Python state are untouched.
