@@ -3,6 +3,7 @@ package agents
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
@@ -49,6 +50,9 @@ func (a *Agents) placeOnHost(ctx context.Context, session string, parent workspa
 	return &p, true, nil
 }
 
+// patchTimeout bounds bringing a child's changes back from its host.
+const patchTimeout = 5 * time.Minute
+
 // hostPatch brings the changes of session, a child working on a host,
 // back as a patch artifact before its end is committed, and says so for
 // its parent's notice. A child that works here gets nothing; a patch that
@@ -67,7 +71,12 @@ func (a *Agents) hostPatch(ctx context.Context, session string) (workspace.Patch
 		return workspace.Patch{}, ""
 	}
 	w := spec.Workspace
-	p, err := ws.Patch(context.WithoutCancel(ctx), *w)
+	// Not cut off by the caller (a cancel's end is recorded however it
+	// was asked), but bounded: a host that stops answering costs the end
+	// its patch, not the end itself.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patchTimeout)
+	defer cancel()
+	p, err := ws.Patch(pctx, *w)
 	switch {
 	case err != nil:
 		if a.cfg.Log != nil {

@@ -45,7 +45,14 @@ func (w *Workspaces) MakeOnHost(ctx context.Context, from Place, host, hint stri
 	if err != nil {
 		return Place{}, err
 	}
-	tree, skipped, err := packTree(from.Dir, lim, append([]string{w.Dir}, w.Exclude...))
+	// A spawner's own copy under w.Dir is reached with no link followed,
+	// as a local copy reaches it (openSource).
+	src, err := w.openSource(from.Dir)
+	if err != nil {
+		return Place{}, fmt.Errorf("copy the workspace for host %s: %w", host, err)
+	}
+	tree, skipped, err := packRoot(src, lim, append([]string{w.Dir}, w.Exclude...))
+	src.Close()
 	if err != nil {
 		return Place{}, fmt.Errorf("copy the workspace for host %s: %w", host, err)
 	}

@@ -27,12 +27,18 @@ const maxTarName = 4096
 // regular files (with their permission bits) and directories only, every
 // .git and the directories of exclude (by device and inode) left out;
 // links and other kinds are left out too, and counted. Bounded by lim.
-func packTree(dir string, lim Limits, exclude []string) (t hosts.Tree, skipped int, err error) {
+func packTree(dir string, lim Limits, exclude []string) (hosts.Tree, int, error) {
 	root, err := celltree.Open(dir)
 	if err != nil {
 		return hosts.Tree{}, 0, err
 	}
 	defer root.Close()
+	return packRoot(root, lim, exclude)
+}
+
+// packRoot is packTree of an open root.
+func packRoot(root *celltree.Root, lim Limits, exclude []string) (t hosts.Tree, skipped int, err error) {
+	dir := root.Name()
 	type devIno struct{ dev, ino uint64 }
 	skip := map[devIno]bool{}
 	for _, x := range exclude {
