@@ -91,3 +91,47 @@ func (a *Agents) hostPatch(ctx context.Context, session string) (workspace.Patch
 		"read it with `await history.read(%q)`, and apply it with `git apply` in your workspace, or not. Nothing was applied.",
 		w.Host, p.Ref, p.Files, p.Size, w.Root, p.Ref)
 }
+
+// hostPatchNote is a child's patch and what its parent's notice says of it.
+type hostPatchNote struct {
+	patch workspace.Patch
+	note  string
+}
+
+// maxPatchedBelow bounds the descendants looked at for patches before a
+// subtree is cancelled (the tree's own cap, agents.max_descendants, is
+// at most 10000).
+const maxPatchedBelow = 10000
+
+// hostPatchesBelow brings back, before they are cancelled with session,
+// the changes of its running descendants that work on a host, by session:
+// their parents are told of their patches as of any child's.
+func (a *Agents) hostPatchesBelow(ctx context.Context, session string) map[string]hostPatchNote {
+	if a.cfg.Workspaces == nil || a.cfg.Workspaces.Hosts == nil {
+		return nil
+	}
+	out := map[string]hostPatchNote{}
+	queue, seen := []string{session}, 0
+	for len(queue) > 0 && seen < maxPatchedBelow {
+		parent := queue[0]
+		queue = queue[1:]
+		kids, err := a.cfg.Store.Jobs(ctx, store.JobFilter{Session: parent, Kind: "child", State: store.JobRunning, Limit: maxPatchedBelow})
+		if err != nil {
+			return out
+		}
+		for _, k := range kids {
+			seen++
+			spec, err := store.ChildSpecOf(k)
+			if err != nil {
+				continue
+			}
+			queue = append(queue, spec.Session)
+			if spec.Workspace != nil && spec.Workspace.Host != "" {
+				if p, note := a.hostPatch(ctx, spec.Session); note != "" {
+					out[spec.Session] = hostPatchNote{p, note}
+				}
+			}
+		}
+	}
+	return out
+}

@@ -25,25 +25,7 @@ import (
 // the host wrote. A host that cannot be reached at spawn refuses the spawn
 // with what to do, and nothing of it is stored.
 func TestRemoteChildAgent(t *testing.T) {
-	h := hosttest.Start(t)
-	b, err := os.ReadFile(filepath.Join(kernelDir(t), "klbr-kernel"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(h.BinDir, "klbr-kernel"), b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := exec.LookPath("git"); err != nil {
-		citest.SkipOrFail(t, "git is not installed")
-	}
-	ws := workspaceDir(t)
-	for name, body := range map[string]string{"notes.txt": "root\n", "sub/keep.txt": "keep\n"} {
-		os.MkdirAll(filepath.Dir(filepath.Join(ws, name)), 0o755)
-		if err := os.WriteFile(filepath.Join(ws, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-
+	h, ws := remoteChildLab(t)
 	release := make(chan struct{})
 	var mu sync.Mutex
 	rootN, childN := 0, 0
@@ -86,18 +68,7 @@ func TestRemoteChildAgent(t *testing.T) {
 		return wait
 	})
 
-	hostTOML := fmt.Sprintf("\n[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\n"+
-		"[hosts.down]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\n",
-		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir,
-		fmt.Sprintf("%s@%s:%d", h.User, h.Addr, h.Port+1), h.IdentityFile, h.KnownHostsFile)
-	requirePython(t)
-	data, env := instance(t)
-	for i, e := range env {
-		if strings.HasPrefix(e, "KLBR_WORKSPACE=") {
-			env[i] = "KLBR_WORKSPACE=" + ws
-		}
-	}
-	a := startAgentAt(t, model, hostTOML, "", data, env)
+	a, data := startRemoteChildAgent(t, h, model, ws)
 	a.send("work on the host")
 
 	a.eventually("the child edited its copy and ran a command", func() bool { return a.cellSaid("child-1", "JOB lab") })
@@ -180,4 +151,107 @@ func TestRemoteChildAgent(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// remoteChildLab boots the lab host with this build's klbr-kernel and
+// makes a workspace (notes.txt, sub/keep.txt) for an agent whose children
+// go there.
+func remoteChildLab(t *testing.T) (*hosttest.Host, string) {
+	t.Helper()
+	h := hosttest.Start(t)
+	b, err := os.ReadFile(filepath.Join(kernelDir(t), "klbr-kernel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.BinDir, "klbr-kernel"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		citest.SkipOrFail(t, "git is not installed")
+	}
+	ws := workspaceDir(t)
+	for name, body := range map[string]string{"notes.txt": "root\n", "sub/keep.txt": "keep\n"} {
+		os.MkdirAll(filepath.Dir(filepath.Join(ws, name)), 0o755)
+		if err := os.WriteFile(filepath.Join(ws, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h, ws
+}
+
+// startRemoteChildAgent starts klbr-core on workspace ws with the hosts
+// lab (h) and down (h's address, a port nobody listens on).
+func startRemoteChildAgent(t *testing.T, h *hosttest.Host, model *modeltest.Server, ws string) (*agent, string) {
+	t.Helper()
+	hostTOML := fmt.Sprintf("\n[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\n"+
+		"[hosts.down]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\n",
+		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir,
+		fmt.Sprintf("%s@%s:%d", h.User, h.Addr, h.Port+1), h.IdentityFile, h.KnownHostsFile)
+	requirePython(t)
+	data, env := instance(t)
+	for i, e := range env {
+		if strings.HasPrefix(e, "KLBR_WORKSPACE=") {
+			env[i] = "KLBR_WORKSPACE=" + ws
+		}
+	}
+	return startAgentAt(t, model, hostTOML, "", data, env), data
+}
+
+// The operator's stop of a parent cancels its child on a host, and the
+// child's changes come back with the cancel: the job records the patch
+// and the parent's notice names it.
+func TestRemoteChildCancelledWithItsParentBringsItsPatch(t *testing.T) {
+	h, ws := remoteChildLab(t)
+	model := modeltest.New()
+	defer model.Close()
+	var mu sync.Mutex
+	rootN := 0
+	model.Answer(func(n int, req modeltest.Request) modeltest.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range req.Messages {
+			if strings.Contains(content(m), "TASK-ON-HOST") && m["role"] == "user" {
+				return modeltest.Reply{Calls: []modeltest.Call{{ID: fmt.Sprintf("k%d", n), Code: "open('notes.txt', 'a').write('half done\\n')\n" +
+					"print('WROTE', 'it')\nawait runtime.wait(None, reason='more later')"}}}
+			}
+		}
+		rootN++
+		if rootN == 1 {
+			return modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "await agents.spawn(task='TASK-ON-HOST: start on notes.txt', host='lab')\n" +
+				"await runtime.wait(None, reason='the child works')"}}}
+		}
+		return modeltest.Reply{Calls: []modeltest.Call{{ID: fmt.Sprintf("w%d", n), Code: "await runtime.wait(None, reason='idle')"}}}
+	})
+	a, data := startRemoteChildAgent(t, h, model, ws)
+	a.send("start a child on the host")
+	a.eventually("the child wrote its copy", func() bool { return a.cellSaid("child-1", "WROTE it") })
+	if _, err := a.c.StopSession(t.Context(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	a.eventually("the child was cancelled", func() bool {
+		j, err := a.c.Job(t.Context(), 1)
+		return err == nil && j.State == store.JobCancelled
+	})
+	j, _ := a.c.Job(t.Context(), 1)
+	if !strings.HasPrefix(j.OutputArtifact, "a") {
+		t.Fatalf("the cancelled child's job has no patch: %+v\n%s", j, a.d)
+	}
+	body, err := os.ReadFile(filepath.Join(data, "artifacts", "sha256", strings.TrimPrefix(j.OutputArtifact, "a")))
+	if err != nil || !strings.Contains(string(body), "+half done") {
+		t.Fatalf("the patch: %v\n%s", err, body)
+	}
+	var told bool
+	for _, r := range a.records() {
+		if r.Kind == "job.input" || strings.Contains(string(r.Content), "cancelled with its parent") {
+			if strings.Contains(string(r.Content), j.OutputArtifact) {
+				told = true
+			}
+		}
+	}
+	if !told {
+		t.Fatalf("the parent's notice does not name the patch:\n%s", a.dump())
+	}
+	if got, _ := os.ReadFile(filepath.Join(ws, "notes.txt")); string(got) != "root\n" {
+		t.Fatalf("the parent's notes.txt: %q", got)
+	}
 }
