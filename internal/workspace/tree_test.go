@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/klbr-dev/klbr/internal/celltree"
 )
 
 // tarOf builds an archive of entries, as a host's tar could send it.
@@ -118,6 +120,12 @@ func TestPackTreeFollowsNoLink(t *testing.T) {
 	}
 	if _, _, err := packTree(ws, Limits{MaxFiles: 1, MaxBytes: 1 << 20}, nil); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("over the entry limit: %v", err)
+	}
+	// A hard link to a file outside (one a cell could not read, made by a
+	// cell that could name it) refuses the pack: its content never leaves.
+	must(os.Link(filepath.Join(outside, "secret"), filepath.Join(ws, "hard")))
+	if tree, _, err := packTree(ws, DefaultLimits, []string{filepath.Join(ws, "data")}); !errors.Is(err, celltree.ErrHardLink) || bytes.Contains(tree.Tar, []byte("secret")) {
+		t.Fatalf("a hard link was packed: %v", err)
 	}
 }
 
