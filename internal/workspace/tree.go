@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"path"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -83,11 +82,6 @@ func packRoot(root *celltree.Root, lim Limits, exclude []string) (t hosts.Tree, 
 			fi, err := f.Stat()
 			if err != nil {
 				return err
-			}
-			// As a local copy: a file with other hard links may be a link
-			// a cell made to a file it could not read; none is sent.
-			if fst, ok := fi.Sys().(*syscall.Stat_t); ok && fst.Nlink > 1 {
-				return fmt.Errorf("%s: %w; klbr sends no file with other hard links (it cannot tell who made them): replace it by a copy of its own", e.Path, celltree.ErrHardLink)
 			}
 			if size += fi.Size(); size > lim.MaxBytes || buf.Len()+int(fi.Size()) > hosts.MaxTreeBytes {
 				return fmt.Errorf("%w: more than %d bytes", ErrTooLarge, min(lim.MaxBytes, hosts.MaxTreeBytes))

@@ -122,7 +122,8 @@ func TestPackTreeFollowsNoLink(t *testing.T) {
 		t.Fatalf("over the entry limit: %v", err)
 	}
 	// A hard link to a file outside (one a cell could not read, made by a
-	// cell that could name it) refuses the pack: its content never leaves.
+	// cell that could name it) refuses the pack (celltree's open refuses
+	// it): its content never leaves.
 	must(os.Link(filepath.Join(outside, "secret"), filepath.Join(ws, "hard")))
 	if tree, _, err := packTree(ws, DefaultLimits, []string{filepath.Join(ws, "data")}); !errors.Is(err, celltree.ErrHardLink) || bytes.Contains(tree.Tar, []byte("secret")) {
 		t.Fatalf("a hard link was packed: %v", err)
