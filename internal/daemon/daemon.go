@@ -222,7 +222,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	d.bench, d.placer, d.benchErr = newWorkbench(ctx, cfg, st, d.sessions, d.disk, log, remote, func(e string) { m.WorkerEvent("workbench", e) })
+	d.bench, d.placer, d.benchErr = newWorkbench(ctx, cfg, st, d.sessions, d.disk, log, remote, d.hosts, func(e string) { m.WorkerEvent("workbench", e) })
 	stopBound := d.watchBound(ctx)
 	defer stopBound()
 	mode := ""

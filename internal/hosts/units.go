@@ -44,6 +44,10 @@ type Unit struct {
 	// made) whose content is copied into the unit's directory before the
 	// unit starts.
 	Inputs string
+	// Workspace (Confine only), when set, names a workspace on the host
+	// (MakeWorkspace): the unit works there (its working directory), and may
+	// write it besides its own directory.
+	Workspace string
 }
 
 // ErrNoKernel says a confined unit was asked of a host with no klbr-kernel
@@ -443,11 +447,24 @@ func (e *Engine) Pipe(ctx context.Context, host string, u Unit) (*exec.Cmd, erro
 	// an empty home and work root with its directory bound back, no bus, no
 	// capabilities) with the tree cache bound back read-only, and
 	// klbr-kernel's own sandbox inside it, as a local worker has.
-	confine, props := "", ""
+	confine, props, wd := "", "", `"$d"`
 	if u.Confine {
 		confine = `mkdir -p -- "$c" "$d/tmp"
 set -- --deny "$r" --deny "$HOME/.ssh" --ro "$c" --rw "$d" --tmp "$d/tmp" --drop-caps`
 		props = containment + ` -p "BindReadOnlyPaths=$c"`
+	}
+	if u.Workspace != "" {
+		if !u.Confine {
+			return nil, errors.New("hosts: a workspace is for a confined unit")
+		}
+		if err := CheckWorkspaceName(u.Workspace); err != nil {
+			return nil, err
+		}
+		confine = `w="$r"/` + Quote(u.Workspace) + `
+[ -d "$w" ] || { echo "klbr: the workspace $w is not on the host" >&2; exit 66; }
+` + confine + ` --rw "$w"`
+		props += ` -p "BindPaths=$w"`
+		wd = `"$w"`
 	}
 	script := fmt.Sprintf(`set -u
 u=%s
@@ -459,9 +476,9 @@ p=$(command -v -- %s) || { echo "klbr: %s is not on the PATH of $(id -un) on the
 mkdir -p -- "$d" && chmod 700 -- "$d"
 set --
 %s
-exec %s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -- "$p" "$@" %s
+exec %s -p "User=$(id -un)" %s -p "WorkingDirectory="%s -- "$p" "$@" %s
 `, Quote(u.Name), c.workRoot(), Quote(u.Name), Quote(u.Argv[0]), Quote(u.Argv[0]), confine,
-		strings.Join(quoted, " "), props, strings.Join(argv, " "))
+		strings.Join(quoted, " "), props, wd, strings.Join(argv, " "))
 	if err := c.connect(ctx); err != nil {
 		return nil, err
 	}

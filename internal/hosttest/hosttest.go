@@ -73,6 +73,9 @@ type Host struct {
 	// more before it): a test puts the host's klbr-kernel there.
 	BinDir string
 	PID1   string // the host pid of the namespace's PID 1
+	// Hostname is the host's own name (its UTS namespace's): what
+	// os.uname().nodename says of a process that runs there.
+	Hostname string
 
 	veth string // the root side of the veth pair
 }
@@ -114,12 +117,17 @@ func Start(t testing.TB) *Host {
 	if err := h.writeSSHD(lab.Run); err != nil {
 		t.Fatal(err)
 	}
+	lab.UTS = true
 	pid1, halt, err := lab.Boot(t)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(halt)
 	h.PID1 = pid1
+	h.Hostname = fmt.Sprintf("klbr-lab-%d", net)
+	if out, err := h.Enter("hostname", h.Hostname).CombinedOutput(); err != nil {
+		t.Fatalf("name the host: %v\n%s", err, out)
+	}
 	// The veth goes after halt in cleanup order (cleanups run last first):
 	// deleting the root side deletes the pair; a namespace that dies takes
 	// its side along, and then the root side too.
@@ -278,9 +286,9 @@ func (h *Host) link() error {
 }
 
 // Enter returns a command that runs argv on the host, beside its systemd
-// (its mount, PID and network namespaces), not through SSH.
+// (its mount, PID, network and UTS namespaces), not through SSH.
 func (h *Host) Enter(argv ...string) *exec.Cmd {
-	return exec.Command("nsenter", append([]string{"-t", h.PID1, "-m", "-p", "-n"}, argv...)...)
+	return exec.Command("nsenter", append([]string{"-t", h.PID1, "-m", "-p", "-n", "-u"}, argv...)...)
 }
 
 // NetNS is the identity of the host's network namespace

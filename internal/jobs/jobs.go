@@ -442,6 +442,15 @@ func (m *Manager) reconcile(ctx context.Context, j store.Job, why, whyShort stri
 }
 
 // place is where session's jobs work and the sandbox they run under.
+// hostOf is the worker host session works on ("": here).
+func (m *Manager) hostOf(ctx context.Context, session string) (string, error) {
+	if m.cfg.Workspaces == nil {
+		return "", nil
+	}
+	p, err := m.cfg.Workspaces.For(ctx, session)
+	return p.Host, err
+}
+
 func (m *Manager) place(ctx context.Context, session string) (dir string, sb kernel.Sandbox, err error) {
 	if m.cfg.Workspaces == nil {
 		return m.cfg.Workspace, m.cfg.Sandbox, nil

@@ -77,6 +77,13 @@ func (m *Manager) handle(ctx context.Context, r worker.Request, c caller) (json.
 		if math.IsNaN(a.Timeout) || math.IsInf(a.Timeout, 0) {
 			return nil, invalid("jobs.run: timeout must be a number of seconds")
 		}
+		if a.Host == "" {
+			// A session working on a host runs its commands there too.
+			var err error
+			if a.Host, err = m.hostOf(ctx, c.session); err != nil {
+				return nil, &worker.RequestError{Code: "failed", Message: "jobs.run: " + err.Error()}
+			}
+		}
 		root, _, err := m.place(ctx, c.session)
 		if err != nil {
 			return nil, &worker.RequestError{Code: "failed", Message: "jobs.run: " + err.Error()}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
 
 	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/worker"
+	"github.com/klbr-dev/klbr/internal/workspace"
 )
 
 // Remote places root sessions' workbenches on a worker host: each
@@ -43,10 +45,52 @@ func (m *Manager) RemoteHost() string {
 	return m.cfg.Remote.Host
 }
 
+// hostPlace is where session works when that is on a worker host (a
+// child spawned there); onHost false: here.
+func (m *Manager) hostPlace(ctx context.Context, session string) (p workspace.Place, onHost bool, err error) {
+	if m.cfg.Workspaces == nil {
+		return p, false, nil
+	}
+	if p, err = m.cfg.Workspaces.For(ctx, session); err != nil {
+		return p, false, err
+	}
+	return p, p.Host != "", nil
+}
+
+// remoteOn is the placement of children's workbenches on host, made once.
+func (m *Manager) remoteOn(host string) (*Remote, error) {
+	if r := m.cfg.Remote; r != nil && r.Host == host {
+		return r, nil
+	}
+	eng := m.cfg.Hosts
+	if eng == nil && m.cfg.Remote != nil {
+		eng = m.cfg.Remote.Hosts
+	}
+	if eng == nil {
+		return nil, fmt.Errorf("the workbench is on host %s, but klbr.toml defines no [hosts.NAME] any more", host)
+	}
+	if _, ok := eng.Host(host); !ok {
+		return nil, fmt.Errorf("the workbench is on host %s, which klbr.toml no longer defines: define [hosts.%s] again, or cancel the child", host, host)
+	}
+	m.remoteMu.Lock()
+	defer m.remoteMu.Unlock()
+	if m.remotes == nil {
+		m.remotes = map[string]*Remote{}
+	}
+	r := m.remotes[host]
+	if r == nil {
+		r = &Remote{Hosts: eng, Host: host}
+		m.remotes[host] = r
+	}
+	return r, nil
+}
+
 // prepare makes spec start on the host: the runtime, the skills file and
 // the skill set's directories are put there and every path in spec names
-// the host's copy.
-func (r *Remote) prepare(ctx context.Context, spec *worker.Spec, runtimeSrc string) error {
+// the host's copy. ws, when set, is the workspace on the host the
+// generation works in (a child's copy); else it works in its unit's own
+// directory.
+func (r *Remote) prepare(ctx context.Context, spec *worker.Spec, runtimeSrc, ws string) error {
 	put := func(local string, file, keep bool) (string, error) {
 		t, err := r.pack(local, file, keep)
 		if err != nil {
@@ -94,11 +138,14 @@ func (r *Remote) prepare(ctx context.Context, spec *worker.Spec, runtimeSrc stri
 		spec.Python = "python3"
 	}
 	// The host's own unit is the placement; the workspace is the unit's
-	// directory there (a copy of the workspace travels with issue 28's
-	// child agents, not yet here).
+	// directory there, or the child's copy.
 	spec.Placer, spec.Workspace = nil, ""
-	spec.Remote = hosts.WorkerUnit{Engine: r.Hosts, Host: r.Host,
+	u := hosts.WorkerUnit{Engine: r.Hosts, Host: r.Host,
 		Name: hosts.WorkerUnitName(spec.Role, spec.Session, spec.Generation)}
+	if ws != "" {
+		spec.Workspace, u.Workspace = ws, path.Base(ws)
+	}
+	spec.Remote = u
 	return nil
 }
 
