@@ -45,6 +45,9 @@ type Host struct {
 	CPUQuotaPct    int
 	Wall           time.Duration
 	WorkDir        string // absolute; "" means ~/.cache/klbr/work of the SSH user
+	// DownGrace is how long a running job waits for the host to answer
+	// again before its recovery policy decides; 0: until its wall time.
+	DownGrace time.Duration
 }
 
 // FromConfig returns the hosts of a parsed klbr.toml, by name.
@@ -67,7 +70,8 @@ func FromConfig(f config.File) (map[string]Host, error) {
 		}
 		out[name] = Host{Name: name, Target: t, IdentityFile: c.IdentityFile, KnownHostsFile: c.KnownHostsFile,
 			Labels: slices.Clone(c.Labels), MaxJobs: c.MaxJobs, MemoryMaxBytes: mem, TasksMax: c.TasksMax,
-			CPUQuotaPct: cpu, Wall: time.Duration(c.WallSeconds) * time.Second, WorkDir: c.WorkDir}
+			CPUQuotaPct: cpu, Wall: time.Duration(c.WallSeconds) * time.Second, WorkDir: c.WorkDir,
+			DownGrace: time.Duration(c.DownGraceSeconds) * time.Second}
 	}
 	return out, nil
 }

@@ -74,11 +74,22 @@ const containment = `-p "TemporaryFileSystem=$HOME $r" -p "BindPaths=$d" ` +
 	`-p "InaccessiblePaths=-/run/dbus -/var/run/dbus -/run/systemd/private" ` +
 	`-p CapabilityBoundingSet= -p AmbientCapabilities=`
 
-// Start starts u on host unless a unit of its name exists there already;
-// existed says which. Either way, exactly one unit of that name has been
-// started on the host. An error of kind ErrUnreachable, ErrHostKey or
-// ErrAuth means nothing was sent; ErrLost means the start may or may not
-// have happened (ask State).
+// ErrGone says a unit's start reached its host once, but the unit is not
+// there any more (the host rebooted, or it was collected by hand): it is
+// never started again under its name.
+var ErrGone = errors.New("the unit was started on the host once and is gone")
+
+// Start starts u on host unless a unit of its name was ever started there;
+// existed says the unit is there already. Either way, exactly one unit of
+// that name has been started on the host. A unit's directory is made just
+// before its start and removed by Collect: a directory without its unit
+// means the start reached the host once and the unit is gone since, and
+// Start refuses with ErrGone rather than start it a second time. Starts of
+// one name are serialized on the host (flock), so a start that a crash of
+// klbr-core left running there is finished before the next one asks. An
+// error of kind ErrUnreachable, ErrHostKey or ErrAuth means nothing was
+// sent; ErrLost means the start may or may not have happened: Start again
+// says which, and never starts a second unit.
 func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, err error) {
 	c, err := e.conn(host)
 	if err != nil {
@@ -105,9 +116,13 @@ func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, 
 u=%s
 r=%s
 d="$r"/%s
+mkdir -p -- "$r" || exit 1
+exec 9>>"$r/.$u.lock" || exit 1
+if command -v flock >/dev/null 2>&1; then flock 9 || exit 1; fi
 if [ "$(systemctl show --property=LoadState --value -- "$u")" != not-found ]; then echo existed; exit 0; fi
-mkdir -p -- "$d" && chmod 700 -- "$d"
-%s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s
+if [ -e "$d" ]; then echo gone; exit 0; fi
+mkdir -m 700 -- "$d" || exit 1
+%s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s || { s=$?; rm -rf -- "$d"; exit $s; }
 echo started
 `, Quote(u.Name), c.workRoot(), Quote(u.Name), strings.Join(quoted, " "), containment, strings.Join(argv, " "))
 	var out bytes.Buffer
@@ -119,6 +134,8 @@ echo started
 		return true, nil
 	case "started":
 		return false, nil
+	case "gone":
+		return false, fmt.Errorf("host %s: %s: %w", host, u.Name, ErrGone)
 	}
 	return false, fmt.Errorf("host %s: start %s: unexpected answer %q", host, u.Name, out.String())
 }
@@ -361,8 +378,9 @@ func (e *Engine) Collect(ctx context.Context, host, unit string) error {
 systemctl stop -- "$u" 2>/dev/null
 systemctl reset-failed -- "$u" 2>/dev/null
 rm -rf -- %s
+rm -f -- %s/.%s.lock
 true
-`, Quote(unit), c.workDir(unit))
+`, Quote(unit), c.workDir(unit), c.workRoot(), Quote(unit))
 	return c.run(ctx, script, io.Discard)
 }
 
@@ -421,3 +439,28 @@ exec %s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -- "$p" "$@" %s
 	}
 	return c.session(context.Background(), script), nil
 }
+
+// Units lists the units on host whose names match prefix* (a klbr unit
+// name's beginning, such as "klbr-job-"), loaded or ended.
+func (e *Engine) Units(ctx context.Context, host, prefix string) ([]UnitLine, error) {
+	c, err := e.conn(host)
+	if err != nil {
+		return nil, err
+	}
+	if !unitPrefix.MatchString(prefix) {
+		return nil, fmt.Errorf("hosts: %q is not the beginning of a klbr unit name", prefix)
+	}
+	var out bytes.Buffer
+	if err := c.run(ctx, "systemctl list-units --all --plain --no-legend --no-pager "+Quote(prefix+"*"), &limited{w: &out, n: 1 << 20}); err != nil {
+		return nil, err
+	}
+	var units []UnitLine
+	for _, l := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(l); len(f) >= 4 && unitName.MatchString(f[0]) {
+			units = append(units, UnitLine{Unit: f[0], Active: f[2], Sub: f[3]})
+		}
+	}
+	return units, nil
+}
+
+var unitPrefix = regexp.MustCompile(`^klbr-[a-z0-9-]{0,100}$`)
