@@ -10,6 +10,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/diskuse"
 	"github.com/klbr-dev/klbr/internal/history"
+	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/spend"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/turn"
@@ -100,6 +101,9 @@ type Status struct {
 type JobsStatus struct {
 	Running    []store.Job `json:"running"`
 	NextWakeup *time.Time  `json:"next_wakeup,omitempty"`
+	// Hosts are the worker hosts as klbr-core last reached them (none
+	// without [hosts]).
+	Hosts []hosts.Status `json:"hosts,omitempty"`
 }
 
 // Jobs is a job listing (GET /v1/jobs).

@@ -267,6 +267,8 @@ type Status struct {
 	MaxJobs  int    `json:"max_jobs"` // job slots
 	LastErr  string `json:"last_error,omitempty"`
 	Known    bool   `json:"contacted"` // a connect was tried since start
+	// DownSince is when the host stopped answering; nil while it answers.
+	DownSince *time.Time `json:"down_since,omitempty"`
 }
 
 // Statuses returns every host's status, by name.
@@ -279,6 +281,8 @@ func (e *Engine) Statuses() []Status {
 			Up: c.tried && c.lastErr == nil, Reserved: c.reserved, MaxJobs: c.h.MaxJobs, Known: c.tried}
 		if c.lastErr != nil {
 			s.LastErr = c.lastErr.Error()
+			since := c.since
+			s.DownSince = &since
 		}
 		c.mu.Unlock()
 		out = append(out, s)
