@@ -52,7 +52,7 @@ func newStatus(g *globals) *cobra.Command {
 			}
 			fmt.Fprintf(g.env.Stdout, "data %s · sqlite %s · placement %s · workbench %s\n", st.DataDir, st.SQLite, st.Placement, wb)
 			for _, l := range st.WorkbenchLost {
-				fmt.Fprintf(g.env.Stdout, "workbench of %s: generation %d LOST at %s and restarted: %s\n", l.Session, l.Generation,
+				fmt.Fprintf(g.env.Stdout, "workbench of %s: generation %d LOST at %s (the next cell runs in a new generation): %s\n", l.Session, l.Generation,
 					l.At.Local().Format(time.DateTime), oneLine(l.Reason, 300))
 			}
 			fmt.Fprintf(g.env.Stdout, "agent: %s\n", st.Agent)

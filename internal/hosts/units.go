@@ -454,13 +454,19 @@ func (e *Engine) Units(ctx context.Context, host, prefix string) ([]UnitLine, er
 	if err := c.run(ctx, "systemctl list-units --all --plain --no-legend --no-pager "+Quote(prefix+"*"), &limited{w: &out, n: 1 << 20}); err != nil {
 		return nil, err
 	}
+	return parseUnits(out.String()), nil
+}
+
+// parseUnits reads systemctl list-units --plain --no-legend: the klbr units
+// among its lines, one a line at most.
+func parseUnits(out string) []UnitLine {
 	var units []UnitLine
-	for _, l := range strings.Split(out.String(), "\n") {
+	for _, l := range strings.Split(out, "\n") {
 		if f := strings.Fields(l); len(f) >= 4 && unitName.MatchString(f[0]) {
 			units = append(units, UnitLine{Unit: f[0], Active: f[2], Sub: f[3]})
 		}
 	}
-	return units, nil
+	return units
 }
 
 var unitPrefix = regexp.MustCompile(`^klbr-[a-z0-9-]{0,100}$`)
