@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/citest"
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/hosttest"
@@ -188,4 +190,67 @@ func TestRemoteJobWhileTheLinkIsDown(t *testing.T) {
 			t.Fatalf("dead was not tried first: %+v", s)
 		}
 	})
+}
+
+// A klbr-core killed after it claimed a remote job's attempt and before it
+// recorded the host: nothing was sent anywhere, so the restart puts the job
+// back to pending (sent again as its next attempt), never unknown.
+func TestRemoteJobNeverPlacedIsPendingAgain(t *testing.T) {
+	if _, err := exec.LookPath("ssh"); err != nil {
+		citest.SkipOrFail(t, "ssh is missing (apt-get install -y openssh-client)")
+	}
+	ctx := t.Context()
+	dir := t.TempDir()
+	st, err := store.Open(ctx, dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var id int64
+	if err := st.Write(ctx, func(tx *store.Tx) error {
+		if _, err := tx.EnsureSession("default"); err != nil {
+			return err
+		}
+		if id, err = tx.InsertJob(store.NewJob{Kind: KindCommand, Session: "default", Recovery: Manual,
+			Spec: mustJSON(CommandSpec{Argv: []string{"true"}, Host: "gone", Timeout: 60})}); err != nil {
+			return err
+		}
+		_, err = tx.StartJob(id) // claimed; the kill came before PlaceJob
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The host refuses connections at once: the next attempt is deferred.
+	tg, err := config.ParseSSHTarget("klbr@127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := hosts.New(hosts.Config{ConnectTimeout: time.Second, Hosts: map[string]hosts.Host{"gone": {Name: "gone", Target: tg,
+		IdentityFile: "/nonexistent", KnownHostsFile: "/nonexistent", MaxJobs: 1, Wall: time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	m := New(Config{Store: st, Workspace: dir, Hosts: eng})
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	poll(t, "the job tried again as its next attempt", time.Minute, func() bool {
+		j, _ := st.Job(ctx, id)
+		return j.State == store.JobPending && j.Runs == 2
+	})
+	j, _ := st.Job(ctx, id)
+	if !strings.Contains(j.Error, "not started: host gone: host unreachable") {
+		t.Fatalf("job %s %q runs %d; want pending, its next attempt not started for its host", j.State, j.Error, j.Runs)
+	}
+	page, err := st.Records(ctx, "default", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range page {
+		if r.Kind == "job.input" {
+			t.Fatalf("the owner was told %s; nothing ran, nothing to tell", r.Content)
+		}
+	}
 }
