@@ -522,6 +522,7 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 	} else if d.bench != nil {
 		st.Sandbox = d.bench.Config().SandboxSummary
 		st.WorkbenchHost = d.bench.RemoteHost()
+		st.WorkbenchLost = d.bench.RemoteLost()
 	}
 	st.Storage = d.store.Fault()
 	if d.routes != nil {

@@ -105,3 +105,30 @@ func TestReadFilesRefusesWhatWasNotAskedFor(t *testing.T) {
 		t.Fatalf("got %v, %v; want the link left out and the stray name refused", got, err)
 	}
 }
+
+// What a host answers to Units is outside input: any answer parses without
+// a panic, into klbr unit names only, at most one a line.
+func FuzzParseUnits(f *testing.F) {
+	f.Add("klbr-job-1-1.service loaded active running x\nklbr-job-2-1.service loaded active exited y\n")
+	f.Add("sshd.service loaded active running OpenSSH\n")
+	f.Add("klbr-job-1-1.service;rm loaded active running\n")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, out string) {
+		units := parseUnits(out)
+		if len(units) > strings.Count(out, "\n")+1 {
+			t.Fatalf("%d units from %d lines", len(units), strings.Count(out, "\n")+1)
+		}
+		for _, u := range units {
+			if CheckUnitName(u.Unit) != nil {
+				t.Fatalf("%q is not a klbr unit name", u.Unit)
+			}
+		}
+	})
+}
+
+func TestParseUnits(t *testing.T) {
+	got := parseUnits("klbr-job-1-1.service loaded active running x\nsshd.service loaded active running y\nklbr-job-1-1.service;x loaded a b\n")
+	if len(got) != 1 || got[0] != (UnitLine{Unit: "klbr-job-1-1.service", Active: "active", Sub: "running"}) {
+		t.Fatalf("%+v", got)
+	}
+}

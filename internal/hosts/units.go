@@ -92,11 +92,25 @@ const containment = `-p "TemporaryFileSystem=$HOME $r" -p "BindPaths=$d" ` +
 	`-p "InaccessiblePaths=-/run/dbus -/var/run/dbus -/run/systemd/private" ` +
 	`-p CapabilityBoundingSet= -p AmbientCapabilities=`
 
-// Start starts u on host unless a unit of its name exists there already;
-// existed says which. Either way, exactly one unit of that name has been
-// started on the host. An error of kind ErrUnreachable, ErrHostKey or
-// ErrAuth means nothing was sent; ErrLost means the start may or may not
-// have happened (ask State).
+// ErrGone says a unit's start reached its host once, but the unit is not
+// there any more (the host rebooted, or it was collected by hand): it is
+// never started again under its name.
+var ErrGone = errors.New("the unit was started on the host once and is gone")
+
+// Start starts u on host unless a unit of its name was ever started there;
+// existed says the unit is there already. Either way, exactly one unit of
+// that name has been started on the host. A marker beside the unit's
+// directory (WORK_DIR/.<unit>.started, out of every unit's reach) is made
+// just before systemd-run and removed by Collect: a marker without its unit
+// means the start reached systemd once and the unit is gone since, and
+// Start refuses with ErrGone rather than start it a second time. A start
+// cut off before the marker (while its directory or inputs were being
+// made) is begun again from an empty directory. Starts of
+// one name are serialized on the host (flock), so a start that a crash of
+// klbr-core left running there is finished before the next one asks. An
+// error of kind ErrUnreachable, ErrHostKey or ErrAuth means nothing was
+// sent; ErrLost means the start may or may not have happened: Start again
+// says which, and never starts a second unit.
 func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, err error) {
 	c, err := e.conn(host)
 	if err != nil {
@@ -118,10 +132,11 @@ func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, 
 	}
 	// Confined, klbr-kernel goes before the program with its sandbox
 	// (Landlock, no capabilities), which the environment crosses by name.
-	prep, kern := "", ""
+	check, prep, kern := "", "", ""
 	if u.Confine {
-		prep = `k=$(command -v klbr-kernel) || { echo no-kernel; exit 0; }
-mkdir -p -- "$d/tmp"
+		check = `k=$(command -v klbr-kernel) || { echo no-kernel; exit 0; }
+`
+		prep = `mkdir -p -- "$d/tmp" || fail
 `
 		kern = `"$k" --deny "$HOME" --deny "$r" --rw "$d" --tmp "$d/tmp" --drop-caps`
 		for _, k := range slices.Sorted(maps.Keys(u.Env)) {
@@ -129,10 +144,8 @@ mkdir -p -- "$d/tmp"
 		}
 		kern += " --"
 	}
-	// The unit does not exist: a directory of its name is what a start
-	// that was cut off left, and is made again.
 	if u.Inputs != "" {
-		prep += "cp -R -- " + Quote(u.Inputs) + `/. "$d"/` + "\n"
+		prep += "cp -R -- " + Quote(u.Inputs) + `/. "$d"/ || fail` + "\n"
 	}
 	// A transient system service runs as root unless told otherwise, even
 	// when an unprivileged login asked for it through polkit: User= keeps
@@ -141,11 +154,18 @@ mkdir -p -- "$d/tmp"
 u=%s
 r=%s
 d="$r"/%s
+mkdir -p -- "$r" || exit 1
+exec 9>>"$r/.$u.lock" || exit 1
+if command -v flock >/dev/null 2>&1; then flock 9 || exit 1; fi
 if [ "$(systemctl show --property=LoadState --value -- "$u")" != not-found ]; then echo existed; exit 0; fi
-rm -rf -- "$d" && mkdir -p -- "$d" && chmod 700 -- "$d"
-%s%s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s %s
+if [ -e "$r/.$u.started" ]; then echo gone; exit 0; fi
+fail() { rm -rf -- "$d"; exit 1; }
+%s
+rm -rf -- "$d" && mkdir -m 700 -- "$d" || exit 1
+%s: > "$r/.$u.started" || fail
+%s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s %s || { s=$?; rm -rf -- "$d" "$r/.$u.started"; exit $s; }
 echo started
-`, Quote(u.Name), c.workRoot(), Quote(u.Name), prep, strings.Join(quoted, " "), containment, kern, strings.Join(argv, " "))
+`, Quote(u.Name), c.workRoot(), Quote(u.Name), check, prep, strings.Join(quoted, " "), containment, kern, strings.Join(argv, " "))
 	var out bytes.Buffer
 	if err := c.run(ctx, script, &limited{w: &out, n: 4096}); err != nil {
 		return false, err
@@ -157,6 +177,8 @@ echo started
 		return false, nil
 	case "no-kernel":
 		return false, fmt.Errorf("host %s: start %s: %w on the PATH of the login: install klbr there (NixOS: services.klbr-worker.enable), then the job can run", host, u.Name, ErrNoKernel)
+	case "gone":
+		return false, fmt.Errorf("host %s: %s: %w", host, u.Name, ErrGone)
 	}
 	return false, fmt.Errorf("host %s: start %s: unexpected answer %q", host, u.Name, out.String())
 }
@@ -411,8 +433,9 @@ func (e *Engine) Collect(ctx context.Context, host, unit string) error {
 systemctl stop -- "$u" 2>/dev/null
 systemctl reset-failed -- "$u" 2>/dev/null
 rm -rf -- %s
+rm -f -- %s/.%s.lock %s/.%s.started
 true
-`, Quote(unit), c.workDir(unit))
+`, Quote(unit), c.workDir(unit), c.workRoot(), Quote(unit), c.workRoot(), Quote(unit))
 	return c.run(ctx, script, io.Discard)
 }
 
@@ -484,3 +507,34 @@ exec %s -p "User=$(id -un)" %s -p "WorkingDirectory="%s -- "$p" "$@" %s
 	}
 	return c.session(context.Background(), script), nil
 }
+
+// Units lists the units on host whose names match prefix* (a klbr unit
+// name's beginning, such as "klbr-job-"), loaded or ended.
+func (e *Engine) Units(ctx context.Context, host, prefix string) ([]UnitLine, error) {
+	c, err := e.conn(host)
+	if err != nil {
+		return nil, err
+	}
+	if !unitPrefix.MatchString(prefix) {
+		return nil, fmt.Errorf("hosts: %q is not the beginning of a klbr unit name", prefix)
+	}
+	var out bytes.Buffer
+	if err := c.run(ctx, "systemctl list-units --all --plain --no-legend --no-pager "+Quote(prefix+"*"), &limited{w: &out, n: 1 << 20}); err != nil {
+		return nil, err
+	}
+	return parseUnits(out.String()), nil
+}
+
+// parseUnits reads systemctl list-units --plain --no-legend: the klbr units
+// among its lines, one a line at most.
+func parseUnits(out string) []UnitLine {
+	var units []UnitLine
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 4 && unitName.MatchString(f[0]) {
+			units = append(units, UnitLine{Unit: f[0], Active: f[2], Sub: f[3]})
+		}
+	}
+	return units
+}
+
+var unitPrefix = regexp.MustCompile(`^klbr-[a-z0-9-]{0,100}$`)

@@ -173,6 +173,9 @@ type run struct {
 	cancelled atomic.Bool // by the owner or the operator
 	// inputsSkipped lists what of a command's inputs was left out.
 	inputsSkipped []string
+	// after, when set, runs once the run's end is recorded (a remote
+	// unit's collection).
+	after func()
 }
 
 // New returns a Manager; Start recovers and starts the timer.
@@ -217,6 +220,25 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.reattach(j)
 	}
 	m.orphans = nil
+	if m.cfg.Hosts != nil {
+		// Only the hosts of the latest remote jobs: a host is not
+		// contacted at start otherwise.
+		recent := map[string]bool{}
+		if js, err := m.cfg.Store.Jobs(ctx, store.JobFilter{Kind: KindCommand, Limit: 100}); err == nil {
+			for _, j := range js {
+				if j.Host != "" {
+					recent[j.Host] = true
+				}
+			}
+		}
+		if len(recent) > 0 {
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				m.sweep(recent)
+			}()
+		}
+	}
 	m.started.Store(true)
 	go m.loop()
 	return nil
@@ -396,11 +418,26 @@ func (m *Manager) recover(ctx context.Context) error {
 			m.orphans = append(m.orphans, j)
 			continue
 		}
+		if j.Kind == KindCommand && j.Host == "" && remoteSpec(j) {
+			// Its attempt was never placed: nothing was sent to a host.
+			if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) error {
+				return tx.RecoverJob(j.ID, store.JobPending, "klbr-core stopped before the job was sent to a host; it is sent again", "")
+			}); err != nil {
+				return fmt.Errorf("recover job %d: %w", j.ID, err)
+			}
+			continue
+		}
 		if err := m.reconcile(ctx, j, "klbr-core stopped while the command ran", "klbr-core stopped while it ran"); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// remoteSpec reports whether command job j runs on a worker host.
+func remoteSpec(j store.Job) bool {
+	var s CommandSpec
+	return json.Unmarshal(j.Spec, &s) == nil && s.Host != ""
 }
 
 // reconcile moves a job whose run was lost (why; whyShort in the notice)

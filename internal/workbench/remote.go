@@ -6,10 +6,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/klbr-dev/klbr/internal/hosts"
+	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
 	"github.com/klbr-dev/klbr/internal/workspace"
 )
@@ -30,6 +33,68 @@ type Remote struct {
 
 	mu    sync.Mutex
 	trees map[string]hosts.Tree // packed once per local directory or file
+
+	lostMu sync.Mutex
+	lost   map[string]Lost // the last generation lost, by session
+}
+
+// Lost is a remote generation that ended unasked: its SSH session ended
+// (the connection dropped, or the unit was stopped on the host), and its
+// Python state with it.
+type Lost struct {
+	Session    string    `json:"session"`
+	Generation int64     `json:"generation"`
+	At         time.Time `json:"at"`
+	Reason     string    `json:"reason"`
+}
+
+func (r *Remote) noteLost(session string, gen int64, reason string) {
+	r.lostMu.Lock()
+	defer r.lostMu.Unlock()
+	if r.lost == nil {
+		r.lost = map[string]Lost{}
+	}
+	r.lost[session] = Lost{Session: session, Generation: gen, At: time.Now(), Reason: reason}
+}
+
+// remoteLost records that session's remote worker w died between cells:
+// a kernel.reset notice with the reason, which the session sees before its
+// next cell, and the loss for status. The worker is not reattached: its
+// protocol stream was the SSH session that ended (see docs/hosts.md).
+func (m *Manager) remoteLost(ctx context.Context, session string, w *worker.Worker) error {
+	why := "its SSH session ended"
+	if err := w.Err(); err != nil {
+		why += " (" + err.Error() + ")"
+	}
+	if d := strings.TrimSpace(w.Diagnostics()); d != "" {
+		if len(d) > 500 {
+			d = d[len(d)-500:]
+		}
+		why += "; last output: " + d
+	}
+	reason := fmt.Sprintf("the workbench on host %s was lost between cells: %s. Its Python state (variables, imports) is gone; "+
+		"a new generation starts for the next cell", m.cfg.Remote.Host, strings.ToValidUTF8(why, "?"))
+	m.cfg.Remote.noteLost(session, w.Generation(), reason)
+	m.cfg.Log.Warn("workbench: the remote worker was lost between cells; a new generation starts", "session", session,
+		"host", m.cfg.Remote.Host, "generation", w.Generation(), "why", why)
+	return m.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.KernelReset(session, w.Generation(), reason) })
+}
+
+// RemoteLost lists, by session, the last remote generation that was lost
+// unasked (none: nothing was lost, or the workbench runs here).
+func (m *Manager) RemoteLost() []Lost {
+	if m.cfg.Remote == nil {
+		return nil
+	}
+	r := m.cfg.Remote
+	r.lostMu.Lock()
+	defer r.lostMu.Unlock()
+	out := make([]Lost, 0, len(r.lost))
+	for _, l := range r.lost {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b Lost) int { return strings.Compare(a.Session, b.Session) })
+	return out
 }
 
 func (m *Manager) remoteFor(session string) bool {

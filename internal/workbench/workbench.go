@@ -362,6 +362,9 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 		return nil
 	})
 	if out.Reset {
+		if out.Error != nil && out.Error.Type == "WorkerDied" && m.remoteFor(sessionID) {
+			m.cfg.Remote.noteLost(sessionID, w.Generation(), out.Error.Message)
+		}
 		m.retire(b, w)
 		if out.Error != nil && out.Error.Type == "WorkerDied" {
 			m.extMu.Lock()
@@ -432,6 +435,14 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 	if b.w != nil {
 		select {
 		case <-b.w.Dead():
+			if m.remoteFor(sessionID) {
+				// A remote worker dies between cells when its SSH session
+				// ends (the connection dropped): its Python state is gone,
+				// and the session is told so before the next cell runs.
+				if err := m.remoteLost(ctx, sessionID, b.w); err != nil {
+					return nil, err
+				}
+			}
 			m.retire(b, b.w)
 		default:
 			return b.w, nil
