@@ -35,7 +35,7 @@ type Reviewer interface {
 }
 
 // Ops answers the discord.* host requests of cells: current, conversations,
-// history, send, react, mark, receipt.
+// history, send, react, mark, receipt, attachment.
 type Ops struct {
 	store  *store.Store
 	review Reviewer
@@ -43,6 +43,9 @@ type Ops struct {
 	// SendWait bounds how long send waits for the transport's receipt before
 	// answering with the effect still pending (0: 10 s).
 	SendWait time.Duration
+	// AttachmentWait bounds how long discord.attachment waits for a fetch
+	// still under way (0: 30 s).
+	AttachmentWait time.Duration
 }
 
 // NewOps returns the discord.* handler.
@@ -59,6 +62,10 @@ func (o *Ops) HandleRequest(ctx context.Context, r worker.Request) (json.RawMess
 	session := workbench.SessionFrom(ctx)
 	if session == "" {
 		return nil, refuse("invalid", "%s outside a cell", r.Op)
+	}
+	if r.Op == "discord.attachment" {
+		// Its own decoder: bounded, and it names a message and an attachment only.
+		return o.attachment(ctx, session, r.Args)
 	}
 	var a struct {
 		Conversation string   `json:"conversation"`
