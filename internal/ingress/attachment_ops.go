@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
@@ -157,13 +158,11 @@ func (o *Ops) fetchedAttachment(ctx context.Context, session string, a attachmen
 	}
 }
 
-// artifacts is the store fetched attachments are in (nil: none).
-func (s *Server) artifacts() interface{ Path(string) (string, error) } {
+// artifacts is the store fetched attachments and sent files are in (nil:
+// none).
+func (s *Server) artifacts() *artifacts.Store {
 	if s.cfg.Artifacts == nil {
 		return nil
 	}
-	if a := s.cfg.Artifacts(); a != nil {
-		return a
-	}
-	return nil
+	return s.cfg.Artifacts()
 }

@@ -89,6 +89,16 @@ class DiscordTest(peer.HostRequestsTest):
             self.assertEqual(outcome["status"], "error", code)
             self.assertEqual(reqs, [], code)
 
+    def test_send_with_files_names_absolute_workspace_paths(self):
+        rc = {"effect_id": 7, "kind": "send", "state": "confirmed", "conversation": "d2", "message_id": "555"}
+        v, reqs = self.value("import os\nr = await discord.conversation('d2').send('logs', files=['a.log', os.path.join('sub', 'b.png')])\n"
+                             "(r.delivered, os.getcwd())", [ok(rc)])
+        cwd = ast.literal_eval(v)[1]
+        self.assertEqual(reqs, [("discord.send", {"conversation": "d2", "text": "logs",
+                                                  "files": [os.path.join(cwd, "a.log"), os.path.join(cwd, "sub", "b.png")]})])
+        outcome, reqs = self.cell("await discord.conversation('d2').send('x', files=[str(i) for i in range(11)])", [])
+        self.assertEqual((outcome["status"], reqs), ("error", []))
+
     def _item_with(self, *atts):
         return {"items": [{"id": 5, "conversation": "d1", "message_id": "12", "status": "pending",
                            "attachments": list(atts)}]}

@@ -6,8 +6,9 @@
 - ``discord.conversation("d2")``: a handle by alias, for proactive messages.
 - ``await conversation.history(limit=20, before=None, after=None)``: a bounded
   backread. Reading is not accepting work: nothing becomes an input or item.
-- ``await conversation.send(text, reply_to=None, item=None)``: returns a
-  Receipt. Only ``receipt.delivered`` (state ``confirmed``) means it was said;
+- ``await conversation.send(text, reply_to=None, item=None, files=None)``:
+  returns a Receipt; ``files`` are workspace paths (at most 10, 10 MiB).
+  Only ``receipt.delivered`` (state ``confirmed``) means it was said;
   ``pending``/``attempting``/``unknown`` are not delivery, ``failed`` is not.
 - ``await conversation.react(message_id, emoji)``: a reaction (Receipt). It
   does not mark anything acted: combine it with ``mark`` when you mean to.
@@ -34,6 +35,7 @@ __all__ = ["current", "conversations", "conversation", "items", "mark", "receipt
 
 STATUSES = ("pending", "seen", "acted", "ignored")
 
+MAX_FILES = 10                    # files a send carries (Discord's limit; 10 MiB together)
 TEXT_MAX_BYTES = 1 << 20          # a.text: larger text is read()
 ATTACHMENT_MAX_BYTES = 500 << 20  # the most [discord] attachment_max_bytes allows
 _CACHE_BYTES = 32 << 20           # bytes kept on the object after a read
@@ -346,11 +348,15 @@ class Conversation:
         r = await request("discord.history", args)
         return [Message(m) for m in r.get("messages", [])]
 
-    async def send(self, text, reply_to=None, item=None):
+    async def send(self, text, reply_to=None, item=None, files=None):
         """Say ``text`` here. Returns a Receipt: check ``receipt.delivered``.
         ``reply_to`` forces a reply to that message; ``item`` names the
         attention item this answers (it must be in this conversation; omitted,
-        the host infers it only from this cell's own frame)."""
+        the host infers it only from this cell's own frame). ``files`` are
+        paths of files in the workspace (at most 10, 10 MiB together, as
+        Discord takes them from a bot), sent with the message: the host
+        copies them when you send (links are not followed), so later changes
+        do not matter."""
         if not isinstance(text, str) or not text:
             raise TypeError("send() takes a non-empty str")
         args = {"conversation": self.alias, "text": text}
@@ -358,6 +364,14 @@ class Conversation:
             args["reply_to"] = _check_id("reply_to", getattr(reply_to, "id", reply_to))
         if item is not None:
             args["item_id"] = _item_id(item)
+        if files is not None:
+            if isinstance(files, (str, bytes, os.PathLike)):
+                files = [files]
+            paths = [os.path.abspath(os.fsdecode(os.fspath(f))) for f in files]
+            if len(paths) > MAX_FILES:
+                raise ValueError(f"{len(paths)} files; Discord takes at most {MAX_FILES} a message")
+            if paths:
+                args["files"] = paths
         return Receipt(await request("discord.send", args))
 
     async def items(self, status=("pending", "seen"), limit=50):
