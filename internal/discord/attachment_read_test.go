@@ -117,3 +117,4 @@ func TestACellReadsTheAttachmentsItWasShown(t *testing.T) {
 		t.Errorf("the failed fetch's refusal does not say why: %v", err)
 	}
 }
+
