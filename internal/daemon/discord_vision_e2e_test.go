@@ -72,12 +72,12 @@ func TestAnImageInADMReachesAVisionRoute(t *testing.T) {
 
 	png := func(i int) []byte { return append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{byte(i)}, 4000)...) }
 	m := discordtest.Message("8501", "85", "", "5", "which of these is broken?")
-	atts := []any{}
+	// First an "image" whose bytes are not one: it goes as its description.
+	atts := []any{fake.Attachment("8520", "85", "8501", "fake.png", "image/png", []byte("not a png at all"), time.Hour)}
 	for i := 1; i <= 5; i++ {
 		atts = append(atts, fake.Attachment(fmt.Sprint(8510+i), "85", "8501", fmt.Sprintf("shot%d.png", i), "image/png", png(i), time.Hour))
 	}
-	atts = append(atts, fake.Attachment("8520", "85", "8501", "fake.png", "image/png", []byte("not a png at all"), time.Hour),
-		fake.Attachment("8521", "85", "8501", "notes.txt", "text/plain", []byte("hello"), time.Hour))
+	atts = append(atts, fake.Attachment("8521", "85", "8501", "notes.txt", "text/plain", []byte("hello"), time.Hour))
 	m["attachments"] = atts
 	fake.Dispatch("MESSAGE_CREATE", m)
 	a.eventually("a model request", func() bool { return len(model.Requests()) > 0 })

@@ -84,7 +84,7 @@ func (o *Ops) HandleRequest(ctx context.Context, r worker.Request) (json.RawMess
 		After        string   `json:"after"`
 		EffectID     int64    `json:"effect_id"`
 		Statuses     []string `json:"statuses"`
-		Files        []string `json:"files"`
+		Files        []json.RawMessage `json:"files"`
 	}
 	if len(r.Args) > 0 {
 		if err := decodeJSON(r.Args, &a); err != nil {
@@ -291,7 +291,7 @@ type Preparer interface {
 	PrepareDeliveryAt(ctx context.Context, session string, pin *store.Pin, in hooks.DeliveryInput) []string
 }
 
-func (o *Ops) send(ctx context.Context, session string, r worker.Request, ref, text, replyTo string, itemID int64, paths []string) (json.RawMessage, error) {
+func (o *Ops) send(ctx context.Context, session string, r worker.Request, ref, text, replyTo string, itemID int64, paths []json.RawMessage) (json.RawMessage, error) {
 	if text == "" || len(text) > utf8.UTFMax*MaxSendChars*hooks.MaxParts || !utf8.ValidString(text) ||
 		utf8.RuneCountInString(text) > MaxSendChars*hooks.MaxParts {
 		return nil, refuse("invalid", "discord send: text must be 1 to %d characters of UTF-8 (delivery.prepare splits it into messages of %d)",

@@ -2,12 +2,14 @@ package ingress
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"mime"
 	"net/http"
+	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -24,53 +26,103 @@ import (
 // MaxSendPathBytes bounds one file path a cell names.
 const MaxSendPathBytes = 4096
 
+// sendFile is a file a send names: a workspace path, or an attachment of a
+// message the cell was shown (passed on without reading the workspace).
+type sendFile struct {
+	path string
+	att  *attachmentArgs
+}
+
+// decodeSendFiles decodes a send's files: each a path (a JSON string) or
+// {"message_id", "attachment_id"}.
+func decodeSendFiles(ws string, raw []json.RawMessage) ([]sendFile, error) {
+	out := make([]sendFile, len(raw))
+	for i, r := range raw {
+		var p string
+		if json.Unmarshal(r, &p) == nil {
+			rel, err := workspaceRel(ws, p)
+			if err != nil {
+				return nil, fmt.Errorf("file %q: %w", clip(p), err)
+			}
+			out[i].path = rel
+			continue
+		}
+		a, err := decodeAttachmentArgs(r)
+		if err != nil || a.Offset != 0 {
+			return nil, fmt.Errorf("file %d is a workspace path or an attachment {message_id, attachment_id}", i)
+		}
+		out[i].att = &a
+	}
+	return out, nil
+}
+
 // sendFiles copies the files a cell's send names from its workspace into
 // the artifact store: each read through celltree beneath the workspace (no
 // link followed, no FIFO or device, no file with other hard links), their
 // sizes summed against Discord's 10 MiB before any is read, each bounded
 // again while read (a file that grows meanwhile is refused). The cell names
 // paths only; the host never opens anything outside the workspace for it.
-func (o *Ops) sendFiles(ctx context.Context, session string, paths []string) ([]store.EffectFile, error) {
-	if len(paths) == 0 {
+// An attachment of a message the cell's session was shown is passed on as
+// the artifact it was fetched into.
+func (o *Ops) sendFiles(ctx context.Context, session string, raw []json.RawMessage) ([]store.EffectFile, error) {
+	if len(raw) == 0 {
 		return nil, nil
-	}
-	if o.Workspace == nil {
-		return nil, refuse("unsupported", "discord send: files cannot be sent from here (no workspace)")
 	}
 	arts := o.server.artifacts()
 	if arts == nil {
 		return nil, refuse("unavailable", "discord send: klbr-core keeps no artifacts here: files cannot be sent")
 	}
-	ws, err := o.Workspace(ctx, session)
-	if err != nil {
-		return nil, err
-	}
-	rels := make([]string, len(paths))
-	for i, p := range paths {
-		if rels[i], err = workspaceRel(ws, p); err != nil {
-			return nil, refuse("invalid", "discord send: file %q: %v", clip(p), err)
+	ws := ""
+	if o.Workspace != nil {
+		var err error
+		if ws, err = o.Workspace(ctx, session); err != nil {
+			return nil, err
 		}
 	}
-	root, err := celltree.Open(ws)
+	files, err := decodeSendFiles(ws, raw)
 	if err != nil {
-		return nil, fmt.Errorf("discord send: the workspace: %w", err)
+		return nil, refuse("invalid", "discord send: %v", err)
 	}
-	defer root.Close()
+	var root *celltree.Root
+	for _, f := range files {
+		if f.att == nil && root == nil {
+			if ws == "" {
+				return nil, refuse("unsupported", "discord send: workspace files cannot be sent from here (no workspace)")
+			}
+			if root, err = celltree.Open(ws); err != nil {
+				return nil, fmt.Errorf("discord send: the workspace: %w", err)
+			}
+			defer root.Close()
+		}
+	}
 	var total int64
-	out := make([]store.EffectFile, 0, len(rels))
-	for i, rel := range rels {
+	out := make([]store.EffectFile, 0, len(files))
+	for i, sf := range files {
+		if sf.att != nil {
+			ef, err := o.attachmentFile(ctx, session, *sf.att, arts)
+			if err != nil {
+				return nil, err
+			}
+			if total += ef.Size; total > ingressapi.MaxSendFileBytes {
+				return nil, refuse("too_large", "discord send: the files come to more than %d bytes (%d with attachment %s); Discord takes 10 MiB a message from a bot: send fewer or smaller files",
+					ingressapi.MaxSendFileBytes, total, sf.att.AttachmentID)
+			}
+			out = append(out, ef)
+			continue
+		}
+		rel := sf.path
 		f, err := root.OpenFile(rel)
 		if err != nil {
-			return nil, refuse("invalid", "discord send: file %q: %v", clip(paths[i]), celltreeReason(err))
+			return nil, refuse("invalid", "discord send: file %q: %v", clip(rel), celltreeReason(err))
 		}
 		ef, n, err := spoolFile(arts, f, ingressapi.MaxSendFileBytes-total)
 		f.Close()
 		if errors.Is(err, errFilesTooLarge) {
 			return nil, refuse("too_large", "discord send: the files come to more than %d bytes (%d so far with %q); Discord takes 10 MiB a message from a bot: send fewer or smaller files",
-				ingressapi.MaxSendFileBytes, total+n, clip(paths[i]))
+				ingressapi.MaxSendFileBytes, total+n, clip(rel))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("discord send: file %q: %w", clip(paths[i]), err)
+			return nil, fmt.Errorf("discord send: file %d (%q): %w", i, clip(rel), err)
 		}
 		total += n
 		ef.Filename = sendName(path.Base(rel))
@@ -83,6 +135,24 @@ func (o *Ops) sendFiles(ctx context.Context, session string, paths []string) ([]
 }
 
 var errFilesTooLarge = errors.New("too large")
+
+// attachmentFile is an attachment of a message the session was shown, as a
+// file to send: its artifact, found by the digest the store recorded.
+func (o *Ops) attachmentFile(ctx context.Context, session string, a attachmentArgs, arts *artifacts.Store) (store.EffectFile, error) {
+	t, err := o.fetchedAttachment(ctx, session, a)
+	if err != nil {
+		return store.EffectFile{}, err
+	}
+	p, err := arts.Path(t.SHA256)
+	if err != nil {
+		return store.EffectFile{}, err
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return store.EffectFile{}, refuse("gone", "attachment %s was fetched, but its bytes have been removed since (storage gc)", t.ID)
+	}
+	return store.EffectFile{Filename: sendName(t.Filename), ContentType: t.ContentType, SHA256: t.SHA256, Size: fi.Size()}, nil
+}
 
 // spoolFile copies f, at most max bytes of it, into an artifact.
 func spoolFile(arts *artifacts.Store, f io.Reader, max int64) (store.EffectFile, int64, error) {

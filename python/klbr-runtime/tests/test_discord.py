@@ -96,6 +96,11 @@ class DiscordTest(peer.HostRequestsTest):
         cwd = ast.literal_eval(v)[1]
         self.assertEqual(reqs, [("discord.send", {"conversation": "d2", "text": "logs",
                                                   "files": [os.path.join(cwd, "a.log"), os.path.join(cwd, "sub", "b.png")]})])
+        item = self._item_with({"alias": "a1", "id": "41", "filename": "shot.png", "size": 9, "state": "fetched"})
+        _, reqs = self.value("a = (await discord.items())[0].attachments[0]\nawait discord.conversation('d2').send('again', files=a)",
+                             [ok(item), ok(rc)])
+        self.assertEqual(reqs[1], ("discord.send", {"conversation": "d2", "text": "again",
+                                                    "files": [{"message_id": "12", "attachment_id": "41"}]}))
         outcome, reqs = self.cell("await discord.conversation('d2').send('x', files=[str(i) for i in range(11)])", [])
         self.assertEqual((outcome["status"], reqs), ("error", []))
 

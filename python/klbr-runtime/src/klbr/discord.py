@@ -353,10 +353,10 @@ class Conversation:
         ``reply_to`` forces a reply to that message; ``item`` names the
         attention item this answers (it must be in this conversation; omitted,
         the host infers it only from this cell's own frame). ``files`` are
-        paths of files in the workspace (at most 10, 10 MiB together, as
-        Discord takes them from a bot), sent with the message: the host
-        copies them when you send (links are not followed), so later changes
-        do not matter."""
+        paths of files in the workspace, or Attachments of items (passed on),
+        at most 10 and 10 MiB together, as Discord takes them from a bot; they
+        go with the message. The host copies workspace files when you send
+        (links are not followed), so later changes do not matter."""
         if not isinstance(text, str) or not text:
             raise TypeError("send() takes a non-empty str")
         args = {"conversation": self.alias, "text": text}
@@ -365,9 +365,10 @@ class Conversation:
         if item is not None:
             args["item_id"] = _item_id(item)
         if files is not None:
-            if isinstance(files, (str, bytes, os.PathLike)):
+            if isinstance(files, (str, bytes, os.PathLike, Attachment)):
                 files = [files]
-            paths = [os.path.abspath(os.fsdecode(os.fspath(f))) for f in files]
+            paths = [{"message_id": str(f.message_id), "attachment_id": str(f.id)} if isinstance(f, Attachment)
+                     else os.path.abspath(os.fsdecode(os.fspath(f))) for f in files]
             if len(paths) > MAX_FILES:
                 raise ValueError(f"{len(paths)} files; Discord takes at most {MAX_FILES} a message")
             if paths:
