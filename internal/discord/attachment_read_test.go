@@ -117,4 +117,3 @@ func TestACellReadsTheAttachmentsItWasShown(t *testing.T) {
 		t.Errorf("the failed fetch's refusal does not say why: %v", err)
 	}
 }
-

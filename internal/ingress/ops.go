@@ -71,19 +71,19 @@ func (o *Ops) HandleRequest(ctx context.Context, r worker.Request) (json.RawMess
 		return o.attachment(ctx, session, r.Args)
 	}
 	var a struct {
-		Conversation string   `json:"conversation"`
-		Text         string   `json:"text"`
-		ReplyTo      string   `json:"reply_to"`
-		ItemID       int64    `json:"item_id"`
-		MessageID    string   `json:"message_id"`
-		Emoji        string   `json:"emoji"`
-		Status       string   `json:"status"`
-		Note         string   `json:"note"`
-		Limit        int      `json:"limit"`
-		Before       string   `json:"before"`
-		After        string   `json:"after"`
-		EffectID     int64    `json:"effect_id"`
-		Statuses     []string `json:"statuses"`
+		Conversation string            `json:"conversation"`
+		Text         string            `json:"text"`
+		ReplyTo      string            `json:"reply_to"`
+		ItemID       int64             `json:"item_id"`
+		MessageID    string            `json:"message_id"`
+		Emoji        string            `json:"emoji"`
+		Status       string            `json:"status"`
+		Note         string            `json:"note"`
+		Limit        int               `json:"limit"`
+		Before       string            `json:"before"`
+		After        string            `json:"after"`
+		EffectID     int64             `json:"effect_id"`
+		Statuses     []string          `json:"statuses"`
 		Files        []json.RawMessage `json:"files"`
 	}
 	if len(r.Args) > 0 {
