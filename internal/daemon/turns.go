@@ -95,6 +95,7 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		Budgets:      budgets(a),
 		Observe:      m.ObserveModel,
 		QuietAmbient: !cfg.File.Discord.AmbientWake,
+		Images:       d.readImage, Vision: vision(cfg.File),
 	})
 	if d.agents != nil {
 		d.turns.SetIdle(d.agents.Idle)

@@ -145,9 +145,10 @@ type transcript struct {
 type tentry struct {
 	ref     store.EntryRef
 	input   bool
-	msg, n  int      // its messages: msgs[msg:msg+n]
-	opens   []string // the calls an assistant entry made
-	answers string   // the call a tool entry answered
+	msg, n  int                  // its messages: msgs[msg:msg+n]
+	opens   []string             // the calls an assistant entry made
+	answers string               // the call a tool entry answered
+	discord *store.DiscordSource // a Discord input's source (its images)
 }
 
 func newTranscript(epoch, version int64) *transcript {
@@ -175,7 +176,7 @@ func (t *transcript) add(e store.Entry) {
 	it := e.Item
 	switch it.Role {
 	case "input":
-		te.input = true
+		te.input, te.discord = true, it.Discord
 		t.push(provider.Message{Role: "user", Content: renderInput(it.Content, it.Discord)})
 		if isMaintenance(it.Content) && t.skill != nil {
 			if body := t.skill(); body != "" {

@@ -129,6 +129,12 @@ type Config struct {
 	// otlp_endpoint): its model requests, cells, host requests and
 	// compactions. nil: no tracing and no cost.
 	Tracer tracing.Tracer
+	// Images reads a fetched attachment's bytes by its artifact digest,
+	// at most max of them (nil: no images are sent). Used only while
+	// Live.Vision holds.
+	Images func(sha256 string, max int64) ([]byte, error)
+	// Vision seeds Live.Vision.
+	Vision bool
 }
 
 // Loop runs the sessions' turn loops.
@@ -163,6 +169,9 @@ type Live struct {
 	URL, ModelName string
 	QuietAmbient   bool
 	Budgets        Budgets
+	// Vision: a route the agent's requests may go to takes images
+	// ([routes.X] vision = true); the attempt's images are then attached.
+	Vision bool
 }
 
 // live returns the Live values in force.
@@ -199,7 +208,8 @@ func New(cfg Config) *Loop {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Loop{cfg: cfg, runners: map[string]*runner{}, ctx: ctx, cancel: cancel, compactor: cfg.Compactor,
 		est: cfg.Estimator, ctxState: map[string]ContextState{}, earlier: map[string]float64{}}
-	l.Reconfigure(Live{Route: cfg.Route, URL: cfg.URL, ModelName: cfg.ModelName, QuietAmbient: cfg.QuietAmbient, Budgets: cfg.Budgets})
+	l.Reconfigure(Live{Route: cfg.Route, URL: cfg.URL, ModelName: cfg.ModelName, QuietAmbient: cfg.QuietAmbient, Budgets: cfg.Budgets,
+		Vision: cfg.Vision})
 	return l
 }
 
