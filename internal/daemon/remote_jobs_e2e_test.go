@@ -3,7 +3,6 @@ package daemon
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +19,8 @@ import (
 // started again, the job ends with its output, and the agent is woken once.
 func TestRemoteJobWhileItsHostIsDown(t *testing.T) {
 	h := hosttest.Start(t)
-	gate, started := filepath.Join(h.Dir, "gate"), filepath.Join(h.Dir, "started")
+	h.InstallKernel(t)
+	gate, started := h.Shared(t, "gate"), h.Shared(t, "started")
 	model := modeltest.New()
 	defer model.Close()
 	model.Then(
