@@ -71,9 +71,10 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Go(func() { t.joinLoop(ctx) })
 	t.fetch.run(ctx, wg)
 	gw := NewGateway(rest, cfg.Token, cfg.Log.With("component", "gateway"), GatewayEvents{
-		Ready: func(id string) {
+		Ready: func(id string, guilds []string) {
 			t.filter.BotID = id
 			t.botID.Store(&id)
+			t.guilds.Store(&guilds)
 			t.readyOnce.Do(func() { close(t.ready) })
 			cfg.Log.Info("gateway ready", "bot_id", id)
 		},
@@ -119,17 +120,20 @@ type transport struct {
 	log        *slog.Logger
 	queue      chan ingressapi.Message
 	fetch      *fetcher
-	fetchReady sync.Once       // the fetcher starts after the first hello
-	filter     Filter          // used only by the gateway's goroutine
-	ctx        context.Context // Run's
+	fetchReady sync.Once                // the fetcher starts after the first hello
+	filter     Filter                   // used only by the gateway's goroutine, but for Threads (parentsMu)
+	parentsMu  sync.Mutex               // guards filter.Threads: thread discovery adds to it
+	guilds     atomic.Pointer[[]string] // READY's guilds
+	ctx        context.Context          // Run's
 
-	echoes    *echoes                // our own messages seen on the gateway, by nonce
-	unsettled *unsettled             // sends reported unknown, by nonce: a late echo settles them
-	botID     atomic.Pointer[string] // from READY; read by the performer
-	ready     chan struct{}          // closed at the first READY: the bot id is known
-	readyOnce sync.Once
-	noContent sync.Once      // the warning that messages arrive without text
-	wg        sync.WaitGroup // Run's goroutines
+	echoes       *echoes                // our own messages seen on the gateway, by nonce
+	unsettled    *unsettled             // sends reported unknown, by nonce: a late echo settles them
+	botID        atomic.Pointer[string] // from READY; read by the performer
+	ready        chan struct{}          // closed at the first READY: the bot id is known
+	readyOnce    sync.Once
+	discoverOnce sync.Once      // threads that existed before start are found once
+	noContent    sync.Once      // the warning that messages arrive without text
+	wg           sync.WaitGroup // Run's goroutines
 
 	budget *invalidBudget    // invalid REST answers (401/403/429) in the last 10 minutes
 	watch  *watch            // the newest message seen per active channel: the deafness probe's
@@ -165,7 +169,9 @@ func (t *transport) onMessage(data json.RawMessage) {
 	if id, ch, ok := eventChannel(data); ok {
 		t.watch.seen(ch, id)
 	}
+	t.parentsMu.Lock()
 	m, err := Normalize(data, t.filter)
+	t.parentsMu.Unlock()
 	if err == nil {
 		t.watch.track(ingressapi.ConversationRef{ChannelID: m.ChannelID, Kind: m.ChannelKind, GuildID: m.GuildID, ParentID: m.ParentID}, m.MessageID)
 	}
@@ -279,7 +285,10 @@ hello:
 		}
 		return
 	}
-	t.wg.Go(func() { t.backfill(ctx, hello.Conversations) })
+	t.wg.Go(func() {
+		t.backfill(ctx, hello.Conversations)
+		t.discoverOnce.Do(func() { t.discoverThreads(ctx, hello.Conversations) })
+	})
 	t.fetchReady.Do(func() { close(t.fetch.ready) })
 	for _, j := range hello.Fetches {
 		t.fetch.add(ctx, j)

@@ -76,6 +76,7 @@ type Fake struct {
 	// dispatch (see SetDeaf).
 	deaf    *websocket.Conn
 	threads map[string]*thread // by id (see CreateThread)
+	guilds  []string           // READY's guilds (see AddGuild)
 	reqs    reqState
 }
 
@@ -95,6 +96,7 @@ func New(botID string) *Fake {
 	mux.HandleFunc("POST /api/v9/attachments/refresh-urls", f.refreshURLs)
 	mux.HandleFunc("GET /attachments/", f.serveCDN)
 	mux.HandleFunc("PUT /api/v9/channels/{ch}/thread-members/@me", f.joinThread)
+	mux.HandleFunc("GET /api/v9/guilds/{guild}/threads/active", f.activeThreads)
 	f.srv = httptest.NewServer(f.requests(mux))
 	return f
 }
@@ -162,7 +164,8 @@ func (f *Fake) ws(w http.ResponseWriter, r *http.Request) {
 			f.seq++
 			c.WriteJSON(map[string]any{"op": 0, "t": "READY", "s": f.seq, "d": map[string]any{
 				"session_id": fmt.Sprintf("s%d", f.sessions), "resume_gateway_url": "ws" + strings.TrimPrefix(f.srv.URL, "http") + "/gw",
-				"user": map[string]any{"id": f.BotID, "username": "klbr", "bot": true}}})
+				"user": map[string]any{"id": f.BotID, "username": "klbr", "bot": true}, "guilds": f.readyGuildsLocked(),
+				"application": map[string]any{"id": f.BotID, "flags": 0}}})
 		case 6:
 			var rs struct {
 				Seq int64 `json:"seq"`
