@@ -33,6 +33,10 @@ type Config struct {
 	Fetch FetchLimits
 	// Probe bounds the deafness probe.
 	Probe ProbeLimits
+	// Flood bounds the admission of live messages per author and channel.
+	Flood FloodLimits
+	// Operator is discord.operator_user_id: never rate-limited.
+	Operator string
 	// InvalidRequestLimit is Discord's invalid-request limit per 10 minutes
 	// (0: 10,000); non-essential calls stop at half of it, all at 90%.
 	InvalidRequestLimit int
@@ -57,7 +61,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	core := ingressapi.NewClient(cfg.IngressSocket)
 	defer core.Close()
-	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
+	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize),
+		urgent: make(chan ingressapi.Message, urgentQueue), flood: newFlood(cfg.Flood, cfg.Operator), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
 		budget: budget, watch: newWatch(), joins: make(chan ThreadCreate, threadJoinQueue),
 		filter: Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots, Threads: map[string]string{}}}
 	t.fetch = newFetcher(cfg.Fetch, core, rest, cfg.Log.With("component", "fetcher"))
@@ -69,6 +74,7 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Go(func() { t.admitLoop(ctx) })
 	wg.Go(func() { t.performLoop(ctx) })
 	wg.Go(func() { t.joinLoop(ctx) })
+	wg.Go(func() { t.floodLoop(ctx) })
 	t.fetch.run(ctx, wg)
 	gw := NewGateway(rest, cfg.Token, cfg.Log.With("component", "gateway"), GatewayEvents{
 		Ready: func(id string, guilds []string) {
@@ -119,6 +125,8 @@ type transport struct {
 	core       *ingressapi.Client
 	log        *slog.Logger
 	queue      chan ingressapi.Message
+	urgent     chan ingressapi.Message // DMs: admitted before the rest
+	flood      *flood
 	fetch      *fetcher
 	fetchReady sync.Once                // the fetcher starts after the first hello
 	filter     Filter                   // used only by the gateway's goroutine, but for Threads (parentsMu)
@@ -143,7 +151,12 @@ type transport struct {
 	connected                                  atomic.Bool
 	sessions, resumes, gaps, admitted, dropped atomic.Uint64
 	gapRecoveries, threadJoins                 atomic.Uint64
+	rateLimited, floodBursts                   atomic.Uint64
 }
+
+// urgentQueue bounds the DMs waiting for admission; past it a DM waits in
+// the main queue.
+const urgentQueue = 4096
 
 func (t *transport) bot() string {
 	if id := t.botID.Load(); id != nil {
@@ -155,7 +168,8 @@ func (t *transport) bot() string {
 func (t *transport) stats() *ingressapi.GatewayStats {
 	return &ingressapi.GatewayStats{Connected: t.connected.Load(), Sessions: t.sessions.Load(), Resumes: t.resumes.Load(),
 		Gaps: t.gaps.Load(), Admitted: t.admitted.Load(), Dropped: t.dropped.Load(),
-		GapRecoveries: t.gapRecoveries.Load(), ThreadJoins: t.threadJoins.Load(), InvalidRequests: uint64(t.budget.count())}
+		GapRecoveries: t.gapRecoveries.Load(), ThreadJoins: t.threadJoins.Load(), InvalidRequests: uint64(t.budget.count()),
+		RateLimited: t.rateLimited.Load(), RateLimitBursts: t.floodBursts.Load()}
 }
 
 // onMessage normalizes a MESSAGE_CREATE and queues it for admission.
@@ -187,10 +201,25 @@ func (t *transport) onMessage(data json.RawMessage) {
 		t.log.Warn("gateway: message event refused", "error", err)
 		return
 	}
+	if ok, first := t.flood.allow(m); !ok {
+		if first {
+			t.rateLimited.Add(1)
+		}
+		return
+	}
 	t.enqueue(t.ctx, m)
 }
 
+// enqueue queues m for admission: a DM in the urgent lane (when it has
+// room), the rest in order.
 func (t *transport) enqueue(ctx context.Context, m ingressapi.Message) {
+	if m.ChannelKind == ingressapi.KindDM {
+		select {
+		case t.urgent <- m:
+			return
+		default:
+		}
+	}
 	select {
 	case t.queue <- m:
 	case <-ctx.Done():
@@ -203,11 +232,30 @@ func (t *transport) enqueue(ctx context.Context, m ingressapi.Message) {
 func (t *transport) admitLoop(ctx context.Context) {
 	batch := make([]ingressapi.Message, 0, ingressapi.MaxBatch)
 	for {
+		batch = batch[:0]
 		select {
-		case m := <-t.queue:
-			batch = append(batch[:0], m)
-		case <-ctx.Done():
-			return
+		case m := <-t.urgent:
+			batch = append(batch, m)
+		default:
+			select {
+			case m := <-t.urgent:
+				batch = append(batch, m)
+			case m := <-t.queue:
+				batch = append(batch, m)
+			case <-ctx.Done():
+				return
+			}
+		}
+		// DMs first, then what else gathered while the previous batch was
+		// committed.
+	urgent:
+		for len(batch) < ingressapi.MaxBatch {
+			select {
+			case m := <-t.urgent:
+				batch = append(batch, m)
+			default:
+				break urgent
+			}
 		}
 	gather:
 		for len(batch) < ingressapi.MaxBatch {

@@ -152,6 +152,11 @@ type GatewayStats struct {
 	ThreadJoins   uint64 `json:"thread_joins"` // new threads and forum posts joined
 	// InvalidRequests is REST answers 401, 403 or 429 in the last 10 minutes.
 	InvalidRequests uint64 `json:"invalid_requests"`
+	// RateLimited counts live messages not admitted for a flood (past the
+	// per-author or per-channel rate); RateLimitBursts the notices that
+	// recorded them, one per burst.
+	RateLimited     uint64 `json:"rate_limited,omitempty"`
+	RateLimitBursts uint64 `json:"rate_limit_bursts,omitempty"`
 }
 
 // ClaimResponse hands over effects (now attempting) and reads to perform.
