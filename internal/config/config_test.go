@@ -648,7 +648,7 @@ cookie_days = 7
 			APIBase: "http://127.0.0.1:9999/api/v9", Channels: []string{"123456789012345678", "2"},
 			Ingest: IngestDirected, AmbientWake: false, IncludeBots: true,
 			PendingAgingSeconds: 86400, AuthorBurst: 20, AuthorPerMinute: 30, ChannelBurst: 60, ChannelPerMinute: 120,
-			AttachmentMaxBytes:  25 << 20, AttachmentTimeoutSeconds: 60, AttachmentConcurrency: 2, AttachmentBytesPerHour: 1 << 30,
+			AttachmentMaxBytes: 25 << 20, AttachmentTimeoutSeconds: 60, AttachmentConcurrency: 2, AttachmentBytesPerHour: 1 << 30,
 		},
 		Limits:  Limits{MemoryMax: "512M", TasksMax: 100000, CPUQuota: "50%"},
 		Browser: Browser{CookieDays: 7}, Storage: Storage{WarnAt: DefaultStorageWarnAt},

@@ -69,6 +69,9 @@ type Browser struct {
 	// Compact compacts a session's context now (the operator API's
 	// compact): compact.
 	Compact func(ctx context.Context, session string) (api.Compacted, error)
+	// Outbox wakes the transport's waiting claim (a released held send goes
+	// out at once); nil: it goes with the next claim.
+	Outbox func()
 	// TraceURL is [telemetry] trace_url: the page links an attempt's trace
 	// id there ({trace_id} replaced); "" shows the id as text.
 	TraceURL string
