@@ -57,6 +57,8 @@ type GatewayEvents struct {
 	Ready   func(botID string, guilds []string)
 	Message func(data json.RawMessage)
 	Thread  func(th ThreadCreate)
+	// Interaction is a button press (INTERACTION_CREATE).
+	Interaction func(ix Interaction)
 	// Gap is called when a resume failed and events may be missing.
 	Gap func(reason string)
 	// State tells connected (true) or not, and counts resumes.
@@ -325,6 +327,14 @@ func (g *Gateway) dispatch(f frame, resuming bool) {
 			g.ev.Thread(th)
 		} else {
 			g.log.Warn("gateway: THREAD_CREATE refused", "error", err)
+		}
+	case "INTERACTION_CREATE":
+		if ix, err := ParseInteraction(f.D); err == nil {
+			if g.ev.Interaction != nil {
+				g.ev.Interaction(ix)
+			}
+		} else {
+			g.log.Warn("gateway: INTERACTION_CREATE refused", "error", err)
 		}
 	default:
 		// Event types this transport does not use are ignored.

@@ -84,8 +84,9 @@ func Run(ctx context.Context, cfg Config) error {
 			t.readyOnce.Do(func() { close(t.ready) })
 			cfg.Log.Info("gateway ready", "bot_id", id)
 		},
-		Message: t.onMessage,
-		Thread:  t.onThread,
+		Message:     t.onMessage,
+		Thread:      t.onThread,
+		Interaction: t.onInteraction,
 		Gap: func(reason string) {
 			t.gaps.Add(1)
 			cfg.Log.Warn("gateway: events may be missing", "reason", reason)
@@ -146,6 +147,7 @@ type transport struct {
 	budget *invalidBudget    // invalid REST answers (401/403/429) in the last 10 minutes
 	watch  *watch            // the newest message seen per active channel: the deafness probe's
 	joins  chan ThreadCreate // new threads to join
+	dms    dmChannels        // DM channels opened (the operator's, for held sends)
 
 	// Gateway state, reported to the core with each claim (its /metrics).
 	connected                                  atomic.Bool
@@ -368,6 +370,9 @@ hello:
 		}
 		for _, e := range cr.Effects {
 			t.reportSend(ctx, e, t.perform(ctx, e))
+		}
+		for _, n := range cr.Notify {
+			t.notifyHeld(ctx, n)
 		}
 	}
 }

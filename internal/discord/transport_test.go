@@ -60,6 +60,12 @@ type core struct {
 
 func startCore(t *testing.T, dir string) *core {
 	t.Helper()
+	return startCoreWith(t, dir, nil)
+}
+
+// startCoreWith is startCore with the ingress configuration adjusted.
+func startCoreWith(t *testing.T, dir string, adjust func(*ingress.Config)) *core {
+	t.Helper()
 	st, err := store.Open(context.Background(), dir, store.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +75,11 @@ func startCore(t *testing.T, dir string) *core {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := ingress.New(ingress.Config{Store: st, Admit: admission.New(st, session.NewManager(st), nil, nil), Artifacts: func() *artifacts.Store { return arts }})
+	icfg := ingress.Config{Store: st, Admit: admission.New(st, session.NewManager(st), nil, nil), Artifacts: func() *artifacts.Store { return arts }}
+	if adjust != nil {
+		adjust(&icfg)
+	}
+	srv := ingress.New(icfg)
 	sock := filepath.Join(dir, "ingress.sock")
 	l, err := unixsock.Listen(sock, 0o660)
 	if err != nil {

@@ -29,6 +29,8 @@ type Sent struct {
 	Nonce     string
 	ReplyTo   string
 	At        time.Time
+	// Components are the message's components (buttons), as sent.
+	Components json.RawMessage
 }
 
 // Fake is a running fake Discord.
@@ -78,12 +80,14 @@ type Fake struct {
 	threads map[string]*thread // by id (see CreateThread)
 	guilds  []string           // READY's guilds (see AddGuild)
 	reqs    reqState
+	ix      ixState // DM channels and interactions (see Press)
 }
 
 // New starts a fake; Close it.
 func New(botID string) *Fake {
 	f := &Fake{BotID: botID, conns: map[*websocket.Conn]bool{}, nextID: 900000000000000000, posted: map[string][]map[string]any{},
 		threads: map[string]*thread{}, reqs: reqState{counts: map[string]int{}, buckets: map[string]*bucket{}},
+		ix:  ixState{dms: map[string]string{}, byID: map[string]*Interaction{}},
 		cdn: cdn{files: map[string][]byte{}, fetches: map[string]int{}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v9/gateway/", f.gateway) // discordgo asks with a trailing slash
@@ -97,6 +101,9 @@ func New(botID string) *Fake {
 	mux.HandleFunc("GET /attachments/", f.serveCDN)
 	mux.HandleFunc("PUT /api/v9/channels/{ch}/thread-members/@me", f.joinThread)
 	mux.HandleFunc("GET /api/v9/guilds/{guild}/threads/active", f.activeThreads)
+	mux.HandleFunc("POST /api/v9/users/@me/channels", f.openDM)
+	mux.HandleFunc("POST /api/v9/interactions/{id}/{token}/callback", f.interactionCallback)
+	mux.HandleFunc("PATCH /api/v9/webhooks/{app}/{token}/messages/@original", f.editOriginal)
 	f.srv = httptest.NewServer(f.requests(mux))
 	return f
 }
@@ -321,6 +328,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		MessageReference *struct {
 			MessageID string `json:"message_id"`
 		} `json:"message_reference"`
+		Components json.RawMessage `json:"components"`
 	}
 	b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err := json.Unmarshal(b, &body); err != nil {
@@ -366,7 +374,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if !found {
 		f.nextID++
-		s = Sent{ID: strconv.FormatInt(f.nextID, 10), ChannelID: ch, Content: body.Content, Nonce: body.Nonce, At: time.Now()}
+		s = Sent{ID: strconv.FormatInt(f.nextID, 10), ChannelID: ch, Content: body.Content, Nonce: body.Nonce, At: time.Now(), Components: body.Components}
 		if body.MessageReference != nil {
 			s.ReplyTo = body.MessageReference.MessageID
 		}
@@ -418,6 +426,9 @@ func (f *Fake) wire(s Sent, nonce bool) map[string]any {
 	if s.ReplyTo != "" {
 		m["message_reference"] = map[string]any{"message_id": s.ReplyTo}
 		m["type"] = 19
+	}
+	if len(s.Components) > 0 {
+		m["components"] = s.Components
 	}
 	return m
 }
