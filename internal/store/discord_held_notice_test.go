@@ -28,11 +28,17 @@ func TestHeldNoticesAreSentOncePerEffect(t *testing.T) {
 			t.Fatalf("recorded %+v: %v", bad, err)
 		}
 	}
-	if err := s.Write(ctx, func(tx *Tx) error { return tx.RecordHeldNotice(HeldNotice{EffectID: 9999, State: "failed", Error: "x"}) }); !errors.Is(err, ErrUnknownEffect) {
+	if err := s.Write(ctx, func(tx *Tx) error {
+		return tx.RecordHeldNotice(HeldNotice{EffectID: 9999, State: "failed", Error: "x"})
+	}); !errors.Is(err, ErrUnknownEffect) {
 		t.Fatalf("a notice of an unknown effect: %v", err)
 	}
-	mustWrite(t, s, func(tx *Tx) error { return tx.RecordHeldNotice(HeldNotice{EffectID: a.ID, State: "sent", MessageID: "123"}) })
-	mustWrite(t, s, func(tx *Tx) error { return tx.RecordHeldNotice(HeldNotice{EffectID: a.ID, State: "failed", Error: "late"}) })
+	mustWrite(t, s, func(tx *Tx) error {
+		return tx.RecordHeldNotice(HeldNotice{EffectID: a.ID, State: "sent", MessageID: "123"})
+	})
+	mustWrite(t, s, func(tx *Tx) error {
+		return tx.RecordHeldNotice(HeldNotice{EffectID: a.ID, State: "failed", Error: "late"})
+	})
 	if n, ok, err := s.HeldNoticeOf(ctx, a.ID); err != nil || !ok || n.State != "sent" || n.MessageID != "123" {
 		t.Fatalf("a's notice: %+v %v %v; want the first outcome", n, ok, err)
 	}
