@@ -94,6 +94,10 @@ func TestBrowserReleasesAndDropsHeldSends(t *testing.T) {
 		!strings.Contains(text, fmt.Sprintf("klbr-core release %d", held[0].ID)) {
 		t.Errorf("the held send's row: %q (want its text, its reason and what ends it)", text)
 	}
+	// The conversation's held card says why, and where it waits.
+	if err := poll(ctx, `[...document.querySelectorAll('#conv .entry.out.st-held')].some(e => e.innerText.includes('it mentions a password') && e.innerText.includes('waits for you'))`); err != nil {
+		t.Errorf("the held card: %v\n%s", err, eval[string](t, ctx, `document.getElementById('conv').innerText`))
+	}
 	if b := eval[string](t, ctx, `document.getElementById('held-badge').textContent`); b != "2" {
 		t.Errorf("held badge %q, want 2", b)
 	}
