@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -31,6 +32,7 @@ type Sent struct {
 	At        time.Time
 	// Components are the message's components (buttons), as sent.
 	Components json.RawMessage
+	Files      []File // uploaded with it (multipart/form-data)
 }
 
 // Fake is a running fake Discord.
@@ -330,10 +332,24 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		} `json:"message_reference"`
 		Components json.RawMessage `json:"components"`
 	}
-	b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err := json.Unmarshal(b, &body); err != nil {
-		http.Error(w, `{"message":"bad json","code":50109}`, 400)
-		return
+	var files []File
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
+		payload, fs, refusal := readMultipart(r)
+		if refusal != nil {
+			refusal(w)
+			return
+		}
+		if err := json.Unmarshal(payload, &body); err != nil {
+			http.Error(w, `{"message":"bad json","code":50109}`, 400)
+			return
+		}
+		files = fs
+	} else {
+		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err := json.Unmarshal(b, &body); err != nil {
+			http.Error(w, `{"message":"bad json","code":50109}`, 400)
+			return
+		}
 	}
 	// Discord counts content in Unicode code points (its API is Python 3)
 	// and refuses a message over 2,000 of them, or an empty one, as an
@@ -342,7 +358,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		formError(w, "content", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", MaxContentChars))
 		return
 	}
-	if body.Content == "" {
+	if body.Content == "" && len(files) == 0 {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(400)
 		io.WriteString(w, `{"message":"Cannot send an empty message","code":50006}`)
@@ -374,7 +390,8 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if !found {
 		f.nextID++
-		s = Sent{ID: strconv.FormatInt(f.nextID, 10), ChannelID: ch, Content: body.Content, Nonce: body.Nonce, At: time.Now(), Components: body.Components}
+		s = Sent{ID: strconv.FormatInt(f.nextID, 10), ChannelID: ch, Content: body.Content, Nonce: body.Nonce, At: time.Now(), Files: files,
+			Components: body.Components}
 		if body.MessageReference != nil {
 			s.ReplyTo = body.MessageReference.MessageID
 		}
@@ -430,6 +447,11 @@ func (f *Fake) wire(s Sent, nonce bool) map[string]any {
 	if len(s.Components) > 0 {
 		m["components"] = s.Components
 	}
+	atts := []any{}
+	for i, fl := range s.Files {
+		atts = append(atts, map[string]any{"id": s.ID + strconv.Itoa(i), "filename": fl.Name, "size": len(fl.Data), "content_type": fl.ContentType})
+	}
+	m["attachments"] = atts
 	return m
 }
 

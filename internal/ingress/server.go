@@ -136,6 +136,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/held/{id}/decide", s.fenced(s.handleHeldDecide))
 	mux.HandleFunc("PUT /v1/attachments/{message}/{attachment}", s.fenced(s.handleUpload))
 	mux.HandleFunc("POST /v1/attachments/{message}/{attachment}/failure", s.fenced(s.handleFetchFailure))
+	mux.HandleFunc("GET /v1/effects/{id}/files/{n}", s.fenced(s.handleEffectFile))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, ingressapi.CodeNotFound, "no such ingress endpoint: "+r.Method+" "+r.URL.Path)
 	})
@@ -382,6 +383,13 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 			resp := ingressapi.ClaimResponse{Effects: make([]ingressapi.Effect, len(effects)), Reads: reads, Notify: notify}
 			for i, e := range effects {
 				resp.Effects[i] = wireEffect(e)
+				if e.Kind == store.EffectSend {
+					var err error
+					if resp.Effects[i].Files, err = s.effectFiles(r.Context(), e.ID); err != nil {
+						s.fail(w, err)
+						return
+					}
+				}
 			}
 			writeJSON(w, http.StatusOK, resp)
 			return

@@ -530,6 +530,8 @@ type DiscordSource struct {
 	// Attachments are the message's attachments (metadata; the bytes are
 	// fetched apart from admission, if at all).
 	Attachments []Attachment
+	// InputID is the message's input (read with the active context only).
+	InputID int64
 }
 
 // Context returns session's transcript in context epoch after item id

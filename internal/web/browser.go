@@ -72,6 +72,9 @@ type Browser struct {
 	// Outbox wakes the transport's waiting claim (a released held send goes
 	// out at once); nil: it goes with the next claim.
 	Outbox func()
+	// Spend reads the spend ledger and sets the operator's caps (the
+	// operator API's: GET /v2/spend, spend_cap).
+	Spend Spend
 	// TraceURL is [telemetry] trace_url: the page links an attempt's trace
 	// id there ({trace_id} replaced); "" shows the id as text.
 	TraceURL string
@@ -605,7 +608,7 @@ func (c *client) handle(ctx context.Context, id string, m ClientMessage) bool {
 		ok := c.send(acceptedMsg{Type: MsgAccepted, Action: m.Type, Message: msg})
 		c.b.Daemon.Shutdown(stop)
 		return ok
-	case MsgReset, MsgCompact, MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart, MsgActivate, MsgRollback, MsgEditSoul, MsgJobCancel:
+	case MsgReset, MsgCompact, MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart, MsgActivate, MsgRollback, MsgEditSoul, MsgJobCancel, MsgSpendCap:
 		// A control may take long (a drain waits for accepted work): it
 		// runs on its own, and other messages are handled meanwhile.
 		go c.control(ctx, id, m)

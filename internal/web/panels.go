@@ -33,6 +33,7 @@ func (b *browser) panelRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v2/children", b.guard(http.StatusUnauthorized, b.handleChildren))
 	mux.HandleFunc("GET /v2/releases/diff", b.guard(http.StatusUnauthorized, b.handleReleaseDiff))
 	b.heldRoutes(mux)
+	mux.HandleFunc("GET /v2/spend", b.guard(http.StatusUnauthorized, b.handleSpend))
 }
 
 func writeJSONStatus(w http.ResponseWriter, status int, v any) {
