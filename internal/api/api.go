@@ -91,6 +91,9 @@ type Status struct {
 	// Held counts the Discord sends and reactions delivery.review held that
 	// wait for the operator (klbr-core held, release, drop).
 	Held int64 `json:"held"`
+	// HeldSince is when the oldest of them was held: they wait for a person,
+	// and only a decision (release or drop) ends the wait.
+	HeldSince *time.Time `json:"held_since,omitempty"`
 	// Jobs are the durable jobs running now and the scheduler's next wake-up.
 	Jobs *JobsStatus `json:"jobs,omitempty"`
 	// Spend is today's and this month's spend against the caps, and the

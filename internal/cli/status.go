@@ -87,7 +87,7 @@ func newStatus(g *globals) *cobra.Command {
 				fmt.Fprintf(g.env.Stdout, "sandbox: %s\n", st.Sandbox)
 			}
 			if st.Held > 0 {
-				fmt.Fprintf(g.env.Stdout, "discord: %d held send(s) or reaction(s) wait for the operator: klbr-core held, then release or drop\n", st.Held)
+				printHeld(g, st)
 			}
 			printJobsStatus(g, st.Jobs)
 			fmt.Fprintln(g.env.Stdout)
@@ -173,6 +173,18 @@ func printSessions(g *globals, ss []api.SessionStatus) {
 			fmt.Fprintf(g.env.Stdout, "%s waits %s: %s\n", s.ID, until, w.Reason)
 		}
 	}
+}
+
+// printHeld says that held sends wait for a person, since when, and what
+// ends the wait: nothing but the operator's decision.
+func printHeld(g *globals, st api.Status) {
+	since := ""
+	if st.HeldSince != nil {
+		since = fmt.Sprintf(" (the oldest since %s, %s)", st.HeldSince.Local().Format(time.DateTime), time.Since(*st.HeldSince).Round(time.Second))
+	}
+	fmt.Fprintf(g.env.Stdout, "discord: %d held send(s) or reaction(s) wait for a person%s; only a decision ends the wait: "+
+		"klbr-core held, then klbr-core release EFFECT or klbr-core drop EFFECT (or the browser's Held sends, or the buttons of the operator's Discord DM)\n",
+		st.Held, since)
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -397,6 +397,10 @@ func TestParseErrors(t *testing.T) {
 		{"ambient batch zero is refused too", "[discord]\nambient_batch_seconds = 0\n", 2, 1, "discord.ambient_batch_seconds", "is not used and is refused"},
 		{"pending aging zero", "[discord]\npending_aging_seconds = 0\n", 2, 1, "discord.pending_aging_seconds", "0 is out of range 1..86400"},
 		{"pending aging too long", "[discord]\npending_aging_seconds = 86401\n", 2, 1, "discord.pending_aging_seconds", "86401 is out of range 1..86400"},
+		{"author burst zero", "[discord]\nauthor_burst = 0\n", 2, 1, "discord.author_burst", "0 is out of range 1..10000"},
+		{"channel rate too high", "[discord]\nchannel_per_minute = 100001\n", 2, 1, "discord.channel_per_minute", "100001 is out of range 1..100000"},
+		{"operator not an id", "[discord]\noperator_user_id = \"@me\"\n", 2, 1, "discord.operator_user_id", `"@me" is not a Discord user id`},
+		{"notify held without operator", "[discord]\nnotify_held = true\n", 2, 1, "discord.notify_held", "operator_user_id is not set"},
 
 		// limits
 		{"memory_max suffix", "[limits]\nmemory_max = \"2GB\"\n", 2, 1, "limits.memory_max", `"2GB" is not a size`},
@@ -643,8 +647,8 @@ cookie_days = 7
 			Enabled: true, TokenFile: "/run/credentials/klbr-discord.service/token",
 			APIBase: "http://127.0.0.1:9999/api/v9", Channels: []string{"123456789012345678", "2"},
 			Ingest: IngestDirected, AmbientWake: false, IncludeBots: true,
-			PendingAgingSeconds: 86400,
-			AttachmentMaxBytes:  25 << 20, AttachmentTimeoutSeconds: 60, AttachmentConcurrency: 2, AttachmentBytesPerHour: 1 << 30,
+			PendingAgingSeconds: 86400, AuthorBurst: 20, AuthorPerMinute: 30, ChannelBurst: 60, ChannelPerMinute: 120,
+			AttachmentMaxBytes: 25 << 20, AttachmentTimeoutSeconds: 60, AttachmentConcurrency: 2, AttachmentBytesPerHour: 1 << 30,
 		},
 		Limits:  Limits{MemoryMax: "512M", TasksMax: 100000, CPUQuota: "50%"},
 		Browser: Browser{CookieDays: 7}, Storage: Storage{WarnAt: DefaultStorageWarnAt},
@@ -771,7 +775,8 @@ func TestValidate(t *testing.T) {
 		{"agent route missing", func(f *File) { f.Agent.Route = "other" }, "agent.route", "no [routes.other]"},
 		{"zero Discord", func(f *File) {
 			f.Discord = Discord{Ingest: IngestAll, PendingAgingSeconds: 1,
-				AttachmentMaxBytes: 1, AttachmentTimeoutSeconds: 1, AttachmentConcurrency: 1, AttachmentBytesPerHour: 1}
+				AttachmentMaxBytes: 1, AttachmentTimeoutSeconds: 1, AttachmentConcurrency: 1, AttachmentBytesPerHour: 1,
+				AuthorBurst: 1, AuthorPerMinute: 1, ChannelBurst: 1, ChannelPerMinute: 1}
 		}, "discord.api_base", "required"},
 		{"zero Limits", func(f *File) { f.Limits = Limits{TasksMax: 1, CPUQuota: "1%"} }, "limits.memory_max", "not a size"},
 	}

@@ -267,6 +267,17 @@ type Discord struct {
 	AttachmentTimeoutSeconds int   `toml:"attachment_timeout_seconds"` // 1..3600
 	AttachmentConcurrency    int   `toml:"attachment_concurrency"`     // 1..16
 	AttachmentBytesPerHour   int64 `toml:"attachment_bytes_per_hour"`  // >= attachment_max_bytes
+	// Floods: live messages past a per-author or per-channel rate are not
+	// admitted; one notice per burst records them.
+	AuthorBurst      int `toml:"author_burst"`       // 1..10000
+	AuthorPerMinute  int `toml:"author_per_minute"`  // 1..100000
+	ChannelBurst     int `toml:"channel_burst"`      // 1..10000
+	ChannelPerMinute int `toml:"channel_per_minute"` // 1..100000
+	// OperatorUserID is the operator's Discord user id (digits): never
+	// rate-limited, and, with NotifyHeld, sent a DM with buttons for each
+	// held send.
+	OperatorUserID string `toml:"operator_user_id"`
+	NotifyHeld     bool   `toml:"notify_held"`
 }
 
 // Limits is the [limits] section: the resource limits of worker scopes, in
@@ -369,6 +380,10 @@ func Defaults() File {
 			AttachmentTimeoutSeconds: 60,
 			AttachmentConcurrency:    2,
 			AttachmentBytesPerHour:   1 << 30,
+			AuthorBurst:              20,
+			AuthorPerMinute:          30,
+			ChannelBurst:             60,
+			ChannelPerMinute:         120,
 		},
 		Limits: Limits{
 			MemoryMax: DefaultMemoryMax,

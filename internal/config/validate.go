@@ -302,6 +302,21 @@ func (v *validator) discord(d *Discord) {
 	if d.AttachmentBytesPerHour < d.AttachmentMaxBytes {
 		v.fail("discord.attachment_bytes_per_hour", fmt.Sprintf("%d is less than attachment_max_bytes (%d): no attachment could be fetched", d.AttachmentBytesPerHour, d.AttachmentMaxBytes), "discord")
 	}
+	for _, r := range []struct {
+		key      string
+		n, limit int
+	}{{"author_burst", d.AuthorBurst, 10000}, {"author_per_minute", d.AuthorPerMinute, 100000},
+		{"channel_burst", d.ChannelBurst, 10000}, {"channel_per_minute", d.ChannelPerMinute, 100000}} {
+		if r.n < 1 || r.n > r.limit {
+			v.fail("discord."+r.key, fmt.Sprintf("%d is out of range 1..%d", r.n, r.limit), "discord")
+		}
+	}
+	if d.OperatorUserID != "" && (!isDigits(d.OperatorUserID) || len(d.OperatorUserID) > 20) {
+		v.fail("discord.operator_user_id", fmt.Sprintf("%q is not a Discord user id (up to 20 digits: Developer Mode → right-click yourself → Copy User ID)", d.OperatorUserID), "discord")
+	}
+	if d.NotifyHeld && d.OperatorUserID == "" {
+		v.fail("discord.notify_held", "is true, but discord.operator_user_id is not set: set it to the Discord user id to DM, or set notify_held = false", "discord")
+	}
 }
 
 // limits checks the [limits] section.

@@ -297,7 +297,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		defer tokenMu.Unlock()
 		return "http://" + ls.http[0].Addr().String() + "/?token=" + url.QueryEscape(token)
 	})
-	wb := web.Browser{Store: st, Admit: d.admit, Sessions: d.sessions, Daemon: d, Token: token, Deltas: d.deltas,
+	wb := web.Browser{Store: st, Admit: d.admit, Sessions: d.sessions, Daemon: d, Token: token, Deltas: d.deltas, Outbox: d.ingress.Kick,
 		CookieMaxAge: cfg.File.Browser.CookieMaxAge(), History: d.history(cfg), TraceURL: cfg.File.Telemetry.TraceURL,
 		Compact: func(ctx context.Context, session string) (api.Compacted, error) {
 			res, err := d.compact(ctx, session)
@@ -541,6 +541,11 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 	st.Jobs = d.jobsStatus()
 	if st.Held, err = d.store.HeldCount(ctx); err != nil {
 		return api.Status{}, err
+	}
+	if at, ok, err := d.store.HeldOldest(ctx); err != nil {
+		return api.Status{}, err
+	} else if ok {
+		st.HeldSince = &at
 	}
 	st.Sizes = d.store.Sizes()
 	st.Usage = d.disk.Usage()

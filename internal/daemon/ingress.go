@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/klbr-dev/klbr/internal/artifacts"
+	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/ingress"
 )
 
@@ -25,7 +26,15 @@ func newIngress(d *daemon, reg prometheus.Registerer, log *slog.Logger) *ingress
 			}
 			return d.bench.Config().Artifacts
 		},
-		AttachmentMaxBytes: d.cfg.File.Discord.AttachmentMaxBytes})
+		AttachmentMaxBytes: d.cfg.File.Discord.AttachmentMaxBytes, Operator: heldOperator(d.cfg.File.Discord)})
 	reg.MustRegister(srv.Collector()) // outbox effects, attention items, the gateway
 	return srv
+}
+
+// heldOperator is who is DMed held sends and may decide them from Discord.
+func heldOperator(d config.Discord) string {
+	if !d.NotifyHeld {
+		return ""
+	}
+	return d.OperatorUserID
 }

@@ -42,15 +42,23 @@ var fatalCloses = map[int]string{
 	4014: "disallowed intents: the privileged MESSAGE CONTENT intent is not enabled for this bot; enable it in the Discord Developer Portal (Bot → Privileged Gateway Intents)",
 }
 
+// maxReadyGuilds bounds the guilds taken from READY: one gateway
+// connection serves at most 2,500 (past it Discord requires sharding, 4011).
+const maxReadyGuilds = 2500
+
 // freshCloses end the session: the next connection identifies anew, and
 // events between may be missing.
 var freshCloses = map[int]bool{4007: true, 4009: true}
 
 // GatewayEvents is what the gateway hands over.
 type GatewayEvents struct {
-	Ready   func(botID string)
+	// Ready gives our own user id and the guilds READY lists (at most
+	// maxReadyGuilds).
+	Ready   func(botID string, guilds []string)
 	Message func(data json.RawMessage)
 	Thread  func(th ThreadCreate)
+	// Interaction is a button press (INTERACTION_CREATE).
+	Interaction func(ix Interaction)
 	// Gap is called when a resume failed and events may be missing.
 	Gap func(reason string)
 	// State tells connected (true) or not, and counts resumes.
@@ -293,13 +301,22 @@ func (g *Gateway) dispatch(f frame, resuming bool) {
 			User      struct {
 				ID string `json:"id"`
 			} `json:"user"`
+			Guilds []struct {
+				ID string `json:"id"`
+			} `json:"guilds"`
 		}
 		if err := json.Unmarshal(f.D, &r); err != nil || r.SessionID == "" {
 			g.log.Warn("gateway: malformed READY")
 			return
 		}
 		g.sessionID, g.resumeURL = r.SessionID, strings.TrimSpace(r.ResumeURL)
-		g.ev.Ready(r.User.ID)
+		var guilds []string
+		for _, gd := range r.Guilds {
+			if snowflake(gd.ID) && len(guilds) < maxReadyGuilds {
+				guilds = append(guilds, gd.ID)
+			}
+		}
+		g.ev.Ready(r.User.ID, guilds)
 		g.ev.State(true, false)
 	case "RESUMED":
 		g.ev.State(true, true)
@@ -310,6 +327,14 @@ func (g *Gateway) dispatch(f frame, resuming bool) {
 			g.ev.Thread(th)
 		} else {
 			g.log.Warn("gateway: THREAD_CREATE refused", "error", err)
+		}
+	case "INTERACTION_CREATE":
+		if ix, err := ParseInteraction(f.D); err == nil {
+			if g.ev.Interaction != nil {
+				g.ev.Interaction(ix)
+			}
+		} else {
+			g.log.Warn("gateway: INTERACTION_CREATE refused", "error", err)
 		}
 	default:
 		// Event types this transport does not use are ignored.

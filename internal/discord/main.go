@@ -44,7 +44,9 @@ func Main(ctx context.Context, args []string, lookup func(string) (string, bool)
 	err = Run(ctx, Config{Token: token, APIBase: d.APIBase, IngressSocket: cfg.Paths.IngressSocket, Channels: d.Channels,
 		Directed: d.Ingest == config.IngestDirected, IncludeBots: d.IncludeBots, Log: log,
 		Fetch: FetchLimits{MaxBytes: d.AttachmentMaxBytes, Timeout: time.Duration(d.AttachmentTimeoutSeconds) * time.Second,
-			Concurrency: d.AttachmentConcurrency, BytesPerHour: d.AttachmentBytesPerHour}})
+			Concurrency: d.AttachmentConcurrency, BytesPerHour: d.AttachmentBytesPerHour},
+		Flood:    FloodLimits{AuthorBurst: d.AuthorBurst, AuthorPerMinute: d.AuthorPerMinute, ChannelBurst: d.ChannelBurst, ChannelPerMinute: d.ChannelPerMinute},
+		Operator: d.OperatorUserID})
 	var fe *FatalError
 	if errors.As(err, &fe) {
 		log.Error("stopping: the gateway refused this bot for good", "close_code", fe.Code, "error", fe.Msg)

@@ -83,9 +83,7 @@ const threadJoinQueue = 256
 // onThread runs on the gateway's goroutine: it records the thread's parent
 // (the filter passes its messages as the parent's) and queues a join.
 func (t *transport) onThread(th ThreadCreate) {
-	if len(t.filter.Threads) < maxThreads {
-		t.filter.Threads[th.ID] = th.ParentID
-	}
+	t.learnParent(th)
 	if len(t.cfg.Channels) > 0 && !slices.Contains(t.cfg.Channels, th.ParentID) {
 		return // not under a watched channel
 	}
@@ -112,15 +110,38 @@ func (t *transport) joinLoop(ctx context.Context) {
 	}
 }
 
+// learnParent records a thread's parent: the filter passes its messages as
+// the parent's.
+func (t *transport) learnParent(th ThreadCreate) {
+	t.parentsMu.Lock()
+	defer t.parentsMu.Unlock()
+	if len(t.filter.Threads) < maxThreads {
+		t.filter.Threads[th.ID] = th.ParentID
+	}
+}
+
+// join joins a new thread and reads back the newest page it holds.
 func (t *transport) join(ctx context.Context, th ThreadCreate) {
-	if err := t.rest.ThreadJoin(th.ID, discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(true)); err != nil {
-		t.log.Warn("threads: joining a new thread failed; its messages are not received", "thread", th.ID, "parent", th.ParentID, "error", classify(err).Error())
+	t.joinAndRead(ctx, th, "", true, "")
+}
+
+// joinAndRead joins th unless the bot is a member already, then reads back
+// what came after the message after ("": the newest page) unless read is
+// false.
+func (t *transport) joinAndRead(ctx context.Context, th ThreadCreate, after string, read bool, while string) {
+	if !th.Member {
+		if err := t.rest.ThreadJoin(th.ID, discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(true)); err != nil {
+			t.log.Warn("threads: joining a thread failed; its messages are not received", "thread", th.ID, "parent", th.ParentID, "error", classify(err).Error())
+			return
+		}
+		t.threadJoins.Add(1)
+	}
+	ref := ingressapi.ConversationRef{ChannelID: th.ID, Kind: ingressapi.KindThread, GuildID: th.GuildID, ParentID: th.ParentID}
+	t.watch.track(ref, after)
+	if !read {
 		return
 	}
-	t.threadJoins.Add(1)
-	ref := ingressapi.ConversationRef{ChannelID: th.ID, Kind: ingressapi.KindThread, GuildID: th.GuildID, ParentID: th.ParentID}
-	t.watch.track(ref, "")
-	if _, _, err := t.catchUp(ctx, ref, "", true, ""); err != nil {
+	if _, _, err := t.catchUp(ctx, ref, after, true, while); err != nil {
 		t.log.Warn("threads: reading back a joined thread", "thread", th.ID, "error", classify(err).Error())
 	}
 }

@@ -40,3 +40,27 @@ func FuzzProbeDecoders(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseActiveThreads: GET /guilds/{id}/threads/active is outside input;
+// parsing never panics, refuses what is past its bound, keeps at most
+// maxStartThreads, and what it accepts names Discord ids and a thread type.
+func FuzzParseActiveThreads(f *testing.F) {
+	f.Add([]byte(`{"threads":[{"id":"14010","guild_id":"7","parent_id":"70","type":11,"thread_metadata":{"archived":false}}],"members":[{"id":"14010","user_id":"99"}]}`))
+	f.Add([]byte(`{"threads":[{"id":"14010","guild_id":"7","parent_id":"70","type":0}],"members":[]}`))
+	f.Add([]byte(`{"threads":null,"members":[{"id":5}]}`))
+	f.Add([]byte(`{"threads":[1,"x",{}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ths, err := ParseActiveThreads(b)
+		if err != nil {
+			return
+		}
+		if len(b) > MaxActiveThreadsBytes || len(ths) > maxStartThreads {
+			t.Fatalf("accepted %d threads from %d bytes", len(ths), len(b))
+		}
+		for _, th := range ths {
+			if !snowflake(th.ID) || !snowflake(th.ParentID) || !snowflake(th.GuildID) || !slices.Contains(threadTypes, th.Type) {
+				t.Fatalf("accepted %+v from %q", th, b)
+			}
+		}
+	})
+}

@@ -2,6 +2,7 @@ package discord
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,4 +56,93 @@ func TestMessagesInThreadsCreatedAfterStartupArrive(t *testing.T) {
 	if n := len(pending(t, c)); n != 3 {
 		t.Fatalf("%d inputs, want 3", n)
 	}
+}
+
+// Threads that existed before klbr-discord started (made while it was not
+// running, or before it ever joined them) are found at start with GET
+// /guilds/{id}/threads/active, joined when the bot is not a member yet, and
+// read back from where the store last saw them; each message is admitted
+// once across restarts. An archived thread is neither joined nor read; a
+// thread under an unwatched channel is not joined.
+func TestThreadsThatExistedBeforeStartAreJoinedAndReadBack(t *testing.T) {
+	dir := t.TempDir()
+	c := startCore(t, dir)
+	fake := discordtest.New("99")
+	defer fake.Close()
+	fake.AddGuild("7")
+	watched := func(cfg *Config) {
+		cfg.Channels = []string{"70"}
+		cfg.Probe.Interval = -1
+	}
+	stop := runTransportStoppable(t, fake, c.socket, watched)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("14000", "70", "7", "5", "in the channel"))
+	fake.CreateThread("14001", "70", "7", false, nil)
+	waitFor(t, "the live thread joined", func() bool { return fake.ThreadJoins("14001") == 1 })
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("14002", "14001", "7", "5", "in the live thread"))
+	waitFor(t, "two inputs", func() bool { return len(pending(t, c)) == 2 })
+	stop()
+
+	// While klbr-discord is down: the joined thread moves, a thread is made
+	// (the bot not in it) and talked in, one is archived, one is unwatched.
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("14003", "14001", "7", "6", "while you were away"))
+	fake.AddThread("14010", "70", "7", false)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("14010", "14010", "7", "6", "a thread made while you were away"))
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("14011", "14010", "7", "5", "and a reply in it"))
+	fake.AddThread("14020", "70", "7", true)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("14021", "14020", "7", "5", "in an archived thread"))
+	fake.AddThread("14030", "71", "7", false)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("14031", "14030", "7", "5", "under an unwatched channel"))
+
+	stop = runTransportStoppable(t, fake, c.socket, watched)
+	waitFor(t, "the threads read back", func() bool { return len(pending(t, c)) == 5 })
+	if n := fake.ThreadJoins("14010"); n != 1 {
+		t.Fatalf("the thread made while away was joined %d times, want 1", n)
+	}
+	// Live messages in the found thread pass the parent's filter now.
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("14012", "14010", "7", "5", "live in the found thread"))
+	waitFor(t, "the live message in the found thread", func() bool { return len(pending(t, c)) == 6 })
+	stop()
+
+	stop = runTransportStoppable(t, fake, c.socket, watched)
+	time.Sleep(500 * time.Millisecond)
+	stop()
+	if n := len(pending(t, c)); n != 6 {
+		t.Fatalf("%d inputs after a second restart, want 6: a message was admitted twice", n)
+	}
+	for id, want := range map[string]int{"14001": 1, "14010": 1, "14020": 0, "14030": 0} {
+		if n := fake.ThreadJoins(id); n != want {
+			t.Errorf("thread %s joined %d times, want %d", id, n, want)
+		}
+	}
+	conv, err := c.store.ConversationByRef(context.Background(), "discord:14010")
+	if err != nil || conv.Kind != "thread" {
+		t.Fatalf("the found thread's conversation: %+v, %v", conv, err)
+	}
+}
+
+// runTransportStoppable runs the transport until the returned stop is
+// called (or the test ends): a klbr-discord restart within one test.
+func runTransportStoppable(t *testing.T, fake *discordtest.Fake, socket string, adjust func(*Config)) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cfg := Config{Token: testToken, APIBase: fake.APIBase(), IngressSocket: socket}
+		if adjust != nil {
+			adjust(&cfg)
+		}
+		Run(ctx, cfg)
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			waitFor(t, "the gateway closed", func() bool { return !fake.Connected() })
+		})
+	}
+	t.Cleanup(stop)
+	waitFor(t, "the gateway session", fake.Connected)
+	return stop
 }

@@ -33,6 +33,10 @@ type Config struct {
 	Fetch FetchLimits
 	// Probe bounds the deafness probe.
 	Probe ProbeLimits
+	// Flood bounds the admission of live messages per author and channel.
+	Flood FloodLimits
+	// Operator is discord.operator_user_id: never rate-limited.
+	Operator string
 	// InvalidRequestLimit is Discord's invalid-request limit per 10 minutes
 	// (0: 10,000); non-essential calls stop at half of it, all at 90%.
 	InvalidRequestLimit int
@@ -57,7 +61,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	core := ingressapi.NewClient(cfg.IngressSocket)
 	defer core.Close()
-	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
+	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize),
+		urgent: make(chan ingressapi.Message, urgentQueue), flood: newFlood(cfg.Flood, cfg.Operator), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
 		budget: budget, watch: newWatch(), joins: make(chan ThreadCreate, threadJoinQueue),
 		filter: Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots, Threads: map[string]string{}}}
 	t.fetch = newFetcher(cfg.Fetch, core, rest, cfg.Log.With("component", "fetcher"))
@@ -69,16 +74,19 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Go(func() { t.admitLoop(ctx) })
 	wg.Go(func() { t.performLoop(ctx) })
 	wg.Go(func() { t.joinLoop(ctx) })
+	wg.Go(func() { t.floodLoop(ctx) })
 	t.fetch.run(ctx, wg)
 	gw := NewGateway(rest, cfg.Token, cfg.Log.With("component", "gateway"), GatewayEvents{
-		Ready: func(id string) {
+		Ready: func(id string, guilds []string) {
 			t.filter.BotID = id
 			t.botID.Store(&id)
+			t.guilds.Store(&guilds)
 			t.readyOnce.Do(func() { close(t.ready) })
 			cfg.Log.Info("gateway ready", "bot_id", id)
 		},
-		Message: t.onMessage,
-		Thread:  t.onThread,
+		Message:     t.onMessage,
+		Thread:      t.onThread,
+		Interaction: t.onInteraction,
 		Gap: func(reason string) {
 			t.gaps.Add(1)
 			cfg.Log.Warn("gateway: events may be missing", "reason", reason)
@@ -118,28 +126,39 @@ type transport struct {
 	core       *ingressapi.Client
 	log        *slog.Logger
 	queue      chan ingressapi.Message
+	urgent     chan ingressapi.Message // DMs: admitted before the rest
+	flood      *flood
 	fetch      *fetcher
-	fetchReady sync.Once       // the fetcher starts after the first hello
-	filter     Filter          // used only by the gateway's goroutine
-	ctx        context.Context // Run's
+	fetchReady sync.Once                // the fetcher starts after the first hello
+	filter     Filter                   // used only by the gateway's goroutine, but for Threads (parentsMu)
+	parentsMu  sync.Mutex               // guards filter.Threads: thread discovery adds to it
+	guilds     atomic.Pointer[[]string] // READY's guilds
+	ctx        context.Context          // Run's
 
-	echoes    *echoes                // our own messages seen on the gateway, by nonce
-	unsettled *unsettled             // sends reported unknown, by nonce: a late echo settles them
-	botID     atomic.Pointer[string] // from READY; read by the performer
-	ready     chan struct{}          // closed at the first READY: the bot id is known
-	readyOnce sync.Once
-	noContent sync.Once      // the warning that messages arrive without text
-	wg        sync.WaitGroup // Run's goroutines
+	echoes       *echoes                // our own messages seen on the gateway, by nonce
+	unsettled    *unsettled             // sends reported unknown, by nonce: a late echo settles them
+	botID        atomic.Pointer[string] // from READY; read by the performer
+	ready        chan struct{}          // closed at the first READY: the bot id is known
+	readyOnce    sync.Once
+	discoverOnce sync.Once      // threads that existed before start are found once
+	noContent    sync.Once      // the warning that messages arrive without text
+	wg           sync.WaitGroup // Run's goroutines
 
 	budget *invalidBudget    // invalid REST answers (401/403/429) in the last 10 minutes
 	watch  *watch            // the newest message seen per active channel: the deafness probe's
 	joins  chan ThreadCreate // new threads to join
+	dms    dmChannels        // DM channels opened (the operator's, for held sends)
 
 	// Gateway state, reported to the core with each claim (its /metrics).
 	connected                                  atomic.Bool
 	sessions, resumes, gaps, admitted, dropped atomic.Uint64
 	gapRecoveries, threadJoins                 atomic.Uint64
+	rateLimited, floodBursts                   atomic.Uint64
 }
+
+// urgentQueue bounds the DMs waiting for admission; past it a DM waits in
+// the main queue.
+const urgentQueue = 4096
 
 func (t *transport) bot() string {
 	if id := t.botID.Load(); id != nil {
@@ -151,7 +170,8 @@ func (t *transport) bot() string {
 func (t *transport) stats() *ingressapi.GatewayStats {
 	return &ingressapi.GatewayStats{Connected: t.connected.Load(), Sessions: t.sessions.Load(), Resumes: t.resumes.Load(),
 		Gaps: t.gaps.Load(), Admitted: t.admitted.Load(), Dropped: t.dropped.Load(),
-		GapRecoveries: t.gapRecoveries.Load(), ThreadJoins: t.threadJoins.Load(), InvalidRequests: uint64(t.budget.count())}
+		GapRecoveries: t.gapRecoveries.Load(), ThreadJoins: t.threadJoins.Load(), InvalidRequests: uint64(t.budget.count()),
+		RateLimited: t.rateLimited.Load(), RateLimitBursts: t.floodBursts.Load()}
 }
 
 // onMessage normalizes a MESSAGE_CREATE and queues it for admission.
@@ -165,7 +185,9 @@ func (t *transport) onMessage(data json.RawMessage) {
 	if id, ch, ok := eventChannel(data); ok {
 		t.watch.seen(ch, id)
 	}
+	t.parentsMu.Lock()
 	m, err := Normalize(data, t.filter)
+	t.parentsMu.Unlock()
 	if err == nil {
 		t.watch.track(ingressapi.ConversationRef{ChannelID: m.ChannelID, Kind: m.ChannelKind, GuildID: m.GuildID, ParentID: m.ParentID}, m.MessageID)
 	}
@@ -181,10 +203,25 @@ func (t *transport) onMessage(data json.RawMessage) {
 		t.log.Warn("gateway: message event refused", "error", err)
 		return
 	}
+	if ok, first := t.flood.allow(m); !ok {
+		if first {
+			t.rateLimited.Add(1)
+		}
+		return
+	}
 	t.enqueue(t.ctx, m)
 }
 
+// enqueue queues m for admission: a DM in the urgent lane (when it has
+// room), the rest in order.
 func (t *transport) enqueue(ctx context.Context, m ingressapi.Message) {
+	if m.ChannelKind == ingressapi.KindDM {
+		select {
+		case t.urgent <- m:
+			return
+		default:
+		}
+	}
 	select {
 	case t.queue <- m:
 	case <-ctx.Done():
@@ -197,11 +234,30 @@ func (t *transport) enqueue(ctx context.Context, m ingressapi.Message) {
 func (t *transport) admitLoop(ctx context.Context) {
 	batch := make([]ingressapi.Message, 0, ingressapi.MaxBatch)
 	for {
+		batch = batch[:0]
 		select {
-		case m := <-t.queue:
-			batch = append(batch[:0], m)
-		case <-ctx.Done():
-			return
+		case m := <-t.urgent:
+			batch = append(batch, m)
+		default:
+			select {
+			case m := <-t.urgent:
+				batch = append(batch, m)
+			case m := <-t.queue:
+				batch = append(batch, m)
+			case <-ctx.Done():
+				return
+			}
+		}
+		// DMs first, then what else gathered while the previous batch was
+		// committed.
+	urgent:
+		for len(batch) < ingressapi.MaxBatch {
+			select {
+			case m := <-t.urgent:
+				batch = append(batch, m)
+			default:
+				break urgent
+			}
 		}
 	gather:
 		for len(batch) < ingressapi.MaxBatch {
@@ -279,7 +335,10 @@ hello:
 		}
 		return
 	}
-	t.wg.Go(func() { t.backfill(ctx, hello.Conversations) })
+	t.wg.Go(func() {
+		t.backfill(ctx, hello.Conversations)
+		t.discoverOnce.Do(func() { t.discoverThreads(ctx, hello.Conversations) })
+	})
 	t.fetchReady.Do(func() { close(t.fetch.ready) })
 	for _, j := range hello.Fetches {
 		t.fetch.add(ctx, j)
@@ -311,6 +370,9 @@ hello:
 		}
 		for _, e := range cr.Effects {
 			t.reportSend(ctx, e, t.perform(ctx, e))
+		}
+		for _, n := range cr.Notify {
+			t.notifyHeld(ctx, n)
 		}
 	}
 }

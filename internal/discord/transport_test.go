@@ -58,7 +58,13 @@ type core struct {
 	stop        func()
 }
 
-func startCore(t *testing.T, dir string) *core {
+func startCore(t testing.TB, dir string) *core {
+	t.Helper()
+	return startCoreWith(t, dir, nil)
+}
+
+// startCoreWith is startCore with the ingress configuration adjusted.
+func startCoreWith(t testing.TB, dir string, adjust func(*ingress.Config)) *core {
 	t.Helper()
 	st, err := store.Open(context.Background(), dir, store.Options{})
 	if err != nil {
@@ -69,7 +75,11 @@ func startCore(t *testing.T, dir string) *core {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := ingress.New(ingress.Config{Store: st, Admit: admission.New(st, session.NewManager(st), nil, nil), Artifacts: func() *artifacts.Store { return arts }})
+	icfg := ingress.Config{Store: st, Admit: admission.New(st, session.NewManager(st), nil, nil), Artifacts: func() *artifacts.Store { return arts }}
+	if adjust != nil {
+		adjust(&icfg)
+	}
+	srv := ingress.New(icfg)
 	sock := filepath.Join(dir, "ingress.sock")
 	l, err := unixsock.Listen(sock, 0o660)
 	if err != nil {
@@ -111,13 +121,13 @@ func (l *logBuffer) String() string {
 }
 
 // runTransport runs the transport in this process until the test ends.
-func runTransport(t *testing.T, fake *discordtest.Fake, socket string) (*logBuffer, <-chan error) {
+func runTransport(t testing.TB, fake *discordtest.Fake, socket string) (*logBuffer, <-chan error) {
 	t.Helper()
 	return runTransportWith(t, fake, socket, nil)
 }
 
 // runTransportWith is runTransport with the config adjusted by adjust.
-func runTransportWith(t *testing.T, fake *discordtest.Fake, socket string, adjust func(*Config)) (*logBuffer, <-chan error) {
+func runTransportWith(t testing.TB, fake *discordtest.Fake, socket string, adjust func(*Config)) (*logBuffer, <-chan error) {
 	t.Helper()
 	logs := &logBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -148,7 +158,7 @@ func runTransportWith(t *testing.T, fake *discordtest.Fake, socket string, adjus
 	return logs, errc
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {
@@ -159,7 +169,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func pending(t *testing.T, c *core) []store.PendingInput {
+func pending(t testing.TB, c *core) []store.PendingInput {
 	p, err := c.store.PendingInputs(context.Background(), session.DefaultID)
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,9 @@ type Sent struct {
 	Nonce     string
 	ReplyTo   string
 	At        time.Time
-	Files     []File // uploaded with it (multipart/form-data)
+	// Components are the message's components (buttons), as sent.
+	Components json.RawMessage
+	Files      []File // uploaded with it (multipart/form-data)
 }
 
 // Fake is a running fake Discord.
@@ -78,13 +80,16 @@ type Fake struct {
 	// dispatch (see SetDeaf).
 	deaf    *websocket.Conn
 	threads map[string]*thread // by id (see CreateThread)
+	guilds  []string           // READY's guilds (see AddGuild)
 	reqs    reqState
+	ix      ixState // DM channels and interactions (see Press)
 }
 
 // New starts a fake; Close it.
 func New(botID string) *Fake {
 	f := &Fake{BotID: botID, conns: map[*websocket.Conn]bool{}, nextID: 900000000000000000, posted: map[string][]map[string]any{},
 		threads: map[string]*thread{}, reqs: reqState{counts: map[string]int{}, buckets: map[string]*bucket{}},
+		ix:  ixState{dms: map[string]string{}, byID: map[string]*Interaction{}},
 		cdn: cdn{files: map[string][]byte{}, fetches: map[string]int{}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v9/gateway/", f.gateway) // discordgo asks with a trailing slash
@@ -97,6 +102,10 @@ func New(botID string) *Fake {
 	mux.HandleFunc("POST /api/v9/attachments/refresh-urls", f.refreshURLs)
 	mux.HandleFunc("GET /attachments/", f.serveCDN)
 	mux.HandleFunc("PUT /api/v9/channels/{ch}/thread-members/@me", f.joinThread)
+	mux.HandleFunc("GET /api/v9/guilds/{guild}/threads/active", f.activeThreads)
+	mux.HandleFunc("POST /api/v9/users/@me/channels", f.openDM)
+	mux.HandleFunc("POST /api/v9/interactions/{id}/{token}/callback", f.interactionCallback)
+	mux.HandleFunc("PATCH /api/v9/webhooks/{app}/{token}/messages/@original", f.editOriginal)
 	f.srv = httptest.NewServer(f.requests(mux))
 	return f
 }
@@ -164,7 +173,8 @@ func (f *Fake) ws(w http.ResponseWriter, r *http.Request) {
 			f.seq++
 			c.WriteJSON(map[string]any{"op": 0, "t": "READY", "s": f.seq, "d": map[string]any{
 				"session_id": fmt.Sprintf("s%d", f.sessions), "resume_gateway_url": "ws" + strings.TrimPrefix(f.srv.URL, "http") + "/gw",
-				"user": map[string]any{"id": f.BotID, "username": "klbr", "bot": true}}})
+				"user": map[string]any{"id": f.BotID, "username": "klbr", "bot": true}, "guilds": f.readyGuildsLocked(),
+				"application": map[string]any{"id": f.BotID, "flags": 0}}})
 		case 6:
 			var rs struct {
 				Seq int64 `json:"seq"`
@@ -320,6 +330,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		MessageReference *struct {
 			MessageID string `json:"message_id"`
 		} `json:"message_reference"`
+		Components json.RawMessage `json:"components"`
 	}
 	var files []File
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
@@ -379,7 +390,8 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if !found {
 		f.nextID++
-		s = Sent{ID: strconv.FormatInt(f.nextID, 10), ChannelID: ch, Content: body.Content, Nonce: body.Nonce, At: time.Now(), Files: files}
+		s = Sent{ID: strconv.FormatInt(f.nextID, 10), ChannelID: ch, Content: body.Content, Nonce: body.Nonce, At: time.Now(), Files: files,
+			Components: body.Components}
 		if body.MessageReference != nil {
 			s.ReplyTo = body.MessageReference.MessageID
 		}
@@ -431,6 +443,9 @@ func (f *Fake) wire(s Sent, nonce bool) map[string]any {
 	if s.ReplyTo != "" {
 		m["message_reference"] = map[string]any{"message_id": s.ReplyTo}
 		m["type"] = 19
+	}
+	if len(s.Components) > 0 {
+		m["components"] = s.Components
 	}
 	atts := []any{}
 	for i, fl := range s.Files {

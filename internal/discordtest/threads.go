@@ -1,7 +1,10 @@
 package discordtest
 
 import (
+	"encoding/json"
 	"net/http"
+	"slices"
+	"sort"
 )
 
 // Threads and forum posts, as Discord has them: a new thread is announced
@@ -100,4 +103,64 @@ func (f *Fake) joinThread(w http.ResponseWriter, r *http.Request) {
 	th.joins++
 	f.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// AddGuild makes the bot a member of guild id: READY lists it (as Discord
+// does, an unavailable guild object; GUILD_CREATE follows on Discord, and
+// is not needed here).
+func (f *Fake) AddGuild(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.guilds = append(f.guilds, id)
+}
+
+func (f *Fake) readyGuildsLocked() []any {
+	out := []any{}
+	for _, g := range f.guilds {
+		out = append(out, map[string]any{"id": g, "unavailable": true})
+	}
+	return out
+}
+
+// AddThread makes a thread that exists without a THREAD_CREATE the bot
+// saw: one made while klbr-discord was not running. The bot is not a
+// member of it; archived threads are left out of the active list.
+func (f *Fake) AddThread(id, parent, guild string, archived bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.threads[id] = &thread{parent: parent, guild: guild, archived: archived}
+}
+
+// activeThreads is GET /guilds/{guild.id}/threads/active: every active
+// (unarchived) thread of the guild, newest (highest id) first, as channel
+// objects, and a thread member object for each the bot has joined.
+func (f *Fake) activeThreads(w http.ResponseWriter, r *http.Request) {
+	guild := r.PathValue("guild")
+	f.mu.Lock()
+	known := slices.Contains(f.guilds, guild)
+	var ids []string
+	for id, th := range f.threads {
+		if th.guild == guild && !th.archived {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return len(ids[i]) > len(ids[j]) || len(ids[i]) == len(ids[j]) && ids[i] > ids[j] })
+	threads, members := []any{}, []any{}
+	for _, id := range ids {
+		th := f.threads[id]
+		threads = append(threads, map[string]any{"id": id, "guild_id": guild, "parent_id": th.parent, "type": TypePublicThread,
+			"name": "thread " + id, "owner_id": "5", "message_count": 0, "member_count": 1, "rate_limit_per_user": 0, "flags": 0,
+			"thread_metadata": map[string]any{"archived": false, "auto_archive_duration": 1440, "locked": false,
+				"archive_timestamp": "2024-01-01T00:00:00Z", "create_timestamp": "2024-01-01T00:00:00Z"}})
+		if th.joined {
+			members = append(members, map[string]any{"id": id, "user_id": f.BotID, "join_timestamp": "2024-01-01T00:00:00Z", "flags": 0})
+		}
+	}
+	f.mu.Unlock()
+	if !known {
+		jsonError(w, 404, 10004, "Unknown Guild")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{"threads": threads, "members": members})
 }

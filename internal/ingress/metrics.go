@@ -28,6 +28,13 @@ var (
 		"Discord REST answers 401, 403 or 429 in the last 10 minutes, as klbr-discord reports them; Discord bans an IP past 10,000, and klbr-discord stops non-essential calls at 5,000 and all at 9,000.", nil, nil)
 	threadJoinsDesc = prometheus.NewDesc("klbr_discord_thread_joins_total",
 		"New threads and forum posts under watched channels klbr-discord joined.", nil, nil)
+	heldWaitDesc = prometheus.NewDesc("klbr_outbox_held_waiting_seconds",
+		"How long the oldest held Discord send or reaction has waited for a person (0: none waits). Nothing ends the wait but the operator's decision: "+
+			"klbr-core release/drop EFFECT, the browser's Held sends, or the buttons of the operator's Discord DM.", nil, nil)
+	rateLimitedDesc = prometheus.NewDesc("klbr_discord_rate_limited_messages_total",
+		"Live Discord messages klbr-discord did not admit because a flood passed the per-author or per-channel rate; each burst is recorded by one notice input naming the message ids.", nil, nil)
+	rateBurstsDesc = prometheus.NewDesc("klbr_discord_rate_limit_bursts_total",
+		"Floods klbr-discord rate-limited, one notice input each.", nil, nil)
 )
 
 // Collector reports the outbox and attention items (read from the store at
@@ -45,6 +52,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- gapRecoveriesDesc
 	ch <- invalidRequestsDesc
 	ch <- threadJoinsDesc
+	ch <- rateLimitedDesc
+	ch <- heldWaitDesc
+	ch <- rateBurstsDesc
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -71,6 +81,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	} else {
 		ch <- prometheus.MustNewConstMetric(decisionsDesc, prometheus.GaugeValue, float64(released), "released")
 		ch <- prometheus.MustNewConstMetric(decisionsDesc, prometheus.GaugeValue, float64(dropped), "dropped")
+	}
+	if at, ok, err := s.cfg.Store.HeldOldest(ctx); err != nil {
+		ch <- prometheus.NewInvalidMetric(heldWaitDesc, err)
+	} else {
+		wait := 0.0
+		if ok {
+			wait = max(0, s.cfg.Clock().Sub(at).Seconds())
+		}
+		ch <- prometheus.MustNewConstMetric(heldWaitDesc, prometheus.GaugeValue, wait)
 	}
 	if items, err := s.cfg.Store.AttentionCounts(ctx); err != nil {
 		ch <- prometheus.NewInvalidMetric(itemsDesc, err)
@@ -100,4 +119,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(gapRecoveriesDesc, prometheus.CounterValue, float64(g.GapRecoveries))
 	ch <- prometheus.MustNewConstMetric(invalidRequestsDesc, prometheus.GaugeValue, float64(g.InvalidRequests))
 	ch <- prometheus.MustNewConstMetric(threadJoinsDesc, prometheus.CounterValue, float64(g.ThreadJoins))
+	ch <- prometheus.MustNewConstMetric(rateLimitedDesc, prometheus.CounterValue, float64(g.RateLimited))
+	ch <- prometheus.MustNewConstMetric(rateBurstsDesc, prometheus.CounterValue, float64(g.RateLimitBursts))
 }

@@ -444,6 +444,9 @@ func (o *Ops) enqueueAndWait(ctx context.Context, session string, n store.NewEff
 		}
 		return nil, err
 	}
+	if e.State == store.EffectHeld {
+		o.server.Kick() // the operator's notice, if one is configured
+	}
 	if e.State == store.EffectPending {
 		o.server.Kick()
 		if !o.server.Connected() {

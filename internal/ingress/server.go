@@ -54,6 +54,10 @@ type Config struct {
 	AttachmentMaxBytes int64
 	// Limits are the ingress socket's timeouts and connection bound.
 	Limits httpguard.Limits
+	// Operator is [discord] operator_user_id when notify_held is true: the
+	// transport DMs them each held effect, and a button press is honored
+	// only from them. Empty: no notices, no decisions from Discord.
+	Operator string
 }
 
 // Server serves the ingress API.
@@ -75,6 +79,9 @@ type Server struct {
 	polling  int       // claims waiting now
 	gateway  ingressapi.GatewayStats
 	sender   *sender // the transport that said hello last: the only one that may deliver
+	// notifying are held effects handed out for a notice and not reported
+	// yet, with when: not handed out again for noticeRetry.
+	notifying map[int64]time.Time
 }
 
 type pendingRead struct {
@@ -94,7 +101,7 @@ func New(cfg Config) *Server {
 		cfg.Clock = time.Now
 	}
 	return &Server{cfg: cfg, kick: make(chan struct{}, 1), closing: make(chan struct{}), reads: map[int64]*pendingRead{},
-		itemAdmitted: make(chan struct{}, 1)}
+		itemAdmitted: make(chan struct{}, 1), notifying: map[int64]time.Time{}}
 }
 
 // HTTPServer returns an http.Server for the ingress socket, recording each
@@ -125,6 +132,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/effects/claim", s.fenced(s.handleClaim))
 	mux.HandleFunc("POST /v1/effects/{id}/receipt", s.fenced(s.handleReceipt))
 	mux.HandleFunc("POST /v1/reads/{id}", s.fenced(s.handleReadAnswer))
+	mux.HandleFunc("POST /v1/held/{id}/notified", s.fenced(s.handleHeldNotified))
+	mux.HandleFunc("POST /v1/held/{id}/decide", s.fenced(s.handleHeldDecide))
 	mux.HandleFunc("PUT /v1/attachments/{message}/{attachment}", s.fenced(s.handleUpload))
 	mux.HandleFunc("POST /v1/attachments/{message}/{attachment}/failure", s.fenced(s.handleFetchFailure))
 	mux.HandleFunc("GET /v1/effects/{id}/files/{n}", s.fenced(s.handleEffectFile))
@@ -365,8 +374,13 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		reads := s.takeReads()
-		if len(effects) > 0 || len(reads) > 0 {
-			resp := ingressapi.ClaimResponse{Effects: make([]ingressapi.Effect, len(effects)), Reads: reads}
+		notify, err := s.heldToNotify(r.Context())
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		if len(effects) > 0 || len(reads) > 0 || len(notify) > 0 {
+			resp := ingressapi.ClaimResponse{Effects: make([]ingressapi.Effect, len(effects)), Reads: reads, Notify: notify}
 			for i, e := range effects {
 				resp.Effects[i] = wireEffect(e)
 				if e.Kind == store.EffectSend {

@@ -65,15 +65,7 @@ func (s *Server) handleDecide(release bool) http.HandlerFunc {
 		if req.Note != "" {
 			by += ": " + req.Note
 		}
-		var e store.Effect
-		err = s.store.Write(r.Context(), func(tx *store.Tx) (err error) {
-			if release {
-				e, err = tx.ReleaseEffect(id, by)
-			} else {
-				e, err = tx.DropEffect(id, by)
-			}
-			return err
-		})
+		e, err := s.store.DecideHeld(r.Context(), id, release, by)
 		switch {
 		case errors.Is(err, store.ErrUnknownEffect):
 			writeError(w, http.StatusNotFound, api.CodeNotFound, err.Error()+" (see klbr-core held)")

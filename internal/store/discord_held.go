@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"time"
 )
 
 // MaxHeldPage bounds one listing of held effects.
@@ -37,6 +39,19 @@ func (s *Store) HeldCount(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("held count: %w", err)
 	}
 	return n, nil
+}
+
+// HeldOldest is when the oldest effect still waiting for the operator was
+// held; ok is false when none waits.
+func (s *Store) HeldOldest(ctx context.Context) (at time.Time, ok bool, err error) {
+	var ms sql.NullInt64
+	if err := s.rdb.QueryRowContext(ctx, `SELECT min(created_at) FROM discord_outbox WHERE state = 'held'`).Scan(&ms); err != nil {
+		return time.Time{}, false, fmt.Errorf("held oldest: %w", err)
+	}
+	if !ms.Valid {
+		return time.Time{}, false, nil
+	}
+	return time.UnixMilli(ms.Int64), true, nil
 }
 
 // HeldDecisions counts the held effects the operator released and dropped.
@@ -136,4 +151,20 @@ func clipText(s string, n int) string {
 		}
 	}
 	return s
+}
+
+// DecideHeld releases (release true) or drops held effect id in the name
+// of by, in one transaction: the operator API, the browser and a Discord
+// button all decide through it.
+func (s *Store) DecideHeld(ctx context.Context, id int64, release bool, by string) (Effect, error) {
+	var e Effect
+	err := s.Write(ctx, func(tx *Tx) (err error) {
+		if release {
+			e, err = tx.ReleaseEffect(id, by)
+		} else {
+			e, err = tx.DropEffect(id, by)
+		}
+		return err
+	})
+	return e, err
 }

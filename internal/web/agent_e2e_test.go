@@ -72,6 +72,12 @@ func startCore(t *testing.T, model *modeltest.Server) *core {
 // startCoreConf starts a real klbr-core with klbr.toml's text.
 func startCoreConf(t *testing.T, toml string) *core {
 	t.Helper()
+	return startCoreEnv(t, toml)
+}
+
+// startCoreEnv is startCoreConf with more environment (NAME=value).
+func startCoreEnv(t *testing.T, toml string, env ...string) *core {
+	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
 		citest.SkipOrFail(t, "python3 is missing; klbr-core's workbench needs it")
 	}
@@ -111,6 +117,7 @@ func startCoreConf(t *testing.T, toml string) *core {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 		"KLBR_DATA_DIR=" + data, "KLBR_WORKSPACE=" + root, "KLBR_BIND_ADDR=" + addr, "KLBR_CONFIG=" + conf}
+	cmd.Env = append(cmd.Env, env...)
 	c := &core{url: "http://" + addr, token: token, log: &syncBuffer{}, data: data}
 	cmd.Stdout, cmd.Stderr = c.log, c.log
 	if err := cmd.Start(); err != nil {

@@ -69,6 +69,9 @@ type Browser struct {
 	// Compact compacts a session's context now (the operator API's
 	// compact): compact.
 	Compact func(ctx context.Context, session string) (api.Compacted, error)
+	// Outbox wakes the transport's waiting claim (a released held send goes
+	// out at once); nil: it goes with the next claim.
+	Outbox func()
 	// Spend reads the spend ledger and sets the operator's caps (the
 	// operator API's: GET /v2/spend, spend_cap).
 	Spend Spend

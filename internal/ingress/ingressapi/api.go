@@ -152,12 +152,52 @@ type GatewayStats struct {
 	ThreadJoins   uint64 `json:"thread_joins"` // new threads and forum posts joined
 	// InvalidRequests is REST answers 401, 403 or 429 in the last 10 minutes.
 	InvalidRequests uint64 `json:"invalid_requests"`
+	// RateLimited counts live messages not admitted for a flood (past the
+	// per-author or per-channel rate); RateLimitBursts the notices that
+	// recorded them, one per burst.
+	RateLimited     uint64 `json:"rate_limited,omitempty"`
+	RateLimitBursts uint64 `json:"rate_limit_bursts,omitempty"`
 }
 
-// ClaimResponse hands over effects (now attempting) and reads to perform.
+// ClaimResponse hands over effects (now attempting) and reads to perform,
+// and held effects to tell the operator of.
 type ClaimResponse struct {
 	Effects []Effect `json:"effects"`
 	Reads   []Read   `json:"reads"`
+	// Notify are held effects the operator ([discord] operator_user_id,
+	// notify_held) has not been told of yet: the transport DMs them with
+	// Release and Drop buttons and reports each with POST
+	// /v1/held/{id}/notified.
+	Notify []HeldNotify `json:"notify,omitempty"`
+}
+
+// HeldNotify is a held effect to tell the operator of.
+type HeldNotify struct {
+	Effect
+	Conversation string `json:"conversation"` // alias
+	Reason       string `json:"held_reason"`
+	Operator     string `json:"operator_user_id"`
+}
+
+// HeldNotified is POST /v1/held/{id}/notified: the notice's outcome.
+type HeldNotified struct {
+	MessageID string `json:"message_id,omitempty"` // the DM's message; empty with Error
+	Error     string `json:"error,omitempty"`
+}
+
+// HeldDecision is POST /v1/held/{id}/decide: the operator pressed a button
+// of the notice. klbr-core honors it only when UserID is the configured
+// operator.
+type HeldDecision struct {
+	Decision string `json:"decision"` // release or drop
+	UserID   string `json:"user_id"`
+}
+
+// HeldDecided answers a decision: the effect as it is now.
+type HeldDecided struct {
+	ID    int64  `json:"id"`
+	State string `json:"state"`
+	Kind  string `json:"kind"`
 }
 
 // Effect is an outbox effect the transport performs.

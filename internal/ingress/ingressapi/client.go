@@ -100,6 +100,18 @@ func (c *Client) AnswerRead(ctx context.Context, id int64, a ReadAnswer) error {
 	return c.do(ctx, "/v1/reads/"+strconv.FormatInt(id, 10), a, &resp)
 }
 
+// HeldNotified reports the outcome of a held effect's notice.
+func (c *Client) HeldNotified(ctx context.Context, id int64, n HeldNotified) error {
+	var resp struct{}
+	return c.do(ctx, "/v1/held/"+strconv.FormatInt(id, 10)+"/notified", n, &resp)
+}
+
+// DecideHeld passes on the operator's button press on a held effect's notice.
+func (c *Client) DecideHeld(ctx context.Context, id int64, d HeldDecision) (HeldDecided, error) {
+	var resp HeldDecided
+	return resp, c.do(ctx, "/v1/held/"+strconv.FormatInt(id, 10)+"/decide", d, &resp)
+}
+
 func (c *Client) do(ctx context.Context, path string, body, out any) error {
 	b, err := json.Marshal(body)
 	if err != nil {

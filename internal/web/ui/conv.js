@@ -269,7 +269,9 @@ function convSpeech(e) {
   else b.appendChild(renderMarkdown(c.text ?? ""));
   const foot = el("div", "receipt");
   foot.appendChild(badge(label, state === "sent" ? "ok" : "warn"));
-  if (state === "held") foot.appendChild(document.createTextNode((c.fallback ? "held by the host (the review did not decide): " : "held by review: ") + (c.reason || "no reason given")));
+  // A Discord effect carries held_reason (already "held by delivery.review: …"); a local send, reason.
+  if (state === "held") foot.appendChild(document.createTextNode(c.held_reason ? c.held_reason + " — it waits for you (Held sends)"
+    : (c.fallback ? "held by the host (the review did not decide): " : "held by review: ") + (c.reason || "no reason given")));
   else if (state === "failed") foot.appendChild(document.createTextNode(`not delivered: ${[c.error_code, c.error].filter(Boolean).join(" ") || "failed"}`));
   else if (state === "unknown") foot.appendChild(document.createTextNode(`it may or may not have arrived${c.evidence ? ": " + c.evidence : c.error ? ": " + c.error : ""}`));
   else if (state === "sent" && discord) foot.appendChild(document.createTextNode(`delivered to Discord${c.message_id ? " · message " + c.message_id : ""}${c.reply_reference ? " · as a reply" : ""}`));

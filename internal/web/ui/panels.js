@@ -176,6 +176,7 @@ async function refreshDiscord() {
   badgeEl.textContent = String(waiting);
   badgeEl.title = `${plural(waiting, "message")} waiting for attention`;
   drawItems(v.items);
+  refreshHeld();
   if (discordOpen) openDiscord(discordOpen, true);
   if (named) { // the conversation names Discord inputs by alias now
     for (let i = conv.list.start; i < conv.list.end && i < conv.list.entries.length; i++) conv.list.entries[i].node = null;
@@ -221,6 +222,57 @@ async function markItem(id, status) {
     else ctlStatus(`item ${id}: ${body.status} (by the operator)`);
   } catch (e) { ctlStatus(`mark: ${e}`, true); }
   refreshDiscord();
+}
+
+// Held sends: what delivery.review held waits for the operator; Release
+// sends it (once, with a receipt naming the release), Drop refuses it for
+// good — the operator API's klbr-core release / drop.
+async function refreshHeld() {
+  const box = $("#discord-held");
+  let v;
+  try { v = await getJSON("/v2/held"); } catch (e) {
+    box.replaceChildren(el("p", "meta", `cannot load: ${e.message}`));
+    return;
+  }
+  box.replaceChildren();
+  const hb = $("#held-badge");
+  hb.hidden = !v.effects.length;
+  hb.textContent = String(v.effects.length);
+  hb.title = `${plural(v.effects.length, "held send")} waiting for you`;
+  if (!v.effects.length) { box.appendChild(el("p", "meta", "nothing is held")); return; }
+  for (const e of v.effects) {
+    const row = el("div", "item held st-held");
+    row.dataset.effect = e.id;
+    row.appendChild(el("span", "alias", e.conversation));
+    row.appendChild(el("span", "badge st-held", e.kind === "react" ? "held reaction" : "held send"));
+    const what = e.kind === "react" ? `${e.emoji} on message ${e.target_message_id}` : e.text;
+    row.appendChild(el("span", "held-what", what));
+    row.appendChild(el("span", "meta", `effect ${e.id} · since ${new Date(e.created_at).toLocaleString()} · ${e.held_reason || "held"} · waits for you: Release or Drop (klbr-core release ${e.id})`));
+    const acts = el("span", "item-acts");
+    for (const [verb, label, question] of [["release", "Release", `Send effect ${e.id} to ${e.conversation} now? It goes out once, with a receipt naming you.`],
+      ["drop", "Drop", `Drop effect ${e.id}? It never goes out.`]]) {
+      const b = el("button", "", label);
+      b.type = "button";
+      b.dataset.decide = verb;
+      b.setAttribute("aria-label", `${label}: held ${e.kind} ${e.id} in ${e.conversation}`);
+      b.addEventListener("click", () => decideHeld(e.id, verb, question));
+      acts.appendChild(b);
+    }
+    row.appendChild(acts);
+    box.appendChild(row);
+  }
+}
+
+async function decideHeld(id, verb, question) {
+  if (question && !confirm(question)) return;
+  try {
+    const res = await fetch(`/v2/held/${id}/${verb}`, { method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json" }, body: JSON.stringify({ note: "from the browser" }) });
+    const body = await res.json().catch(() => ({}));
+    if (!res.ok) ctlStatus(`${verb}: ${body.error || res.status}`, true);
+    else ctlStatus(verb === "release" ? `effect ${id} released: it is ${body.state}` : `effect ${id} dropped`);
+  } catch (e) { ctlStatus(`${verb}: ${e}`, true); }
+  refreshHeld();
 }
 
 async function openDiscord(alias, quiet) {
