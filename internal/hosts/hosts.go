@@ -45,6 +45,10 @@ type Host struct {
 	CPUQuotaPct    int
 	Wall           time.Duration
 	WorkDir        string // absolute; "" means ~/.cache/klbr/work of the SSH user
+	// UserManager: the host's units are the login's own user manager's
+	// (manager = "user", the configuration's default), not the system
+	// manager's (manager = "system"; false).
+	UserManager bool
 }
 
 // FromConfig returns the hosts of a parsed klbr.toml, by name.
@@ -67,7 +71,8 @@ func FromConfig(f config.File) (map[string]Host, error) {
 		}
 		out[name] = Host{Name: name, Target: t, IdentityFile: c.IdentityFile, KnownHostsFile: c.KnownHostsFile,
 			Labels: slices.Clone(c.Labels), MaxJobs: c.MaxJobs, MemoryMaxBytes: mem, TasksMax: c.TasksMax,
-			CPUQuotaPct: cpu, Wall: time.Duration(c.WallSeconds) * time.Second, WorkDir: c.WorkDir}
+			CPUQuotaPct: cpu, Wall: time.Duration(c.WallSeconds) * time.Second, WorkDir: c.WorkDir,
+			UserManager: c.Manager == config.ManagerUser}
 	}
 	return out, nil
 }
