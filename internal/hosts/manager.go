@@ -42,3 +42,19 @@ func (c *conn) identity() string {
 	}
 	return `-p PrivateUsers=yes`
 }
+
+// managerCheck goes after inspectScript: with the user manager, one line
+// "@manager VERSION|- yes|no CONTROLLERS...": whether it answers, whether
+// the login lingers, and which cgroup controllers its units may use (none
+// on a cgroup v1 host: its limits would not hold).
+func (c *conn) managerCheck() string {
+	if !c.h.UserManager {
+		return ""
+	}
+	return `v=$(systemctl show --property=Version --value 2>/dev/null | head -n 1)
+cg=$(systemctl show --property=ControlGroup --value 2>/dev/null | head -n 1)
+l=no; [ -e "/var/lib/systemd/linger/$(id -un)" ] && l=yes
+ctl=; [ -n "$cg" ] && ctl=$(head -c 200 "/sys/fs/cgroup$cg/cgroup.controllers" 2>/dev/null)
+echo "@manager ${v:--} $l" $ctl
+`
+}

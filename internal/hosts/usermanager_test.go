@@ -3,6 +3,7 @@ package hosts
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -98,5 +99,48 @@ command systemd-run --quiet --no-ask-password --pipe --wait --collect -- id -u 2
 	}
 	if units, err := h.Units("klbr-escape-*"); err != nil || len(units) != 0 {
 		t.Fatalf("a job started units %v (%v)", units, err)
+	}
+
+	// The limits hold where the host's cgroups let the user manager
+	// enforce them (cgroup v2: a memory hog is killed by it); where they
+	// do not (cgroup v1, as this machine may be), the host is not ready,
+	// and says why and what to do.
+	info := e.Inspect(ctx, "lab")
+	if info.Manager != "user" || info.UserManager == "" || !info.Lingering {
+		t.Fatalf("inspect: manager %q, user manager %q, lingering %v", info.Manager, info.UserManager, info.Lingering)
+	}
+	t.Logf("the login's manager: systemd %s, controllers %v", info.UserManager, info.Controllers)
+	limitsHold := func(ps []Problem) bool {
+		for _, p := range ps {
+			if strings.Contains(p.What, "cannot enforce limits") && strings.Contains(p.Fix, `manager = "system"`) {
+				return false
+			}
+		}
+		return true
+	}
+	if slices.Contains(info.Controllers, "memory") {
+		if !limitsHold(info.Problems()) {
+			t.Fatalf("controllers %v, yet: %+v", info.Controllers, info.Problems())
+		}
+		const hog = "klbr-job-960-1.service"
+		if _, err := e.Start(ctx, "lab", Unit{Name: hog, Argv: []string{"python3", "-c", "b = bytearray(1 << 30)"}, MemoryMaxBytes: 64 << 20, Confine: true}); err != nil {
+			t.Fatal(err)
+		}
+		if st := waitEnded(t, e, hog); st.Result != "oom-kill" {
+			t.Fatalf("the hog ended %+v, want killed by the user manager (oom-kill)", st)
+		}
+	} else if limitsHold(info.Problems()) {
+		t.Fatalf("controllers %v (no memory), yet no problem says the limits would not hold: %+v", info.Controllers, info.Problems())
+	}
+
+	// A login that does not linger is a problem, with the fix.
+	if out, err := h.Enter("rm", "/var/lib/systemd/linger/"+hosttest.Worker).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	info = e.Inspect(ctx, "lab")
+	if info.Lingering || !slices.ContainsFunc(info.Problems(), func(p Problem) bool {
+		return strings.Contains(p.What, "does not linger") && strings.Contains(p.Fix, "loginctl enable-linger "+hosttest.Worker)
+	}) {
+		t.Fatalf("a login that does not linger: %+v", info.Problems())
 	}
 }
