@@ -93,9 +93,38 @@ command systemd-run --quiet --no-ask-password --pipe --wait --collect -- id -u 2
 				t.Fatalf("the unit's properties\n%s\nlack %s", props, want)
 			}
 		}
+		if files, err := e.ListFiles(ctx, "lab", unit); err != nil || len(files) != 1 || files[0].Path != "own" {
+			t.Fatalf("confine=%v: the job's files %+v (%v), want own", confine, files, err)
+		}
 		if err := e.Collect(ctx, "lab", unit); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A stop ends the whole unit, what it forked too.
+	const long = "klbr-job-970-1.service"
+	if _, err := e.Start(ctx, "lab", Unit{Name: long, Argv: []string{"sh", "-c", "sleep 600 & sleep 600"}, Confine: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Stop(ctx, "lab", long); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitEnded(t, e, long); st.ActiveState == "active" && st.SubState != "exited" {
+		t.Fatalf("stopped: %+v", st)
+	}
+	if out, _ := h.Enter("pgrep", "-u", strconv.Itoa(h.UID), "-x", "sleep").Output(); len(out) != 0 {
+		t.Fatalf("processes of the stopped unit remain: %s", out)
+	}
+	if err := e.Collect(ctx, "lab", long); err != nil {
+		t.Fatal(err)
+	}
+	// A worker's unit (Pipe): its stdin and stdout are the session's.
+	cmd, err := e.Pipe(ctx, "lab", Unit{Name: "klbr-workbench-s1-1.service", Argv: []string{"sh", "-c", "id -u; cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin = strings.NewReader("over the pipe\n")
+	if got, err := cmd.Output(); err != nil || string(got) != fmt.Sprintf("%d\nover the pipe\n", h.UID) {
+		t.Fatalf("the piped unit said %q (%v)", got, err)
 	}
 	if units, err := h.Units("klbr-escape-*"); err != nil || len(units) != 0 {
 		t.Fatalf("a job started units %v (%v)", units, err)
