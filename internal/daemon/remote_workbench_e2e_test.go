@@ -17,7 +17,7 @@ import (
 // cells, and reach klbr-core's history through the protocol; the host has
 // no store, no model credentials and no operator token of klbr-core's.
 func TestRemoteWorkbenchPlacement(t *testing.T) {
-	h := hosttest.Start(t)
+	h := hosttest.StartWorker(t)
 	b, err := os.ReadFile(filepath.Join(kernelDir(t), "klbr-kernel"))
 	if err != nil {
 		t.Fatal(err)
