@@ -1,10 +1,13 @@
 # The NixOS module services.klbr-worker: a worker host klbr-core reaches over
 # SSH (docs/hosts.md). No klbr daemon runs here: klbr-core logs in as an
 # unprivileged system user and starts each job attempt as a transient unit
-# of this machine's systemd (klbr-job-<job>-<attempt>.service in klbr.slice).
-# This module makes that account, authorizes klbr-core's key for it, lets it
-# manage klbr-* units and nothing else (polkit), installs klbr.slice and the
-# klbr package (klbr-kernel and the runtime), and enables sshd.
+# of that user's own service manager (systemd --user; klbr-job-<job>-
+# <attempt>.service in klbr.slice), kept running without a session by
+# lingering. A unit of a user manager cannot change user, so klbr-core's key
+# is worth exactly this account here, and no polkit rule is needed.
+# This module makes that account (lingering), authorizes klbr-core's key for
+# it, gives its manager klbr.slice, installs the klbr package (klbr-kernel
+# and the runtime), and enables sshd.
 {
   config,
   lib,
@@ -26,7 +29,7 @@ let
 in
 {
   options.services.klbr-worker = {
-    enable = mkEnableOption "a klbr worker host: klbr-core logs in over SSH and runs jobs as transient units of this machine's systemd";
+    enable = mkEnableOption "a klbr worker host: klbr-core logs in over SSH and runs jobs as transient units of the login's own systemd user manager";
 
     package = mkPackageOption pkgs "klbr" {
       extraDescription = ''
@@ -41,8 +44,9 @@ in
       description = ''
         The account klbr-core logs in as ([hosts.NAME] ssh = "USER@host").
         The default is created as an unprivileged system user with a login
-        shell; any other must exist. Its jobs run as this user, never as
-        root, and it may manage only units named `klbr-*` (polkit).
+        shell; any other must exist. It lingers (its user manager runs
+        without a session), and its jobs are units of that manager: they run
+        as this user and cannot run as any other.
       '';
     };
 
@@ -94,9 +98,21 @@ in
 
     environment.systemPackages = [ cfg.package ];
 
-    # klbr.slice from the package (nix/systemd/klbr.slice): every job unit
-    # goes there, and limits set on it bound all of them together.
+    # The package's units (nix/systemd/klbr.slice among them) for the
+    # system manager.
     systemd.packages = [ cfg.package ];
+
+    # klbr.slice of the login's user manager: every job unit goes there,
+    # and limits set on it bound all of them together (on cgroup v2, which
+    # lets a user manager enforce memory, pids and cpu limits).
+    systemd.user.slices.klbr = {
+      description = "klbr jobs and workers started by klbr-core over SSH";
+      sliceConfig = {
+        MemoryAccounting = true;
+        TasksAccounting = true;
+        CPUAccounting = true;
+      };
+    };
 
     services.openssh = {
       enable = true;
@@ -115,26 +131,16 @@ in
           description = "klbr worker (jobs started by klbr-core over SSH)";
         };
       })
-      # Another user exists already; either way it gets the keys.
-      { ${cfg.user}.openssh.authorizedKeys.keys = cfg.authorizedKeys; }
+      # Another user exists already; either way it gets the keys, and
+      # lingers: its user manager, which runs the jobs, starts at boot and
+      # outlives klbr-core's SSH sessions.
+      {
+        ${cfg.user} = {
+          openssh.authorizedKeys.keys = cfg.authorizedKeys;
+          linger = true;
+        };
+      }
     ];
     users.groups = mkIf (cfg.group == "klbr") { klbr = { }; };
-
-    # The login starts its transient units over the system bus
-    # (systemd-run, systemctl stop/reset-failed). This lets it manage units
-    # named klbr-* and nothing else; the units run as the login (User=).
-    security.polkit.enable = true;
-    security.polkit.extraConfig = ''
-      // services.klbr-worker: klbr-core's login may manage klbr-* units only.
-      polkit.addRule(function (action, subject) {
-        if (action.id == "org.freedesktop.systemd1.manage-units" &&
-            subject.user == ${builtins.toJSON cfg.user}) {
-          var unit = action.lookup("unit");
-          if (typeof unit == "string" && /^klbr-[^\/]+\.(service|scope)$/.test(unit)) {
-            return polkit.Result.YES;
-          }
-        }
-      });
-    '';
   };
 }

@@ -65,7 +65,7 @@ func printHost(w io.Writer, h api.HostReport) {
 		if h.Kernel != "" {
 			kernel = fmt.Sprintf("klbr-kernel %s (protocol %d) at %s", orDash(h.KernelVersion), h.KernelProtocol, h.Kernel)
 		}
-		fmt.Fprintf(w, "  %s; %s; %d CPUs, %.1f GiB\n", orDash(h.Systemd), kernel, h.CPUs, float64(h.MemoryBytes)/(1<<30))
+		fmt.Fprintf(w, "  %s, %s manager; %s; %d CPUs, %.1f GiB\n", orDash(h.Systemd), orDash(h.Manager), kernel, h.CPUs, float64(h.MemoryBytes)/(1<<30))
 		for _, u := range h.Units {
 			fmt.Fprintf(w, "  %s %s/%s\n", u.Unit, u.Active, u.Sub)
 		}

@@ -36,7 +36,18 @@ type Host struct {
 	// to answer again before its recovery policy decides (manual: unknown);
 	// 0: until the job's wall time has passed.
 	DownGraceSeconds int `toml:"down_grace_seconds"`
+	// Manager is the service manager that runs the host's units: "user"
+	// (the default; the login's own, lingering: its units cannot change
+	// user, so the key is worth the login) or "system" (the host's, by a
+	// polkit rule or a root login: the key is worth the host's root).
+	Manager string `toml:"manager"`
 }
+
+// The values of [hosts.NAME] manager.
+const (
+	ManagerUser   = "user"
+	ManagerSystem = "system"
+)
 
 // DefaultHostMaxJobs is a host's max_jobs when omitted.
 const DefaultHostMaxJobs = 4
@@ -59,6 +70,9 @@ func (h Host) Resolved(jobs Jobs) Host {
 	}
 	if h.WallSeconds == 0 {
 		h.WallSeconds = j.MaxWallSeconds
+	}
+	if h.Manager == "" {
+		h.Manager = ManagerUser
 	}
 	return h
 }
@@ -190,6 +204,9 @@ func (v *validator) hosts(f *File) {
 		}
 		if h.WorkDir != "" && (!filepath.IsAbs(h.WorkDir) || filepath.Clean(h.WorkDir) != h.WorkDir || h.WorkDir == "/") {
 			v.fail(key+".work_dir", fmt.Sprintf("%q must be an absolute, clean path below /", h.WorkDir), key)
+		}
+		if h.Manager != ManagerUser && h.Manager != ManagerSystem {
+			v.fail(key+".manager", fmt.Sprintf("%q must be \"user\" (the login's own service manager) or \"system\" (the host's: the key is then worth the host's root)", h.Manager), key)
 		}
 		seen := map[string]bool{}
 		for i, l := range h.Labels {

@@ -9,17 +9,17 @@ const hostBase = "[hosts.gpu]\nssh = \"klbr@gpu.lan\"\nidentity_file = \"/run/cr
 
 func TestParseHosts(t *testing.T) {
 	f, err := Parse("klbr.toml", []byte(hostBase+"labels = [\"gpu\", \"big\"]\nmax_jobs = 2\nmemory_max = \"64G\"\nwall_seconds = 7200\ndown_grace_seconds = 900\n"+
-		"[jobs]\ntasks_max = 50\n\n[hosts.b]\nssh = \"u@[fd00::2]:2222\"\nidentity_file = \"/k\"\nknown_hosts_file = \"/kh\"\nwork_dir = \"/srv/klbr\"\n"))
+		"[jobs]\ntasks_max = 50\n\n[hosts.b]\nssh = \"u@[fd00::2]:2222\"\nidentity_file = \"/k\"\nknown_hosts_file = \"/kh\"\nwork_dir = \"/srv/klbr\"\nmanager = \"system\"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := f.Hosts["gpu"].Resolved(f.Jobs)
 	if g.MaxJobs != 2 || g.MemoryMax != "64G" || g.TasksMax != 50 || g.CPUQuota != DefaultJobsCPUQuota || g.WallSeconds != 7200 ||
-		len(g.Labels) != 2 || g.DownGraceSeconds != 900 {
+		len(g.Labels) != 2 || g.DownGraceSeconds != 900 || g.Manager != ManagerUser {
 		t.Fatalf("gpu resolved to %+v", g)
 	}
 	b := f.Hosts["b"].Resolved(f.Jobs)
-	if b.MaxJobs != DefaultHostMaxJobs || b.WallSeconds != DefaultJobsWallSeconds || b.WorkDir != "/srv/klbr" {
+	if b.MaxJobs != DefaultHostMaxJobs || b.WallSeconds != DefaultJobsWallSeconds || b.WorkDir != "/srv/klbr" || b.Manager != ManagerSystem {
 		t.Fatalf("b resolved to %+v", b)
 	}
 	tg, err := ParseSSHTarget(b.SSH)
@@ -87,6 +87,7 @@ func TestParseHostErrors(t *testing.T) {
 		{"wall", hostBase + "wall_seconds = 604801\n", "hosts.gpu.wall_seconds", "out of range", 5},
 		{"down grace", hostBase + "down_grace_seconds = -1\n", "hosts.gpu.down_grace_seconds", "out of range", 5},
 		{"work_dir", hostBase + "work_dir = \"/\"\n", "hosts.gpu.work_dir", "below /", 5},
+		{"manager", hostBase + "manager = \"root\"\n", "hosts.gpu.manager", "host's root", 5},
 		{"unknown key", hostBase + "port = 22\n", "hosts.gpu.port", "unknown key", 5},
 		{"agent on an unknown host", "[agent]\nhost = \"gpu\"\n", "agent.host", "no [hosts.gpu]", 2},
 	}

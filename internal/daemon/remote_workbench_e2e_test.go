@@ -19,7 +19,7 @@ import (
 // cells, and reach klbr-core's history through the protocol; the host has
 // no store, no model credentials and no operator token of klbr-core's.
 func TestRemoteWorkbenchPlacement(t *testing.T) {
-	h := hosttest.Start(t)
+	h := hosttest.StartWorker(t)
 	b, err := os.ReadFile(filepath.Join(kernelDir(t), "klbr-kernel"))
 	if err != nil {
 		t.Fatal(err)
@@ -40,8 +40,8 @@ func TestRemoteWorkbenchPlacement(t *testing.T) {
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "c3", Code: "r = await history.search('netns')\nprint('found', len(r) > 0)"}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "c4", Code: "await runtime.wait(None, reason='done')"}}},
 	)
-	hostTOML := fmt.Sprintf("[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\n",
-		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir)
+	hostTOML := fmt.Sprintf("[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\nmanager = %q\n",
+		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir, h.Manager)
 	a := startAgentTOML(t, "", route("main", model, "")+hostTOML, "KLBR_REMOTE_PLACEMENT=lab")
 	a.send("where do you run?")
 	a.eventually("the session waits", a.state(store.StateWaiting))

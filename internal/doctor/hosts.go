@@ -56,8 +56,8 @@ func hostCheck(info hosts.Info) Check {
 		if info.Kernel != "" {
 			kernel = fmt.Sprintf("klbr-kernel %s protocol %d", info.KernelVersion, info.KernelProtocol)
 		}
-		c.Detail = fmt.Sprintf("%s: reachable, key known; systemd %d; %s; %d CPUs, %.1f GiB, max_jobs %d; %d klbr units active",
-			info.SSH, info.SystemdVersion, kernel, info.CPUs, float64(info.MemoryBytes)/(1<<30), info.MaxJobs, running)
+		c.Detail = fmt.Sprintf("%s: reachable, key known; systemd %d, %s manager; %s; %d CPUs, %.1f GiB, max_jobs %d; %d klbr units active",
+			info.SSH, info.SystemdVersion, info.Manager, kernel, info.CPUs, float64(info.MemoryBytes)/(1<<30), info.MaxJobs, running)
 	}
 	for _, p := range info.Problems() {
 		if p.Warn {

@@ -22,12 +22,13 @@ ssh = %q
 identity_file = %q
 known_hosts_file = %q
 work_dir = %q
+manager = %q
 
 [hosts.gone]
 ssh = "root@127.0.0.1:1"
 identity_file = %q
 known_hosts_file = %q
-`, lab.SSH(), lab.IdentityFile, lab.KnownHostsFile, lab.WorkDir, lab.IdentityFile, lab.KnownHostsFile)
+`, lab.SSH(), lab.IdentityFile, lab.KnownHostsFile, lab.WorkDir, lab.Manager, lab.IdentityFile, lab.KnownHostsFile)
 	if err := os.WriteFile(filepath.Join(data, "klbr.toml"), []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}

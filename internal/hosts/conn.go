@@ -232,7 +232,7 @@ func (c *conn) session(ctx context.Context, script string) *exec.Cmd {
 	// The remote login shell parses the command line: hand the script to
 	// /bin/sh as one quoted word whatever that shell is.
 	args := append(c.baseArgs(), "-o", "ControlMaster=no", "-o", "ProxyCommand=false", "-T", "--", c.h.Target.Host,
-		"exec /bin/sh -c "+Quote(script))
+		"exec /bin/sh -c "+Quote(c.prelude()+script))
 	return exec.CommandContext(ctx, c.e.cfg.SSH, args...)
 }
 

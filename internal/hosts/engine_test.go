@@ -25,7 +25,7 @@ func labEngine(t *testing.T, h *hosttest.Host, mod func(*Host)) *Engine {
 	}
 	hh := Host{Name: "lab", Target: tg, IdentityFile: h.IdentityFile, KnownHostsFile: h.KnownHostsFile,
 		Labels: []string{"big"}, MaxJobs: 2, MemoryMaxBytes: 256 << 20, TasksMax: 64, CPUQuotaPct: 100,
-		Wall: time.Hour, WorkDir: h.WorkDir}
+		Wall: time.Hour, WorkDir: h.WorkDir, UserManager: h.Manager == "user"}
 	if mod != nil {
 		mod(&hh)
 	}

@@ -4,8 +4,11 @@ import (
 	"archive/tar"
 	"bytes"
 	"io"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/klbr-dev/klbr/internal/kernel"
 )
 
 // What a host answers to Inspect is outside input: any answer parses
@@ -14,6 +17,7 @@ func FuzzParseInspect(f *testing.F) {
 	f.Add("systemd 252 (252.39-1~deb12u1)\n\n/usr/bin/klbr-kernel\nklbr-kernel dev protocol 1\n\n2\n25769803776\nklbr-job-1-1.service loaded active running x\n")
 	f.Add("\n\n\n2\n\n")
 	f.Add("")
+	f.Add("\n\n\n2\n\n@manager 252 yes cpu memory pids\n@manager - no\n")
 	f.Fuzz(func(t *testing.T, out string) {
 		var info Info
 		parseInspect(&info, out)
@@ -30,6 +34,23 @@ func TestParseInspect(t *testing.T) {
 	if info.SystemdVersion != 252 || info.Kernel != "/usr/bin/klbr-kernel" || info.KernelVersion != "v1.2" || info.KernelProtocol != 1 ||
 		info.CPUs != 2 || info.MemoryBytes != 25769803776 || len(info.Units) != 1 || info.Units[0].Sub != "running" {
 		t.Fatalf("%+v", info)
+	}
+	info = Info{Name: "gpu", SSH: "klbr@gpu.lan", Reachable: true, Manager: "user", Kernel: "/k", KernelProtocol: kernel.Protocol, SystemdVersion: 252}
+	parseInspect(&info, "systemd 252\n\n/k\n\n4\n1024\n@manager 252.39-1 yes cpu memory pids\n")
+	if info.UserManager != "252.39-1" || !info.Lingering || !slices.Equal(info.Controllers, []string{"cpu", "memory", "pids"}) || len(info.Units) != 0 {
+		t.Fatalf("user manager: %+v", info)
+	}
+	if ps := info.Problems(); len(ps) != 0 {
+		t.Fatalf("a lingering login whose manager has the controllers: %+v", ps)
+	}
+	info.Controllers = []string{"pids"}
+	if ps := info.Problems(); len(ps) != 1 || !strings.Contains(ps[0].What, "memory, cpu") || !strings.Contains(ps[0].Fix, `[hosts.gpu]`) {
+		t.Fatalf("no memory or cpu controller: %+v", ps)
+	}
+	info = Info{Name: "gpu", SSH: "klbr@gpu.lan", Reachable: true, Manager: "user"}
+	parseInspect(&info, "systemd 252\n\n/k\n\n4\n1024\n@manager - no\n")
+	if ps := info.Problems(); len(ps) < 2 || !strings.Contains(ps[0].Fix, "loginctl enable-linger klbr") || !strings.Contains(ps[1].What, "does not linger") {
+		t.Fatalf("no user manager: %+v", ps)
 	}
 	info = Info{}
 	parseInspect(&info, "\n\n\n4\n1024\n")

@@ -48,6 +48,10 @@ type Host struct {
 	// DownGrace is how long a running job waits for the host to answer
 	// again before its recovery policy decides; 0: until its wall time.
 	DownGrace time.Duration
+	// UserManager: the host's units are the login's own user manager's
+	// (manager = "user", the configuration's default), not the system
+	// manager's (manager = "system"; false).
+	UserManager bool
 }
 
 // FromConfig returns the hosts of a parsed klbr.toml, by name.
@@ -71,7 +75,7 @@ func FromConfig(f config.File) (map[string]Host, error) {
 		out[name] = Host{Name: name, Target: t, IdentityFile: c.IdentityFile, KnownHostsFile: c.KnownHostsFile,
 			Labels: slices.Clone(c.Labels), MaxJobs: c.MaxJobs, MemoryMaxBytes: mem, TasksMax: c.TasksMax,
 			CPUQuotaPct: cpu, Wall: time.Duration(c.WallSeconds) * time.Second, WorkDir: c.WorkDir,
-			DownGrace: time.Duration(c.DownGraceSeconds) * time.Second}
+			DownGrace: time.Duration(c.DownGraceSeconds) * time.Second, UserManager: c.Manager == config.ManagerUser}
 	}
 	return out, nil
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/kernel"
 )
 
@@ -29,6 +31,16 @@ type Info struct {
 	MaxJobs        int        `json:"max_jobs"`
 	Reserved       int        `json:"reserved"`
 	Units          []UnitLine `json:"units"` // the klbr-* units there now
+	// Manager is the service manager that runs the host's units: "user"
+	// (the login's own) or "system".
+	Manager string `json:"manager"`
+	// With the user manager: its version ("" it did not answer), whether
+	// the login lingers (its manager runs without a session), and the
+	// cgroup controllers its units may use (memory, pids and cpu enforce
+	// the limits).
+	UserManager string   `json:"user_manager,omitempty"`
+	Lingering   bool     `json:"lingering,omitempty"`
+	Controllers []string `json:"controllers,omitempty"`
 }
 
 // UnitLine is one unit of systemctl list-units.
@@ -66,6 +78,9 @@ func (i Info) Problems() []Problem {
 		out = append(out, Problem{What: fmt.Sprintf("systemd %d is older than %d", i.SystemdVersion, MinSystemd),
 			Fix: "upgrade the host's systemd"})
 	}
+	if i.Manager == config.ManagerUser {
+		out = append(out, i.userManagerProblems()...)
+	}
 	switch {
 	case i.Kernel == "":
 		out = append(out, Problem{What: "no klbr-kernel on the login's PATH (jobs, routines and cells run under it there)",
@@ -76,6 +91,36 @@ func (i Info) Problems() []Problem {
 	case i.KernelProtocol != kernel.Protocol:
 		out = append(out, Problem{What: fmt.Sprintf("the host's klbr-kernel %s speaks protocol %d, this klbr-core %d", i.KernelVersion, i.KernelProtocol, kernel.Protocol),
 			Fix: "install the same klbr release on the host as here"})
+	}
+	return out
+}
+
+// userManagerProblems says what keeps the login's user manager from
+// running the host's units with their limits.
+func (i Info) userManagerProblems() []Problem {
+	user := strings.SplitN(i.SSH, "@", 2)[0]
+	system := "; or set manager = \"system\" in [hosts." + i.Name + "], if the key may be worth the host's root (docs/hosts.md)"
+	var out []Problem
+	if i.UserManager == "" {
+		out = append(out, Problem{What: "the login's own service manager does not answer (systemctl --user)",
+			Fix: "let " + user + " linger so that its manager runs without a session: loginctl enable-linger " + user + " (NixOS: services.klbr-worker.enable does it)" + system})
+	}
+	if !i.Lingering {
+		out = append(out, Problem{What: user + " does not linger: its service manager, and every unit of it, stops when its last session ends",
+			Fix: "loginctl enable-linger " + user + " (NixOS: services.klbr-worker.enable does it)"})
+	}
+	if i.UserManager != "" {
+		var missing []string
+		for _, c := range []string{"memory", "pids", "cpu"} {
+			if !slices.Contains(i.Controllers, c) {
+				missing = append(missing, c)
+			}
+		}
+		if len(missing) > 0 {
+			out = append(out, Problem{What: "the login's service manager cannot enforce limits (cgroup controllers " + strings.Join(missing, ", ") +
+				" not delegated to it): MemoryMax, TasksMax and CPUQuota would not hold",
+				Fix: "boot the host with the unified cgroup hierarchy (cgroup v2: systemd's default, every current NixOS) and user@.service's Delegate= (systemd ≥ 252 delegates memory, pids and cpu)" + system})
+		}
 	}
 	return out
 }
@@ -99,12 +144,16 @@ func (e *Engine) Inspect(ctx context.Context, host string) Info {
 	info := Info{Name: host, SSH: c.h.Target.User + "@" + c.h.Target.KnownHostsName(), MaxJobs: c.h.MaxJobs, Reserved: c.reserved, Units: []UnitLine{}}
 	c.mu.Unlock()
 	var out bytes.Buffer
-	if err := c.run(ctx, inspectScript, &limited{w: &out, n: 1 << 20}); err != nil {
+	if err := c.run(ctx, inspectScript+c.managerCheck(), &limited{w: &out, n: 1 << 20}); err != nil {
 		info.Error = err.Error()
 		return info
 	}
 	info.Reachable = true
 	parseInspect(&info, out.String())
+	info.Manager = config.ManagerSystem
+	if c.h.UserManager {
+		info.Manager = config.ManagerUser
+	}
 	return info
 }
 
@@ -141,6 +190,14 @@ func parseInspect(info *Info, out string) {
 	info.MemoryBytes = int64(mem)
 	for _, l := range lines {
 		f := strings.Fields(l)
+		if len(f) >= 3 && f[0] == "@manager" { // managerCheck's line: no unit's name starts with @
+			if f[1] != "-" {
+				info.UserManager = f[1]
+			}
+			info.Lingering = f[2] == "yes"
+			info.Controllers = f[3:min(len(f), 16)]
+			continue
+		}
 		if len(f) >= 4 {
 			info.Units = append(info.Units, UnitLine{Unit: f[0], Active: f[2], Sub: f[3]})
 		}

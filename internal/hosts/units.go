@@ -84,12 +84,14 @@ func (c *conn) workRoot() string {
 // unit runs as the login's uid, as every other job of klbr-core there does,
 // so its directory's mode parts nothing: the unit's mount namespace does.
 // The login's home and the work root are empty tmpfs in it, with only the
-// job's own directory bound back ($d); the system bus and systemd's private
-// socket are gone, since through them (and the login's polkit rule for
-// klbr-* units) a job could start a unit of its choosing; and it has no
-// capabilities, so that a job of a root login cannot undo any of it.
+// job's own directory bound back ($d); the system bus, systemd's private
+// socket and the login's runtime directory (its user manager's private
+// socket and bus) are gone, since through them (the login's own manager,
+// or a polkit rule for klbr-* units) a job could start a unit of its
+// choosing, outside its containment; and it has no capabilities, so that a
+// job of a root login cannot undo any of it.
 const containment = `-p "TemporaryFileSystem=$HOME $r" -p "BindPaths=$d" ` +
-	`-p "InaccessiblePaths=-/run/dbus -/var/run/dbus -/run/systemd/private" ` +
+	`-p "InaccessiblePaths=-/run/dbus -/var/run/dbus -/run/systemd/private -/run/user/$(id -u)" ` +
 	`-p CapabilityBoundingSet= -p AmbientCapabilities=`
 
 // ErrGone says a unit's start reached its host once, but the unit is not
@@ -147,9 +149,6 @@ func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, 
 	if u.Inputs != "" {
 		prep += "cp -R -- " + Quote(u.Inputs) + `/. "$d"/ || fail` + "\n"
 	}
-	// A transient system service runs as root unless told otherwise, even
-	// when an unprivileged login asked for it through polkit: User= keeps
-	// the job at the login's own uid, never above it.
 	script := fmt.Sprintf(`set -u
 u=%s
 r=%s
@@ -163,9 +162,9 @@ fail() { rm -rf -- "$d"; exit 1; }
 %s
 rm -rf -- "$d" && mkdir -m 700 -- "$d" || exit 1
 %s: > "$r/.$u.started" || fail
-%s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s %s || { s=$?; rm -rf -- "$d" "$r/.$u.started"; exit $s; }
+%s %s %s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s %s || { s=$?; rm -rf -- "$d" "$r/.$u.started"; exit $s; }
 echo started
-`, Quote(u.Name), c.workRoot(), Quote(u.Name), check, prep, strings.Join(quoted, " "), containment, kern, strings.Join(argv, " "))
+`, Quote(u.Name), c.workRoot(), Quote(u.Name), check, prep, strings.Join(quoted, " "), c.identity(), containment, kern, strings.Join(argv, " "))
 	var out bytes.Buffer
 	if err := c.run(ctx, script, &limited{w: &out, n: 4096}); err != nil {
 		return false, err
@@ -201,14 +200,15 @@ func (c *conn) runArgs(u Unit, extra ...string) ([]string, error) {
 		wall = c.h.Wall
 	}
 	wall = min(wall, c.h.Wall)
-	run := []string{"systemd-run", "--quiet", "--no-ask-password", "--unit=" + u.Name, "--slice=klbr.slice",
-		"--description=" + strings.Join(strings.Fields(strings.ToValidUTF8(u.Description, "?")), " "), // one line: list-units reads lines
+	run := append([]string{"systemd-run"}, c.managerFlag()...)
+	run = append(run, "--quiet", "--no-ask-password", "--unit="+u.Name, "--slice=klbr.slice",
+		"--description="+strings.Join(strings.Fields(strings.ToValidUTF8(u.Description, "?")), " "), // one line: list-units reads lines
 		"-p", "NoNewPrivileges=yes",
 		"-p", fmt.Sprintf("MemoryMax=%d", mem),
 		"-p", fmt.Sprintf("TasksMax=%d", tasks),
 		"-p", fmt.Sprintf("CPUQuota=%d%%", cpu),
 		"-p", fmt.Sprintf("RuntimeMaxSec=%d", max(1, int(wall/time.Second))),
-	}
+	)
 	run = append(run, extra...)
 	for _, k := range slices.Sorted(maps.Keys(u.Env)) {
 		if !envKey.MatchString(k) {
@@ -499,9 +499,9 @@ p=$(command -v -- %s) || { echo "klbr: %s is not on the PATH of $(id -un) on the
 mkdir -p -- "$d" && chmod 700 -- "$d"
 set --
 %s
-exec %s -p "User=$(id -un)" %s -p "WorkingDirectory="%s -- "$p" "$@" %s
+exec %s %s %s -p "WorkingDirectory="%s -- "$p" "$@" %s
 `, Quote(u.Name), c.workRoot(), Quote(u.Name), Quote(u.Argv[0]), Quote(u.Argv[0]), confine,
-		strings.Join(quoted, " "), props, wd, strings.Join(argv, " "))
+		strings.Join(quoted, " "), c.identity(), props, wd, strings.Join(argv, " "))
 	if err := c.connect(ctx); err != nil {
 		return nil, err
 	}

@@ -33,10 +33,13 @@ import (
 // user@host:port is exercised).
 const Port = 2222
 
-// User is the account the client logs in as: root, whose transient units
-// need no polkit rule (the lab shares the machine's /etc, so the tests
-// create no account).
+// User is the account the client logs in as on a host of Start: root,
+// whose system manager's transient units need no polkit rule.
 const User = "root"
+
+// Worker is the account the client logs in as on a host of StartWorker:
+// unprivileged, lingering, its own user manager running.
+const Worker = "klbr"
 
 // Require skips tb, or under CI=true fails it, unless this machine can boot
 // a host: what the systemd lab needs, plus iproute2 and OpenSSH (Debian:
@@ -58,6 +61,11 @@ type Host struct {
 	Gw   string // the root namespace's side, 10.77.N.1
 	Port int
 	User string
+	// Manager is [hosts.NAME] manager for this host: "system" for root's
+	// login (Start), "user" for the worker account's (StartWorker).
+	Manager string
+	// UID is the login's uid on the host.
+	UID int
 	// Dir holds the client's and the host's keys, sshd's configuration and
 	// log, and WorkDir.
 	Dir            string
@@ -83,9 +91,25 @@ type Host struct {
 // SSH is the host as configuration writes it: user@addr:port.
 func (h *Host) SSH() string { return fmt.Sprintf("%s@%s:%d", h.User, h.Addr, h.Port) }
 
-// Start boots a host; t.Cleanup removes everything it made (the
-// namespaces and their processes, the veth pair, the cgroups).
+// Start boots a host whose login is root; t.Cleanup removes everything it
+// made (the namespaces and their processes, the veth pair, the cgroups).
 func Start(t testing.TB) *Host {
+	t.Helper()
+	return start(t, false)
+}
+
+// StartWorker boots a host whose login is Worker, an unprivileged account
+// as a worker host has it: lingering, so that its user manager runs
+// without a session, and no polkit rule. The account exists only on the
+// host: its /etc/passwd, /etc/group and /etc/shadow are private copies of
+// the machine's, with the account added, bound over the originals in the
+// host's own mount namespace (the machine's /etc is never changed).
+func StartWorker(t testing.TB) *Host {
+	t.Helper()
+	return start(t, true)
+}
+
+func start(t testing.TB, worker bool) *Host {
 	t.Helper()
 	Require(t)
 	dir, err := os.MkdirTemp("", "klbr-host-")
@@ -99,7 +123,7 @@ func Start(t testing.TB) *Host {
 	}
 	t.Cleanup(release)
 	h := &Host{Name: "lab", Addr: fmt.Sprintf("10.77.%d.2", net), Gw: fmt.Sprintf("10.77.%d.1", net),
-		Port: Port, User: User, Dir: dir, IdentityFile: filepath.Join(dir, "id_ed25519"),
+		Port: Port, User: User, Manager: "system", Dir: dir, IdentityFile: filepath.Join(dir, "id_ed25519"),
 		KnownHostsFile: filepath.Join(dir, "known_hosts"), HostKeyFile: filepath.Join(dir, "ssh_host_ed25519_key"),
 		SSHDLog: filepath.Join(dir, "sshd.log"), WorkDir: filepath.Join(dir, "work"), BinDir: filepath.Join(dir, "bin"), veth: fmt.Sprintf("klbrh%d", net)}
 	for _, d := range []string{h.WorkDir, h.BinDir} {
@@ -113,6 +137,11 @@ func Start(t testing.TB) *Host {
 	lab, err := systemdlab.Prepare(t, filepath.Join(dir, "lab"), labName())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if worker {
+		if err := h.worker(lab); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := h.writeSSHD(lab.Run); err != nil {
 		t.Fatal(err)
@@ -135,6 +164,11 @@ func Start(t testing.TB) *Host {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", h.veth).Run() })
+	if worker {
+		if err := h.workerManager(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if out, err := h.Enter("systemctl", "start", "hosttest-sshd.service").CombinedOutput(); err != nil {
 		log, _ := os.ReadFile(h.SSHDLog)
 		t.Fatalf("start sshd on the host: %v\n%s\n%s", err, out, log)
@@ -241,6 +275,12 @@ func (h *Host) writeSSHD(run string) error {
 	if err := os.WriteFile(filepath.Join(h.Dir, "sshd_config"), []byte(conf), 0o600); err != nil {
 		return err
 	}
+	// ProtectHome= would hide /run/user too: the worker account's user
+	// manager is reached there.
+	home := "ProtectHome=tmpfs"
+	if h.Manager == "user" {
+		home = "TemporaryFileSystem=/root /home"
+	}
 	unit := fmt.Sprintf(`[Unit]
 Description=the test host's sshd
 [Service]
@@ -249,10 +289,10 @@ RuntimeDirectoryMode=0755
 # The host shares this machine's /etc and /root; a login's shell would
 # read root's startup files (a pyenv's rehash, say) before each command.
 # A worker host's login has a home of its own: so does this one, empty.
-ProtectHome=tmpfs
+%s
 ExecStart=%s -D -e -f %s -E %s
 KillMode=process
-`, sshd, filepath.Join(h.Dir, "sshd_config"), h.SSHDLog)
+`, home, sshd, filepath.Join(h.Dir, "sshd_config"), h.SSHDLog)
 	return os.WriteFile(filepath.Join(run, "systemd", "system", "hosttest-sshd.service"), []byte(unit), 0o644)
 }
 
@@ -353,10 +393,10 @@ func (h *Host) Accepted() (int, error) {
 	return bytes.Count(b, []byte("Accepted publickey for ")), nil
 }
 
-// Units lists the units matching pattern on the host (systemctl
-// list-units --all), one name a line.
+// Units lists the units matching pattern of the login's service manager
+// on the host (systemctl list-units --all), one name a line.
 func (h *Host) Units(pattern string) ([]string, error) {
-	out, err := h.Enter("systemctl", "list-units", "--all", "--plain", "--no-legend", "--no-pager", pattern).Output()
+	out, err := h.Systemctl("list-units", "--all", "--plain", "--no-legend", "--no-pager", pattern).Output()
 	if err != nil {
 		return nil, fmt.Errorf("systemctl list-units: %w", err)
 	}

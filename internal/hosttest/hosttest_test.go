@@ -1,6 +1,9 @@
 package hosttest
 
 import (
+	"bytes"
+	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -44,5 +47,31 @@ func TestHost(t *testing.T) {
 	out, err = ssh("true").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "REMOTE HOST IDENTIFICATION HAS CHANGED") {
 		t.Fatalf("a changed host key was accepted: %v\n%s", err, out)
+	}
+}
+
+// A worker host's login is an unprivileged account that exists only on
+// the host (the machine's /etc stays as it was), lingers, and reaches its
+// own user manager over SSH with no session of its own.
+func TestWorkerHost(t *testing.T) {
+	before, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := StartWorker(t)
+	out, err := exec.Command("ssh", "-F", "none", "-p", strconv.Itoa(h.Port), "-i", h.IdentityFile,
+		"-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
+		"-o", "UserKnownHostsFile="+h.KnownHostsFile, "-o", "GlobalKnownHostsFile=/dev/null",
+		h.SSH()[:strings.LastIndex(h.SSH(), ":")],
+		"id -un; id -u; XDG_RUNTIME_DIR=/run/user/$(id -u) systemctl --user show --property=Version >/dev/null && echo manager; ls /var/lib/systemd/linger").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ssh: %v\n%s", err, out)
+	}
+	want := fmt.Sprintf("%s\n%d\nmanager\n%s\n", Worker, h.UID, Worker)
+	if string(out) != want || h.UID == 0 || h.Manager != "user" {
+		t.Fatalf("the worker login said\n%s\nwant\n%s", out, want)
+	}
+	if after, err := os.ReadFile("/etc/passwd"); err != nil || !bytes.Equal(before, after) {
+		t.Fatalf("the machine's /etc/passwd changed (%v)", err)
 	}
 }

@@ -1,7 +1,7 @@
 # Evaluates nix/worker.nix (services.klbr-worker) with nixpkgs' lib alone, as
 # nix/tests/module-eval.nix does for nix/module.nix: the options it declares,
 # its failed assertions, and the NixOS configuration it produces (users,
-# polkit, systemd packages, sshd). The NixOS options it sets are stubbed as
+# security, systemd packages and user slices, sshd). The NixOS options it sets are stubbed as
 # free-form values.
 #
 # nix/module_test.go runs it when KLBR_NIXPKGS_LIB names a nixpkgs lib.
