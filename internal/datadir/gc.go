@@ -21,6 +21,10 @@ type GCResult struct {
 	Removed []store.TombstoneRecord `json:"removed"`
 	Pinned  map[string][]string     `json:"pinned_releases"` // release → why it stays
 	Bytes   int64                   `json:"bytes_freed"`
+	// History is what [retention] history_days collected of the history
+	// originals in this run: records and bytes of content (space inside
+	// runtime.sqlite that new records reuse; the file does not shrink).
+	History store.CollectedHistory `json:"history_collected"`
 }
 
 // maxDraftRecord bounds a draft.json read for its parent release.
@@ -100,6 +104,13 @@ func Collect(ctx context.Context, st *store.Store, r config.Retention, now time.
 			if opts.Freed != nil {
 				opts.Freed(a.Size)
 			}
+		}
+	}
+	if r.HistoryDays > 0 {
+		h, err := collectHistory(ctx, st, r.HistoryDays, now)
+		res.History = h
+		if err != nil {
+			return res, err
 		}
 	}
 	if r.ReleasesKeep > 0 {
