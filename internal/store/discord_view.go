@@ -21,7 +21,7 @@ type ConversationMessage struct {
 	Content   json.RawMessage `json:"content,omitempty"` // the input event's content (its text)
 	// Collected is set when retention collected the message's original.
 	Collected *Collection `json:"collected,omitempty"`
-	ItemID    int64           `json:"item_id,omitempty"`
+	ItemID    int64       `json:"item_id,omitempty"`
 	// Out: an effect.
 	EffectID       int64  `json:"effect_id,omitempty"`
 	Kind           string `json:"kind,omitempty"`  // send, react

@@ -3,7 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
-		"fmt"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -48,7 +48,7 @@ type CollectableEvent struct {
 // exactly (e…), through a summary (s…), or by a scope of its parent's
 // history (scope:…).
 type HistoryPins struct {
-	Events map[int64]string         // event → why
+	Events map[int64]string             // event → why
 	Scopes map[string]map[string]string // session → scope → why
 }
 
