@@ -77,6 +77,7 @@ func Collect(ctx context.Context, st *store.Store, r config.Retention, now time.
 			if err := ctx.Err(); err != nil {
 				return res, err
 			}
+			t0 := time.Now()
 			reason := fmt.Sprintf("retention.artifact_days = %d: older, and no record of an active context refers to it", r.ArtifactDays)
 			record := func() error {
 				return st.Write(ctx, func(tx *store.Tx) error { return tx.Tombstone("artifact", a.SHA256, a.Size, reason) })
@@ -103,6 +104,11 @@ func Collect(ctx context.Context, st *store.Store, r config.Retention, now time.
 			res.Bytes += a.Size
 			if opts.Freed != nil {
 				opts.Freed(a.Size)
+			}
+			if opts.Artifacts != nil { // online: leave the writer free half the time
+				if err := sleepCtx(ctx, min(time.Since(t0), 50*time.Millisecond)); err != nil {
+					return res, err
+				}
 			}
 		}
 	}
