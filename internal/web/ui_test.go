@@ -282,6 +282,24 @@ func TestBrowserLinksTraces(t *testing.T) {
 			if tc.wantHref != "" && (got["target"] != "_blank" || got["rel"] != "noopener noreferrer") {
 				t.Errorf("the link opens as %v", got)
 			}
+			// The conversation view: the work block links each attempt's
+			// trace without being opened.
+			if err := chromedp.Do(ctx,
+				chromedp.Navigate(h.http.URL+"/?token="+testToken),
+				chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
+			); err != nil {
+				t.Fatal(err)
+			}
+			if err := poll(ctx, `document.querySelectorAll('article.entry.work').length === 1`); err != nil {
+				t.Fatal(err)
+			}
+			conv := eval[map[string]any](t, ctx, `(() => { const w = document.querySelector('article.entry.work');
+				const a = w.querySelector('.work-traces .trace a');
+				return {traces: w.querySelectorAll('.work-traces .trace').length, open: w.classList.contains('open'),
+				        text: (w.querySelector('.work-traces') || {}).innerText || "", href: a ? a.href : ""}; })()`)
+			if conv["traces"] != 1.0 || conv["open"] != false || conv["text"] != "attempt 3 · trace "+id || conv["href"] != tc.wantHref {
+				t.Errorf("the conversation's work block shows %v, want attempt 3's trace linking %q", conv, tc.wantHref)
+			}
 		})
 	}
 }

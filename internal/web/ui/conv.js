@@ -327,6 +327,21 @@ function convWork(e) {
   // Opening a block keeps it where it is (the list stops following the bottom).
   head.addEventListener("click", () => { e.open = !e.open; conv.list.stick = false; conv.list.changed(e); });
   box.appendChild(head);
+  // Each attempt of the block links its trace, opened or not.
+  const traces = new Map();
+  for (const it of e.items) {
+    const id = it.c && it.c.trace_id;
+    if (it.r.kind === "scratchpad" && typeof id === "string" && /^[0-9a-f]{32}$/.test(id) && !traces.has(id)) traces.set(id, it.c.attempt);
+  }
+  if (traces.size) {
+    const tb = el("div", "work-traces");
+    for (const [id, attempt] of traces) {
+      const t = traceRef(id);
+      t.firstChild.textContent = `attempt ${attempt ?? "?"} · trace `;
+      tb.appendChild(t);
+    }
+    box.appendChild(tb);
+  }
   if (!e.open) {
     // The gist without opening it: the last scratchpad text, one line.
     const last = [...e.items].reverse().find((it) => it.r.kind === "scratchpad" && typeof it.c.text === "string" && it.c.text.trim());
