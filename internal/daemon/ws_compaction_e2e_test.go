@@ -108,15 +108,21 @@ func (f *wsFollower) session(ctx context.Context) {
 	}
 }
 
-// readyAddr is the HTTP address the daemon's READY line names.
+// readyAddr is the HTTP address the daemon's READY line names (the line
+// may come a moment after the control socket answers).
 func readyAddr(t *testing.T, d *child) string {
 	t.Helper()
-	_, after, ok := strings.Cut(d.String(), "READY http=")
-	if !ok {
-		t.Fatal("no READY line")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, after, ok := strings.Cut(d.String(), "READY http="); ok {
+			addr, _, _ := strings.Cut(after, " ")
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no READY line:\n%s", d)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	addr, _, _ := strings.Cut(after, " ")
-	return addr
 }
 
 // A browser's WebSocket connected across SIGKILLs of klbr-core while the
