@@ -1,9 +1,11 @@
 package daemon
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -193,4 +195,86 @@ func TestHistoryRetentionOnline(t *testing.T) {
 	if int64(n) != res.History.Records+again.History.Records {
 		t.Fatalf("%d records collected, the gcs reported %d + %d", n, res.History.Records, again.History.Records)
 	}
+}
+
+// SIGKILL of klbr-core while online gc collects history, 20 times at
+// random instants: each batch is one transaction, so after every restart
+// check is clean (no record half collected: its content is the stub, its
+// index row gone, a normal summary covers it), and the gc after the last
+// restart collects the rest.
+func TestHistoryRetentionSurvivesSIGKILL(t *testing.T) {
+	const rounds = 20
+	model := modeltest.New()
+	defer model.Close()
+	var step atomic.Int32
+	model.Otherwise(func(int) modeltest.Reply {
+		n := step.Add(1)
+		if n >= 200 {
+			return modeltest.Reply{Text: "done", Calls: []modeltest.Call{{ID: fmt.Sprintf("w%d", n), Code: "await runtime.wait(None, reason='done')"}}}
+		}
+		return modeltest.Reply{Text: fmt.Sprintf("step %d %s", n, strings.Repeat("t", 2000)),
+			Calls: []modeltest.Call{{ID: fmt.Sprintf("c%d", n), Code: fmt.Sprintf("print('orig%dmark', 'x' * 2000)", n)}}}
+	})
+	model.ToolFree(func(modeltest.Request) modeltest.Reply {
+		return modeltest.Reply{Text: "The agent printed numbered marks."}
+	})
+	a := startAgent(t, model, "context_budget_tokens = 8000\nmax_steps = 1000\n\n[retention]\nhistory_days = 1\n")
+	a.send("print marks, one cell at a time")
+	a.eventually("the session waits", a.state(store.StateWaiting))
+	ageHistory(t, a.data, 72*time.Hour)
+	rng := rand.New(rand.NewPCG(5, 6))
+	collected := func() int64 {
+		t.Helper()
+		st, err := store.OpenReader(t.Context(), a.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		c, err := st.HistoryCollected(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Records
+	}
+	midway := 0
+	for i := range rounds {
+		before := collected()
+		done := make(chan struct{})
+		go func() { a.c.GC(context.Background()); close(done) }()
+		time.Sleep(time.Duration(rng.IntN(60)) * time.Millisecond)
+		a.kill()
+		<-done
+		chk, err := datadir.Check(t.Context(), a.data)
+		if err != nil || !chk.Clean() {
+			t.Fatalf("round %d: check after the kill: %+v %v", i, chk.Findings, err)
+		}
+		if after := collected(); after > before {
+			midway++
+		}
+		a.start()
+	}
+	res, err := a.c.GC(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := a.c.GC(t.Context()); err != nil || again.History.Records != 0 {
+		t.Fatalf("a gc after the last: %+v %v", again.History, err)
+	}
+	total := collected()
+	if midway == 0 || total == 0 || res.History.Records == total {
+		t.Fatalf("no kill landed while gc collected (%d of %d rounds collected something; the last gc collected %d of %d)", midway, rounds, res.History.Records, total)
+	}
+	n := 0
+	for _, r := range a.records() {
+		if r.Collected != nil {
+			n++
+			if strings.Contains(string(r.Content), "orig") || strings.Contains(string(r.Content), "step ") {
+				t.Fatalf("e%d is marked collected but holds content: %s", r.ID, r.Content)
+			}
+		}
+	}
+	if int64(n) != total {
+		t.Fatalf("%d records say they were collected, the store counts %d", n, total)
+	}
+	t.Logf("%d of %d kills landed after some batches had committed; %d records collected in all", midway, rounds, total)
 }
