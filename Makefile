@@ -35,7 +35,7 @@ lint:
 
 # gotest prints what go test does, then every skipped test with its reason.
 gotest:
-	$(GO) run ./internal/citest/gotest -race -count=1 ./...
+	$(GO) run ./internal/citest/gotest -race -count=1 -timeout 30m ./...
 
 PYTHON ?= python3
 pytest:

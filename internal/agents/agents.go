@@ -214,7 +214,13 @@ type spawnArgs struct {
 	Delegate  []string        `json:"delegate"`
 	Profile   string          `json:"profile"`
 	Workspace string          `json:"workspace"`
+	// Host, when set, is where the child works: a [hosts.NAME] or
+	// "label:L", in a copy of the spawner's workspace there.
+	Host string `json:"host"`
 }
+
+// MaxHostLen bounds a spawn's host=.
+const MaxHostLen = 200
 
 // validWorkspace reports whether mode is a spawn's workspace ("" is shared).
 func validWorkspace(mode string) bool {
@@ -243,6 +249,8 @@ func parseSpawn(raw json.RawMessage) (spawnArgs, error) {
 		return args, invalid("agents.spawn: %q is not a profile name (%s)", args.Profile, profiles.NamePattern)
 	case !validWorkspace(args.Workspace):
 		return args, invalid("agents.spawn: workspace is \"shared\" (the default), \"worktree\" or \"read_only\", not %q", args.Workspace)
+	case len(args.Host) > MaxHostLen || !utf8.ValidString(args.Host):
+		return args, invalid("agents.spawn: host= is a [hosts.NAME] or \"label:L\" of at most %d bytes", MaxHostLen)
 	}
 	for _, ref := range args.Refs {
 		if ref == "" || len(ref) > MaxRefLen || !utf8.ValidString(ref) {
@@ -291,10 +299,13 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 	if err := a.narrow(ctx, session, &args, &c, asked); err != nil {
 		return nil, err
 	}
+	if err := checkHostWorkspace(args); err != nil {
+		return nil, err
+	}
 	if c.Priority, err = a.plan(ctx, session, args); err != nil {
 		return nil, err
 	}
-	place, made, err := a.place(ctx, session, args.Workspace)
+	place, made, err := a.place(ctx, session, args.Workspace, args.Host)
 	if err != nil {
 		return nil, err
 	}
@@ -328,10 +339,10 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 // place is where a child of session spawned with mode works, made now
 // for a worktree (made reports it, to be removed if the spawn fails).
 // Shared is the parent's place as the parent has it.
-func (a *Agents) place(ctx context.Context, session, mode string) (p *store.ChildWorkspace, made bool, err error) {
+func (a *Agents) place(ctx context.Context, session, mode, host string) (p *store.ChildWorkspace, made bool, err error) {
 	ws := a.cfg.Workspaces
 	if ws == nil {
-		if mode == store.WorkspaceWorktree || mode == store.WorkspaceReadOnly {
+		if mode == store.WorkspaceWorktree || mode == store.WorkspaceReadOnly || host != "" {
 			return nil, false, &worker.RequestError{Code: "unsupported", Message: "agents.spawn: workspace " + mode + " needs the workspaces, which this daemon has not"}
 		}
 		return nil, false, nil
@@ -339,6 +350,13 @@ func (a *Agents) place(ctx context.Context, session, mode string) (p *store.Chil
 	parent, err := ws.For(ctx, session)
 	if err != nil {
 		return nil, false, &worker.RequestError{Code: "failed", Message: "agents.spawn: " + err.Error()}
+	}
+	if host != "" {
+		return a.placeOnHost(ctx, session, parent, host)
+	}
+	if parent.Host != "" && mode != "" && mode != store.WorkspaceShared {
+		return nil, false, &worker.RequestError{Code: "refused", Message: fmt.Sprintf("agents.spawn: workspace %s: this session works in a copy on host %s; "+
+			"its children share it there (workspace=\"shared\"), or get a copy of their own with host=", mode, parent.Host)}
 	}
 	var out store.ChildWorkspace
 	switch mode {

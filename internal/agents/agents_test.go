@@ -130,7 +130,7 @@ func TestParseSpawnRefuses(t *testing.T) {
 	for _, args := range []string{
 		`{}`, `{"task":"  "}`, `{"task":"x","profile":"Researcher"}`, `{"task":"x","workspace":"private"}`, `{"task":"x","workspace":1}`,
 		`{"task":"x","delegate":["runtime.wakeup"]}`, `{"task":"x","budget":[1]}`, `{"task":"x","refs":[""]}`,
-		`{"task":"x","refs":"e1"}`, `[1]`,
+		`{"task":"x","refs":"e1"}`, `[1]`, `{"task":"x","host":1}`, `{"task":"x","host":"` + strings.Repeat("h", MaxHostLen+1) + `"}`,
 	} {
 		if _, err := parseSpawn(json.RawMessage(args)); code(err) != "invalid" {
 			t.Errorf("parseSpawn(%s): %v, want invalid", args, err)
@@ -142,6 +142,23 @@ func TestParseSpawnRefuses(t *testing.T) {
 	for _, mode := range []string{"worktree", "read_only"} {
 		if a, err := parseSpawn(json.RawMessage(`{"task":"x","workspace":"` + mode + `"}`)); err != nil || a.Workspace != mode {
 			t.Fatalf("parseSpawn(workspace %s): %+v, %v", mode, a, err)
+		}
+	}
+	// A child on a host works on a copy: a shared or read-only workspace
+	// cannot be honoured there, and is refused, not silently changed.
+	for _, tc := range []struct {
+		args string
+		ok   bool
+	}{
+		{`{"task":"x","host":"gpu"}`, true}, {`{"task":"x","host":"label:gpu","workspace":"worktree"}`, true},
+		{`{"task":"x","host":"gpu","workspace":"shared"}`, false}, {`{"task":"x","host":"gpu","workspace":"read_only"}`, false},
+	} {
+		a, err := parseSpawn(json.RawMessage(tc.args))
+		if err == nil {
+			err = checkHostWorkspace(a)
+		}
+		if (err == nil) != tc.ok || (!tc.ok && code(err) != "invalid") {
+			t.Errorf("%s: %v, want ok %v", tc.args, err, tc.ok)
 		}
 	}
 }

@@ -35,13 +35,18 @@ type endedChild struct {
 func (a *Agents) endTree(ctx context.Context, session string, to store.JobState, result json.RawMessage, errText, how string, stop bool) (store.Job, error) {
 	var j store.Job
 	var ended []endedChild
+	// A child on a host: its changes come back before its end is committed,
+	// so the end records the patch and the parent's notice names it.
+	patch, note := a.hostPatch(ctx, session)
+	below := a.hostPatchesBelow(ctx, session)
 	err := a.cfg.Store.Write(ctx, func(tx *store.Tx) error {
 		ended = ended[:0]
 		cur, err := tx.ChildJobOf(session)
 		if err != nil {
 			return err
 		}
-		if j, err = tx.EndChild(session, to, result, errText, Notice(cur.ID, session, to, how, result, errText)); err != nil {
+		if j, err = tx.EndChildWith(session, store.JobEnd{To: to, Result: result, Error: errText,
+			Artifact: patch.Ref, ArtifactSize: patch.Size, Notice: Notice(cur.ID, session, to, how, result, errText) + note}); err != nil {
 			return err
 		}
 		ended = append(ended, endedChild{job: j.ID, session: session, stopped: stop})
@@ -50,7 +55,7 @@ func (a *Agents) endTree(ctx context.Context, session string, to store.JobState,
 				return err
 			}
 		}
-		return cancelBelow(tx, session, &ended)
+		return cancelBelow(tx, session, &ended, below)
 	})
 	if err == nil {
 		a.after(ctx, ended)
@@ -58,8 +63,9 @@ func (a *Agents) endTree(ctx context.Context, session string, to store.JobState,
 	return j, err
 }
 
-// cancelBelow cancels parent's running children and theirs, depth first.
-func cancelBelow(tx *store.Tx, parent string, ended *[]endedChild) error {
+// cancelBelow cancels parent's running children and theirs, depth first;
+// a child on a host records its patch from patches (hostPatchesBelow).
+func cancelBelow(tx *store.Tx, parent string, ended *[]endedChild, patches map[string]hostPatchNote) error {
 	kids, err := tx.RunningChildren(parent)
 	if err != nil {
 		return err
@@ -70,15 +76,16 @@ func cancelBelow(tx *store.Tx, parent string, ended *[]endedChild) error {
 			return err
 		}
 		how := fmt.Sprintf("cancelled with its parent %s", parent)
-		if _, err := tx.EndChild(spec.Session, store.JobCancelled, nil, "cancelled: its parent "+parent+" ended or was stopped",
-			Notice(k.ID, spec.Session, store.JobCancelled, how, nil, "")); err != nil {
+		p := patches[spec.Session]
+		if _, err := tx.EndChildWith(spec.Session, store.JobEnd{To: store.JobCancelled, Error: "cancelled: its parent " + parent + " ended or was stopped",
+			Artifact: p.patch.Ref, ArtifactSize: p.patch.Size, Notice: Notice(k.ID, spec.Session, store.JobCancelled, how, nil, "") + p.note}); err != nil {
 			return err
 		}
 		if err := stopSession(tx, spec.Session, fmt.Sprintf("child %d was %s", k.ID, how)); err != nil {
 			return err
 		}
 		*ended = append(*ended, endedChild{job: k.ID, session: spec.Session, stopped: true})
-		if err := cancelBelow(tx, spec.Session, ended); err != nil {
+		if err := cancelBelow(tx, spec.Session, ended, patches); err != nil {
 			return err
 		}
 	}
@@ -103,9 +110,10 @@ func (a *Agents) after(ctx context.Context, ended []endedChild) {
 // on spending under a stopped parent.
 func (a *Agents) Stopped(ctx context.Context, session string) {
 	var ended []endedChild
+	below := a.hostPatchesBelow(ctx, session)
 	err := a.cfg.Store.Write(ctx, func(tx *store.Tx) error {
 		ended = ended[:0]
-		return cancelBelow(tx, session, &ended)
+		return cancelBelow(tx, session, &ended, below)
 	})
 	if err == nil {
 		a.after(ctx, ended)

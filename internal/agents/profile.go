@@ -54,6 +54,9 @@ func (a *Agents) applyProfile(args spawnArgs, release string, c *store.NewChild)
 			return args, invalid("agents.spawn: profile %q: workspace is \"shared\", \"worktree\" or \"read_only\", not %q", p.Name, args.Workspace)
 		}
 	}
+	if args.Host == "" {
+		args.Host = p.Host
+	}
 	c.Budget, c.Delegate = args.Budget, args.Delegate
 	c.Profile, c.Route, c.Fallback, c.Instructions = p.Name, p.Route, p.Fallback, p.Instructions
 	return args, nil

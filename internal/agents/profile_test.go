@@ -16,6 +16,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
 	"github.com/klbr-dev/klbr/internal/worker"
+	"github.com/klbr-dev/klbr/internal/workspace"
 )
 
 var testRelease = strings.Repeat("a", 64)
@@ -152,5 +153,26 @@ func TestListProfiles(t *testing.T) {
 func TestDelegableIsTheProfilesList(t *testing.T) {
 	if !slices.Equal(Delegable, profiles.Delegable) || errors.Is(nil, profiles.ErrInvalid) {
 		t.Fatal(Delegable)
+	}
+}
+
+// A profile's host places its children on that host unless the spawn
+// names one: here no host is configured, so the spawn is refused saying
+// so (and a shared workspace with it is refused as the spawn's own host=
+// would be); nothing is stored.
+func TestProfileHost(t *testing.T) {
+	a, st := newProfiled(t, map[string]string{"profiles/trainer.toml": "description = \"trains\"\nhost = \"label:gpu\"\n"})
+	a.cfg.Workspaces = &workspace.Workspaces{Root: t.TempDir(), Dir: filepath.Join(t.TempDir(), "worktrees")}
+	for _, tc := range []struct{ args, code, want string }{
+		{`{"task":"x","profile":"trainer"}`, "refused", `host="label:gpu", but klbr.toml defines no [hosts.NAME]`},
+		{`{"task":"x","profile":"trainer","host":"cpu"}`, "refused", `host="cpu", but klbr.toml defines no [hosts.NAME]`},
+		{`{"task":"x","profile":"trainer","workspace":"shared"}`, "invalid", "a child on a host works on a copy"},
+	} {
+		if _, err := call(t, a, "default", "agents.spawn", tc.args); code(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("spawn %s: %v, want %s %q", tc.args, err, tc.code, tc.want)
+		}
+	}
+	if js, _ := st.Jobs(context.Background(), store.JobFilter{Session: "default"}); len(js) != 0 {
+		t.Fatalf("refused spawns stored %d jobs", len(js))
 	}
 }

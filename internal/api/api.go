@@ -10,9 +10,11 @@ import (
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/diskuse"
 	"github.com/klbr-dev/klbr/internal/history"
+	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/spend"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/turn"
+	"github.com/klbr-dev/klbr/internal/workbench"
 )
 
 // Version is the operator API's path prefix.
@@ -63,6 +65,10 @@ type Status struct {
 	// WorkbenchHost names the worker host the root session's workbench runs on
 	// (KLBR_REMOTE_PLACEMENT, [agent] host); empty: here.
 	WorkbenchHost string `json:"workbench_host,omitempty"`
+	// WorkbenchLost is, by session, the last generation on the host that
+	// was lost unasked (its SSH session ended) and why: its Python state is
+	// gone and the next cell started a new generation.
+	WorkbenchLost []workbench.Lost `json:"workbench_lost,omitempty"`
 	// Agent says whether the turn loop runs: "route <name> (<model>)", or
 	// why not (no route configured, cells cannot run).
 	Agent string `json:"agent"`
@@ -100,6 +106,9 @@ type Status struct {
 type JobsStatus struct {
 	Running    []store.Job `json:"running"`
 	NextWakeup *time.Time  `json:"next_wakeup,omitempty"`
+	// Hosts are the worker hosts as klbr-core last reached them (none
+	// without [hosts]).
+	Hosts []hosts.Status `json:"hosts,omitempty"`
 }
 
 // Jobs is a job listing (GET /v1/jobs).

@@ -227,4 +227,18 @@ func printJobsStatus(g *globals, js *api.JobsStatus) {
 	for _, j := range js.Running {
 		fmt.Fprintf(w, "  %s\n", jobLine(j))
 	}
+	for _, h := range js.Hosts {
+		switch {
+		case !h.Known:
+			fmt.Fprintf(w, "host %s: not contacted since the start · jobs %d/%d\n", h.Name, h.Reserved, h.MaxJobs)
+		case h.Up:
+			fmt.Fprintf(w, "host %s: up · jobs %d/%d\n", h.Name, h.Reserved, h.MaxJobs)
+		default:
+			since := ""
+			if h.DownSince != nil {
+				since = " since " + h.DownSince.Local().Format(time.DateTime)
+			}
+			fmt.Fprintf(w, "host %s: DOWN%s: %s · jobs %d/%d (its running jobs wait for it; see each job)\n", h.Name, since, oneLine(h.LastErr, 200), h.Reserved, h.MaxJobs)
+		}
+	}
 }

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/api"
+	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/store"
+	"github.com/klbr-dev/klbr/internal/workbench"
 )
 
 // The jobs commands against a daemon that answers with fixed records.
@@ -53,7 +55,12 @@ func TestJobsCommands(t *testing.T) {
 		answer(w, c)
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		answer(w, api.Status{StartedAt: time.Now(), Jobs: &api.JobsStatus{Running: []store.Job{running}, NextWakeup: &due}})
+		waiting := running
+		waiting.Error = "waiting for host gpu, down since 2026-12-02T10:00:00Z (host gpu: host unreachable: timed out); its unit is reattached when the host answers"
+		answer(w, api.Status{StartedAt: time.Now(), Jobs: &api.JobsStatus{Running: []store.Job{waiting}, NextWakeup: &due,
+			Hosts: []hosts.Status{{Name: "gpu", MaxJobs: 4, Reserved: 1, Known: true, LastErr: "host gpu: host unreachable: timed out", DownSince: &started},
+				{Name: "big", MaxJobs: 2, Known: true, Up: true}, {Name: "spare", MaxJobs: 2}}},
+			WorkbenchHost: "gpu", WorkbenchLost: []workbench.Lost{{Session: "default", Generation: 3, At: started, Reason: "the workbench on host gpu was lost between cells: its SSH session ended"}}})
 	})
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(l)
@@ -95,7 +102,13 @@ func TestJobsCommands(t *testing.T) {
 	if c := run("jobs", "cancel", "3"); !strings.Contains(c, "cancelled") {
 		t.Errorf("cancel: %s", c)
 	}
-	if st := run("status"); !strings.Contains(st, "jobs: 1 running · next wakeup") || !strings.Contains(st, "make") {
-		t.Errorf("status:\n%s", st)
+	st := run("status")
+	for _, want := range []string{"jobs: 1 running · next wakeup", "make", "waiting for host gpu, down since",
+		"host gpu: DOWN since " + started.Local().Format(time.DateTime) + ": host gpu: host unreachable: timed out · jobs 1/4",
+		"host big: up · jobs 0/2", "host spare: not contacted since the start",
+		"workbench of default: generation 3 LOST at " + started.Local().Format(time.DateTime)} {
+		if !strings.Contains(st, want) {
+			t.Errorf("status lacks %q:\n%s", want, st)
+		}
 	}
 }

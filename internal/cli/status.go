@@ -51,6 +51,10 @@ func newStatus(g *globals) *cobra.Command {
 				wb += " on host " + st.WorkbenchHost
 			}
 			fmt.Fprintf(g.env.Stdout, "data %s · sqlite %s · placement %s · workbench %s\n", st.DataDir, st.SQLite, st.Placement, wb)
+			for _, l := range st.WorkbenchLost {
+				fmt.Fprintf(g.env.Stdout, "workbench of %s: generation %d LOST at %s (the next cell runs in a new generation): %s\n", l.Session, l.Generation,
+					l.At.Local().Format(time.DateTime), oneLine(l.Reason, 300))
+			}
 			fmt.Fprintf(g.env.Stdout, "agent: %s\n", st.Agent)
 			fmt.Fprintf(g.env.Stdout, "storage: database %s, wal %s, artifacts %s, releases %s · schema %d (%s)\n",
 				mib(st.Sizes.Database), mib(st.Sizes.WAL), mib(st.Sizes.Artifacts), mib(st.Sizes.Releases), st.Schema.Version, downgrade(st.Schema))

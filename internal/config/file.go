@@ -245,6 +245,11 @@ type Route struct {
 	// Price is what the route's tokens cost (spend.go); nil: the route is
 	// counted in tokens only, unless its provider reports a cost.
 	Price *Price `toml:"price"`
+
+	// Vision: the model takes images. The images of the Discord messages a
+	// turn takes in are sent as image_url parts (data URLs) of their user
+	// messages, bounded per request; without it only their description.
+	Vision bool `toml:"vision"`
 }
 
 // Discord is the [discord] section, read by klbr-discord.

@@ -32,6 +32,10 @@ type Host struct {
 	// WorkDir is the directory on the host under which each job attempt
 	// gets its own (absolute); empty: ~/.cache/klbr/work of the SSH user.
 	WorkDir string `toml:"work_dir"`
+	// DownGraceSeconds is how long a job running there waits for the host
+	// to answer again before its recovery policy decides (manual: unknown);
+	// 0: until the job's wall time has passed.
+	DownGraceSeconds int `toml:"down_grace_seconds"`
 }
 
 // DefaultHostMaxJobs is a host's max_jobs when omitted.
@@ -213,6 +217,9 @@ func (v *validator) hosts(f *File) {
 		}
 		if _, err := l.CPUQuotaPercent(); err != nil {
 			v.fail(key+".cpu_quota", err.Error(), key)
+		}
+		if h.DownGraceSeconds < 0 || h.DownGraceSeconds > 7*86400 {
+			v.fail(key+".down_grace_seconds", fmt.Sprintf("%d is out of range 0..%d", h.DownGraceSeconds, 7*86400), key)
 		}
 		if h.WallSeconds < 1 || h.WallSeconds > 7*86400 {
 			v.fail(key+".wall_seconds", fmt.Sprintf("%d is out of range 1..%d", h.WallSeconds, 7*86400), key)

@@ -8,14 +8,14 @@ import (
 const hostBase = "[hosts.gpu]\nssh = \"klbr@gpu.lan\"\nidentity_file = \"/run/credentials/klbr-core.service/gpu-key\"\nknown_hosts_file = \"/var/lib/klbr/known_hosts\"\n"
 
 func TestParseHosts(t *testing.T) {
-	f, err := Parse("klbr.toml", []byte(hostBase+"labels = [\"gpu\", \"big\"]\nmax_jobs = 2\nmemory_max = \"64G\"\nwall_seconds = 7200\n"+
+	f, err := Parse("klbr.toml", []byte(hostBase+"labels = [\"gpu\", \"big\"]\nmax_jobs = 2\nmemory_max = \"64G\"\nwall_seconds = 7200\ndown_grace_seconds = 900\n"+
 		"[jobs]\ntasks_max = 50\n\n[hosts.b]\nssh = \"u@[fd00::2]:2222\"\nidentity_file = \"/k\"\nknown_hosts_file = \"/kh\"\nwork_dir = \"/srv/klbr\"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := f.Hosts["gpu"].Resolved(f.Jobs)
 	if g.MaxJobs != 2 || g.MemoryMax != "64G" || g.TasksMax != 50 || g.CPUQuota != DefaultJobsCPUQuota || g.WallSeconds != 7200 ||
-		len(g.Labels) != 2 {
+		len(g.Labels) != 2 || g.DownGraceSeconds != 900 {
 		t.Fatalf("gpu resolved to %+v", g)
 	}
 	b := f.Hosts["b"].Resolved(f.Jobs)
@@ -85,6 +85,7 @@ func TestParseHostErrors(t *testing.T) {
 		{"tasks", hostBase + "tasks_max = 100001\n", "hosts.gpu.tasks_max", "out of range", 5},
 		{"cpu", hostBase + "cpu_quota = \"2\"\n", "hosts.gpu.cpu_quota", "CPU quota", 5},
 		{"wall", hostBase + "wall_seconds = 604801\n", "hosts.gpu.wall_seconds", "out of range", 5},
+		{"down grace", hostBase + "down_grace_seconds = -1\n", "hosts.gpu.down_grace_seconds", "out of range", 5},
 		{"work_dir", hostBase + "work_dir = \"/\"\n", "hosts.gpu.work_dir", "below /", 5},
 		{"unknown key", hostBase + "port = 22\n", "hosts.gpu.port", "unknown key", 5},
 		{"agent on an unknown host", "[agent]\nhost = \"gpu\"\n", "agent.host", "no [hosts.gpu]", 2},

@@ -52,7 +52,12 @@ func TestDaemonChild(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	hup, stopHup := NotifyHangup() // as klbr-core serve does
 	defer stopHup()
-	err = Run(ctx, cfg, log, Options{Hangup: hup, Ready: func(a Addrs) { fmt.Fprintf(os.Stderr, "READY http=%s control=%s\n", a.HTTP, a.Control) }})
+	opts := Options{Hangup: hup, Ready: func(a Addrs) { fmt.Fprintf(os.Stderr, "READY http=%s control=%s\n", a.HTTP, a.Control) }}
+	if f := os.Getenv(testClockEnv); f != "" {
+		c := startTestClock(ctx, f)
+		opts.Clock, opts.After = c.now, c.after
+	}
+	err = Run(ctx, cfg, log, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "klbr-core:", err)
 		os.Exit(3)

@@ -106,7 +106,7 @@ func newBenchAgent(b testing.TB) *benchAgent {
 	b.Cleanup(func() { st.Close() })
 	sessions := session.NewManager(st)
 	log := slog.New(slog.DiscardHandler)
-	wb, _, err := newWorkbench(b.Context(), cfg, st, sessions, nil, log, nil, nil)
+	wb, _, err := newWorkbench(b.Context(), cfg, st, sessions, nil, log, nil, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

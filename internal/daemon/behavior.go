@@ -70,7 +70,12 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 	d.bench.SetOps("hooks.", ops)
 	// A child agent speaks on these only where its spawn delegated them.
 	d.bench.SetOps("local.", agents.Guard(d.store, delivery.NewLocal(d.store, d.hooks)))
-	d.bench.SetOps("discord.", agents.Guard(d.store, ingress.NewOps(d.store, d.hooks, d.ingress)))
+	dops := ingress.NewOps(d.store, d.hooks, d.ingress)
+	dops.Workspace = func(ctx context.Context, session string) (string, error) { // a send's files are read beneath it
+		p, err := wb.Workspaces.For(ctx, session)
+		return p.Dir, err
+	}
+	d.bench.SetOps("discord.", agents.Guard(d.store, dops))
 	d.bench.SetSkills(d.skillsFor(cfg.Paths.DataDir, rel))
 	svc := d.behavior
 	d.bench.SetCrashed(func(session string, pin store.Pin, reason string) {

@@ -60,6 +60,9 @@ type Options struct {
 	// DrainTimeout bounds the wait for accepted work at shutdown; 0 means 60s.
 	DrainTimeout time.Duration
 	Clock        func() time.Time
+	// After, with Clock, is the timer of waits that end at a time of
+	// Clock's: a spend cap's period end (nil: time.After).
+	After func(time.Duration) <-chan time.Time
 	// StopNow, when it yields or closes during a drain (a second Ctrl-C),
 	// ends the wait for accepted work: running cells are interrupted and
 	// recorded as such, admitted inputs stay pending for the next start.
@@ -88,6 +91,7 @@ type daemon struct {
 
 	log      *slog.Logger
 	clock    func() time.Time
+	after    func(time.Duration) <-chan time.Time // nil: time.After
 	started  time.Time
 	store    *store.Store
 	sessions *session.Manager
@@ -180,7 +184,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	}
 
 	d := &daemon{
-		cfg: cfg, log: log, clock: opts.Clock, started: opts.Clock(), store: st,
+		cfg: cfg, log: log, clock: opts.Clock, after: opts.After, started: opts.Clock(), store: st,
 		sessions: session.NewManager(st),
 		shutdown: make(chan struct{}), closing: make(chan struct{}),
 		notify: notify, statusPoke: make(chan struct{}, 1),
@@ -218,7 +222,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	d.bench, d.placer, d.benchErr = newWorkbench(ctx, cfg, st, d.sessions, d.disk, log, remote, func(e string) { m.WorkerEvent("workbench", e) })
+	d.bench, d.placer, d.benchErr = newWorkbench(ctx, cfg, st, d.sessions, d.disk, log, remote, d.hosts, func(e string) { m.WorkerEvent("workbench", e) })
 	stopBound := d.watchBound(ctx)
 	defer stopBound()
 	mode := ""
@@ -299,6 +303,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 			res, err := d.compact(ctx, session)
 			return api.NewCompacted(session, res), err
 		}}
+	if loc, err := cfg.File.Spend.Location(); err == nil {
+		wb.Spend = spendAPI{d: d, loc: loc}
+	}
 	if d.bench != nil {
 		wb.Workbench = d.bench
 	}
@@ -515,6 +522,7 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 	} else if d.bench != nil {
 		st.Sandbox = d.bench.Config().SandboxSummary
 		st.WorkbenchHost = d.bench.RemoteHost()
+		st.WorkbenchLost = d.bench.RemoteLost()
 	}
 	st.Storage = d.store.Fault()
 	if d.routes != nil {

@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klbr-dev/klbr/internal/discordtest"
 	"github.com/klbr-dev/klbr/internal/modeltest"
@@ -10,14 +12,18 @@ import (
 )
 
 // A DM with two attachments: the model's view of it lists each (alias,
-// name, type, size), and a cell reads them as item.attachments.
+// name, type, size), and a cell reads them as item.attachments: the
+// bytes, the text of a text file and a read-only copy to open.
 func TestTheModelAndACellSeeAMessagesAttachments(t *testing.T) {
 	model := modeltest.New()
 	defer model.Close()
 	model.Then(
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "a1", Code: "it = (await (await discord.current()).items())[0]\n" +
 			"print('atts', [(a.alias, a.filename, a.content_type, a.size) for a in it.attachments])\n" +
-			"try:\n    await it.attachments[0].read()\nexcept discord.HostError as e:\n    print('read', e.code)"}}},
+			"png, log = it.attachments\nb = await png.read()\nprint('read', len(b), b[:4])\n" +
+			"print('text', repr(log.text))\nimport os\n" +
+			"print('path', open(log.path).read() == log.text, os.access(log.path, os.W_OK), log.path.startswith(os.environ['TMPDIR']))\n" +
+			"try:\n    png.text\nexcept ValueError as e:\n    print('png text:', e)"}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "a2", Code: "await runtime.wait(None, reason='looked')"}}},
 	)
 	model.Otherwise(func(int) modeltest.Reply {
@@ -29,10 +35,11 @@ func TestTheModelAndACellSeeAMessagesAttachments(t *testing.T) {
 	startTransport(t, fake, a.data)
 	a.eventually("the gateway session", fake.Connected)
 	m := discordtest.Message("8401", "84", "", "5", "what is wrong here?")
+	png := append([]byte("\x89PNG"), bytes.Repeat([]byte{7}, 1536000-4)...)
+	log := bytes.Repeat([]byte("error: x\n"), 34)[:300]
 	m["attachments"] = []any{
-		map[string]any{"id": "8402", "filename": "screenshot.png", "content_type": "image/png", "size": 1536000,
-			"url": "https://cdn.discordapp.com/attachments/84/8402/screenshot.png?ex=1&is=2&hm=3"},
-		map[string]any{"id": "8403", "filename": "build.log", "size": 300, "url": "https://cdn.discordapp.com/attachments/84/8403/build.log"},
+		fake.Attachment("8402", "84", "8401", "screenshot.png", "image/png", png, time.Hour),
+		fake.Attachment("8403", "84", "8401", "build.log", "", log, time.Hour),
 	}
 	fake.Dispatch("MESSAGE_CREATE", m)
 	var cell string
@@ -44,7 +51,9 @@ func TestTheModelAndACellSeeAMessagesAttachments(t *testing.T) {
 		}
 		return cell != ""
 	})
-	if !strings.Contains(cell, `atts [('a1', 'screenshot.png', 'image/png', 1536000), ('a2', 'build.log', None, 300)]`) || !strings.Contains(cell, "read unavailable") {
+	if !strings.Contains(cell, `atts [('a1', 'screenshot.png', 'image/png', 1536000), ('a2', 'build.log', None, 300)]`) ||
+		!strings.Contains(cell, `read 1536000 b'\\x89PNG'`) || !strings.Contains(cell, `text 'error: x\\nerror: x`) ||
+		!strings.Contains(cell, "path True False True") || !strings.Contains(cell, "png text: attachment a1") {
 		t.Fatalf("the cell saw %s", cell)
 	}
 	first := model.Requests()[0].Messages
@@ -58,7 +67,7 @@ func TestTheModelAndACellSeeAMessagesAttachments(t *testing.T) {
 		!strings.Contains(seen, `[attachment a2: "build.log", "unknown type", 300 B]`) {
 		t.Fatalf("the model saw %q", seen)
 	}
-	if strings.Contains(seen, "cdn.discordapp.com") {
+	if strings.Contains(seen, fake.APIBase()[:strings.Index(fake.APIBase(), "/api")]) || strings.Contains(seen, "hm=") {
 		t.Fatalf("the model saw the attachment's CDN link: %q", seen)
 	}
 }

@@ -56,9 +56,18 @@ func (d *daemon) hostStates(ctx context.Context) []metrics.HostState {
 			}
 		}
 	}
+	// A running child agent on a host: its job's host is where it works.
+	children := map[string]int{}
+	if running, err := d.store.Jobs(ctx, store.JobFilter{State: store.JobRunning, Kind: "child", Limit: maxWaitingScan}); err == nil {
+		for _, j := range running {
+			if j.Host != "" {
+				children[j.Host]++
+			}
+		}
+	}
 	var out []metrics.HostState
 	for _, s := range d.hosts.Statuses() {
-		out = append(out, metrics.HostState{Name: s.Name, Up: s.Up, Units: map[string]int{"job": s.Reserved}, Waiting: waiting[s.Name]})
+		out = append(out, metrics.HostState{Name: s.Name, Up: s.Up, Units: map[string]int{"job": s.Reserved, "child": children[s.Name]}, Waiting: waiting[s.Name]})
 	}
 	return out
 }

@@ -55,6 +55,9 @@ func (d *daemon) jobsStatus() *api.JobsStatus {
 		return nil
 	}
 	js := &api.JobsStatus{Running: d.jobs.Running()}
+	if d.hosts != nil {
+		js.Hosts = d.hosts.Statuses()
+	}
 	if t := d.jobs.NextWakeup(); !t.IsZero() {
 		js.NextWakeup = &t
 	}

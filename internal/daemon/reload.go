@@ -92,7 +92,7 @@ func (d *daemon) applyRoutes(nf config.File, out *api.Reloaded) error {
 	}
 	a := nf.Agent
 	d.turns.Reconfigure(turn.Live{Route: a.Route, URL: route.URL, ModelName: route.Model,
-		QuietAmbient: !nf.Discord.AmbientWake, Budgets: budgets(a)})
+		QuietAmbient: !nf.Discord.AmbientWake, Budgets: budgets(a), Vision: vision(nf)})
 	d.setAgent(agentLine(a, route))
 	if !reflect.DeepEqual(old.Routes, nf.Routes) {
 		out.Applied = append(out.Applied, "routes: "+routesDiff(old.Routes, nf.Routes))

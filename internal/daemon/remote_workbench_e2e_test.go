@@ -3,9 +3,11 @@ package daemon
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klbr-dev/klbr/internal/hosttest"
 	"github.com/klbr-dev/klbr/internal/modeltest"
@@ -64,5 +66,88 @@ func TestRemoteWorkbenchPlacement(t *testing.T) {
 	}
 	if strings.Join(names, " ") != "cache "+units[0] {
 		t.Fatalf("the host's work directory holds %v", names)
+	}
+}
+
+// The root's workbench runs on the host, and the host's link goes down
+// between cells: the worker's protocol stream was its SSH session, which
+// ends, so the generation is lost and cannot be reattached (docs/hosts.md).
+// The state is honest: before the next cell the session gets a
+// kernel.reset notice that says the workbench on host lab was lost and
+// why, status says so, the next cell runs in a new generation (a variable
+// of the old one is gone, and the cell says so), and the lost generation's
+// unit does not linger on the host.
+func TestRemoteWorkbenchLostWithItsConnection(t *testing.T) {
+	h := hosttest.Start(t)
+	b, err := os.ReadFile(filepath.Join(kernelDir(t), "klbr-kernel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.BinDir, "klbr-kernel"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "c1", Code: "x = 41\nprint('set')"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "c2", Code: "await runtime.wait(None)"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "c3", Code: "print('x is', globals().get('x'))"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "c4", Code: "await runtime.wait(None)"}}},
+	)
+	hostTOML := fmt.Sprintf("[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\n",
+		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir)
+	a := startAgentTOML(t, "", route("main", model, "")+hostTOML, "KLBR_REMOTE_PLACEMENT=lab")
+	a.send("first")
+	a.eventually("the session waits", func() bool { return model.Count() == 2 && a.session().State == store.StateWaiting })
+	if !a.cellSaid("default", "set") {
+		t.Fatalf("the first cell did not run\n%s", a.dump())
+	}
+	h.SetLink(t, false)
+	t.Cleanup(func() { h.SetLink(t, true) })
+	// The worker's SSH session (a client of klbr-core's connection) ends
+	// once the connection is given up (ServerAlive: about 15 s).
+	session := func() bool {
+		return exec.Command("pgrep", "-f", "ControlMaster=no.*klbr-workbench-default-1[.]service").Run() == nil
+	}
+	for deadline := time.Now().Add(2 * time.Minute); session(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the workbench's SSH session outlived the link for 2 minutes\n%s", a.d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	h.SetLink(t, true)
+	a.send("second")
+	a.eventually("the second turn waits", func() bool { return model.Count() == 4 && a.session().State == store.StateWaiting })
+	if !a.cellSaid("default", "x is None") {
+		t.Fatalf("the cell after the loss did not run in a new generation\n%s", a.dump())
+	}
+	resets := a.kinds(store.LaneNotice, "kernel.reset")
+	if len(resets) != 1 || !strings.Contains(string(resets[0].Content), "the workbench on host lab was lost between cells") ||
+		!strings.Contains(string(resets[0].Content), "Python state") {
+		t.Fatalf("kernel.reset notices %v; want one that says the workbench on lab was lost", resets)
+	}
+	var c3 int64
+	for _, r := range a.records() {
+		if r.Lane == store.LaneCell && strings.Contains(string(r.Content), "x is None") && c3 == 0 {
+			c3 = r.Seq
+		}
+	}
+	if resets[0].Seq > c3 {
+		t.Fatalf("the reset notice (seq %d) came after the cell it explains (seq %d)", resets[0].Seq, c3)
+	}
+	st, err := a.c.Status(t.Context())
+	if err != nil || len(st.WorkbenchLost) != 1 || st.WorkbenchLost[0].Generation != 1 || !strings.Contains(st.WorkbenchLost[0].Reason, "lost between cells") {
+		t.Fatalf("status: %+v %v; want generation 1 lost, with the reason", st.WorkbenchLost, err)
+	}
+	t.Logf("status: generation %d lost: %s", st.WorkbenchLost[0].Generation, st.WorkbenchLost[0].Reason)
+	for deadline := time.Now().Add(time.Minute); ; {
+		units, err := h.Units("klbr-workbench-*")
+		if err == nil && len(units) == 1 && units[0] == "klbr-workbench-default-2.service" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workbench units on the host: %v %v; want only generation 2", units, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

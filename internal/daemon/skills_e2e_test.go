@@ -71,8 +71,9 @@ func cellOutputs(a *agent) string {
 	return b.String()
 }
 
-// A maintenance goal (klbr-core maintain, or the browser's flag) carries the
-// maintenance skill body in the contract message; a plain input does not.
+// A maintenance goal (klbr-core maintain, or the browser's flag) brings the
+// maintenance skill body right after it; a plain input does not, and the
+// contract message never carries it (TestMaintenanceSkillKeepsThePrefix).
 func TestMaintenanceTurnCarriesTheSkill(t *testing.T) {
 	model := modeltest.New()
 	defer model.Close()
@@ -88,11 +89,17 @@ func TestMaintenanceTurnCarriesTheSkill(t *testing.T) {
 	a.send("just chat")
 	a.eventually("the plain turn", func() bool { return model.Count() == 2 })
 	reqs := model.Requests()
-	sys, user := content(reqs[0].Messages[0]), content(reqs[0].Messages[1])
-	if !strings.Contains(sys, "## Maintenance turn") || !strings.Contains(sys, "# maintenance") || user != "[maintenance goal] tidy the hooks" {
-		t.Fatalf("maintenance turn: system %q…, user %q", sys[max(0, len(sys)-300):], user)
+	user, skill := content(reqs[0].Messages[1]), content(reqs[0].Messages[2])
+	if !strings.Contains(skill, "Maintenance turn") || !strings.Contains(skill, "# maintenance") || user != "[maintenance goal] tidy the hooks" {
+		t.Fatalf("maintenance turn: user %q, then %q…", user, skill[:min(len(skill), 300)])
 	}
-	if sys := content(reqs[1].Messages[0]); strings.Contains(sys, "## Maintenance turn") {
-		t.Fatal("a plain turn carries the maintenance skill")
+	n := 0
+	for _, m := range reqs[1].Messages {
+		if strings.Contains(content(m), "Maintenance turn") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("the plain turn's request carries the maintenance skill %d times, want once (after its goal)", n)
 	}
 }

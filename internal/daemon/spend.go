@@ -32,7 +32,7 @@ func (d *daemon) startSpend(ctx context.Context, cfg *config.Config, m *metrics.
 			t, err := d.store.SpendSince(ctx, since)
 			return t.USD, t.Tokens, err
 		},
-		DefaultOut: cfg.File.Agent.Reserve(), Now: d.clock,
+		DefaultOut: cfg.File.Agent.Reserve(), Now: d.clock, After: d.after,
 		Warn: func(cap string, used, limit float64) { d.spendWarning(cap, used, limit) },
 		Spent: func(route, purpose string, usd float64, tokens int) {
 			if spent != nil {

@@ -2,12 +2,15 @@ package daemon
 
 import (
 	"database/sql"
+	"fmt"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/citest"
 	"github.com/klbr-dev/klbr/internal/modeltest"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -277,5 +280,69 @@ func TestSpawnsPerDayRefusedThroughTheDaemon(t *testing.T) {
 	if !strings.Contains(out, "REFUSED") || !strings.Contains(out, "agents.max_spawns_per_day = 1") ||
 		!strings.Contains(out, "resets "+midnight.Format("2006-01-02 15:04 MST")) {
 		t.Fatalf("the second spawn of the day: %s", out)
+	}
+}
+
+// A daily cap reached mid-session holds the session until midnight in the
+// cap's time zone: the daemon's clock (injected) moved past it resumes the
+// session with no operator, and the new day counts from nothing. Held
+// again the next day, raising the cap resumes it at once.
+func TestDailyCapResetsAtMidnightInItsZone(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	const step = 0.03
+	model.Otherwise(func(n int) modeltest.Reply {
+		if n > 4 {
+			return modeltest.Reply{Usage: costUsage(100, 20, step), Calls: []modeltest.Call{{ID: "cw", Code: "await runtime.wait(None)"}}}
+		}
+		return modeltest.Reply{Usage: costUsage(100, 20, step), Calls: []modeltest.Call{{ID: fmt.Sprintf("c%d", n), Code: fmt.Sprintf("print(%d)", n)}}}
+	})
+	zone, err := time.LoadLocation("Asia/Kathmandu") // UTC+05:45: its midnight is no UTC hour
+	if err != nil {
+		citest.SkipOrFail(t, "no zoneinfo for Asia/Kathmandu: "+err.Error())
+	}
+	now := time.Now().In(zone)
+	midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, zone)
+	clock := filepath.Join(t.TempDir(), "clock")
+	setTestClock(t, clock, midnight.Add(-5*time.Minute))
+	requirePython(t)
+	data, env := instance(t)
+	a := startAgentAt(t, model, "\n[spend]\ndaily_usd = 0.05\ntime_zone = \"Asia/Kathmandu\"\n", "", data, append(env, testClockEnv+"="+clock))
+
+	a.send("count")
+	a.eventually("the session is held at the daily cap", func() bool {
+		s := a.session()
+		return s.Retry != nil && s.Retry.State == RetryWaitingSpend
+	})
+	want := "spend cap: daily_usd, resets " + midnight.Format("2006-01-02 15:04 MST")
+	if r := a.session().Retry; !strings.HasPrefix(r.LastError, want) || !r.NextAt.Equal(midnight) {
+		t.Fatalf("held session's status: %+v; want %q at %s", r, want, midnight)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := model.Count(); n != 2 {
+		t.Fatalf("%d model requests at the cap, want 2", n)
+	}
+
+	// Past midnight in Kathmandu: the next day's spend starts at nothing.
+	setTestClock(t, clock, midnight.Add(time.Minute))
+	a.eventually("the session resumes by itself and is held again the next day", func() bool {
+		s := a.session()
+		return model.Count() == 4 && s.Retry != nil && s.Retry.State == RetryWaitingSpend && s.Retry.NextAt.Equal(midnight.AddDate(0, 0, 1))
+	})
+	st, err := a.c.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Spend == nil || !st.Spend.DayStart.Equal(midnight) || math.Abs(st.Spend.DayUSD-2*step) > 1e-9 {
+		t.Fatalf("the new day's spend: %+v; want $%v since %s", st.Spend, 2*step, midnight)
+	}
+
+	// The operator raises the cap: the session resumes at once.
+	if _, err := a.c.SetSpendCap(t.Context(), "daily", 1); err != nil {
+		t.Fatal(err)
+	}
+	a.eventually("the session resumes and waits", func() bool { return model.Count() == 5 && a.session().State == store.StateWaiting })
+	if r := a.session().Retry; r != nil && r.State == RetryWaitingSpend {
+		t.Fatalf("still held after the cap was raised: %+v", r)
 	}
 }

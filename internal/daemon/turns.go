@@ -90,11 +90,12 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		Slots: slots, Check: check, Tracer: tracer,
 		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Policy: d.hooks, Model: model, Route: a.Route,
 		URL: route.URL, ModelName: route.Model,
-		Prompt: releasePrompt(d.releases.Tree, d.skillIndex), Maintenance: d.maintenanceSkill, Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),
+		Prompt: releasePrompt(d.releases.Tree), Index: d.skillIndex, Maintenance: d.maintenanceSkill, Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),
 		Compactor: compactor, Estimator: est, Compaction: d.hooks,
 		Budgets:      budgets(a),
 		Observe:      m.ObserveModel,
 		QuietAmbient: !cfg.File.Discord.AmbientWake,
+		Images:       d.readImage, Vision: vision(cfg.File),
 	})
 	if d.agents != nil {
 		d.turns.SetIdle(d.agents.Idle)
@@ -274,10 +275,10 @@ func (d *daemon) sessionRoutes() func(session string) ([]string, error) {
 }
 
 // releasePrompt reads a release's system prompt: its soul, then its
-// instructions, then the index of the skills offered with it (index may be
-// nil). Releases are immutable, so each is read once; the index is read
-// each time, as managed skills change without a release.
-func releasePrompt(tree func(id string) string, index func(release string) string) turn.Prompt {
+// instructions. Releases are immutable, so each is read once. The index of
+// the skills offered with it is turn.Config.Index (d.skillIndex): managed
+// skills change without a release.
+func releasePrompt(tree func(id string) string) turn.Prompt {
 	var mu sync.Mutex
 	cache := map[string]string{}
 	return func(_ context.Context, release string) (string, error) {
@@ -287,7 +288,7 @@ func releasePrompt(tree func(id string) string, index func(release string) strin
 		mu.Lock()
 		defer mu.Unlock()
 		if p, ok := cache[release]; ok {
-			return withIndex(p, index, release), nil
+			return p, nil
 		}
 		var parts []string
 		for _, name := range []string{"soul.md", "instructions.md"} {
@@ -302,18 +303,8 @@ func releasePrompt(tree func(id string) string, index func(release string) strin
 		}
 		p := strings.Join(parts, "\n\n")
 		cache[release] = p
-		return withIndex(p, index, release), nil
+		return p, nil
 	}
-}
-
-func withIndex(prompt string, index func(string) string, release string) string {
-	if index == nil {
-		return prompt
-	}
-	if idx := index(release); idx != "" {
-		return prompt + "\n\n" + idx
-	}
-	return prompt
 }
 
 // backoffs lists the sessions' retries and backoffs, for /metrics.

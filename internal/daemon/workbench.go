@@ -13,6 +13,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/diskuse"
 	"github.com/klbr-dev/klbr/internal/hostgit"
+	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/sandbox"
@@ -41,7 +42,7 @@ func Runtime(paths config.Paths) (src, hash string, err error) {
 // newWorkbench assembles the workbench manager, or says why cells cannot run.
 // The daemon serves either way: admission and the operator path need no Python.
 func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sessions *session.Manager, meter *diskuse.Meter,
-	log *slog.Logger, remote *workbench.Remote, observe func(string)) (*workbench.Manager, placement.Placer, error) {
+	log *slog.Logger, remote *workbench.Remote, hs *hosts.Engine, observe func(string)) (*workbench.Manager, placement.Placer, error) {
 	placer, err := placement.Detect(ctx, placement.Options{
 		SystemdBus: os.Getenv(EnvSystemdBus), // unset: the system bus
 		Logger:     log.With("component", "placement"),
@@ -97,25 +98,26 @@ func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sess
 	cpu, _ := l.CPUQuotaPercent()
 	return workbench.New(workbench.Config{
 		Store: st, Sessions: sessions, Kernel: kernel, Python: py, RuntimeSrc: src, RuntimeHash: hash,
-		Workspace: cfg.Paths.Workspace, Workspaces: newWorkspaces(cfg, st, sb, log.With("component", "workspace")),
+		Workspace: cfg.Paths.Workspace, Workspaces: newWorkspaces(cfg, st, sb, hs, arts, log.With("component", "workspace")),
 		Placer: placer, Sandbox: sb, SandboxSummary: summary, Artifacts: arts,
 		Limits:  placement.Limits{MemoryMaxBytes: int64(mem), TasksMax: l.TasksMax, CPUQuotaPercent: cpu},
 		Log:     log.With("component", "workbench"),
 		Observe: observe,
 		Remote:  remote,
+		Hosts:   hs,
 	}), placer, nil
 }
 
 // newWorkspaces says where each session works: a root in the workspace,
 // a child where its spawn recorded (its job's spec), with worktrees and
 // copies under <data>/worktrees.
-func newWorkspaces(cfg *config.Config, st *store.Store, sb kernel.Sandbox, log *slog.Logger) *workspace.Workspaces {
+func newWorkspaces(cfg *config.Config, st *store.Store, sb kernel.Sandbox, hs *hosts.Engine, arts *artifacts.Store, log *slog.Logger) *workspace.Workspaces {
 	// git's state lies in the data directory, outside every sandbox grant;
 	// without git (nil) a repository gets no worktree, and says why.
 	g, _ := hostgit.New(filepath.Join(cfg.Paths.DataDir, "hostgit"))
 	return &workspace.Workspaces{
 		Root: cfg.Paths.Workspace, Dir: filepath.Join(cfg.Paths.DataDir, "worktrees"), Sandbox: sb, Git: g, Log: log,
-		Exclude: []string{cfg.Paths.DataDir},
+		Exclude: []string{cfg.Paths.DataDir}, Hosts: hs, Artifacts: arts,
 		Lookup: func(ctx context.Context, session string) (*workspace.Place, error) {
 			if !strings.HasPrefix(session, "child-") {
 				return nil, nil

@@ -197,11 +197,7 @@ func formErrors(body []byte) string {
 // answers a repeat of the nonce (within minutes) with the message it already
 // created, so a retry of an ambiguous attempt cannot post twice.
 func send(s *discordgo.Session, e ingressapi.Effect) (string, error) {
-	body := sendBody{Content: e.Text, Nonce: e.Nonce, EnforceNonce: true,
-		AllowedMentions: allowedMentions{Parse: []string{"users"}, RepliedUser: true}}
-	if e.ReplyReference && e.Target != "" {
-		body.MessageReference = &messageReference{MessageID: e.Target}
-	}
+	body := messageBody(e)
 	ep := discordgo.EndpointChannelMessages(e.ChannelID)
 	resp, err := s.RequestWithBucketID(http.MethodPost, ep, body, ep, discordgo.WithRetryOnRatelimit(false))
 	if err != nil {
@@ -214,6 +210,16 @@ func send(s *discordgo.Session, e ingressapi.Effect) (string, error) {
 		return "", fmt.Errorf("the send's answer has no message id: %v", err)
 	}
 	return m.ID, nil
+}
+
+// messageBody is the JSON body of e's message.
+func messageBody(e ingressapi.Effect) sendBody {
+	body := sendBody{Content: e.Text, Nonce: e.Nonce, EnforceNonce: true,
+		AllowedMentions: allowedMentions{Parse: []string{"users"}, RepliedUser: true}}
+	if e.ReplyReference && e.Target != "" {
+		body.MessageReference = &messageReference{MessageID: e.Target}
+	}
+	return body
 }
 
 // react adds our reaction; emoji is a Unicode emoji or name:id.

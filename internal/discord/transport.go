@@ -392,13 +392,23 @@ const (
 // perform carries out one effect and says what happened.
 func (t *transport) perform(ctx context.Context, e ingressapi.Effect) ingressapi.Receipt {
 	var ambiguous, limited int
+	var files *upload
+	if e.Kind == "send" && len(e.Files) > 0 {
+		// Read once: every attempt sends the same bytes with the same nonce.
+		var refused *ingressapi.Receipt
+		if files, refused = t.readUpload(ctx, e); refused != nil {
+			return *refused
+		}
+	}
 	for {
 		var msgID string
 		var err error
-		switch e.Kind {
-		case "send":
+		switch {
+		case e.Kind == "send" && files != nil:
+			msgID, err = sendUpload(t.rest, e, files)
+		case e.Kind == "send":
 			msgID, err = send(t.rest, e)
-		case "react":
+		case e.Kind == "react":
 			err = react(t.rest, e)
 		default:
 			return ingressapi.Receipt{State: "failed", ErrorCode: "unsupported", Error: "effect kind " + e.Kind}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -29,6 +30,7 @@ type Sent struct {
 	Nonce     string
 	ReplyTo   string
 	At        time.Time
+	Files     []File // uploaded with it (multipart/form-data)
 }
 
 // Fake is a running fake Discord.
@@ -319,10 +321,24 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 			MessageID string `json:"message_id"`
 		} `json:"message_reference"`
 	}
-	b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err := json.Unmarshal(b, &body); err != nil {
-		http.Error(w, `{"message":"bad json","code":50109}`, 400)
-		return
+	var files []File
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
+		payload, fs, refusal := readMultipart(r)
+		if refusal != nil {
+			refusal(w)
+			return
+		}
+		if err := json.Unmarshal(payload, &body); err != nil {
+			http.Error(w, `{"message":"bad json","code":50109}`, 400)
+			return
+		}
+		files = fs
+	} else {
+		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err := json.Unmarshal(b, &body); err != nil {
+			http.Error(w, `{"message":"bad json","code":50109}`, 400)
+			return
+		}
 	}
 	// Discord counts content in Unicode code points (its API is Python 3)
 	// and refuses a message over 2,000 of them, or an empty one, as an
@@ -331,7 +347,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		formError(w, "content", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", MaxContentChars))
 		return
 	}
-	if body.Content == "" {
+	if body.Content == "" && len(files) == 0 {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(400)
 		io.WriteString(w, `{"message":"Cannot send an empty message","code":50006}`)
@@ -363,7 +379,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if !found {
 		f.nextID++
-		s = Sent{ID: strconv.FormatInt(f.nextID, 10), ChannelID: ch, Content: body.Content, Nonce: body.Nonce, At: time.Now()}
+		s = Sent{ID: strconv.FormatInt(f.nextID, 10), ChannelID: ch, Content: body.Content, Nonce: body.Nonce, At: time.Now(), Files: files}
 		if body.MessageReference != nil {
 			s.ReplyTo = body.MessageReference.MessageID
 		}
@@ -416,6 +432,11 @@ func (f *Fake) wire(s Sent, nonce bool) map[string]any {
 		m["message_reference"] = map[string]any{"message_id": s.ReplyTo}
 		m["type"] = 19
 	}
+	atts := []any{}
+	for i, fl := range s.Files {
+		atts = append(atts, map[string]any{"id": s.ID + strconv.Itoa(i), "filename": fl.Name, "size": len(fl.Data), "content_type": fl.ContentType})
+	}
+	m["attachments"] = atts
 	return m
 }
 

@@ -19,6 +19,16 @@ type ReviewInput struct {
 	Destination string          `json:"destination,omitempty"`
 	Session     string          `json:"session"`
 	Frame       json.RawMessage `json:"frame,omitempty"`
+	// Files are the files a Discord send carries (names as the cell gave
+	// them, sizes and types): reviewed with the text they go with.
+	Files []ReviewFile `json:"files,omitempty"`
+}
+
+// ReviewFile is a file a send carries, as the review sees it.
+type ReviewFile struct {
+	Filename    string `json:"filename"`
+	ContentType string `json:"content_type,omitempty"`
+	Size        int64  `json:"size"`
 }
 
 // Decision is a review's verdict. Held sends are not delivered; Reason says why.

@@ -23,11 +23,12 @@ type conn struct {
 
 	dial sync.Mutex // held while connecting: one connect at a time
 
-	mu       sync.Mutex // guards master, exited, reserved, lastErr, tried
+	mu       sync.Mutex // guards master, exited, reserved, lastErr, since, tried
 	master   *exec.Cmd
 	exited   chan struct{} // closed when master exits
 	reserved int
 	lastErr  error
+	since    time.Time // when lastErr began: the host's down since then
 	tried    bool
 }
 
@@ -125,7 +126,7 @@ func (c *conn) connect(ctx context.Context) error {
 	for {
 		if _, err := os.Stat(c.sock); err == nil {
 			c.mu.Lock()
-			c.master, c.exited, c.lastErr = cmd, exited, nil
+			c.master, c.exited, c.lastErr, c.since = cmd, exited, nil, time.Time{}
 			c.mu.Unlock()
 			c.e.cfg.Log.Info("hosts: connected", "host", c.h.Name)
 			return nil
@@ -149,6 +150,9 @@ func (c *conn) connect(ctx context.Context) error {
 
 func (c *conn) fail(err error) error {
 	c.mu.Lock()
+	if c.lastErr == nil {
+		c.since = time.Now()
+	}
 	c.lastErr = err
 	c.mu.Unlock()
 	c.e.cfg.Log.Warn("hosts: cannot reach the host", "host", c.h.Name, "error", err)
@@ -254,7 +258,11 @@ func (c *conn) runIn(ctx context.Context, script string, stdin io.Reader, stdout
 		case <-exited:
 		case <-time.After(100 * time.Millisecond):
 		}
-		return c.fail(&HostError{Host: c.h.Name, Kind: ErrLost, Msg: lastLine(stderr.String())})
+		msg := lastLine(stderr.String())
+		if msg == "" {
+			msg = "the connection broke"
+		}
+		return c.fail(&HostError{Host: c.h.Name, Kind: ErrLost, Msg: msg})
 	}
 	if err != nil && ctx.Err() != nil {
 		return &HostError{Host: c.h.Name, Kind: ErrLost, Msg: ctx.Err().Error()}
@@ -263,7 +271,7 @@ func (c *conn) runIn(ctx context.Context, script string, stdin io.Reader, stdout
 		return fmt.Errorf("host %s: %w: %s", c.h.Name, err, lastLine(stderr.String()))
 	}
 	c.mu.Lock()
-	c.lastErr = nil
+	c.lastErr, c.since = nil, time.Time{}
 	c.mu.Unlock()
 	return nil
 }

@@ -113,6 +113,37 @@ func TestEngine(t *testing.T) {
 		}
 	})
 
+	t.Run("a unit started once and gone since is never started again", func(t *testing.T) {
+		const unit = "klbr-job-8-1.service"
+		u := Unit{Name: unit, Argv: []string{"true"}}
+		if _, err := e.Start(ctx, "lab", u); err != nil {
+			t.Fatal(err)
+		}
+		waitEnded(t, e, unit)
+		// The host rebooted: the unit is gone, its directory is not.
+		h.Enter("systemctl", "stop", unit).Run()
+		h.Enter("systemctl", "reset-failed", unit).Run()
+		if st, err := e.State(ctx, "lab", unit); err != nil || st[0].Exists() {
+			t.Fatalf("the unit is still there: %+v %v", st, err)
+		}
+		if existed, err := e.Start(ctx, "lab", u); !errors.Is(err, ErrGone) || existed {
+			t.Fatalf("a start of the gone unit: existed %v, %v; want ErrGone", existed, err)
+		}
+		if st, err := e.State(ctx, "lab", unit); err != nil || st[0].Exists() {
+			t.Fatalf("the gone unit was started again: %+v %v", st, err)
+		}
+		if err := e.Collect(ctx, "lab", unit); err != nil {
+			t.Fatal(err)
+		}
+		if ents, _ := os.ReadDir(h.WorkDir); len(ents) != 0 {
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			t.Fatalf("collect left %v in the work directory", names)
+		}
+	})
+
 	t.Run("a memory hog is killed by the host's systemd", func(t *testing.T) {
 		const unit = "klbr-job-2-1.service"
 		if _, err := e.Start(ctx, "lab", Unit{Name: unit, MemoryMaxBytes: 64 << 20, Argv: []string{"python3", "-c",
@@ -165,7 +196,7 @@ func TestEngine(t *testing.T) {
 		if !info.Reachable || info.SystemdVersion < MinSystemd || info.CPUs < 1 || info.MemoryBytes <= 0 || info.Kernel != "" {
 			t.Fatalf("inspect: %+v", info)
 		}
-		if p := info.Problems(); len(p) != 1 || !p[0].Warn || !strings.Contains(p[0].What, "no klbr-kernel") {
+		if p := info.Problems(); len(p) != 1 || p[0].Warn || !strings.Contains(p[0].What, "no klbr-kernel") {
 			t.Fatalf("without klbr-kernel on the host: %+v", p)
 		}
 		// Something of that name that does not say its protocol.

@@ -1,6 +1,9 @@
 package hosts
 
 import (
+	"archive/tar"
+	"bytes"
+	"io"
 	"strings"
 	"testing"
 )
@@ -32,5 +35,100 @@ func TestParseInspect(t *testing.T) {
 	parseInspect(&info, "\n\n\n4\n1024\n")
 	if info.SystemdVersion != 0 || info.Kernel != "" || info.CPUs != 4 || info.MemoryBytes != 1024 {
 		t.Fatalf("nothing installed: %+v", info)
+	}
+}
+
+// A unit's file listing is outside input (the job chose the names): any
+// answer parses without a panic, and every path it yields is clean and
+// relative.
+func FuzzParseList(f *testing.F) {
+	f.Add([]byte("12 out/a.txt\x000 b\x00"))
+	f.Add([]byte("1 ../etc/passwd\x00"))
+	f.Add([]byte("x y\x00"))
+	f.Add([]byte("3 a"))
+	f.Add([]byte(""))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		files, err := parseList(b)
+		if err != nil {
+			return
+		}
+		if len(files) > MaxListed {
+			t.Fatalf("%d files", len(files))
+		}
+		for _, fl := range files {
+			if !cleanRel(fl.Path) || fl.Size < 0 {
+				t.Fatalf("listed %+v", fl)
+			}
+		}
+	})
+}
+
+// The archive a host sends back is outside input: only the names asked
+// for, only regular files, at most max bytes of each reach fn.
+func FuzzReadFiles(f *testing.F) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "out/a.txt", Typeflag: tar.TypeReg, Size: 5, Mode: 0o644})
+	tw.Write([]byte("hello"))
+	tw.WriteHeader(&tar.Header{Name: "out/l.txt", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"})
+	tw.Close()
+	f.Add(buf.Bytes())
+	f.Add([]byte("not a tar"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := map[string]bool{"out/a.txt": true, "out/l.txt": true}
+		_ = readFiles(bytes.NewReader(b), want, 16, func(name string, size int64, r io.Reader) error {
+			if name != "out/a.txt" && name != "out/l.txt" {
+				t.Fatalf("got %q, which was not asked for", name)
+			}
+			n, _ := io.Copy(io.Discard, r)
+			if n > 16 {
+				t.Fatalf("%d bytes past the bound", n)
+			}
+			return nil
+		})
+	})
+}
+
+func TestReadFilesRefusesWhatWasNotAskedFor(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "out/l.txt", Typeflag: tar.TypeSymlink, Linkname: "/root/.ssh/id_ed25519"})
+	tw.WriteHeader(&tar.Header{Name: "../../x", Typeflag: tar.TypeReg, Size: 1})
+	tw.Write([]byte("x"))
+	tw.Close()
+	var got []string
+	err := readFiles(&buf, map[string]bool{"out/l.txt": true}, 1<<20, func(name string, _ int64, _ io.Reader) error {
+		got = append(got, name)
+		return nil
+	})
+	if err == nil || len(got) != 0 {
+		t.Fatalf("got %v, %v; want the link left out and the stray name refused", got, err)
+	}
+}
+
+// What a host answers to Units is outside input: any answer parses without
+// a panic, into klbr unit names only, at most one a line.
+func FuzzParseUnits(f *testing.F) {
+	f.Add("klbr-job-1-1.service loaded active running x\nklbr-job-2-1.service loaded active exited y\n")
+	f.Add("sshd.service loaded active running OpenSSH\n")
+	f.Add("klbr-job-1-1.service;rm loaded active running\n")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, out string) {
+		units := parseUnits(out)
+		if len(units) > strings.Count(out, "\n")+1 {
+			t.Fatalf("%d units from %d lines", len(units), strings.Count(out, "\n")+1)
+		}
+		for _, u := range units {
+			if CheckUnitName(u.Unit) != nil {
+				t.Fatalf("%q is not a klbr unit name", u.Unit)
+			}
+		}
+	})
+}
+
+func TestParseUnits(t *testing.T) {
+	got := parseUnits("klbr-job-1-1.service loaded active running x\nsshd.service loaded active running y\nklbr-job-1-1.service;x loaded a b\n")
+	if len(got) != 1 || got[0] != (UnitLine{Unit: "klbr-job-1-1.service", Active: "active", Sub: "running"}) {
+		t.Fatalf("%+v", got)
 	}
 }

@@ -45,6 +45,9 @@ type Host struct {
 	CPUQuotaPct    int
 	Wall           time.Duration
 	WorkDir        string // absolute; "" means ~/.cache/klbr/work of the SSH user
+	// DownGrace is how long a running job waits for the host to answer
+	// again before its recovery policy decides; 0: until its wall time.
+	DownGrace time.Duration
 }
 
 // FromConfig returns the hosts of a parsed klbr.toml, by name.
@@ -67,7 +70,8 @@ func FromConfig(f config.File) (map[string]Host, error) {
 		}
 		out[name] = Host{Name: name, Target: t, IdentityFile: c.IdentityFile, KnownHostsFile: c.KnownHostsFile,
 			Labels: slices.Clone(c.Labels), MaxJobs: c.MaxJobs, MemoryMaxBytes: mem, TasksMax: c.TasksMax,
-			CPUQuotaPct: cpu, Wall: time.Duration(c.WallSeconds) * time.Second, WorkDir: c.WorkDir}
+			CPUQuotaPct: cpu, Wall: time.Duration(c.WallSeconds) * time.Second, WorkDir: c.WorkDir,
+			DownGrace: time.Duration(c.DownGraceSeconds) * time.Second}
 	}
 	return out, nil
 }
@@ -263,6 +267,8 @@ type Status struct {
 	MaxJobs  int    `json:"max_jobs"` // job slots
 	LastErr  string `json:"last_error,omitempty"`
 	Known    bool   `json:"contacted"` // a connect was tried since start
+	// DownSince is when the host stopped answering; nil while it answers.
+	DownSince *time.Time `json:"down_since,omitempty"`
 }
 
 // Statuses returns every host's status, by name.
@@ -275,6 +281,8 @@ func (e *Engine) Statuses() []Status {
 			Up: c.tried && c.lastErr == nil, Reserved: c.reserved, MaxJobs: c.h.MaxJobs, Known: c.tried}
 		if c.lastErr != nil {
 			s.LastErr = c.lastErr.Error()
+			since := c.since
+			s.DownSince = &since
 		}
 		c.mu.Unlock()
 		out = append(out, s)

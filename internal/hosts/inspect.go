@@ -68,7 +68,7 @@ func (i Info) Problems() []Problem {
 	}
 	switch {
 	case i.Kernel == "":
-		out = append(out, Problem{Warn: true, What: "no klbr-kernel on the login's PATH (commands run; cells and sandboxed work will need it)",
+		out = append(out, Problem{What: "no klbr-kernel on the login's PATH (jobs, routines and cells run under it there)",
 			Fix: "install klbr on the host (NixOS: services.klbr-worker.enable) so that klbr-kernel is on the PATH of " + strings.SplitN(i.SSH, "@", 2)[0]})
 	case i.KernelProtocol == 0:
 		out = append(out, Problem{What: "the host's klbr-kernel (" + i.Kernel + ") does not say its protocol (klbr-kernel --version)",

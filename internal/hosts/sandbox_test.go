@@ -1,10 +1,12 @@
 package hosts
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klbr-dev/klbr/internal/hosttest"
 )
@@ -64,5 +66,100 @@ func TestJobSeesOnlyItsOwnDirectory(t *testing.T) {
 		if err := e.Collect(ctx, "lab", u); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A confined job (klbr-kernel's Landlock around it, as around a local
+// job) can write only its own directory, and cannot reach another job's
+// directory even by the way its mount namespace leaves open: the other
+// job's processes, /proc/PID/root (same uid). Nor the login's home, nor the
+// tree cache, nor the rest of the work root.
+func TestConfinedJobReachesOnlyItsOwnDirectory(t *testing.T) {
+	h := hosttest.Start(t)
+	h.InstallKernel(t)
+	e := labEngine(t, h, nil)
+	ctx := ctxT(t)
+	if err := os.MkdirAll(filepath.Join(h.WorkDir, "cache", "0123"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.WorkDir, "cache", "0123", "tree"), []byte("cached\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const victim, thief = "klbr-job-911-1.service", "klbr-job-912-1.service"
+	if _, err := e.Start(ctx, "lab", Unit{Name: victim, Confine: true, Argv: []string{"sh", "-c", "echo victim-secret > secret; exec sleep 60"}}); err != nil {
+		t.Fatal(err)
+	}
+	victimDir := filepath.Join(h.WorkDir, victim)
+	var pid int
+	for {
+		st, err := e.State(ctx, "lab", victim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(victimDir, "secret")); string(b) == "victim-secret\n" && st[0].MainPID > 0 {
+			pid = st[0].MainPID
+			break
+		}
+		if ctx.Err() != nil || st[0].Ended() {
+			t.Fatalf("the victim job never wrote its file: %+v", st[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Every process of the victim's unit: its klbr-kernel and the sleep.
+	procs, err := h.Enter("sh", "-c", "cg=$(systemctl show -p ControlGroup --value "+victim+"); cat /sys/fs/cgroup$cg/cgroup.procs 2>/dev/null || cat /sys/fs/cgroup/systemd$cg/cgroup.procs").Output()
+	if err != nil || len(strings.Fields(string(procs))) == 0 {
+		t.Fatalf("the victim's processes: %q %v (main pid %d)", procs, err, pid)
+	}
+	var probe []string
+	for _, p := range strings.Fields(string(procs)) {
+		// The pids are the host's (the lab's PID namespace is the host's own).
+		probe = append(probe, "cat /proc/"+p+"/root"+filepath.Join(victimDir, "secret")+" 2>/dev/null && echo LEAK:proc-root-"+p)
+	}
+	probe = append(probe,
+		"cat "+filepath.Join(victimDir, "secret")+" 2>/dev/null && echo LEAK:victim",
+		"cat "+filepath.Join(h.WorkDir, "cache", "0123", "tree")+" 2>/dev/null && echo LEAK:cache",
+		"ls -A \"$HOME\" 2>/dev/null | grep -q . && echo LEAK:home",
+		"(echo x > /tmp/klbr-leak-912) 2>/dev/null && echo LEAK:write-tmp",
+		"(echo x > /var/tmp/klbr-leak-912) 2>/dev/null && echo LEAK:write-var-tmp",
+		"echo x > \"$TMPDIR/t\" && echo tmp-ok",
+		"echo mine > own && cat own",
+	)
+	if _, err := e.Start(ctx, "lab", Unit{Name: thief, Confine: true, Argv: []string{"sh", "-c", strings.Join(probe, "\n")}}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitEnded(t, e, thief)
+	var out strings.Builder
+	if _, err := e.Output(ctx, "lab", thief, 1<<16, &out); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove("/tmp/klbr-leak-912")
+	os.Remove("/var/tmp/klbr-leak-912")
+	if code, why := st.Outcome(); code != 0 {
+		t.Fatalf("the probe failed: %s\n%s", why, out.String())
+	}
+	if strings.Contains(out.String(), "LEAK") || strings.TrimSpace(out.String()) != "tmp-ok\nmine" {
+		t.Fatalf("a confined job reached what is not its own (want only \"tmp-ok\", \"mine\"):\n%s", out.String())
+	}
+	for _, u := range []string{victim, thief} {
+		e.Stop(ctx, "lab", u)
+		if err := e.Collect(ctx, "lab", u); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A confined unit on a host without klbr-kernel is not started, and the
+// error says what to install.
+func TestConfinedJobNeedsKlbrKernel(t *testing.T) {
+	h := hosttest.Start(t)
+	e := labEngine(t, h, nil)
+	ctx := ctxT(t)
+	const unit = "klbr-job-913-1.service"
+	_, err := e.Start(ctx, "lab", Unit{Name: unit, Confine: true, Argv: []string{"true"}})
+	if !errors.Is(err, ErrNoKernel) || !strings.Contains(err.Error(), "install klbr") {
+		t.Fatalf("got %v, want ErrNoKernel with what to install", err)
+	}
+	if st, _ := e.State(ctx, "lab", unit); st[0].Exists() {
+		t.Fatal("the unit was started without klbr-kernel")
 	}
 }

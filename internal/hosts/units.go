@@ -28,13 +28,31 @@ type Unit struct {
 	TasksMax       int
 	CPUQuotaPct    int
 	Wall           time.Duration
-	// Confine (Pipe only): Argv is klbr-kernel, and its sandbox flags go
+	// Confine (Pipe): Argv is klbr-kernel, and its sandbox flags go
 	// after Argv[0]: its program may write only the unit's directory, read
 	// the tree cache, reach nothing else of the work directory (other units)
 	// nor the login's home, nor the service manager, and runs without
 	// capabilities (a job's containment, and klbr-kernel's sandbox in it).
+	// Confine (Start): Argv runs under the host's klbr-kernel (on the
+	// login's PATH; ErrNoKernel without it) with the same sandbox, but no
+	// read of the tree cache: Landlock lets it write only the unit's
+	// directory (and its tmp/, its TMPDIR) and reach nothing of the login's
+	// home or the work directory but that; nor, through /proc, another
+	// job's processes.
 	Confine bool
+	// Inputs (Start), when set, is a directory on the host (a tree PutTree
+	// made) whose content is copied into the unit's directory before the
+	// unit starts.
+	Inputs string
+	// Workspace (Confine only), when set, names a workspace on the host
+	// (MakeWorkspace): the unit works there (its working directory), and may
+	// write it besides its own directory.
+	Workspace string
 }
+
+// ErrNoKernel says a confined unit was asked of a host with no klbr-kernel
+// on its login's PATH: nothing was started.
+var ErrNoKernel = errors.New("no klbr-kernel on the host")
 
 var unitName = regexp.MustCompile(`^klbr-[a-z0-9][a-z0-9-]{0,200}\.service$`)
 
@@ -74,11 +92,25 @@ const containment = `-p "TemporaryFileSystem=$HOME $r" -p "BindPaths=$d" ` +
 	`-p "InaccessiblePaths=-/run/dbus -/var/run/dbus -/run/systemd/private" ` +
 	`-p CapabilityBoundingSet= -p AmbientCapabilities=`
 
-// Start starts u on host unless a unit of its name exists there already;
-// existed says which. Either way, exactly one unit of that name has been
-// started on the host. An error of kind ErrUnreachable, ErrHostKey or
-// ErrAuth means nothing was sent; ErrLost means the start may or may not
-// have happened (ask State).
+// ErrGone says a unit's start reached its host once, but the unit is not
+// there any more (the host rebooted, or it was collected by hand): it is
+// never started again under its name.
+var ErrGone = errors.New("the unit was started on the host once and is gone")
+
+// Start starts u on host unless a unit of its name was ever started there;
+// existed says the unit is there already. Either way, exactly one unit of
+// that name has been started on the host. A marker beside the unit's
+// directory (WORK_DIR/.<unit>.started, out of every unit's reach) is made
+// just before systemd-run and removed by Collect: a marker without its unit
+// means the start reached systemd once and the unit is gone since, and
+// Start refuses with ErrGone rather than start it a second time. A start
+// cut off before the marker (while its directory or inputs were being
+// made) is begun again from an empty directory. Starts of
+// one name are serialized on the host (flock), so a start that a crash of
+// klbr-core left running there is finished before the next one asks. An
+// error of kind ErrUnreachable, ErrHostKey or ErrAuth means nothing was
+// sent; ErrLost means the start may or may not have happened: Start again
+// says which, and never starts a second unit.
 func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, err error) {
 	c, err := e.conn(host)
 	if err != nil {
@@ -98,6 +130,23 @@ func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, 
 	for i, a := range u.Argv {
 		argv[i] = Quote(a)
 	}
+	// Confined, klbr-kernel goes before the program with its sandbox
+	// (Landlock, no capabilities), which the environment crosses by name.
+	check, prep, kern := "", "", ""
+	if u.Confine {
+		check = `k=$(command -v klbr-kernel) || { echo no-kernel; exit 0; }
+`
+		prep = `mkdir -p -- "$d/tmp" || fail
+`
+		kern = `"$k" --deny "$HOME" --deny "$r" --rw "$d" --tmp "$d/tmp" --drop-caps`
+		for _, k := range slices.Sorted(maps.Keys(u.Env)) {
+			kern += " --keep-env " + Quote(k)
+		}
+		kern += " --"
+	}
+	if u.Inputs != "" {
+		prep += "cp -R -- " + Quote(u.Inputs) + `/. "$d"/ || fail` + "\n"
+	}
 	// A transient system service runs as root unless told otherwise, even
 	// when an unprivileged login asked for it through polkit: User= keeps
 	// the job at the login's own uid, never above it.
@@ -105,11 +154,18 @@ func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, 
 u=%s
 r=%s
 d="$r"/%s
+mkdir -p -- "$r" || exit 1
+exec 9>>"$r/.$u.lock" || exit 1
+if command -v flock >/dev/null 2>&1; then flock 9 || exit 1; fi
 if [ "$(systemctl show --property=LoadState --value -- "$u")" != not-found ]; then echo existed; exit 0; fi
-mkdir -p -- "$d" && chmod 700 -- "$d"
-%s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s
+if [ -e "$r/.$u.started" ]; then echo gone; exit 0; fi
+fail() { rm -rf -- "$d"; exit 1; }
+%s
+rm -rf -- "$d" && mkdir -m 700 -- "$d" || exit 1
+%s: > "$r/.$u.started" || fail
+%s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s %s || { s=$?; rm -rf -- "$d" "$r/.$u.started"; exit $s; }
 echo started
-`, Quote(u.Name), c.workRoot(), Quote(u.Name), strings.Join(quoted, " "), containment, strings.Join(argv, " "))
+`, Quote(u.Name), c.workRoot(), Quote(u.Name), check, prep, strings.Join(quoted, " "), containment, kern, strings.Join(argv, " "))
 	var out bytes.Buffer
 	if err := c.run(ctx, script, &limited{w: &out, n: 4096}); err != nil {
 		return false, err
@@ -119,6 +175,10 @@ echo started
 		return true, nil
 	case "started":
 		return false, nil
+	case "no-kernel":
+		return false, fmt.Errorf("host %s: start %s: %w on the PATH of the login: install klbr there (NixOS: services.klbr-worker.enable), then the job can run", host, u.Name, ErrNoKernel)
+	case "gone":
+		return false, fmt.Errorf("host %s: %s: %w", host, u.Name, ErrGone)
 	}
 	return false, fmt.Errorf("host %s: start %s: unexpected answer %q", host, u.Name, out.String())
 }
@@ -142,7 +202,7 @@ func (c *conn) runArgs(u Unit, extra ...string) ([]string, error) {
 	}
 	wall = min(wall, c.h.Wall)
 	run := []string{"systemd-run", "--quiet", "--no-ask-password", "--unit=" + u.Name, "--slice=klbr.slice",
-		"--description=" + strings.ToValidUTF8(u.Description, "?"),
+		"--description=" + strings.Join(strings.Fields(strings.ToValidUTF8(u.Description, "?")), " "), // one line: list-units reads lines
 		"-p", "NoNewPrivileges=yes",
 		"-p", fmt.Sprintf("MemoryMax=%d", mem),
 		"-p", fmt.Sprintf("TasksMax=%d", tasks),
@@ -186,22 +246,34 @@ func (s UnitState) Ended() bool {
 // Outcome describes an ended unit: its exit status (-1 when killed by a
 // signal) and a reason when it did not exit 0.
 func (s UnitState) Outcome() (exit int, reason string) {
+	if s.MainCode == "1" && s.MainStatus == 0 {
+		return 0, ""
+	}
+	// The host's systemd says why it ended the unit, whatever its main
+	// process (klbr-kernel, around a confined job) made of it.
+	switch s.Result {
+	case "oom-kill":
+		return -1, "killed by the host's systemd: out of memory (MemoryMax)"
+	case "timeout":
+		return -1, "killed by the host's systemd: ran past its wall-time limit (RuntimeMaxSec)"
+	}
 	switch s.MainCode {
 	case "1": // CLD_EXITED
-		if s.MainStatus != 0 {
-			return s.MainStatus, fmt.Sprintf("exit status %d", s.MainStatus)
+		why := fmt.Sprintf("exit status %d", s.MainStatus)
+		// klbr-kernel (around a confined job) exits 128+N when its child
+		// was killed by signal N. Without cgroup v2 the host's systemd
+		// cannot tell an OOM kill (Result=oom-kill) from another SIGKILL.
+		if sig := s.MainStatus - 128; sig > 0 && sig < 65 {
+			why += fmt.Sprintf(": killed by signal %d", sig)
+			if sig == 9 {
+				why += " (SIGKILL: on the host, the kernel's OOM killer under MemoryMax, or a stop)"
+			}
 		}
-		return 0, ""
+		return s.MainStatus, why
 	case "2", "3":
 		why := fmt.Sprintf("killed by signal %d", s.MainStatus)
 		if s.MainStatus == 9 {
 			why += " (SIGKILL: on the host, the kernel's OOM killer under MemoryMax, or a stop)"
-		}
-		switch s.Result {
-		case "oom-kill":
-			why = "killed by the host's systemd: out of memory (MemoryMax)"
-		case "timeout":
-			why = "killed by the host's systemd: ran past its wall-time limit (RuntimeMaxSec)"
 		}
 		return -1, why
 	}
@@ -361,8 +433,9 @@ func (e *Engine) Collect(ctx context.Context, host, unit string) error {
 systemctl stop -- "$u" 2>/dev/null
 systemctl reset-failed -- "$u" 2>/dev/null
 rm -rf -- %s
+rm -f -- %s/.%s.lock %s/.%s.started
 true
-`, Quote(unit), c.workDir(unit))
+`, Quote(unit), c.workDir(unit), c.workRoot(), Quote(unit), c.workRoot(), Quote(unit))
 	return c.run(ctx, script, io.Discard)
 }
 
@@ -397,11 +470,24 @@ func (e *Engine) Pipe(ctx context.Context, host string, u Unit) (*exec.Cmd, erro
 	// an empty home and work root with its directory bound back, no bus, no
 	// capabilities) with the tree cache bound back read-only, and
 	// klbr-kernel's own sandbox inside it, as a local worker has.
-	confine, props := "", ""
+	confine, props, wd := "", "", `"$d"`
 	if u.Confine {
 		confine = `mkdir -p -- "$c" "$d/tmp"
 set -- --deny "$r" --deny "$HOME/.ssh" --ro "$c" --rw "$d" --tmp "$d/tmp" --drop-caps`
 		props = containment + ` -p "BindReadOnlyPaths=$c"`
+	}
+	if u.Workspace != "" {
+		if !u.Confine {
+			return nil, errors.New("hosts: a workspace is for a confined unit")
+		}
+		if err := CheckWorkspaceName(u.Workspace); err != nil {
+			return nil, err
+		}
+		confine = `w="$r"/` + Quote(u.Workspace) + `
+[ -d "$w" ] || { echo "klbr: the workspace $w is not on the host" >&2; exit 66; }
+` + confine + ` --rw "$w"`
+		props += ` -p "BindPaths=$w"`
+		wd = `"$w"`
 	}
 	script := fmt.Sprintf(`set -u
 u=%s
@@ -413,11 +499,42 @@ p=$(command -v -- %s) || { echo "klbr: %s is not on the PATH of $(id -un) on the
 mkdir -p -- "$d" && chmod 700 -- "$d"
 set --
 %s
-exec %s -p "User=$(id -un)" %s -p "WorkingDirectory=$d" -- "$p" "$@" %s
+exec %s -p "User=$(id -un)" %s -p "WorkingDirectory="%s -- "$p" "$@" %s
 `, Quote(u.Name), c.workRoot(), Quote(u.Name), Quote(u.Argv[0]), Quote(u.Argv[0]), confine,
-		strings.Join(quoted, " "), props, strings.Join(argv, " "))
+		strings.Join(quoted, " "), props, wd, strings.Join(argv, " "))
 	if err := c.connect(ctx); err != nil {
 		return nil, err
 	}
 	return c.session(context.Background(), script), nil
 }
+
+// Units lists the units on host whose names match prefix* (a klbr unit
+// name's beginning, such as "klbr-job-"), loaded or ended.
+func (e *Engine) Units(ctx context.Context, host, prefix string) ([]UnitLine, error) {
+	c, err := e.conn(host)
+	if err != nil {
+		return nil, err
+	}
+	if !unitPrefix.MatchString(prefix) {
+		return nil, fmt.Errorf("hosts: %q is not the beginning of a klbr unit name", prefix)
+	}
+	var out bytes.Buffer
+	if err := c.run(ctx, "systemctl list-units --all --plain --no-legend --no-pager "+Quote(prefix+"*"), &limited{w: &out, n: 1 << 20}); err != nil {
+		return nil, err
+	}
+	return parseUnits(out.String()), nil
+}
+
+// parseUnits reads systemctl list-units --plain --no-legend: the klbr units
+// among its lines, one a line at most.
+func parseUnits(out string) []UnitLine {
+	var units []UnitLine
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 4 && unitName.MatchString(f[0]) {
+			units = append(units, UnitLine{Unit: f[0], Active: f[2], Sub: f[3]})
+		}
+	}
+	return units
+}
+
+var unitPrefix = regexp.MustCompile(`^klbr-[a-z0-9-]{0,100}$`)

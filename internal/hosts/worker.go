@@ -16,6 +16,9 @@ type WorkerUnit struct {
 	Engine *Engine
 	Host   string
 	Name   string // the unit's name: WorkerUnitName
+	// Workspace, when set, is the workspace on the host the worker works
+	// in (MakeWorkspace's name): a child agent's copy.
+	Workspace string
 }
 
 // WorkerUnitName is the unit of a worker generation. A session name that is
@@ -37,7 +40,7 @@ func (u WorkerUnit) Command(ctx context.Context, argv, env []string) (*exec.Cmd,
 		k, v, _ := strings.Cut(kv, "=")
 		m[k] = v
 	}
-	return u.Engine.Pipe(ctx, u.Host, Unit{Name: u.Name, Description: "klbr worker " + u.Name, Argv: argv, Env: m, Confine: true})
+	return u.Engine.Pipe(ctx, u.Host, Unit{Name: u.Name, Description: "klbr worker " + u.Name, Argv: argv, Env: m, Confine: true, Workspace: u.Workspace})
 }
 
 // Stop stops the unit and removes its directory on the host.

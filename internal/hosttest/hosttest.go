@@ -26,6 +26,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/citest"
 	"github.com/klbr-dev/klbr/internal/systemdlab"
+	"github.com/klbr-dev/klbr/internal/workertest"
 )
 
 // Port is where the host's sshd listens (not 22, so that the port of
@@ -72,6 +73,9 @@ type Host struct {
 	// more before it): a test puts the host's klbr-kernel there.
 	BinDir string
 	PID1   string // the host pid of the namespace's PID 1
+	// Hostname is the host's own name (its UTS namespace's): what
+	// os.uname().nodename says of a process that runs there.
+	Hostname string
 
 	veth string // the root side of the veth pair
 }
@@ -113,12 +117,17 @@ func Start(t testing.TB) *Host {
 	if err := h.writeSSHD(lab.Run); err != nil {
 		t.Fatal(err)
 	}
+	lab.UTS = true
 	pid1, halt, err := lab.Boot(t)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(halt)
 	h.PID1 = pid1
+	h.Hostname = fmt.Sprintf("klbr-lab-%d", net)
+	if out, err := h.Enter("hostname", h.Hostname).CombinedOutput(); err != nil {
+		t.Fatalf("name the host: %v\n%s", err, out)
+	}
 	// The veth goes after halt in cleanup order (cleanups run last first):
 	// deleting the root side deletes the pair; a namespace that dies takes
 	// its side along, and then the root side too.
@@ -277,9 +286,9 @@ func (h *Host) link() error {
 }
 
 // Enter returns a command that runs argv on the host, beside its systemd
-// (its mount, PID and network namespaces), not through SSH.
+// (its mount, PID, network and UTS namespaces), not through SSH.
 func (h *Host) Enter(argv ...string) *exec.Cmd {
-	return exec.Command("nsenter", append([]string{"-t", h.PID1, "-m", "-p", "-n"}, argv...)...)
+	return exec.Command("nsenter", append([]string{"-t", h.PID1, "-m", "-p", "-n", "-u"}, argv...)...)
 }
 
 // NetNS is the identity of the host's network namespace
@@ -358,4 +367,17 @@ func (h *Host) Units(pattern string) ([]string, error) {
 		}
 	}
 	return units, nil
+}
+
+// InstallKernel puts this build's klbr-kernel on the PATH of the host's
+// login (in BinDir): jobs on a host run under it (package hosts, Confine).
+func (h *Host) InstallKernel(t testing.TB) {
+	t.Helper()
+	b, err := os.ReadFile(workertest.Setup(t).Kernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.BinDir, "klbr-kernel"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -35,14 +35,20 @@ type Reviewer interface {
 }
 
 // Ops answers the discord.* host requests of cells: current, conversations,
-// history, send, react, mark, receipt.
+// history, send, react, mark, receipt, attachment.
 type Ops struct {
 	store  *store.Store
 	review Reviewer
 	server *Server
+	// Workspace is where a session's cell works (files of a send are read
+	// beneath it, through celltree); nil: sends carry no files.
+	Workspace func(ctx context.Context, session string) (string, error)
 	// SendWait bounds how long send waits for the transport's receipt before
 	// answering with the effect still pending (0: 10 s).
 	SendWait time.Duration
+	// AttachmentWait bounds how long discord.attachment waits for a fetch
+	// still under way (0: 30 s).
+	AttachmentWait time.Duration
 }
 
 // NewOps returns the discord.* handler.
@@ -60,20 +66,25 @@ func (o *Ops) HandleRequest(ctx context.Context, r worker.Request) (json.RawMess
 	if session == "" {
 		return nil, refuse("invalid", "%s outside a cell", r.Op)
 	}
+	if r.Op == "discord.attachment" {
+		// Its own decoder: bounded, and it names a message and an attachment only.
+		return o.attachment(ctx, session, r.Args)
+	}
 	var a struct {
-		Conversation string   `json:"conversation"`
-		Text         string   `json:"text"`
-		ReplyTo      string   `json:"reply_to"`
-		ItemID       int64    `json:"item_id"`
-		MessageID    string   `json:"message_id"`
-		Emoji        string   `json:"emoji"`
-		Status       string   `json:"status"`
-		Note         string   `json:"note"`
-		Limit        int      `json:"limit"`
-		Before       string   `json:"before"`
-		After        string   `json:"after"`
-		EffectID     int64    `json:"effect_id"`
-		Statuses     []string `json:"statuses"`
+		Conversation string            `json:"conversation"`
+		Text         string            `json:"text"`
+		ReplyTo      string            `json:"reply_to"`
+		ItemID       int64             `json:"item_id"`
+		MessageID    string            `json:"message_id"`
+		Emoji        string            `json:"emoji"`
+		Status       string            `json:"status"`
+		Note         string            `json:"note"`
+		Limit        int               `json:"limit"`
+		Before       string            `json:"before"`
+		After        string            `json:"after"`
+		EffectID     int64             `json:"effect_id"`
+		Statuses     []string          `json:"statuses"`
+		Files        []json.RawMessage `json:"files"`
 	}
 	if len(r.Args) > 0 {
 		if err := decodeJSON(r.Args, &a); err != nil {
@@ -99,7 +110,7 @@ func (o *Ops) HandleRequest(ctx context.Context, r worker.Request) (json.RawMess
 	case "discord.history":
 		return o.history(ctx, a.Conversation, a.Limit, a.Before, a.After)
 	case "discord.send":
-		return o.send(ctx, session, r, a.Conversation, a.Text, a.ReplyTo, a.ItemID)
+		return o.send(ctx, session, r, a.Conversation, a.Text, a.ReplyTo, a.ItemID, a.Files)
 	case "discord.react":
 		return o.react(ctx, session, r, a.Conversation, a.MessageID, a.Emoji)
 	case "discord.mark":
@@ -280,7 +291,7 @@ type Preparer interface {
 	PrepareDeliveryAt(ctx context.Context, session string, pin *store.Pin, in hooks.DeliveryInput) []string
 }
 
-func (o *Ops) send(ctx context.Context, session string, r worker.Request, ref, text, replyTo string, itemID int64) (json.RawMessage, error) {
+func (o *Ops) send(ctx context.Context, session string, r worker.Request, ref, text, replyTo string, itemID int64, paths []json.RawMessage) (json.RawMessage, error) {
 	if text == "" || len(text) > utf8.UTFMax*MaxSendChars*hooks.MaxParts || !utf8.ValidString(text) ||
 		utf8.RuneCountInString(text) > MaxSendChars*hooks.MaxParts {
 		return nil, refuse("invalid", "discord send: text must be 1 to %d characters of UTF-8 (delivery.prepare splits it into messages of %d)",
@@ -289,11 +300,20 @@ func (o *Ops) send(ctx context.Context, session string, r worker.Request, ref, t
 	if replyTo != "" && !isSnowflake(replyTo) {
 		return nil, refuse("invalid", "reply_to is a Discord message id")
 	}
+	if len(paths) > ingressapi.MaxSendFiles {
+		return nil, refuse("invalid", "discord send: %d files; Discord takes at most %d a message", len(paths), ingressapi.MaxSendFiles)
+	}
 	exec, pin, err := o.scope(ctx, r)
 	if err != nil {
 		return nil, err
 	}
 	c, err := o.conversation(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	// The files are copied from the workspace now (what is reviewed is
+	// what goes out), before anything is recorded.
+	files, err := o.sendFiles(ctx, session, paths)
 	if err != nil {
 		return nil, err
 	}
@@ -331,13 +351,17 @@ func (o *Ops) send(ctx context.Context, session string, r worker.Request, ref, t
 	for i, part := range parts {
 		// Reviewed outside any transaction, under the cell's own behavior; a
 		// review that does not decide holds the send.
-		dec := o.review.ReviewAt(ctx, session, &pin, hooks.ReviewInput{Channel: "discord", Text: part, Destination: c.Alias, Session: session})
+		in := hooks.ReviewInput{Channel: "discord", Text: part, Destination: c.Alias, Session: session}
+		if i == 0 {
+			in.Files = reviewFiles(files)
+		}
+		dec := o.review.ReviewAt(ctx, session, &pin, in)
 		key := fmt.Sprintf("x%d/r%d", exec, r.ID)
 		n := store.NewEffect{Session: session, Kind: store.EffectSend, ConversationID: c.ID, IdempotencyKey: key,
-			Nonce: newNonce(), Text: part, Target: replyTo, ItemID: itemID, Execution: exec, Frame: frame, Epoch: pin.Epoch}
+			Nonce: newNonce(), Text: part, Target: replyTo, ItemID: itemID, Execution: exec, Frame: frame, Epoch: pin.Epoch, Files: files}
 		if i > 0 {
-			// Only the first part replies or answers an item.
-			n.IdempotencyKey, n.Target, n.ItemID = fmt.Sprintf("%s/p%d", key, i), "", 0
+			// Only the first part replies, answers an item or carries files.
+			n.IdempotencyKey, n.Target, n.ItemID, n.Files = fmt.Sprintf("%s/p%d", key, i), "", 0, nil
 		}
 		if !dec.Allow {
 			n.Held, n.Reason = true, "held by delivery.review: "+dec.Reason

@@ -127,6 +127,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/reads/{id}", s.fenced(s.handleReadAnswer))
 	mux.HandleFunc("PUT /v1/attachments/{message}/{attachment}", s.fenced(s.handleUpload))
 	mux.HandleFunc("POST /v1/attachments/{message}/{attachment}/failure", s.fenced(s.handleFetchFailure))
+	mux.HandleFunc("GET /v1/effects/{id}/files/{n}", s.fenced(s.handleEffectFile))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, ingressapi.CodeNotFound, "no such ingress endpoint: "+r.Method+" "+r.URL.Path)
 	})
@@ -368,6 +369,13 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 			resp := ingressapi.ClaimResponse{Effects: make([]ingressapi.Effect, len(effects)), Reads: reads}
 			for i, e := range effects {
 				resp.Effects[i] = wireEffect(e)
+				if e.Kind == store.EffectSend {
+					var err error
+					if resp.Effects[i].Files, err = s.effectFiles(r.Context(), e.ID); err != nil {
+						s.fail(w, err)
+						return
+					}
+				}
 			}
 			writeJSON(w, http.StatusOK, resp)
 			return

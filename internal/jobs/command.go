@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,11 @@ type CommandSpec struct {
 	// Host, when set, is where the command runs: a [hosts.NAME] or
 	// "label:L" (package hosts); unset, it runs here.
 	Host string `json:"host,omitempty"`
+	// Inputs are workspace paths copied into the job's own directory
+	// before it starts; Outputs are globs matched in that directory when it
+	// ends, the files brought back as artifacts (files.go).
+	Inputs  []string `json:"inputs,omitempty"`
+	Outputs []string `json:"outputs,omitempty"`
 }
 
 // DefaultCommandTimeout is a command's timeout when none is given.
@@ -62,6 +68,15 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (store.Job, error) {
 	spec := mustJSON(s)
 	if len(spec) > MaxArgBytes {
 		return store.Job{}, fmt.Errorf("jobs.run: argv and env are larger than %d bytes", MaxArgBytes)
+	}
+	if err := checkInputs(s.Inputs); err != nil {
+		return store.Job{}, fmt.Errorf("jobs.run: %w", err)
+	}
+	if err := checkGlobs(s.Outputs); err != nil {
+		return store.Job{}, fmt.Errorf("jobs.run: %w", err)
+	}
+	if (len(s.Inputs) > 0 || len(s.Outputs) > 0) && s.Cwd != "" {
+		return store.Job{}, fmt.Errorf("jobs.run: cwd= and inputs=/outputs= exclude each other: with inputs or outputs the job runs in a directory of its own")
 	}
 	if s.Host != "" {
 		if m.cfg.Hosts == nil {
@@ -143,6 +158,25 @@ func (m *Manager) runCommand(ctx context.Context, r *run) *store.JobEnd {
 	if dir == "" {
 		dir = root
 	}
+	own := len(s.Inputs) > 0 || len(s.Outputs) > 0
+	if own {
+		// Its own directory, as on a host: inputs copied in, outputs
+		// brought back from it; removed when the run ends.
+		var skipped []string
+		dir, sb, skipped, err = m.localDir(j, s, root, sb)
+		if dir != "" {
+			defer os.RemoveAll(dir)
+		}
+		if err != nil {
+			if out.sp != nil {
+				out.sp.Discard()
+			}
+			e := &store.JobEnd{ID: j.ID, To: store.JobFailed, Error: err.Error()}
+			e.Notice = commandNotice(j, e, 0)
+			return e
+		}
+		r.inputsSkipped = skipped
+	}
 	started := time.Now()
 	res, err := worker.RunCommand(ctx, worker.CommandSpec{
 		Kernel: m.cfg.Kernel, Placer: m.cfg.Placer, Limits: m.cfg.Limits, Sandbox: sb,
@@ -167,6 +201,16 @@ func (m *Manager) runCommand(ctx context.Context, r *run) *store.JobEnd {
 		"output_truncated": out.total > m.cfg.MaxOutput, "seconds": took.Seconds()}
 	if e.Artifact != "" {
 		result["output"] = e.Artifact
+	}
+	if len(s.Outputs) > 0 {
+		files, skipped, oerr := m.localOutputs(dir, s.Outputs)
+		if oerr != nil {
+			m.cfg.Log.Warn("jobs: outputs of a job", "job", j.ID, "error", oerr)
+			skipped = append(skipped, "not brought back: "+oerr.Error())
+		}
+		addFiles(result, e, files, skipped, r.inputsSkipped)
+	} else if own {
+		addFiles(result, e, nil, nil, r.inputsSkipped)
 	}
 	e.Result = mustJSON(result)
 	switch {
@@ -211,6 +255,16 @@ func commandNotice(j store.Job, e *store.JobEnd, took time.Duration) string {
 	} else {
 		b.WriteString(" No output; the result is in `await jobs.get(" + fmt.Sprint(j.ID) + ")`.")
 	}
+	if len(e.Files) > 0 {
+		fmt.Fprintf(&b, "\nOutputs: %d files as artifacts (the result's \"artifacts\": path, artifact, bytes):", len(e.Files))
+		for i, f := range e.Files {
+			if i == 10 {
+				fmt.Fprintf(&b, "\n  and %d more", len(e.Files)-10)
+				break
+			}
+			fmt.Fprintf(&b, "\n  %s %s (%d bytes)", f.Path, f.Artifact, f.Size)
+		}
+	}
 	return b.String()
 }
 
@@ -231,6 +285,9 @@ func describe(j store.Job) string {
 	default:
 		var s RoutineSpec
 		_ = json.Unmarshal(j.Spec, &s)
+		if s.Host != "" {
+			return j.Kind + " " + s.Entry + " on " + s.Host
+		}
 		return j.Kind + " " + s.Entry
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -156,6 +157,9 @@ type Manager struct {
 	// cancelChild cancels a running child agent (package agents); nil: none run.
 	cancelChild func(ctx context.Context, j store.Job) (store.Job, error)
 
+	// trees are what routines on hosts take there, packed once.
+	trees trees
+
 	// orphans are remote commands found running at start, reattached by Start.
 	orphans []store.Job
 
@@ -167,6 +171,11 @@ type run struct {
 	job       store.Job
 	cancel    context.CancelFunc
 	cancelled atomic.Bool // by the owner or the operator
+	// inputsSkipped lists what of a command's inputs was left out.
+	inputsSkipped []string
+	// after, when set, runs once the run's end is recorded (a remote
+	// unit's collection).
+	after func()
 }
 
 // New returns a Manager; Start recovers and starts the timer.
@@ -202,11 +211,34 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.recover(ctx); err != nil {
 		return err
 	}
+	// No local job runs yet: the own directories a previous run left go.
+	if err := os.RemoveAll(m.jobsDir()); err != nil {
+		m.cfg.Log.Warn("jobs: remove the jobs' directories", "error", err)
+	}
 	m.gen.Store(m.cfg.Clock().UnixMilli() % 1_000_000)
 	for _, j := range m.orphans {
 		m.reattach(j)
 	}
 	m.orphans = nil
+	if m.cfg.Hosts != nil {
+		// Only the hosts of the latest remote jobs: a host is not
+		// contacted at start otherwise.
+		recent := map[string]bool{}
+		if js, err := m.cfg.Store.Jobs(ctx, store.JobFilter{Kind: KindCommand, Limit: 100}); err == nil {
+			for _, j := range js {
+				if j.Host != "" {
+					recent[j.Host] = true
+				}
+			}
+		}
+		if len(recent) > 0 {
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				m.sweep(recent)
+			}()
+		}
+	}
 	m.started.Store(true)
 	go m.loop()
 	return nil
@@ -386,11 +418,26 @@ func (m *Manager) recover(ctx context.Context) error {
 			m.orphans = append(m.orphans, j)
 			continue
 		}
+		if j.Kind == KindCommand && j.Host == "" && remoteSpec(j) {
+			// Its attempt was never placed: nothing was sent to a host.
+			if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) error {
+				return tx.RecoverJob(j.ID, store.JobPending, "klbr-core stopped before the job was sent to a host; it is sent again", "")
+			}); err != nil {
+				return fmt.Errorf("recover job %d: %w", j.ID, err)
+			}
+			continue
+		}
 		if err := m.reconcile(ctx, j, "klbr-core stopped while the command ran", "klbr-core stopped while it ran"); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// remoteSpec reports whether command job j runs on a worker host.
+func remoteSpec(j store.Job) bool {
+	var s CommandSpec
+	return json.Unmarshal(j.Spec, &s) == nil && s.Host != ""
 }
 
 // reconcile moves a job whose run was lost (why; whyShort in the notice)
@@ -432,6 +479,15 @@ func (m *Manager) reconcile(ctx context.Context, j store.Job, why, whyShort stri
 }
 
 // place is where session's jobs work and the sandbox they run under.
+// hostOf is the worker host session works on ("": here).
+func (m *Manager) hostOf(ctx context.Context, session string) (string, error) {
+	if m.cfg.Workspaces == nil {
+		return "", nil
+	}
+	p, err := m.cfg.Workspaces.For(ctx, session)
+	return p.Host, err
+}
+
 func (m *Manager) place(ctx context.Context, session string) (dir string, sb kernel.Sandbox, err error) {
 	if m.cfg.Workspaces == nil {
 		return m.cfg.Workspace, m.cfg.Sandbox, nil

@@ -60,6 +60,8 @@ func (m *Manager) handle(ctx context.Context, r worker.Request, c caller) (json.
 			Timeout  float64           `json:"timeout"`
 			Recovery string            `json:"recovery"`
 			Host     string            `json:"host"`
+			Inputs   []string          `json:"inputs"`
+			Outputs  []string          `json:"outputs"`
 		}
 		if err := decode(r, &a); err != nil {
 			return nil, err
@@ -75,13 +77,20 @@ func (m *Manager) handle(ctx context.Context, r worker.Request, c caller) (json.
 		if math.IsNaN(a.Timeout) || math.IsInf(a.Timeout, 0) {
 			return nil, invalid("jobs.run: timeout must be a number of seconds")
 		}
+		if a.Host == "" {
+			// A session working on a host runs its commands there too.
+			var err error
+			if a.Host, err = m.hostOf(ctx, c.session); err != nil {
+				return nil, &worker.RequestError{Code: "failed", Message: "jobs.run: " + err.Error()}
+			}
+		}
 		root, _, err := m.place(ctx, c.session)
 		if err != nil {
 			return nil, &worker.RequestError{Code: "failed", Message: "jobs.run: " + err.Error()}
 		}
 		dir := root
-		if a.Host != "" {
-			dir = ""
+		if a.Host != "" || len(a.Inputs) > 0 || len(a.Outputs) > 0 {
+			dir = "" // the job's own directory
 		}
 		if a.Cwd != "" {
 			if dir, err = workbench.Bind(root, a.Cwd); err != nil {
@@ -89,7 +98,7 @@ func (m *Manager) handle(ctx context.Context, r worker.Request, c caller) (json.
 			}
 		}
 		j, err := m.Run(ctx, RunRequest{Session: c.session, Parent: c.parent, Release: c.release, Recovery: a.Recovery,
-			Spec: CommandSpec{Argv: a.Argv, Cwd: dir, Env: a.Env, Timeout: a.Timeout, Host: a.Host}})
+			Spec: CommandSpec{Argv: a.Argv, Cwd: dir, Env: a.Env, Timeout: a.Timeout, Host: a.Host, Inputs: a.Inputs, Outputs: a.Outputs}})
 		return answer(j, err)
 	case "jobs.schedule":
 		var a struct {
@@ -101,9 +110,13 @@ func (m *Manager) handle(ctx context.Context, r worker.Request, c caller) (json.
 			TZ       string          `json:"tz"`
 			Input    json.RawMessage `json:"input"`
 			Recovery string          `json:"recovery"`
+			Host     string          `json:"host"`
 		}
 		if err := decode(r, &a); err != nil {
 			return nil, err
+		}
+		if len(a.Host) > 200 {
+			return nil, invalid("jobs.schedule: host= is longer than 200 bytes")
 		}
 		var s Schedule
 		if a.At != nil {
@@ -123,7 +136,7 @@ func (m *Manager) handle(ctx context.Context, r worker.Request, c caller) (json.
 			a.Input = nil
 		}
 		j, err := m.Schedule(ctx, ScheduleRequest{Session: c.session, Parent: c.parent, Release: c.release, Kind: a.Kind,
-			Entry: a.Entry, Input: a.Input, Schedule: s, TZ: a.TZ, Recovery: a.Recovery})
+			Entry: a.Entry, Input: a.Input, Schedule: s, TZ: a.TZ, Recovery: a.Recovery, Host: a.Host})
 		return answer(j, err)
 	case "jobs.get":
 		j, err := m.own(ctx, r, c)

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -48,6 +49,8 @@ func (m *Manager) reattach(j store.Job) {
 		if end != nil {
 			if err := m.writeEnd(*end); err != nil {
 				m.cfg.Log.Error("jobs: record end", "job", j.ID, "error", err)
+			} else if r.after != nil {
+				r.after()
 			}
 		}
 		m.ended(j.ID)
@@ -62,28 +65,73 @@ func (m *Manager) reattachRun(ctx context.Context, r *run) *store.JobEnd {
 	if j.StartedAt != nil {
 		started = *j.StartedAt
 	}
+	var s CommandSpec
+	if err := json.Unmarshal(j.Spec, &s); err != nil {
+		return m.lost(r, "unreadable spec: "+err.Error(), "its spec is unreadable")
+	}
 	if _, release, err := m.cfg.Hosts.Reserve(host); err == nil {
 		defer release() // the host's slot, so that max_jobs counts this unit
 	}
+	var downSince time.Time
+	grace := time.Duration(0)
+	if h, ok := m.cfg.Hosts.Host(host); ok {
+		grace = h.DownGrace
+	}
 	for attempt := int64(1); ; attempt++ {
-		states, err := m.cfg.Hosts.State(ctx, host, unit)
-		if err == nil {
-			st := states[0]
-			if !st.Exists() {
-				return m.lost(r, fmt.Sprintf("the unit %s is gone from host %s (a reboot, or it was collected by hand)", unit, host),
-					"its unit is gone from host "+host)
+		var err error
+		// The start may not have reached the host before klbr-core went
+		// away: Start asks for the unit by name first, starts it only if no
+		// start of it ever reached the host, and says gone if one did and
+		// the unit is not there any more.
+		u := remoteUnit(j, s)
+		if len(s.Inputs) > 0 {
+			// A start that had not reached the host needs the inputs
+			// there (sent again only if the host lacks them).
+			dir, skipped, ierr := m.remoteInputs(ctx, j, s, host)
+			var he *hosts.HostError
+			if ierr != nil && !errors.As(ierr, &he) && ctx.Err() == nil {
+				return m.lost(r, fmt.Sprintf("host %s: %v", host, ierr), "its inputs could not be put on host "+host)
 			}
-			m.cfg.Log.Info("jobs: reattached to a unit on a host", "job", j.ID, "host", host, "unit", unit, "state", st.ActiveState)
-			if st.Ended() {
-				return m.remoteEnd(r, host, unit, st, started, "")
-			}
-			return m.watchRemote(ctx, r, host, unit, started)
+			u.Inputs, r.inputsSkipped = dir, skipped
+			err = ierr
 		}
-		if errors.Is(err, hosts.ErrUnknownHost) {
+		existed := false
+		if err == nil {
+			existed, err = m.cfg.Hosts.Start(ctx, host, u)
+		}
+		switch {
+		case err == nil:
+			if existed {
+				m.cfg.Log.Info("jobs: reattached to a unit on a host", "job", j.ID, "host", host, "unit", unit)
+			} else {
+				m.cfg.Log.Info("jobs: the start had not reached the host; started now", "job", j.ID, "host", host, "unit", unit)
+			}
+			m.note(r, "")
+			return m.watchRemote(ctx, r, host, unit, started)
+		case errors.Is(err, hosts.ErrGone):
+			return m.lost(r, fmt.Sprintf("the unit %s is gone from host %s (a reboot, or it was collected by hand)", unit, host),
+				"its unit is gone from host "+host)
+		case errors.Is(err, hosts.ErrUnknownHost):
 			return m.lost(r, fmt.Sprintf("host %s is no longer in klbr.toml", host), "its host "+host+" is no longer configured")
 		}
+		var he *hosts.HostError
+		if !errors.As(err, &he) && ctx.Err() == nil {
+			return m.lost(r, fmt.Sprintf("host %s: %v", host, err), "its host "+host+" refused it")
+		}
 		m.cfg.Log.Warn("jobs: cannot reach the host of a running job; asking again", "job", j.ID, "host", host, "error", err)
-		if !m.sleep(ctx, backoff(attempt)) {
+		if downSince.IsZero() {
+			downSince = m.cfg.Clock()
+		}
+		if grace > 0 && m.cfg.Clock().Sub(downSince) >= grace {
+			return m.lost(r, fmt.Sprintf("host %s did not answer for %s (its down_grace_seconds) after klbr-core restarted: %v", host, grace, err),
+				"its host "+host+" did not come back")
+		}
+		m.note(r, waitingNote(ctx, host, err, downSince, grace, j.Recovery))
+		wait := backoff(attempt)
+		if grace > 0 {
+			wait = min(wait, max(grace/4, m.cfg.HostPoll))
+		}
+		if !m.sleep(ctx, wait) {
 			if r.cancelled.Load() || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return m.remoteInterrupted(ctx, r, host, unit, true)
 			}
@@ -102,4 +150,39 @@ func (m *Manager) lost(r *run, why, whyShort string) *store.JobEnd {
 		m.cfg.Log.Error("jobs: reconcile a lost remote job", "job", r.job.ID, "error", err)
 	}
 	return nil
+}
+
+// sweep collects the units on each of which (by name) of jobs that have ended: a
+// klbr-core killed after it recorded a job's end and before it collected
+// the unit leaves one (ended, holding only its output) that no run asks for
+// any more.
+func (m *Manager) sweep(which map[string]bool) {
+	for _, host := range m.cfg.Hosts.Names() {
+		if !which[host] {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		units, err := m.cfg.Hosts.Units(ctx, host, "klbr-job-")
+		cancel()
+		if err != nil {
+			m.cfg.Log.Warn("jobs: list a host's units", "host", host, "error", err)
+			continue
+		}
+		for _, u := range units {
+			var id, attempt int64
+			if _, err := fmt.Sscanf(u.Unit, "klbr-job-%d-%d.service", &id, &attempt); err != nil || UnitName(id, attempt) != u.Unit {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			j, err := m.cfg.Store.Job(ctx, id)
+			if (err == nil && j.State.Final()) || errors.Is(err, store.ErrNoJob) {
+				if err := m.cfg.Hosts.Collect(ctx, host, u.Unit); err != nil {
+					m.cfg.Log.Warn("jobs: collect a host's unit", "host", host, "unit", u.Unit, "error", err)
+				} else {
+					m.cfg.Log.Info("jobs: collected the unit of an ended job", "host", host, "unit", u.Unit)
+				}
+			}
+			cancel()
+		}
+	}
 }

@@ -21,6 +21,7 @@ import (
 // recovery policy: manual ends unknown.
 func TestRemoteJobReattach(t *testing.T) {
 	h := hosttest.Start(t)
+	h.InstallKernel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	tg, err := config.ParseSSHTarget(h.SSH())
@@ -67,8 +68,10 @@ func TestRemoteJobReattach(t *testing.T) {
 		c.st.Close()
 	}
 	// Each start of the command adds a line to a file outside its unit's
-	// directory: one line is one start, ever.
-	starts := filepath.Join(h.Dir, "starts")
+	// directory: one line is one start, ever. A confined job writes only
+	// its own directory and /dev (Landlock): the file is in /dev/shm.
+	starts := filepath.Join("/dev/shm", "klbr-starts-"+filepath.Base(h.Dir))
+	t.Cleanup(func() { os.Remove(starts) })
 	untilActive := func(unit string) {
 		t.Helper()
 		for deadline := time.Now().Add(30 * time.Second); ; {

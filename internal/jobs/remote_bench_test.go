@@ -23,6 +23,7 @@ import (
 func BenchmarkRemoteDispatch(b *testing.B) {
 	env := workertest.Setup(b)
 	h := hosttest.Start(b)
+	h.InstallKernel(b)
 	tg, err := config.ParseSSHTarget(h.SSH())
 	if err != nil {
 		b.Fatal(err)

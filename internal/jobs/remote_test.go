@@ -17,6 +17,7 @@ import (
 // reached only by SSH (package hosttest boots it).
 func TestRemoteJobs(t *testing.T) {
 	h := hosttest.Start(t)
+	h.InstallKernel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	tg, err := config.ParseSSHTarget(h.SSH())

@@ -22,6 +22,9 @@ const RoleRoutine = "routine"
 type RoutineSpec struct {
 	Entry string          `json:"entry"` // "module:function", importable from the release tree
 	Input json.RawMessage `json:"input"`
+	// Host, when set, is where each run's worker runs: a [hosts.NAME] or
+	// "label:L"; unset, here.
+	Host string `json:"host,omitempty"`
 }
 
 // ScheduleRequest is a routine (or source) to schedule.
@@ -35,6 +38,7 @@ type ScheduleRequest struct {
 	Schedule Schedule
 	TZ       string // IANA name; "" means UTC
 	Recovery string // "" means retry_safe
+	Host     string // where each run goes ("NAME" or "label:L"); "" here
 }
 
 var entryPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$`)
@@ -76,6 +80,14 @@ func (m *Manager) Schedule(ctx context.Context, req ScheduleRequest) (store.Job,
 	if err := req.Schedule.Validate(); err != nil {
 		return store.Job{}, fmt.Errorf("jobs.schedule: %w", err)
 	}
+	if req.Host != "" {
+		if m.cfg.Hosts == nil {
+			return store.Job{}, fmt.Errorf("jobs.schedule: host=%q, but klbr.toml defines no [hosts.NAME]", req.Host)
+		}
+		if err := m.cfg.Hosts.Check(req.Host); err != nil {
+			return store.Job{}, fmt.Errorf("jobs.schedule: %w", err)
+		}
+	}
 	first := req.Schedule.First(m.cfg.Clock(), loc)
 	if first.IsZero() {
 		return store.Job{}, errors.New("jobs.schedule: the schedule never fires")
@@ -85,7 +97,7 @@ func (m *Manager) Schedule(ctx context.Context, req ScheduleRequest) (store.Job,
 		return store.Job{}, fmt.Errorf("jobs.schedule: %w", err)
 	}
 	return m.submit(ctx, store.NewJob{Kind: req.Kind, Session: req.Session, Parent: req.Parent, Release: req.Release,
-		Workspace: dir, Spec: mustJSON(RoutineSpec{Entry: req.Entry, Input: req.Input}), Recovery: req.Recovery,
+		Workspace: dir, Spec: mustJSON(RoutineSpec{Entry: req.Entry, Input: req.Input, Host: req.Host}), Recovery: req.Recovery,
 		Schedule: mustJSON(req.Schedule), TZ: req.TZ, NextDue: first,
 		Budget: mustJSON(map[string]any{"wall_seconds": m.cfg.MaxWall.Seconds(), "memory_max": m.cfg.Limits.MemoryMaxBytes, "tasks_max": m.cfg.Limits.TasksMax})})
 }
@@ -136,10 +148,15 @@ func (m *Manager) runRoutine(ctx context.Context, r *run, due time.Time) *store.
 	tree := m.cfg.Tree(j.Release)
 	cur := map[string]any{"id": j.ID, "kind": j.Kind, "entry": spec.Entry, "input": spec.Input, "run": j.Runs,
 		"due": float64(due.UnixMilli()) / 1000, "checkpoint": j.Checkpoint, "cursor": j.Cursor}
-	code := fmt.Sprintf(bootstrap, pyStr(tree), pyStr(string(mustJSON(cur))), pyStr(spec.Entry))
+	code := func(tree string) string {
+		return fmt.Sprintf(bootstrap, pyStr(tree), pyStr(string(mustJSON(cur))), pyStr(spec.Entry))
+	}
 	started := time.Now()
 	h := &routineOps{m: m, job: j}
-	out, runErr := m.callRoutine(ctx, j, tree, code, h)
+	out, runErr := m.callRoutine(ctx, j, spec.Host, tree, code, h)
+	if errors.Is(runErr, errDeferred) {
+		return nil // back to pending, with the reason: nothing ran
+	}
 	took := time.Since(started).Round(time.Millisecond)
 	if ctx.Err() == context.Canceled && !r.cancelled.Load() {
 		return nil // klbr-core is stopping: the next start reconciles it by its policy
@@ -179,23 +196,31 @@ func (m *Manager) runRoutine(ctx context.Context, r *run, due time.Time) *store.
 	return e
 }
 
-func (m *Manager) callRoutine(ctx context.Context, j store.Job, tree, code string, h *routineOps) (*worker.Outcome, error) {
+func (m *Manager) callRoutine(ctx context.Context, j store.Job, host, tree string, code func(tree string) string, h *routineOps) (*worker.Outcome, error) {
 	dir, sb, err := m.place(ctx, j.Session)
 	if err != nil {
 		return nil, err
 	}
-	w, err := worker.Start(ctx, worker.Spec{
+	spec := worker.Spec{
 		Role: RoleRoutine, Session: j.Session, Generation: m.gen.Add(1),
 		Kernel: m.cfg.Kernel, Python: m.cfg.Python, RuntimeSrc: m.cfg.RuntimeSrc, Workspace: dir,
 		Behavior: tree, Placer: m.cfg.Placer, Limits: m.cfg.Limits, Sandbox: sb, Artifacts: m.cfg.Artifacts,
 		Log: m.cfg.Log,
-	})
+	}
+	if host != "" {
+		var release func()
+		if tree, release, err = m.remoteRoutine(ctx, j, host, &spec, tree); err != nil {
+			return nil, err
+		}
+		defer release()
+	}
+	w, err := worker.Start(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("start the routine worker: %w", err)
 	}
 	defer worker.WaitDone([]*worker.Worker{w}, 5*time.Second)
 	defer w.Stop()
-	out, err := w.Execute(ctx, fmt.Sprintf("j%d-%d", j.ID, j.Runs), code, h)
+	out, err := w.Execute(ctx, fmt.Sprintf("j%d-%d", j.ID, j.Runs), code(tree), h)
 	if err == nil && out.Reset {
 		w.Kill()
 	}

@@ -142,12 +142,16 @@ func (m *Manager) begin(ctx context.Context, j store.Job) bool {
 		m.mu.Unlock()
 		<-m.slots
 		if end == nil {
-			// Shutting down: the row stays running for the next start to reconcile.
+			// Shutting down (the row stays running for the next start to
+			// reconcile), deferred, or decided already (a lost remote job).
+			m.ended(j.ID)
 			m.poke()
 			return
 		}
 		if err := m.writeEnd(*end); err != nil {
 			m.cfg.Log.Error("jobs: record end", "job", j.ID, "error", err)
+		} else if r.after != nil {
+			r.after()
 		}
 		m.ended(j.ID)
 		m.poke()

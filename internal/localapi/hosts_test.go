@@ -24,6 +24,7 @@ func TestHostsAreInspected(t *testing.T) {
 		t.Fatalf("without hosts: %+v, %v", res, err)
 	}
 	lab := hosttest.Start(t)
+	lab.InstallKernel(t) // jobs run under it: a host without it is not ready
 	tg, err := config.ParseSSHTarget(lab.SSH())
 	if err != nil {
 		t.Fatal(err)

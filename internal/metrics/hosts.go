@@ -12,7 +12,7 @@ var (
 		"1 when klbr-core's last connect or command to the worker host got through, 0 when it failed or none was tried yet.",
 		[]string{"host"}, nil)
 	hostUnitsDesc = prometheus.NewDesc("klbr_host_units",
-		"klbr units klbr-core runs on the worker host now, by kind (job: a job attempt's klbr-job-*.service).",
+		"klbr units klbr-core runs on the worker host now, by kind (job: a job attempt's klbr-job-*.service; child: a running child agent working there, its klbr-workbench-child-*.service while its kernel lives).",
 		[]string{"host", "kind"}, nil)
 	hostWaitingDesc = prometheus.NewDesc("klbr_host_jobs_waiting",
 		"Pending jobs that may run only on this worker host (by its name or a label it has): work that waits while it is down.",
@@ -20,7 +20,7 @@ var (
 )
 
 // HostKinds are the kinds of klbr_host_units, each reported (0 when none).
-var HostKinds = []string{"job"}
+var HostKinds = []string{"job", "child"}
 
 // HostState is one worker host as /metrics reports it.
 type HostState struct {

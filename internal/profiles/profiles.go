@@ -67,7 +67,12 @@ type Profile struct {
 	Budget       budget.Budget `toml:"budget" json:"budget"`
 	Delegate     []string      `toml:"delegate" json:"delegate,omitempty"`
 	Workspace    string        `toml:"workspace" json:"workspace,omitempty"`
+	// Host, when set, is the worker host its children work on (agents.spawn's host=).
+	Host string `toml:"host" json:"host,omitempty"`
 }
+
+// MaxHostBytes bounds a profile's host.
+const MaxHostBytes = 200
 
 // Routes is the profile's plan: its route, then its fallback; nil when it
 // names no route (the child goes along the agent's plan).
@@ -97,7 +102,7 @@ func Parse(name string, b []byte) (Profile, error) {
 			for i := range strict.Errors {
 				keys = append(keys, strings.Join(strict.Errors[i].Key(), "."))
 			}
-			return Profile{}, fmt.Errorf("%w: unknown key %s (known: description, instructions, route, fallback, [budget] tokens/wall_seconds/model_requests/usd, delegate, workspace)",
+			return Profile{}, fmt.Errorf("%w: unknown key %s (known: description, instructions, route, fallback, [budget] tokens/wall_seconds/model_requests/usd, delegate, workspace, host)",
 				ErrInvalid, strings.Join(keys, ", "))
 		}
 		var de *toml.DecodeError
@@ -128,6 +133,10 @@ func (p Profile) check() error {
 		return bad("fallback names %d routes, at most %d", len(p.Fallback), MaxFallback)
 	case p.Workspace != "" && !slices.Contains(Workspaces, p.Workspace):
 		return bad("workspace %q is none of %s", p.Workspace, strings.Join(Workspaces, ", "))
+	case len(p.Host) > MaxHostBytes || strings.ContainsAny(p.Host, " \t\n/"):
+		return bad("host %q is not a [hosts.NAME] or \"label:L\"", truncate(p.Host, 64))
+	case p.Host != "" && p.Workspace != "" && p.Workspace != "worktree":
+		return bad("workspace %q with host: a child on a host works on a copy of its own (workspace \"worktree\", or none)", p.Workspace)
 	case len(p.Delegate) > len(Delegable):
 		return bad("delegate names %d ops, at most %d", len(p.Delegate), len(Delegable))
 	}
@@ -278,4 +287,11 @@ func ListFS(fsys fs.FS) ([]Profile, error) {
 		out = append(out, prof)
 	}
 	return out, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }

@@ -66,6 +66,8 @@ func TestParseRefusals(t *testing.T) {
 		{"ok", "description = \"d\"\ninstructions = \"" + strings.Repeat("x", MaxInstructionBytes+1) + "\"", "instructions are"},
 		{"ok", strings.Repeat("#", MaxFileBytes+1), "at most"},
 		{"ok", "description = \"\xff\"", "not UTF-8"},
+		{"ok", "description = \"d\"\nhost = \"a b\"", `host "a b" is not`},
+		{"ok", "description = \"d\"\nhost = \"gpu\"\nworkspace = \"shared\"", `workspace "shared" with host`},
 	} {
 		_, err := Parse(tc.name, []byte(tc.file))
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {

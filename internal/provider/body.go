@@ -3,6 +3,7 @@ package provider
 import (
 	"encoding/json"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/klbr-dev/klbr/internal/config"
@@ -90,7 +91,7 @@ func (c *Client) requestBody(req Request) ([]byte, error) {
 	}
 	maps.Copy(body, c.cache)
 	body["model"] = c.route.Model
-	body["messages"] = replay(c.dialect, req.Messages)
+	body["messages"] = replay(c.dialect, withoutImages(c.route, req.Messages))
 	if len(req.Tools) > 0 {
 		body["tools"] = req.Tools
 	}
@@ -102,4 +103,26 @@ func (c *Client) requestBody(req Request) ([]byte, error) {
 		body["stream_options"] = map[string]any{"include_usage": true}
 	}
 	return json.Marshal(body)
+}
+
+// withoutImages is msgs without their images unless the route has vision
+// (a copy when any had some: the caller's messages stay as they were).
+func withoutImages(r config.Route, msgs []Message) []Message {
+	if r.Vision {
+		return msgs
+	}
+	var out []Message
+	for i, m := range msgs {
+		if len(m.Images) == 0 {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(msgs)
+		}
+		out[i].Images = nil
+	}
+	if out == nil {
+		return msgs
+	}
+	return out
 }

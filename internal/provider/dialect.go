@@ -34,9 +34,11 @@ const (
 	// ReplayNone sends no reasoning back.
 	ReplayNone Replay = iota
 	// ReplayDeepSeek sends reasoning_content on every assistant message
-	// between two user messages when any of them called a tool; DeepSeek's
-	// thinking mode answers HTTP 400 when it is missing there, and ignores
-	// it elsewhere. A message with no stored reasoning sends "".
+	// ("" when none was stored). DeepSeek's thinking mode answers HTTP 400
+	// when it is missing on the messages of a user turn (between two user
+	// messages) that called a tool, and ignores it elsewhere; sending it
+	// only there would change an earlier message of the turn when a later
+	// one calls a tool, and break the prompt cache's prefix.
 	ReplayDeepSeek
 	// ReplayReasoningContent sends reasoning_content on every assistant
 	// message that has stored reasoning (llama.cpp's templates read it).
@@ -53,7 +55,7 @@ const (
 func (r Replay) String() string {
 	switch r {
 	case ReplayDeepSeek:
-		return "reasoning_content on the assistant messages of a user turn with tool calls"
+		return "reasoning_content on every assistant message"
 	case ReplayReasoningContent:
 		return "reasoning_content"
 	case ReplayReasoning:

@@ -57,8 +57,8 @@ func TestDialectsEndToEnd(t *testing.T) {
 		check           func(t *testing.T, reqs []modeltest.Request, resps []*Response)
 	}{
 		{modeltest.DeepSeek, config.DialectDeepSeek, func(t *testing.T, reqs []modeltest.Request, resps []*Response) {
-			// Every assistant message of a user turn with tool calls
-			// carries its reasoning_content, as it was.
+			// Every assistant message carries its reasoning_content, as
+			// it was.
 			last := reqs[len(reqs)-1].Messages
 			var got []string
 			for _, m := range last {
@@ -201,8 +201,8 @@ func TestDialectOverrides(t *testing.T) {
 }
 
 // TestReplayDeepSeekSpans: reasoning_content goes on every assistant
-// message of a user turn that called a tool ("" when none was stored), and
-// on none of a turn that did not.
+// message, as stored ("" when none was): on a user turn that called a tool
+// (DeepSeek requires it) and on one that did not (DeepSeek ignores it).
 func TestReplayDeepSeekSpans(t *testing.T) {
 	d, _ := DialectOf(config.Route{Dialect: "deepseek"})
 	call := ToolCall{ID: "c1", Type: "function", Function: FunctionCall{Name: "python", Arguments: `{"code":"1"}`}}
@@ -221,11 +221,11 @@ func TestReplayDeepSeekSpans(t *testing.T) {
 	}
 	var got []map[string]any
 	json.Unmarshal(b, &got)
-	if _, ok := got[2]["reasoning_content"]; ok {
-		t.Errorf("reasoning_content on a turn without tool calls: %v", got[2])
+	if got[2]["reasoning_content"] != "r0" || got[4]["reasoning_content"] != "r1" || got[6]["reasoning_content"] != "" {
+		t.Errorf("reasoning_content: %v / %v / %v", got[2], got[4], got[6])
 	}
-	if got[4]["reasoning_content"] != "r1" || got[6]["reasoning_content"] != "" {
-		t.Errorf("tool turn: %v / %v", got[4], got[6])
+	if _, ok := got[1]["reasoning_content"]; ok {
+		t.Errorf("reasoning_content on a user message: %v", got[1])
 	}
 }
 
@@ -363,5 +363,41 @@ func TestRequestBodySchemas(t *testing.T) {
 				t.Errorf("%d messages carry reasoning, want %d", reasoned, tc.reasoned)
 			}
 		})
+	}
+}
+
+// TestDeepSeekReplayKeepsThePrefix: two consecutive requests to a DeepSeek
+// server, the second extending the first with an assistant message that
+// calls a tool in the same user turn. What the first sent is the second's
+// prefix, byte for byte: an earlier assistant message of the turn does not
+// gain a reasoning_content it was sent without (DeepSeek ignores it on a
+// turn without tool calls and requires it on one with them).
+func TestDeepSeekReplayKeepsThePrefix(t *testing.T) {
+	srv := modeltest.NewDialect(modeltest.DeepSeek)
+	defer srv.Close()
+	srv.Then(modeltest.Reply{Reasoning: "r1", Calls: []modeltest.Call{{ID: "c1", Code: "1"}}}, modeltest.Reply{Text: "done"})
+	c, err := New(config.Route{URL: srv.URL(), Model: "m", Dialect: config.DialectDeepSeek}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []Message{{Role: "system", Content: "s"}, {Role: "user", Content: "q"},
+		{Role: "assistant", Content: "let me look", Reasoning: &Reasoning{Text: "r0"}}}
+	resp, err := c.Complete(t.Context(), Request{Messages: msgs, Tools: []Tool{PythonTool("p")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs = append(msgs, Message{Role: "assistant", ToolCalls: resp.ToolCalls, Reasoning: &Reasoning{Text: resp.Reasoning}},
+		Message{Role: "tool", ToolCallID: resp.ToolCalls[0].ID, Content: "status: ok"})
+	if _, err := c.Complete(t.Context(), Request{Messages: msgs, Tools: []Tool{PythonTool("p")}}); err != nil {
+		t.Fatal(err)
+	}
+	reqs := srv.Requests()
+	first, _ := json.Marshal(reqs[0].Messages)
+	second, _ := json.Marshal(reqs[1].Messages[:len(reqs[0].Messages)])
+	if string(first) != string(second) {
+		t.Fatalf("the second request changed the first's messages:\n%s\n%s", first, second)
+	}
+	if rc, ok := reqs[1].Messages[3]["reasoning_content"].(string); !ok || rc != "r1" {
+		t.Fatalf("the calling message's reasoning_content: %v", reqs[1].Messages[3])
 	}
 }

@@ -27,7 +27,6 @@ func replay(d Dialect, msgs []Message) []sent {
 	for i := range msgs {
 		out[i].Message = msgs[i]
 	}
-	spanCalls := deepSeekSpans(d, msgs)
 	used := make(map[string]bool, len(msgs)/2)
 	seen := make(map[string]int, len(msgs)/2) // occurrences of each sent id so far
 	type pair struct {
@@ -35,12 +34,9 @@ func replay(d Dialect, msgs []Message) []sent {
 		answered       bool
 	}
 	var pending []pair // the last assistant message's calls
-	span := 0
 	for i := range out {
 		m := &out[i]
 		switch m.Role {
-		case "user":
-			span++
 		case "assistant":
 			if len(m.ToolCalls) > 0 {
 				pending = pending[:0]
@@ -72,7 +68,7 @@ func replay(d Dialect, msgs []Message) []sent {
 					m.ToolCalls = calls
 				}
 			}
-			withReasoning(d, m, spanCalls[span])
+			withReasoning(d, m)
 		case "tool":
 			found := false
 			for k := range pending {
@@ -89,29 +85,9 @@ func replay(d Dialect, msgs []Message) []sent {
 	return out
 }
 
-// deepSeekSpans reports, per user span (the messages after the n-th user
-// message), whether an assistant message in it called a tool; nil for
-// other dialects.
-func deepSeekSpans(d Dialect, msgs []Message) map[int]bool {
-	if d.Replay != ReplayDeepSeek {
-		return nil
-	}
-	spans := map[int]bool{}
-	span := 0
-	for _, m := range msgs {
-		switch {
-		case m.Role == "user":
-			span++
-		case m.Role == "assistant" && len(m.ToolCalls) > 0:
-			spans[span] = true
-		}
-	}
-	return spans
-}
-
 // withReasoning sets the reasoning field the dialect wants on m. A field
 // the caller already put in Extra is kept (MarshalJSON sees to it).
-func withReasoning(d Dialect, m *sent, spanHasCalls bool) {
+func withReasoning(d Dialect, m *sent) {
 	var r Reasoning
 	if m.Reasoning != nil {
 		r = *m.Reasoning
@@ -119,9 +95,9 @@ func withReasoning(d Dialect, m *sent, spanHasCalls bool) {
 	var val any
 	switch d.Replay {
 	case ReplayDeepSeek:
-		if !spanHasCalls {
-			return
-		}
+		// On every assistant message, whether its user turn called a
+		// tool or not: what a message is sent with never depends on the
+		// messages after it, so the prefix stays.
 		m.key, val = "reasoning_content", r.Text
 	case ReplayReasoningContent:
 		if r.Text == "" {

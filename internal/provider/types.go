@@ -2,6 +2,7 @@ package provider
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +32,37 @@ type Message struct {
 	// verbatim: provider-specific blocks that the caller stored and must
 	// pass back. A field that collides with one of the above is an error.
 	Extra json.RawMessage
+
+	// Images go with a user message to a route with vision = true, as
+	// image_url parts (data URLs) after the text; a route without vision
+	// never receives them (the text describes them). The caller bounds
+	// their number and size.
+	Images []Image
+}
+
+// Image is an image's bytes and media type (image/png, image/jpeg,
+// image/gif or image/webp).
+type Image struct {
+	MediaType string
+	Data      []byte
+}
+
+// contentParts is a user message's content with its images: a text part,
+// then one image_url part each.
+func contentParts(text string, images []Image) []any {
+	type imageURL struct {
+		URL string `json:"url"`
+	}
+	type part struct {
+		Type     string    `json:"type"`
+		Text     *string   `json:"text,omitempty"`
+		ImageURL *imageURL `json:"image_url,omitempty"`
+	}
+	parts := []any{part{Type: "text", Text: &text}}
+	for _, im := range images {
+		parts = append(parts, part{Type: "image_url", ImageURL: &imageURL{URL: "data:" + im.MediaType + ";base64," + base64.StdEncoding.EncodeToString(im.Data)}})
+	}
+	return parts
 }
 
 // Reasoning is an assistant message's stored reasoning: its text and the
@@ -59,7 +91,7 @@ func (m Message) MarshalJSON() ([]byte, error) { return m.marshal("", nil) }
 func (m Message) marshal(key string, val json.RawMessage) ([]byte, error) {
 	type wire struct {
 		Role       string     `json:"role"`
-		Content    *string    `json:"content"`
+		Content    any        `json:"content"`
 		ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 		ToolCallID string     `json:"tool_call_id,omitempty"`
 		Name       string     `json:"name,omitempty"`
@@ -67,6 +99,9 @@ func (m Message) marshal(key string, val json.RawMessage) ([]byte, error) {
 	w := wire{Role: m.Role, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
 	if m.Content != "" || len(m.ToolCalls) == 0 {
 		w.Content = &m.Content
+	}
+	if len(m.Images) > 0 && m.Role == "user" {
+		w.Content = contentParts(m.Content, m.Images)
 	}
 	b, err := json.Marshal(w)
 	if err != nil || (key == "" && len(m.Extra) == 0) {

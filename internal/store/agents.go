@@ -100,6 +100,10 @@ type ChildWorkspace struct {
 	// operating system enforces of that, as measured at spawn.
 	ReadOnly bool   `json:"read_only,omitempty"`
 	Enforced string `json:"enforced,omitempty"`
+	// Host, when set, is the worker host the child works on ([hosts.NAME]):
+	// Dir is then a directory there, a copy of Root (Kind "copy") made from
+	// the tree Base names (its SHA-256), whose changes come back as a patch.
+	Host string `json:"host,omitempty"`
 }
 
 // ChildWorkspaceText is the part of a child's task input that says where
@@ -111,6 +115,10 @@ func ChildWorkspaceText(w *ChildWorkspace) string {
 	var b strings.Builder
 	switch w.Mode {
 	case WorkspaceWorktree:
+		if w.Host != "" {
+			fmt.Fprintf(&b, "\n\nYou work on host %s: your cells and the commands you run (jobs.run) run there. Your workspace is a copy of your parent's %s on that host, %s (no .git): edit there; when you end, your changes come back to your parent as a patch, which it applies or not. Nothing you do there changes your parent's workspace.", w.Host, w.Root, w.Dir)
+			break
+		}
 		if w.Kind == "git" {
 			fmt.Fprintf(&b, "\n\nYour workspace is a git repository of its own, %s, on branch %s (from %s): edit and commit there; when you end, your branch is brought into your parent's repository for it to merge. Other children do not see your edits, nor you theirs.", w.Dir, w.Branch, short(w.Base))
 		} else {
@@ -218,6 +226,11 @@ func (t *Tx) SpawnChild(c NewChild) (Spawned, error) {
 	}
 	if _, err := t.StartJob(id); err != nil {
 		return Spawned{}, err
+	}
+	if c.Workspace != nil && c.Workspace.Host != "" {
+		if err := t.PlaceJob(id, c.Workspace.Host); err != nil {
+			return Spawned{}, err
+		}
 	}
 	if err := t.CreateSession(child, c.Parent); err != nil {
 		return Spawned{}, err
@@ -376,6 +389,12 @@ func (s *Store) Descendants(ctx context.Context, id string) (int, error) {
 // error, a job.<state> event and, to the parent, notice as one input
 // (deduplicated: a child ends once). It returns the job as ended.
 func (t *Tx) EndChild(session string, to JobState, result json.RawMessage, errText, notice string) (Job, error) {
+	return t.EndChildWith(session, JobEnd{To: to, Result: result, Error: errText, Notice: notice})
+}
+
+// EndChildWith is EndChild with e's artifact (a child's patch, on a worker
+// host) recorded as the job's output; e.ID is the child's job's.
+func (t *Tx) EndChildWith(session string, e JobEnd) (Job, error) {
 	j, err := t.ChildJobOf(session)
 	if err != nil {
 		return j, err
@@ -383,7 +402,8 @@ func (t *Tx) EndChild(session string, to JobState, result json.RawMessage, errTe
 	if j.State != JobRunning {
 		return j, fmt.Errorf("%w: child %d is %s", ErrJobState, j.ID, j.State)
 	}
-	if err := t.EndJob(JobEnd{ID: j.ID, To: to, Result: result, Error: errText, Notice: notice}); err != nil {
+	e.ID = j.ID
+	if err := t.EndJob(e); err != nil {
 		return j, err
 	}
 	return t.Job(j.ID)
@@ -408,6 +428,10 @@ func (s *Store) RunningChildJobs(ctx context.Context) ([]Job, error) {
 	return scanJobs(rows, "running children")
 }
 
+// childrenSpawnedSince counts the child jobs created since a time (unix
+// ms): agents.max_spawns_per_day's count, on the index jobs_child_created.
+const childrenSpawnedSince = `SELECT count(*) FROM jobs WHERE kind = 'child' AND created_at >= ?`
+
 // spawnCaps refuses a spawn by parent (at depth) past the fan-out caps,
 // counted from the child jobs in the store: each says which cap and when
 // it resets.
@@ -415,7 +439,7 @@ func (t *Tx) spawnCaps(parent string, depth int, l ChildLimits) error {
 	if l.MaxSpawnsPerDay > 0 && l.Day != nil {
 		start, end := l.Day()
 		var n int
-		if err := t.queryRow(`SELECT count(*) FROM jobs WHERE kind = 'child' AND created_at >= ?`, start.UnixMilli()).Scan(&n); err != nil {
+		if err := t.queryRow(childrenSpawnedSince, start.UnixMilli()).Scan(&n); err != nil {
 			return fmt.Errorf("spawn: %w", err)
 		}
 		if n >= l.MaxSpawnsPerDay {

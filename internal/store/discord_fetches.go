@@ -24,20 +24,22 @@ type AttachmentTarget struct {
 	Size        int64 // as Discord announced it
 	URL         string
 	State       string // AttachmentPending, AttachmentFetched or AttachmentFailed
+	SHA256      string // fetched: the artifact
+	ErrorCode   string // failed: why
 }
 
 // AttachmentTarget finds attachment id of the Discord message messageID
 // admitted into session.
 func (s *Store) AttachmentTarget(ctx context.Context, session, messageID, id string) (AttachmentTarget, error) {
 	var t AttachmentTarget
-	var state sql.NullString
+	var state, sha, code sql.NullString
 	err := s.rdb.QueryRowContext(ctx, `SELECT m.input_id, i.event_id, json_extract(j.value, '$.id'),
 			COALESCE(json_extract(j.value, '$.filename'), ''), COALESCE(json_extract(j.value, '$.content_type'), ''),
-			COALESCE(json_extract(j.value, '$.size'), 0), COALESCE(json_extract(j.value, '$.url'), ''), f.state
+			COALESCE(json_extract(j.value, '$.size'), 0), COALESCE(json_extract(j.value, '$.url'), ''), f.state, f.sha256, f.error_code
 		FROM discord_messages m JOIN inputs i ON i.id = m.input_id, json_each(m.attachments) j
 		LEFT JOIN discord_attachment_fetches f ON f.input_id = m.input_id AND f.attachment_id = json_extract(j.value, '$.id')
 		WHERE i.session_id = ? AND m.message_id = ? AND json_extract(j.value, '$.id') = ?`, session, messageID, id).
-		Scan(&t.InputID, &t.EventID, &t.ID, &t.Filename, &t.ContentType, &t.Size, &t.URL, &state)
+		Scan(&t.InputID, &t.EventID, &t.ID, &t.Filename, &t.ContentType, &t.Size, &t.URL, &state, &sha, &code)
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, ErrUnknownAttachment
 	}
@@ -46,7 +48,7 @@ func (s *Store) AttachmentTarget(ctx context.Context, session, messageID, id str
 	}
 	t.State = AttachmentPending
 	if state.Valid {
-		t.State = state.String
+		t.State, t.SHA256, t.ErrorCode = state.String, sha.String, code.String
 	}
 	return t, nil
 }

@@ -47,6 +47,8 @@ type NewEffect struct {
 	// allow it, so the transport never sees it unless the operator releases it.
 	Held   bool
 	Reason string
+	// Files go with the send (artifacts copied from the cell's workspace).
+	Files []EffectFile
 }
 
 // Effect is an outbox row as the transport and the cell see it.
@@ -182,6 +184,9 @@ func (t *Tx) EnqueueEffect(n NewEffect) (Effect, error) {
 		return Effect{}, fmt.Errorf("outbox: %w", err)
 	}
 	id, _ = res.LastInsertId()
+	if err := t.addEffectFiles(id, n.Files); err != nil {
+		return Effect{}, err
+	}
 	if reserve {
 		if _, err := t.exec(`UPDATE attention_items SET anchor_effect = ? WHERE id = ?`, id, n.ItemID); err != nil {
 			return Effect{}, fmt.Errorf("outbox: reserve anchor: %w", err)

@@ -149,9 +149,9 @@ func (t *Tx) moveJob(id int64, from, to JobState, set string, args ...any) error
 }
 
 // StartJob moves a pending job to running, counts the run and clears its
-// deadline. It returns the run number (1 for the first run).
+// deadline and the host of an earlier attempt (PlaceJob records this one's). It returns the run number (1 for the first run).
 func (t *Tx) StartJob(id int64) (int64, error) {
-	if err := t.moveJob(id, JobPending, JobRunning, "runs = runs + 1, started_at = ?, next_due = NULL", t.now.UnixMilli()); err != nil {
+	if err := t.moveJob(id, JobPending, JobRunning, "runs = runs + 1, started_at = ?, next_due = NULL, host = ''", t.now.UnixMilli()); err != nil {
 		return 0, err
 	}
 	var runs int64
@@ -171,10 +171,20 @@ type JobEnd struct {
 	ArtifactSize int64
 	Preview      string
 	OutputBytes  int64
-	NextDue      time.Time // with To = pending: the next deadline
+	// Files are further artifacts of the run (a command's outputs=),
+	// recorded with it so that history read serves them.
+	Files   []JobFile
+	NextDue time.Time // with To = pending: the next deadline
 	// Notice, when set, is admitted to the owning session as a job input in
 	// the same transaction, deduplicated by job and run.
 	Notice string
+}
+
+// JobFile is one file a run brought back as an artifact.
+type JobFile struct {
+	Path     string `json:"path"`
+	Artifact string `json:"artifact"` // a<sha256>
+	Size     int64  `json:"bytes"`
 }
 
 // EndJob records the end of a running job's current run and, in the same
@@ -239,6 +249,14 @@ func (t *Tx) endJob(e JobEnd, from JobState) error {
 			return fmt.Errorf("end job: %w", err)
 		}
 	}
+	for _, f := range e.Files {
+		if p, perr := ParseRef(f.Artifact); perr == nil && p.Artifact != "" {
+			eventID, _ := res.LastInsertId()
+			if err := t.recordArtifact(p.Artifact, f.Size, "application/octet-stream", eventID); err != nil {
+				return fmt.Errorf("end job: %w", err)
+			}
+		}
+	}
 	if e.Notice == "" {
 		return nil
 	}
@@ -272,6 +290,19 @@ func (t *Tx) PlaceJob(id int64, host string) error {
 	res, err := t.exec(`UPDATE jobs SET host = ?, updated_at = ? WHERE id = ? AND state = 'running'`, host, t.now.UnixMilli(), id)
 	if err != nil {
 		return fmt.Errorf("place job: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%w: job %d is not running", ErrJobState, id)
+	}
+	return nil
+}
+
+// NoteJob sets what a running job waits for (its error while it runs, such
+// as a worker host that does not answer); "" clears it.
+func (t *Tx) NoteJob(id int64, note string) error {
+	res, err := t.exec(`UPDATE jobs SET error = ?, updated_at = ? WHERE id = ? AND state = 'running'`, note, t.now.UnixMilli(), id)
+	if err != nil {
+		return fmt.Errorf("note job: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("%w: job %d is not running", ErrJobState, id)

@@ -164,14 +164,20 @@ func (s *Store) SpendCaps(ctx context.Context) (map[string]float64, error) {
 	return out, rows.Err()
 }
 
+// subtreeSpend sums the ledger's cost over a session and the sessions
+// under it, on the index spend_by_session (budget.usd's check before each
+// of a child's model requests). CROSS JOIN keeps SQLite's loop order: the
+// few sessions of the subtree outside, the ledger searched by each.
+const subtreeSpend = `WITH RECURSIVE down(id, depth) AS (
+		SELECT ?, 0
+		UNION ALL SELECT s.id, down.depth + 1 FROM sessions s JOIN down ON s.parent_id = down.id WHERE down.depth < 1000)
+	SELECT COALESCE(SUM(sp.cost_usd), 0) FROM down CROSS JOIN spend sp ON sp.session_id = down.id`
+
 // SubtreeSpendUSD sums the ledger's cost of session's model requests and
 // of every session under it (a child's budget.usd covers its subtree).
 func (s *Store) SubtreeSpendUSD(ctx context.Context, session string) (float64, error) {
 	var usd float64
-	err := s.rdb.QueryRowContext(ctx, `WITH RECURSIVE down(id, depth) AS (
-		SELECT ?, 0
-		UNION ALL SELECT s.id, down.depth + 1 FROM sessions s JOIN down ON s.parent_id = down.id WHERE down.depth < 1000)
-	SELECT COALESCE(SUM(sp.cost_usd), 0) FROM spend sp JOIN down ON sp.session_id = down.id`, session).Scan(&usd)
+	err := s.rdb.QueryRowContext(ctx, subtreeSpend, session).Scan(&usd)
 	if err != nil {
 		return 0, fmt.Errorf("subtree spend of %s: %w", session, err)
 	}

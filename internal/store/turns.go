@@ -515,7 +515,7 @@ type ContextItem struct {
 	CallID  string
 	Content json.RawMessage
 	// Collected is set when retention collected the original (Content is a
-	// stub). Migration 0023 collects only what a summary covers, which
+	// stub). Migration 0025 collects only what a summary covers, which
 	// never returns to an active context, so the turn loop should not meet
 	// one; it renders it as collected if it does.
 	Collected *Collection
@@ -535,6 +535,8 @@ type DiscordSource struct {
 	// Attachments are the message's attachments (metadata; the bytes are
 	// fetched apart from admission, if at all).
 	Attachments []Attachment
+	// InputID is the message's input (read with the active context only).
+	InputID int64
 }
 
 // Context returns session's transcript in context epoch after item id

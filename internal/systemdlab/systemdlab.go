@@ -51,8 +51,11 @@ func Require(tb testing.TB, tools ...string) {
 // the bus is Run/dbus/system_bus_socket), VarLib its /var/lib.
 type Lab struct {
 	Dir, Run, VarLib string
-	script           string
-	name             string
+	// UTS gives the lab a UTS namespace of its own (a host name of its
+	// own); set before Boot.
+	UTS    bool
+	script string
+	name   string
 }
 
 // Prepare lays out a lab in dir. name (lowercase letters, digits, -)
@@ -86,8 +89,11 @@ func (l *Lab) command(verb string) *exec.Cmd {
 func (l *Lab) Boot(tb testing.TB) (pid1 string, halt func(), err error) {
 	tb.Helper()
 	start := time.Now()
-	launcher := exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
-		"--net", "--mount-proc", filepath.Join(l.Dir, "inner"))
+	args := []string{"--pid", "--fork", "--kill-child", "--mount", "--propagation", "private", "--net", "--mount-proc"}
+	if l.UTS {
+		args = append(args, "--uts")
+	}
+	launcher := exec.Command("unshare", append(args, filepath.Join(l.Dir, "inner"))...)
 	log, err := os.Create(filepath.Join(l.Dir, "systemd.log"))
 	if err != nil {
 		return "", nil, err

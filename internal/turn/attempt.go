@@ -37,9 +37,13 @@ type attempt struct {
 	// addressed holds the addressed inputs (operator input, DMs, mentions)
 	// taken in by this attempt that no answer has answered yet.
 	addressed []*addressedInput
-	lastStep  int64  // the id of the attempt's last recorded step
-	lastText  string // the text of the last response without a tool call
-	traceID   string // the attempt's trace, "" when tracing is off
+	// taken are the inputs the attempt took in: their images are what it
+	// is about (images.go).
+	taken    map[int64]bool
+	imagesBy time.Time // until when its requests wait for an image being fetched
+	lastStep int64     // the id of the attempt's last recorded step
+	lastText string    // the text of the last response without a tool call
+	traceID  string    // the attempt's trace, "" when tracing is off
 }
 
 // wait is a terminal wait a cell asked for.
@@ -179,6 +183,7 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 			// the history, labeled as the policy's: nothing is removed.
 			msgs = append(msgs, provider.Message{Role: "user", Content: "[klbr context.prepare]\n" + strings.Join(adds, "\n\n")})
 		}
+		msgs = r.withImages(ctx, a, msgs)
 		child := s.ParentID != ""
 		if child && cfg.Check != nil {
 			if err := cfg.Check(context.WithoutCancel(ctx), r.session); err != nil {
@@ -330,6 +335,10 @@ type addressedInput struct {
 // address notes the addressed inputs of a frame the attempt took in.
 func (a *attempt) address(inputs []store.PendingInput, now time.Time) {
 	for _, in := range inputs {
+		if a.taken == nil {
+			a.taken = map[int64]bool{}
+		}
+		a.taken[in.ID] = true
 		if in.Conversation == store.ChildTaskConversation {
 			continue // a child answers its task with agents.finish, not a send
 		}

@@ -19,17 +19,27 @@ const toolDescription = "Run Python in your persistent workbench. Globals persis
 	"`await local.send(text)`, which returns a receipt. `await runtime.wait(seconds=None, reason=...)` ends the cell " +
 	"and your turn until input or the deadline."
 
-// assemble builds the request's messages: the active release's prompt, then
-// the epoch's active context (originals and summaries, in order). It
-// returns the request's size in bytes as sent (messages and tool schema):
-// the caller estimates tokens from it and compacts or refuses what does not
-// fit, never truncating. The transcript is kept between steps and extended
-// with the entries added since; a compaction (a new context version)
-// rebuilds it.
+// assemble builds the request's messages: the active release's prompt and
+// the skill index the transcript began with, then the epoch's active
+// context (originals and summaries, in order). It returns the request's
+// size in bytes as sent (messages and tool schema): the caller estimates
+// tokens from it and compacts or refuses what does not fit, never
+// truncating. The transcript is kept between steps and extended with the
+// entries added since; a compaction (a new context version) rebuilds it.
+//
+// Nothing before the newest entries changes from one request to the next,
+// so that a provider's prompt cache serves the prefix: a maintenance goal
+// brings the maintenance skill right after it, a changed skill index comes
+// after the history as a message of its own, a result that arrives for a
+// call already sent unanswered comes after the history too.
 func (r *runner) assemble(ctx context.Context, s store.Session, epoch int64) ([]provider.Message, int, error) {
 	system, err := r.l.cfg.Prompt(ctx, s.PolicyRevision)
 	if err != nil {
 		return nil, 0, fmt.Errorf("prompt of release %s: %w", s.PolicyRevision, err)
+	}
+	index := ""
+	if r.l.cfg.Index != nil {
+		index = r.l.cfg.Index(s.PolicyRevision)
 	}
 	t := r.transcript
 	after := int64(0)
@@ -47,23 +57,54 @@ func (r *runner) assemble(ctx context.Context, s store.Session, epoch int64) ([]
 			}
 		}
 		t = newTranscript(epoch, ac.Version)
+		// The system message keeps the index of the epoch's (and the
+		// release's) first request through compactions: a newer one
+		// follows the history, and a compaction changes the prefix only
+		// from its cut on.
+		if r.index == nil || r.index.epoch != epoch || r.index.release != s.PolicyRevision {
+			r.index = &epochIndex{epoch: epoch, release: s.PolicyRevision, index: index}
+		}
+		t.index, t.shown = r.index.index, r.index.index
 		r.transcript = t
 	}
+	t.skill = func() string { return r.maintenanceSkill(ctx, s.PolicyRevision) }
 	for _, e := range ac.Entries {
 		t.add(e)
 	}
-	if t.maintenance && r.l.cfg.Maintenance != nil {
-		body, err := r.l.cfg.Maintenance(ctx, s.PolicyRevision)
-		if err != nil {
-			body = "(the maintenance skill cannot be read: " + err.Error() + ")"
-		}
-		system += "\n\n## Maintenance turn\n\nThe operator asked for maintenance; the maintenance skill follows.\n\n" + strings.TrimSpace(body)
+	t.skill = nil
+	if index != t.shown {
+		t.addIndex(index)
+	}
+	if t.index != "" {
+		system += "\n\n" + t.index
 	}
 	head := provider.Message{Role: "system", Content: system}
 	msgs := make([]provider.Message, 0, len(t.msgs)+1)
 	msgs = append(append(msgs, head), t.msgs...)
+	t.sent = len(t.msgs)
 	hb, _ := json.Marshal(head)
 	return msgs, t.bytes + len(hb) + len(toolSchema) + 3, nil
+}
+
+// epochIndex is the skill index the system message carries in a context
+// epoch under a release.
+type epochIndex struct {
+	epoch   int64
+	release string
+	index   string
+}
+
+// maintenanceSkill is the message that follows a maintenance goal: the
+// maintenance skill of release.
+func (r *runner) maintenanceSkill(ctx context.Context, release string) string {
+	if r.l.cfg.Maintenance == nil {
+		return ""
+	}
+	body, err := r.l.cfg.Maintenance(ctx, release)
+	if err != nil {
+		body = "(the maintenance skill cannot be read: " + err.Error() + ")"
+	}
+	return "[klbr] Maintenance turn: the operator asked for maintenance; the maintenance skill follows.\n\n" + strings.TrimSpace(body)
 }
 
 // toolSchema is the python tool as the request carries it.
@@ -86,8 +127,17 @@ type transcript struct {
 	bytes   int            // their sum, with separators
 	open    map[string]int // call id → index of its tool message, until its result arrives
 	entries []tentry
-	// maintenance: the newest input is a maintenance goal (klbr-core maintain).
-	maintenance bool
+	// index is the skill index the system message carries: the one when
+	// the transcript was made. shown is the newest the context shows (a
+	// change comes after the history, see addIndex).
+	index, shown string
+	// sent is how many of msgs a request carried: a message before it
+	// is never changed again (a result arriving for a call sent
+	// unanswered comes after the history).
+	sent int
+	// skill, while entries are added, returns the message that follows a
+	// maintenance goal ("" for none).
+	skill func() string
 }
 
 // tentry is an entry of the transcript: the messages it added and the calls
@@ -95,9 +145,10 @@ type transcript struct {
 type tentry struct {
 	ref     store.EntryRef
 	input   bool
-	msg, n  int      // its messages: msgs[msg:msg+n]
-	opens   []string // the calls an assistant entry made
-	answers string   // the call a tool entry answered
+	msg, n  int                  // its messages: msgs[msg:msg+n]
+	opens   []string             // the calls an assistant entry made
+	answers string               // the call a tool entry answered
+	discord *store.DiscordSource // a Discord input's source (its images)
 }
 
 func newTranscript(epoch, version int64) *transcript {
@@ -144,9 +195,13 @@ func (t *transcript) add(e store.Entry) {
 	}
 	switch it.Role {
 	case "input":
-		te.input = true
-		t.maintenance = isMaintenance(it.Content)
+		te.input, te.discord = true, it.Discord
 		t.push(provider.Message{Role: "user", Content: renderInput(it.Content, it.Discord)})
+		if isMaintenance(it.Content) && t.skill != nil {
+			if body := t.skill(); body != "" {
+				t.push(provider.Message{Role: "user", Content: body})
+			}
+		}
 	case "notice":
 		t.push(provider.Message{Role: "user", Content: renderNotice(it.Kind, it.Content)})
 	case "assistant":
@@ -185,10 +240,32 @@ func (t *transcript) add(e store.Entry) {
 			return // an orphan result has no call to answer
 		}
 		delete(t.open, it.CallID)
+		if i < t.sent {
+			// A request carried the call unanswered: its tool message
+			// stays as sent, and the result follows the history.
+			t.push(provider.Message{Role: "user", Content: fmt.Sprintf("[klbr] The result of call %s arrived after it was shown to you without one:\n%s",
+				outside.Name(it.CallID), renderResult(*it))})
+			return
+		}
 		m := provider.Message{Role: "tool", ToolCallID: it.CallID, Content: renderResult(*it)}
 		b, _ := json.Marshal(m)
 		t.bytes += len(b) - t.sizes[i]
 		t.msgs[i], t.sizes[i] = m, len(b)
+	}
+}
+
+// addIndex shows a changed skill index after the history, as part of the
+// last entry (compacted with it; the rebuilt transcript's system message
+// then carries the index of its time).
+func (t *transcript) addIndex(index string) {
+	t.shown = index
+	body := "[klbr] The skill index changed; it is now:\n\n" + index
+	if index == "" {
+		body = "[klbr] The skill index changed; no skills are offered now."
+	}
+	t.push(provider.Message{Role: "user", Content: body})
+	if n := len(t.entries); n > 0 {
+		t.entries[n-1].n++
 	}
 }
 

@@ -87,9 +87,13 @@ type Config struct {
 	URL, ModelName string
 	Prompt         Prompt
 	// Maintenance, if set, returns the maintenance skill body of a release:
-	// a turn whose newest input is a maintenance goal carries it.
+	// it follows each maintenance goal in the context.
 	Maintenance Prompt
-	Deltas      *live.Hub // nil: no deltas
+	// Index, if set, returns the skill index offered with a release. The
+	// system message carries the index of the transcript's start; a
+	// change follows the history (the prompt cache keeps its prefix).
+	Index  func(release string) string
+	Deltas *live.Hub // nil: no deltas
 	// Compactor compacts the context when it passes the threshold (nil:
 	// never; a request over the budget pauses).
 	Compactor *history.Compactor
@@ -125,6 +129,12 @@ type Config struct {
 	// otlp_endpoint): its model requests, cells, host requests and
 	// compactions. nil: no tracing and no cost.
 	Tracer tracing.Tracer
+	// Images reads a fetched attachment's bytes by its artifact digest,
+	// at most max of them (nil: no images are sent). Used only while
+	// Live.Vision holds.
+	Images func(sha256 string, max int64) ([]byte, error)
+	// Vision seeds Live.Vision.
+	Vision bool
 }
 
 // Loop runs the sessions' turn loops.
@@ -159,6 +169,9 @@ type Live struct {
 	URL, ModelName string
 	QuietAmbient   bool
 	Budgets        Budgets
+	// Vision: a route the agent's requests may go to takes images
+	// ([routes.X] vision = true); the attempt's images are then attached.
+	Vision bool
 }
 
 // live returns the Live values in force.
@@ -195,7 +208,8 @@ func New(cfg Config) *Loop {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Loop{cfg: cfg, runners: map[string]*runner{}, ctx: ctx, cancel: cancel, compactor: cfg.Compactor,
 		est: cfg.Estimator, ctxState: map[string]ContextState{}, earlier: map[string]float64{}}
-	l.Reconfigure(Live{Route: cfg.Route, URL: cfg.URL, ModelName: cfg.ModelName, QuietAmbient: cfg.QuietAmbient, Budgets: cfg.Budgets})
+	l.Reconfigure(Live{Route: cfg.Route, URL: cfg.URL, ModelName: cfg.ModelName, QuietAmbient: cfg.QuietAmbient, Budgets: cfg.Budgets,
+		Vision: cfg.Vision})
 	return l
 }
 
@@ -283,6 +297,9 @@ type runner struct {
 	log      *slog.Logger
 	// transcript is the current context epoch rendered so far.
 	transcript *transcript
+	// index is the skill index its system message carries (kept through
+	// compactions; see assemble).
+	index *epochIndex
 }
 
 func (r *runner) run(ctx context.Context) {

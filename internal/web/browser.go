@@ -69,6 +69,9 @@ type Browser struct {
 	// Compact compacts a session's context now (the operator API's
 	// compact): compact.
 	Compact func(ctx context.Context, session string) (api.Compacted, error)
+	// Spend reads the spend ledger and sets the operator's caps (the
+	// operator API's: GET /v2/spend, spend_cap).
+	Spend Spend
 	// TraceURL is [telemetry] trace_url: the page links an attempt's trace
 	// id there ({trace_id} replaced); "" shows the id as text.
 	TraceURL string
@@ -602,7 +605,7 @@ func (c *client) handle(ctx context.Context, id string, m ClientMessage) bool {
 		ok := c.send(acceptedMsg{Type: MsgAccepted, Action: m.Type, Message: msg})
 		c.b.Daemon.Shutdown(stop)
 		return ok
-	case MsgReset, MsgCompact, MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart, MsgActivate, MsgRollback, MsgEditSoul, MsgJobCancel:
+	case MsgReset, MsgCompact, MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart, MsgActivate, MsgRollback, MsgEditSoul, MsgJobCancel, MsgSpendCap:
 		// A control may take long (a drain waits for accepted work): it
 		// runs on its own, and other messages are handled meanwhile.
 		go c.control(ctx, id, m)

@@ -16,6 +16,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/celltree"
 	"github.com/klbr-dev/klbr/internal/history"
+	"github.com/klbr-dev/klbr/internal/localapi"
 	"github.com/klbr-dev/klbr/internal/session"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/workbench"
@@ -113,6 +114,16 @@ func (c *client) control(ctx context.Context, id string, m ClientMessage) bool {
 			return fail(err)
 		}
 		return c.send(ackMsg{Type: MsgAck, Action: m.Type, Session: j.Session, Message: fmt.Sprintf("job %d is %s", j.ID, j.State)})
+	case MsgSpendCap:
+		// As klbr-core spend cap daily|monthly X: kept in the store and
+		// applied at once; sessions held at the cap look again.
+		if b.Spend == nil {
+			return unavailable("spend caps (the agent does not run)")
+		}
+		if err := b.Spend.SetSpendCap(ctx, m.Cap, m.USD); err != nil {
+			return fail(err)
+		}
+		return c.send(ackMsg{Type: MsgAck, Action: m.Type, Session: id, Message: fmt.Sprintf("the %s spend cap is now %.2f USD", m.Cap, m.USD)})
 	case MsgCompact:
 		if b.Compact == nil {
 			return unavailable("compaction")
@@ -245,6 +256,8 @@ func controlErrorCode(err error) string {
 		return api.CodeNotFound
 	case errors.Is(err, store.ErrJobState):
 		return api.CodeConflict
+	case errors.Is(err, localapi.ErrInvalidCap):
+		return api.CodeInvalid
 	}
 	return errorCode(err)
 }

@@ -352,6 +352,7 @@ func TestControlMessagesDecode(t *testing.T) {
 		`{"type":"activate","release":"abc","expected_epoch":0}`,
 		`{"type":"edit_soul","text":"x","expected_epoch":3}`,
 		`{"type":"job_cancel","job":4}`,
+		`{"type":"spend_cap","cap":"daily","usd":5}`, `{"type":"spend_cap","cap":"monthly","usd":0.01}`,
 	}
 	for _, s := range good {
 		if _, err := DecodeClientMessage([]byte(s)); err != nil {
@@ -369,6 +370,9 @@ func TestControlMessagesDecode(t *testing.T) {
 		`{"type":"drain","expected_epoch":0}`,
 		`{"type":"job_cancel"}`, `{"type":"job_cancel","job":0}`, `{"type":"job_cancel","job":-1}`, `{"type":"job_cancel","job":"4"}`,
 		`{"type":"job_cancel","job":4,"session":"default"}`,
+		`{"type":"spend_cap","cap":"weekly","usd":5}`, `{"type":"spend_cap","usd":5}`, `{"type":"spend_cap","cap":"daily"}`,
+		`{"type":"spend_cap","cap":"daily","usd":0}`, `{"type":"spend_cap","cap":"daily","usd":-1}`, `{"type":"spend_cap","cap":"daily","usd":1e7}`,
+		`{"type":"spend_cap","cap":"daily","usd":"5"}`, `{"type":"spend_cap","cap":"daily","usd":5,"session":"default"}`,
 	}
 	for _, s := range bad {
 		if _, err := DecodeClientMessage([]byte(s)); !errors.Is(err, ErrBadMessage) {

@@ -49,6 +49,10 @@ func FuzzDecodeClientMessage(f *testing.F) {
 			if m.Job <= 0 {
 				t.Fatalf("accepted job_cancel %+v", m)
 			}
+		case MsgSpendCap:
+			if m.Cap != "daily" && m.Cap != "monthly" || !(m.USD > 0 && m.USD <= MaxCapUSD) {
+				t.Fatalf("accepted spend_cap %+v", m)
+			}
 		case MsgDrain, MsgStop, MsgReset, MsgCompact, MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart,
 			MsgActivate, MsgRollback, MsgEditSoul:
 		default:

@@ -32,6 +32,7 @@ func (b *browser) panelRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v2/jobs", b.guard(http.StatusUnauthorized, b.handleJobs))
 	mux.HandleFunc("GET /v2/children", b.guard(http.StatusUnauthorized, b.handleChildren))
 	mux.HandleFunc("GET /v2/releases/diff", b.guard(http.StatusUnauthorized, b.handleReleaseDiff))
+	mux.HandleFunc("GET /v2/spend", b.guard(http.StatusUnauthorized, b.handleSpend))
 }
 
 func writeJSONStatus(w http.ResponseWriter, status int, v any) {

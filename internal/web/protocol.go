@@ -36,6 +36,7 @@ const (
 	MsgRollback     = "rollback"      // {"type":"rollback"}
 	MsgEditSoul     = "edit_soul"     // {"type":"edit_soul","text":T,"expected_epoch":E}: a prompt-only activation
 	MsgJobCancel    = "job_cancel"    // {"type":"job_cancel","job":N}: cancel job N, a child agent's too (klbr-core jobs cancel N)
+	MsgSpendCap     = "spend_cap"     // {"type":"spend_cap","cap":"daily"|"monthly","usd":X}: set a spend cap (klbr-core spend cap daily X)
 )
 
 // CodeCursorPastEnd is the error code of a hello whose cursor is past the session's last
@@ -90,7 +91,15 @@ type ClientMessage struct {
 	Kernel bool `json:"kernel,omitempty"`
 	// Job names the job of a job_cancel.
 	Job int64 `json:"job,omitempty"`
+	// Cap and USD are a spend_cap's: which cap (daily or monthly) and its
+	// new value in USD.
+	Cap string  `json:"cap,omitempty"`
+	USD float64 `json:"usd,omitempty"`
 }
+
+// MaxCapUSD bounds a spend cap set from the browser (the daemon checks
+// [spend]'s own bound as well).
+const MaxCapUSD = 1e6
 
 // MaxReleaseRef bounds a release reference.
 const MaxReleaseRef = 128
@@ -181,6 +190,16 @@ func DecodeClientMessage(b []byte) (ClientMessage, error) {
 		if m != (ClientMessage{Type: m.Type, Job: m.Job}) {
 			return bad("only job")
 		}
+	case MsgSpendCap:
+		if m.Cap != "daily" && m.Cap != "monthly" {
+			return bad("cap must be daily or monthly")
+		}
+		if !(m.USD > 0 && m.USD <= MaxCapUSD) {
+			return bad("usd must be more than 0 and at most %g", MaxCapUSD)
+		}
+		if m != (ClientMessage{Type: m.Type, Cap: m.Cap, USD: m.USD}) {
+			return bad("only cap and usd")
+		}
 	case MsgDrain, MsgStop, MsgSessionDrain, MsgSessionStop, MsgSessionPause, MsgSessionStart, MsgRollback:
 		if m != (ClientMessage{Type: m.Type}) {
 			return bad("takes no fields")
@@ -188,7 +207,7 @@ func DecodeClientMessage(b []byte) (ClientMessage, error) {
 	case "":
 		return ClientMessage{}, fmt.Errorf("%w: no type", ErrBadMessage)
 	default:
-		return ClientMessage{}, fmt.Errorf("%w: unknown type %q (want hello, send, drain, stop, reset, session_drain, session_stop, session_pause, session_start, activate, rollback, edit_soul or job_cancel)", ErrBadMessage, m.Type)
+		return ClientMessage{}, fmt.Errorf("%w: unknown type %q (want hello, send, drain, stop, reset, session_drain, session_stop, session_pause, session_start, activate, rollback, edit_soul, job_cancel or spend_cap)", ErrBadMessage, m.Type)
 	}
 	return m, nil
 }

@@ -317,7 +317,7 @@ func TestBrowserShowsCollectedRecords(t *testing.T) {
 		rawRecord{store.LaneCell, "cell.started", map[string]any{"code": "print(1)", "generation": 1, "tool_call_id": "c1"}},
 		rawRecord{store.LaneCell, "cell.finished", map[string]any{"status": "ok", "generation": 1, "tool_call_id": "c1"}},
 	)
-	// Collect the input, the step and the cell's outcome as migration 0023
+	// Collect the input, the step and the cell's outcome as migration 0025
 	// does (a raw record has no summary, so the schema's trigger is lifted
 	// for the test's one transaction).
 	db, err := sql.Open("sqlite3", "file:"+filepath.Join(h.dir, store.FileName)+"?_busy_timeout=10000&_txlock=immediate")

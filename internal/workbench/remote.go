@@ -4,12 +4,17 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/klbr-dev/klbr/internal/hosts"
+	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/worker"
+	"github.com/klbr-dev/klbr/internal/workspace"
 )
 
 // Remote places root sessions' workbenches on a worker host: each
@@ -28,6 +33,68 @@ type Remote struct {
 
 	mu    sync.Mutex
 	trees map[string]hosts.Tree // packed once per local directory or file
+
+	lostMu sync.Mutex
+	lost   map[string]Lost // the last generation lost, by session
+}
+
+// Lost is a remote generation that ended unasked: its SSH session ended
+// (the connection dropped, or the unit was stopped on the host), and its
+// Python state with it.
+type Lost struct {
+	Session    string    `json:"session"`
+	Generation int64     `json:"generation"`
+	At         time.Time `json:"at"`
+	Reason     string    `json:"reason"`
+}
+
+func (r *Remote) noteLost(session string, gen int64, reason string) {
+	r.lostMu.Lock()
+	defer r.lostMu.Unlock()
+	if r.lost == nil {
+		r.lost = map[string]Lost{}
+	}
+	r.lost[session] = Lost{Session: session, Generation: gen, At: time.Now(), Reason: reason}
+}
+
+// remoteLost records that session's remote worker w died between cells:
+// a kernel.reset notice with the reason, which the session sees before its
+// next cell, and the loss for status. The worker is not reattached: its
+// protocol stream was the SSH session that ended (see docs/hosts.md).
+func (m *Manager) remoteLost(ctx context.Context, session string, w *worker.Worker) error {
+	why := "its SSH session ended"
+	if err := w.Err(); err != nil {
+		why += " (" + err.Error() + ")"
+	}
+	if d := strings.TrimSpace(w.Diagnostics()); d != "" {
+		if len(d) > 500 {
+			d = d[len(d)-500:]
+		}
+		why += "; last output: " + d
+	}
+	reason := fmt.Sprintf("the workbench on host %s was lost between cells: %s. Its Python state (variables, imports) is gone; "+
+		"a new generation starts for the next cell", m.cfg.Remote.Host, strings.ToValidUTF8(why, "?"))
+	m.cfg.Remote.noteLost(session, w.Generation(), reason)
+	m.cfg.Log.Warn("workbench: the remote worker was lost between cells; a new generation starts", "session", session,
+		"host", m.cfg.Remote.Host, "generation", w.Generation(), "why", why)
+	return m.cfg.Store.Write(ctx, func(tx *store.Tx) error { return tx.KernelReset(session, w.Generation(), reason) })
+}
+
+// RemoteLost lists, by session, the last remote generation that was lost
+// unasked (none: nothing was lost, or the workbench runs here).
+func (m *Manager) RemoteLost() []Lost {
+	if m.cfg.Remote == nil {
+		return nil
+	}
+	r := m.cfg.Remote
+	r.lostMu.Lock()
+	defer r.lostMu.Unlock()
+	out := make([]Lost, 0, len(r.lost))
+	for _, l := range r.lost {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b Lost) int { return strings.Compare(a.Session, b.Session) })
+	return out
 }
 
 func (m *Manager) remoteFor(session string) bool {
@@ -43,10 +110,52 @@ func (m *Manager) RemoteHost() string {
 	return m.cfg.Remote.Host
 }
 
+// hostPlace is where session works when that is on a worker host (a
+// child spawned there); onHost false: here.
+func (m *Manager) hostPlace(ctx context.Context, session string) (p workspace.Place, onHost bool, err error) {
+	if m.cfg.Workspaces == nil {
+		return p, false, nil
+	}
+	if p, err = m.cfg.Workspaces.For(ctx, session); err != nil {
+		return p, false, err
+	}
+	return p, p.Host != "", nil
+}
+
+// remoteOn is the placement of children's workbenches on host, made once.
+func (m *Manager) remoteOn(host string) (*Remote, error) {
+	if r := m.cfg.Remote; r != nil && r.Host == host {
+		return r, nil
+	}
+	eng := m.cfg.Hosts
+	if eng == nil && m.cfg.Remote != nil {
+		eng = m.cfg.Remote.Hosts
+	}
+	if eng == nil {
+		return nil, fmt.Errorf("the workbench is on host %s, but klbr.toml defines no [hosts.NAME] any more", host)
+	}
+	if _, ok := eng.Host(host); !ok {
+		return nil, fmt.Errorf("the workbench is on host %s, which klbr.toml no longer defines: define [hosts.%s] again, or cancel the child", host, host)
+	}
+	m.remoteMu.Lock()
+	defer m.remoteMu.Unlock()
+	if m.remotes == nil {
+		m.remotes = map[string]*Remote{}
+	}
+	r := m.remotes[host]
+	if r == nil {
+		r = &Remote{Hosts: eng, Host: host}
+		m.remotes[host] = r
+	}
+	return r, nil
+}
+
 // prepare makes spec start on the host: the runtime, the skills file and
 // the skill set's directories are put there and every path in spec names
-// the host's copy.
-func (r *Remote) prepare(ctx context.Context, spec *worker.Spec, runtimeSrc string) error {
+// the host's copy. ws, when set, is the workspace on the host the
+// generation works in (a child's copy); else it works in its unit's own
+// directory.
+func (r *Remote) prepare(ctx context.Context, spec *worker.Spec, runtimeSrc, ws string) error {
 	put := func(local string, file, keep bool) (string, error) {
 		t, err := r.pack(local, file, keep)
 		if err != nil {
@@ -94,11 +203,14 @@ func (r *Remote) prepare(ctx context.Context, spec *worker.Spec, runtimeSrc stri
 		spec.Python = "python3"
 	}
 	// The host's own unit is the placement; the workspace is the unit's
-	// directory there (a copy of the workspace travels with issue 28's
-	// child agents, not yet here).
+	// directory there, or the child's copy.
 	spec.Placer, spec.Workspace = nil, ""
-	spec.Remote = hosts.WorkerUnit{Engine: r.Hosts, Host: r.Host,
+	u := hosts.WorkerUnit{Engine: r.Hosts, Host: r.Host,
 		Name: hosts.WorkerUnitName(spec.Role, spec.Session, spec.Generation)}
+	if ws != "" {
+		spec.Workspace, u.Workspace = ws, path.Base(ws)
+	}
+	spec.Remote = u
 	return nil
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/behavior"
+	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/placement"
 	"github.com/klbr-dev/klbr/internal/session"
@@ -53,6 +54,9 @@ type Config struct {
 	// Remote, when set, runs the workbench of every root session (not a
 	// child's) on a worker host: KLBR_REMOTE_PLACEMENT, [agent] host.
 	Remote *Remote
+	// Hosts, when set, reaches the worker hosts: a child spawned on one
+	// (its place's Host) runs its generations there.
+	Hosts *hosts.Engine
 
 	// Workspaces, when set, says where each session works (a child's
 	// worktree, a read-only workspace) and what its workers may write;
@@ -92,6 +96,9 @@ type Manager struct {
 	// present is result.present: the text the model is shown for an
 	// outcome, and whether it differs from the host's rendering.
 	present PresentFunc
+
+	remoteMu sync.Mutex         // guards remotes
+	remotes  map[string]*Remote // by host: children's workbenches there
 }
 
 // CrashFunc is told, off the cell's path, that a generation died unasked
@@ -355,6 +362,9 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 		return nil
 	})
 	if out.Reset {
+		if out.Error != nil && out.Error.Type == "WorkerDied" && m.remoteFor(sessionID) {
+			m.cfg.Remote.noteLost(sessionID, w.Generation(), out.Error.Message)
+		}
 		m.retire(b, w)
 		if out.Error != nil && out.Error.Type == "WorkerDied" {
 			m.extMu.Lock()
@@ -425,6 +435,14 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 	if b.w != nil {
 		select {
 		case <-b.w.Dead():
+			if m.remoteFor(sessionID) {
+				// A remote worker dies between cells when its SSH session
+				// ends (the connection dropped): its Python state is gone,
+				// and the session is told so before the next cell runs.
+				if err := m.remoteLost(ctx, sessionID, b.w); err != nil {
+					return nil, err
+				}
+			}
 			m.retire(b, b.w)
 		default:
 			return b.w, nil
@@ -493,7 +511,16 @@ func (m *Manager) startGeneration(ctx context.Context, sessionID, release string
 	}
 	var err error
 	if m.remoteFor(sessionID) {
-		err = m.cfg.Remote.prepare(ctx, &spec, m.cfg.RuntimeSrc)
+		err = m.cfg.Remote.prepare(ctx, &spec, m.cfg.RuntimeSrc, "")
+	} else if p, onHost, perr := m.hostPlace(ctx, sessionID); perr != nil {
+		err = perr
+	} else if onHost {
+		// A child on a worker host: its generation runs there, in its
+		// copy of the workspace.
+		var r *Remote
+		if r, err = m.remoteOn(p.Host); err == nil {
+			err = r.prepare(ctx, &spec, m.cfg.RuntimeSrc, p.Dir)
+		}
 	} else {
 		spec.Workspace, spec.Sandbox, err = m.Place(ctx, sessionID)
 	}
@@ -525,6 +552,10 @@ func (m *Manager) Place(ctx context.Context, sessionID string) (dir string, sb k
 	p, err := m.cfg.Workspaces.For(ctx, sessionID)
 	if err != nil {
 		return "", kernel.Sandbox{}, err
+	}
+	if p.Host != "" {
+		return "", kernel.Sandbox{}, fmt.Errorf("%s works in a copy on host %s, and klbr-core's machine has none of it: "+
+			"run the command in a cell (subprocess) or with jobs.run, which run on that host", sessionID, p.Host)
 	}
 	return p.Dir, m.cfg.Workspaces.SandboxFor(p), nil
 }

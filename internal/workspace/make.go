@@ -258,6 +258,9 @@ func (w *Workspaces) Remove(ctx context.Context, p Place) error {
 	if p.Mode != store.WorkspaceWorktree {
 		return fmt.Errorf("a %s workspace is not the child's own: nothing to remove", p.Mode)
 	}
+	if p.Host != "" {
+		return w.removeOnHost(ctx, p)
+	}
 	top, err := w.topOf(p.Dir)
 	if err != nil {
 		return err

@@ -21,7 +21,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/hostgit"
+	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -55,6 +57,11 @@ type Workspaces struct {
 	Git *hostgit.Git
 	// Log notes what a copy left out; nil: nothing is logged.
 	Log *slog.Logger
+	// Hosts reaches the worker hosts (a child's copy on a host: MakeOnHost,
+	// Patch); nil: klbr.toml has none.
+	Hosts *hosts.Engine
+	// Artifacts keeps the patches of children on hosts.
+	Artifacts *artifacts.Store
 }
 
 // Shared is the root's place.
@@ -126,7 +133,7 @@ func (w *Workspaces) ReadOnly(from Place) Place {
 // Inherit is a shared child's place: its parent's, read-only if that is.
 func (w *Workspaces) Inherit(from Place) Place {
 	p := Place{Mode: store.WorkspaceShared, Dir: from.Dir, ReadOnly: from.ReadOnly, Kind: from.Kind,
-		Branch: from.Branch, Base: from.Base, GitDir: from.GitDir, Root: from.Root}
+		Branch: from.Branch, Base: from.Base, GitDir: from.GitDir, Root: from.Root, Host: from.Host}
 	if p.ReadOnly {
 		p.Enforced = w.Enforcement(p)
 	}

@@ -50,6 +50,8 @@ func (r *report) event(e event) {
 		r.failed = true
 		if e.Test != "" {
 			fmt.Fprint(r.out, strings.Join(r.output[k], ""))
+		} else {
+			r.unfinished(e.Package)
 		}
 		delete(r.output, k)
 	case "build-fail":
@@ -60,6 +62,23 @@ func (r *report) event(e event) {
 		}
 		delete(r.output, k)
 	case "pass":
+		delete(r.output, k)
+	}
+}
+
+// unfinished prints what the tests of a failed package that never ended
+// said: a timeout's panic and goroutine dump, or a crash, go to the tests
+// that were running, and no fail event of theirs follows.
+func (r *report) unfinished(pkg string) {
+	var open []key
+	for k := range r.output {
+		if k.pkg == pkg && k.test != "" {
+			open = append(open, k)
+		}
+	}
+	sort.Slice(open, func(i, j int) bool { return open[i].test < open[j].test })
+	for _, k := range open {
+		fmt.Fprintf(r.out, "--- unfinished in %s: %s\n%s", pkg, k.test, strings.Join(r.output[k], ""))
 		delete(r.output, k)
 	}
 }

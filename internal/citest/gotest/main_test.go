@@ -56,3 +56,33 @@ func TestReportNothingSkipped(t *testing.T) {
 		t.Fatalf("%q failed=%v", out.String(), r.failed)
 	}
 }
+
+// A package that times out (or crashes) ends with a package-level fail while
+// tests are still running: go test's panic and goroutine dump go to those
+// tests, which never end. The report prints what they said, since that is
+// the only account of where the package hung.
+func TestReportPackageTimeout(t *testing.T) {
+	stream := `{"Action":"run","Package":"p","Test":"TestHangs"}
+{"Action":"output","Package":"p","Test":"TestHangs","Output":"=== RUN   TestHangs\n"}
+{"Action":"output","Package":"p","Test":"TestHangs","Output":"panic: test timed out after 10m0s\n"}
+{"Action":"output","Package":"p","Test":"TestHangs","Output":"goroutine 7 [chan receive]:\n"}
+{"Action":"run","Package":"q","Test":"TestOther"}
+{"Action":"output","Package":"q","Test":"TestOther","Output":"=== RUN   TestOther\n"}
+{"Action":"output","Package":"p","Output":"FAIL\tp\t600.4s\n"}
+{"Action":"fail","Package":"p"}
+`
+	var out bytes.Buffer
+	r := &report{out: &out, output: map[key][]string{}}
+	if err := r.read(strings.NewReader(stream)); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{"unfinished in p: TestHangs", "panic: test timed out after 10m0s", "goroutine 7 [chan receive]"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "TestOther") {
+		t.Errorf("another package's running test is printed:\n%s", got)
+	}
+}

@@ -175,6 +175,8 @@ type Effect struct {
 	// ClaimedAt is when the latest attempt was handed out: a message of
 	// ours with the same text from after it is evidence for a send.
 	ClaimedAt time.Time `json:"claimed_at,omitzero"`
+	// Files go with a send (read each with Client.EffectFile).
+	Files []EffectFile `json:"files,omitempty"`
 }
 
 // Receipt is POST /v1/effects/{id}/receipt: what happened to an attempt.

@@ -710,7 +710,8 @@ function drawHeader() {
     // A retry or backoff: when next, and the last error with its URL.
     const left = deadlineMs(r.next_at) - Date.now();
     const when = left > 0 ? "in " + duration(left) : "now";
-    why.textContent = r.state === "retrying" ? `retrying by itself ${when} (${r.in_a_row} failed): ${r.last_error}`
+    why.textContent = r.state === "spend_cap" ? `${r.last_error} — resumes by itself ${when}, or raise the cap (Spend panel)`
+      : r.state === "retrying" ? `retrying by itself ${when} (${r.in_a_row} failed): ${r.last_error}`
       : `backing off: the next input starts an attempt ${when}: ${r.last_error}`;
     why.title = [r.last_error, r.url ? `${r.route} ${r.url}` : "", r.fix || ""].filter(Boolean).join("\n");
   }
@@ -874,6 +875,7 @@ function connect() {
         break;
       case "ack":
         ctlStatus(`${m.action}: ${m.message}`);
+        if (m.action === "spend_cap") { refreshSpend(); $("#spend-cap-usd").value = ""; }
         if (m.state) { head.state = m.state.state; head.reason = m.state.state_reason || ""; drawHeader(); }
         refreshSoon();
         break;

@@ -78,7 +78,9 @@ function drawBanner() {
     const at = deadlineMs(r.next_at);
     const left = at - Date.now();
     const when = at ? `${clock(at)} (${left > 0 ? "in " + duration(left) : "now"})` : "soon";
-    if (r.state === "retrying") {
+    if (r.state === "spend_cap") {
+      msgs.push({ cls: "warn", kind: "spend-cap", text: `No new model request starts: ${r.last_error}. The session resumes by itself at ${when}; inputs are still admitted. Raise the cap in the Spend panel (or klbr-core spend cap) to resume now.` });
+    } else if (r.state === "retrying") {
       msgs.push({ cls: "warn", kind: "route-down", text: `The model route ${r.route || ""} is not answering${r.url ? " (" + r.url + ")" : ""}: ${r.last_error}. klbr retries by itself at ${when}; ${plural(r.in_a_row, "attempt")} failed in a row.` });
     } else {
       msgs.push({ cls: "bad", kind: "rejected", text: `The model route ${r.route || ""} rejected the request: ${r.last_error}.${r.fix ? " Fix: " + r.fix + "." : ""} Retrying will not help; the next input after ${when} starts a new attempt.` });
@@ -389,6 +391,107 @@ async function refreshJobs() {
   }
 }
 
+// --- spend ----------------------------------------------------------------------------
+// Today's and this month's spend against the caps (in the caps' time zone),
+// the sessions waiting at a cap with the state status names, and what each
+// route and purpose spent. "Set cap" is klbr-core spend cap: it applies at
+// once, and a session held at the cap resumes.
+
+const usd = (v) => `$${Number(v || 0).toFixed(Math.abs(v) < 1 ? 4 : 2)}`;
+
+function capLine(label, used, cap, resets, unit) {
+  const row = el("div", "spend-period");
+  row.appendChild(el("span", "spend-label", label));
+  const fmt = unit === "tokens" ? (v) => `${Math.round(v).toLocaleString()} tokens` : usd;
+  if (cap === undefined || cap === null || cap === 0) {
+    row.appendChild(el("span", "mono", `${fmt(used)} · no cap`));
+    return row;
+  }
+  const share = cap > 0 ? used / cap : 0;
+  const meter = el("meter", "");
+  meter.min = 0; meter.max = cap; meter.value = Math.min(used, cap); meter.high = cap * 0.8; meter.optimum = 0;
+  row.appendChild(meter);
+  const t = el("span", "mono", `${fmt(used)} of ${fmt(cap)} (${Math.round(share * 100)} %)`);
+  if (share >= 1) t.classList.add("spend-reached");
+  row.appendChild(t);
+  if (resets) row.appendChild(el("span", "meta", `resets ${new Date(resets).toLocaleString()}`));
+  return row;
+}
+
+function spendTable(title, groups) {
+  const d = el("div", "spend-groups");
+  d.appendChild(el("h3", "", title));
+  if (!groups.length) { d.appendChild(el("p", "meta", "nothing yet")); return d; }
+  const tb = el("table", "spend-table");
+  const hr = el("tr", "");
+  for (const h of ["", "requests", "tokens", "USD", "cached"]) hr.appendChild(el("th", "", h));
+  tb.appendChild(hr);
+  for (const g of groups) {
+    const tr = el("tr", "");
+    tr.dataset.key = g.key;
+    tr.appendChild(el("td", "mono", g.key));
+    tr.appendChild(el("td", "num", String(g.requests)));
+    tr.appendChild(el("td", "num", Number(g.tokens).toLocaleString()));
+    tr.appendChild(el("td", "num", usd(g.usd) + (g.unpriced_requests ? ` (+${g.unpriced_requests} unpriced)` : "")));
+    tr.appendChild(el("td", "num", g.prompt_tokens ? `${Math.round(100 * g.cache_read_tokens / g.prompt_tokens)} %` : "—"));
+    tb.appendChild(tr);
+  }
+  d.appendChild(tb);
+  return d;
+}
+
+async function refreshSpend() {
+  const box = $("#spend");
+  let v;
+  try { v = await getJSON("/v2/spend"); } catch (e) {
+    box.replaceChildren(el("p", "meta", `cannot load: ${e.message}`));
+    return;
+  }
+  box.replaceChildren();
+  const s = v.state;
+  const held = v.held || [];
+  const badgeEl = $("#spend-badge");
+  badgeEl.hidden = !held.length;
+  badgeEl.textContent = held.length ? "cap reached" : "";
+  for (const h of held) {
+    const p = el("p", "spend-held warn", `${h.session}: ${h.text}`);
+    p.dataset.session = h.session;
+    p.dataset.cap = h.cap;
+    p.title = "no new model request starts until then; inputs are still admitted. Raise the cap below to resume now.";
+    box.appendChild(p);
+  }
+  if (!s) box.appendChild(el("p", "meta", "the agent does not run: no caps are enforced"));
+  else {
+    box.appendChild(capLine("today", s.day_usd, s.daily_usd_cap, s.day_resets));
+    box.appendChild(capLine("this month", s.month_usd, s.monthly_usd_cap, s.month_resets));
+    if (s.daily_tokens_cap) box.appendChild(capLine("today's tokens", s.day_tokens, s.daily_tokens_cap, s.day_resets, "tokens"));
+    const meta = [`time zone ${s.time_zone}`, `warn at ${Math.round(100 * s.warn_at)} %`];
+    if (s.in_flight) meta.push(`${s.in_flight} in flight, ${usd(s.reserved_usd)} reserved`);
+    if (s.warned && s.warned.length) meta.push(`past warn_at: ${s.warned.join(", ")}`);
+    box.appendChild(el("p", "meta", meta.join(" · ")));
+  }
+  for (const [name, p] of [["Today", v.today], ["This month", v.month]]) {
+    const sec = el("section", "spend-breakdown");
+    sec.dataset.period = name === "Today" ? "today" : "month";
+    sec.appendChild(spendTable(`${name} by route`, p.routes || []));
+    sec.appendChild(spendTable(`${name} by purpose`, p.purposes || []));
+    box.appendChild(sec);
+  }
+  if (held.length && !$("#p-spend").open) $("#p-spend").open = true; // a reached cap opens the panel
+  // The header shows this session's hold from the status: read it again
+  // when the panel sees the hold begin or end.
+  const mine = held.some((h) => h.session === SESSION);
+  if (mine !== (!!head.retry && head.retry.state === "spend_cap")) refreshSoon();
+}
+
+function setCap(e) {
+  e.preventDefault();
+  const name = $("#spend-cap-name").value;
+  const v = Number($("#spend-cap-usd").value);
+  if (!(v > 0)) { ctlStatus("spend_cap: the cap is a positive amount in USD", true); return; }
+  sendControl({ type: "spend_cap", cap: name, usd: v }, `Set the ${name} spend cap to $${v.toFixed(2)}? It applies at once and is kept across restarts.`);
+}
+
 // --- child agents -----------------------------------------------------------------
 // The children of this session as a tree: each with its session's state, its
 // job's state, its budget as recorded, what its model requests used, its
@@ -509,7 +612,7 @@ function panelsNote(r, c) {
     drawSummaries();
   }
   // A cell may have started a job; a job's end arrives as its input.
-  if (conn.caughtUp && (r.kind.startsWith("discord.") || r.kind === "revision.activated" || r.kind === "cell.finished" ||
+  if (conn.caughtUp && (r.kind.startsWith("discord.") || r.kind === "revision.activated" || r.kind === "cell.finished" || r.kind === "spend.warning" ||
     (c && (c.source_kind === "job" || c.source_kind === "source")))) refreshPanelsSoon();
 }
 
@@ -532,6 +635,7 @@ function refreshPanels() {
   refreshDiscord();
   refreshReleases();
   refreshJobs();
+  refreshSpend();
   refreshChildren();
 }
 
@@ -541,6 +645,7 @@ function setupPanels() {
   $("#btn-panels").addEventListener("click", () => togglePanels());
   $("#btn-controls").addEventListener("click", toggleControls);
   $("#discord-back").addEventListener("click", () => { discordOpen = null; $("#discord-conv").hidden = true; $("#discord-convs").hidden = false; refreshDiscord(); });
+  $("#spend-cap-form").addEventListener("submit", setCap);
   $("#history-form").addEventListener("submit", (e) => { e.preventDefault(); const q = $("#history-q").value.trim(); if (q) searchHistory(q); });
   // A phone starts with the panels and the controls folded away.
   if (phone()) {

@@ -51,6 +51,12 @@ class AgentsTest(peer.HostRequestsTest):
         self.assertEqual(reqs[1], ("agents.remove_workspace", {"id": 4}))
         self.assertEqual(v, "('worktree', '/w/x')")
 
+    def test_spawn_on_a_host(self):
+        v, reqs = self.value("c = await agents.spawn('train', host='label:gpu')\nc['spec']['workspace']['host']",
+                             [ok(dict(CHILD, spec=dict(CHILD["spec"], workspace={"mode": "worktree", "host": "gpu"})))])
+        self.assertEqual(reqs[0], ("agents.spawn", {"task": "train", "refs": [], "host": "label:gpu"}))
+        self.assertEqual(v, "'gpu'")
+
     def test_spawn_with_profile_and_list_profiles(self):
         prof = {"name": "code-review", "description": "reviews", "budget": {"wall_seconds": 1800}}
         spec = dict(CHILD["spec"], profile="code-review")

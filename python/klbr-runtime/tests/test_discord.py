@@ -2,6 +2,7 @@
 host requests a cell makes, and the objects it gets back."""
 
 import ast
+import base64
 import os
 import sys
 import unittest
@@ -87,6 +88,71 @@ class DiscordTest(peer.HostRequestsTest):
             outcome, reqs = self.cell(code, [])
             self.assertEqual(outcome["status"], "error", code)
             self.assertEqual(reqs, [], code)
+
+    def test_send_with_files_names_absolute_workspace_paths(self):
+        rc = {"effect_id": 7, "kind": "send", "state": "confirmed", "conversation": "d2", "message_id": "555"}
+        v, reqs = self.value("import os\nr = await discord.conversation('d2').send('logs', files=['a.log', os.path.join('sub', 'b.png')])\n"
+                             "(r.delivered, os.getcwd())", [ok(rc)])
+        cwd = ast.literal_eval(v)[1]
+        self.assertEqual(reqs, [("discord.send", {"conversation": "d2", "text": "logs",
+                                                  "files": [os.path.join(cwd, "a.log"), os.path.join(cwd, "sub", "b.png")]})])
+        item = self._item_with({"alias": "a1", "id": "41", "filename": "shot.png", "size": 9, "state": "fetched"})
+        _, reqs = self.value("a = (await discord.items())[0].attachments[0]\nawait discord.conversation('d2').send('again', files=a)",
+                             [ok(item), ok(rc)])
+        self.assertEqual(reqs[1], ("discord.send", {"conversation": "d2", "text": "again",
+                                                    "files": [{"message_id": "12", "attachment_id": "41"}]}))
+        outcome, reqs = self.cell("await discord.conversation('d2').send('x', files=[str(i) for i in range(11)])", [])
+        self.assertEqual((outcome["status"], reqs), ("error", []))
+
+    def _item_with(self, *atts):
+        return {"items": [{"id": 5, "conversation": "d1", "message_id": "12", "status": "pending",
+                           "attachments": list(atts)}]}
+
+    def test_attachment_read_in_chunks(self):
+        log = {"alias": "a1", "id": "41", "filename": "build.log", "content_type": "text/plain; charset=utf-8",
+               "size": 7, "state": "fetched"}
+        chunk1 = {"offset": 0, "size": 7, "data": base64.b64encode(b"fail").decode(), "eof": False}
+        chunk2 = {"offset": 4, "size": 7, "data": base64.b64encode(b"ed\n").decode(), "eof": True, "sha256": "ab" * 32}
+        v, reqs = self.value("it = (await discord.items())[0]\na = it.attachments[0]\n"
+                             "(repr(a), await a.read(), a.text)",
+                             [ok(self._item_with(log)), ok(chunk1), ok(chunk2)])
+        self.assertEqual(reqs[1:], [
+            ("discord.attachment", {"message_id": "12", "attachment_id": "41", "offset": 0}),
+            ("discord.attachment", {"message_id": "12", "attachment_id": "41", "offset": 4}),
+        ])
+        # text came from the bytes read already: no third request
+        self.assertEqual(v, "(\"<Attachment a1 'build.log' text/plain; charset=utf-8 7 B>\", b'failed\\n', 'failed\\n')")
+
+    def test_attachment_text_and_path_block_for_the_host(self):
+        md = {"alias": "a1", "id": "41", "filename": "notes.md", "size": 6, "state": "fetched"}
+        chunk = {"offset": 0, "size": 6, "data": base64.b64encode("héllo".encode()).decode(), "eof": True}
+        v, reqs = self.value("import os, stat\na = (await discord.items())[0].attachments[0]\nt = a.text\n"
+                             "b = (await discord.items())[0].attachments[0]\np = b.path\n"
+                             "(t, open(p, 'rb').read(), os.path.basename(p), oct(stat.S_IMODE(os.stat(p).st_mode)), "
+                             "p.startswith(os.environ.get('TMPDIR', '/tmp')))",
+                             [ok(self._item_with(md)), ok(chunk), ok(self._item_with(md)), ok(chunk)])
+        self.assertEqual([r[0] for r in reqs], ["discord.items", "discord.attachment", "discord.items", "discord.attachment"])
+        self.assertEqual(v, "('héllo', b'h\\xc3\\xa9llo', '12-a1-notes.md', '0o444', True)")
+
+    def test_attachment_text_refuses_what_is_not_text(self):
+        png = {"alias": "a1", "id": "41", "filename": "shot.png", "content_type": "image/png", "size": 9, "state": "fetched"}
+        big = {"alias": "a2", "id": "42", "filename": "big.log", "size": (1 << 20) + 1, "state": "fetched"}
+        bad = {"alias": "a3", "id": "43", "filename": "x.txt", "content_type": "text/plain", "size": 2, "state": "fetched"}
+        chunk = {"offset": 0, "size": 2, "data": base64.b64encode(b"\xff\xfe").decode(), "eof": True}
+        code = ("a, b, c = (await discord.items())[0].attachments\nout = []\n"
+                "for x in (a, b, c):\n    try:\n        x.text\n    except ValueError as e:\n        out.append(str(e))\nout")
+        v, reqs = self.value(code, [ok(self._item_with(png, big, bad)), ok(chunk)])
+        self.assertEqual([r[0] for r in reqs], ["discord.items", "discord.attachment"])
+        self.assertIn("is not a text type; use `await a.read()`", v)
+        self.assertIn("more than a.text's 1048576", v)
+        self.assertIn("is not UTF-8 text", v)
+
+    def test_attachment_refusal_is_a_host_error(self):
+        big = {"alias": "a1", "id": "41", "filename": "huge.bin", "size": 60 << 20, "state": "failed", "error": "too_large"}
+        v, _ = self.value("a = (await discord.items())[0].attachments[0]\ntry:\n    await a.read()\n"
+                          "except discord.HostError as e:\n    r = (e.code, repr(a))\nr",
+                          [ok(self._item_with(big)), {"ok": False, "error": {"code": "unavailable", "message": "too_large"}}])
+        self.assertEqual(v, "('unavailable', \"<Attachment a1 'huge.bin' unknown type 62914560 B (failed: too_large)>\")")
 
 
 if __name__ == "__main__":

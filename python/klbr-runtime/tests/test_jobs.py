@@ -39,6 +39,18 @@ class JobsTest(peer.HostRequestsTest):
         self.assertEqual(reqs[0], ("jobs.run", {"argv": ["nproc"], "recovery": "manual", "host": "label:gpu"}))
         self.assertEqual(v, "3")
 
+    def test_inputs_and_outputs(self):
+        v, reqs = self.value("import pathlib\nj = await jobs.run(['make'], host='gpu', inputs=['data/in.csv', pathlib.Path('src')],"
+                             " outputs=('out/*.bin',))\nj.id", [ok(JOB)])
+        self.assertEqual(reqs[0], ("jobs.run", {"argv": ["make"], "recovery": "manual", "host": "gpu",
+                                                "inputs": ["data/in.csv", "src"], "outputs": ["out/*.bin"]}))
+        self.assertEqual(v, "3")
+
+    def test_schedule_on_a_host(self):
+        _, reqs = self.value("j = await jobs.schedule('klbr_skills.a:b', every=60, host='label:gpu')\nj.id",
+                             [ok(dict(JOB, kind="routine", state="pending"))])
+        self.assertEqual(reqs[0][1]["host"], "label:gpu")
+
     def test_schedule_arguments(self):
         v, reqs = self.value("import datetime\n"
                              "at = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)\n"
@@ -58,6 +70,9 @@ class JobsTest(peer.HostRequestsTest):
             ("await jobs.schedule(print, at=1)", "TypeError"),
             ("await jobs.schedule('a:b', at=1, input={'x': object()})", "TypeError"),
             ("await jobs.run('make test')", "TypeError"),
+            ("await jobs.run(['make'], inputs='data')", "TypeError"),
+            ("await jobs.run(['make'], outputs=[1])", "TypeError"),
+            ("await jobs.schedule('a:b', at=1, host='')", "TypeError"),
             ("await jobs.checkpoint({})", "RuntimeError"),
             ("jobs.source()", "RuntimeError"),
         ]:

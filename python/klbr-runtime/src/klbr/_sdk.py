@@ -92,6 +92,22 @@ async def request(op, args=None):
     return await _rt().request(op, args)
 
 
+def request_sync(op, args=None):
+    """``request`` for synchronous code (a property cannot await): blocks the
+    calling thread until the host answers. Raises HostError as ``request``."""
+    if not isinstance(op, str) or not op:
+        raise TypeError("op must be a non-empty string such as 'discord.attachment'")
+    if args is None:
+        args = {}
+    elif not isinstance(args, dict):
+        raise TypeError(f"args must be a dict, not {type(args).__name__}")
+    rt = _rt()
+    sync = getattr(rt, "request_sync", None)
+    if sync is None:
+        raise NoExecutionScope("this runtime answers host requests only to awaiting code")
+    return sync(op, args)
+
+
 class LocalReceipt:
     """What happened to a local send. ``status`` is ``confirmed`` (durably
     published to the operator's lane; it says nothing of whether anyone has

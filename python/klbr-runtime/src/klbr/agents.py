@@ -79,14 +79,19 @@ class Child(Job):
         return f"<child {self.id} {self.session} {self.state}{extra}>"
 
 
-async def spawn(task, refs=None, budget=None, delegate=None, profile=None, workspace=None):
+async def spawn(task, refs=None, budget=None, delegate=None, profile=None, workspace=None, host=None):
     """Spawn a child agent with ``task``; returns its handle once admitted.
 
     A child grants its own children only what it holds: ``delegate`` (and a
     profile's) only speech ops delegated to it, ``refs`` only evidence it may
     read, and a ``budget`` clamped to what is left of its own (which covers
     its whole subtree). Anything more is refused (``HostError`` code
-    ``refused``) or clamped; see docs/agents.md."""
+    ``refused``) or clamped; see docs/agents.md.
+
+    ``host`` (``"NAME"`` or ``"label:L"``, a ``[hosts.NAME]`` of klbr.toml)
+    runs the child's workbench and its commands on that worker host, in a
+    copy of your workspace there; its changes come back to you as a patch
+    artifact when it ends (see docs/hosts.md)."""
     if not isinstance(task, str) or not task.strip():
         raise TypeError("agents.spawn: task is a non-empty str")
     args = {"task": task, "refs": [str(r) for r in (refs or [])]}
@@ -103,6 +108,8 @@ async def spawn(task, refs=None, budget=None, delegate=None, profile=None, works
         args["profile"] = str(profile)
     if workspace is not None:
         args["workspace"] = str(workspace)
+    if host is not None:
+        args["host"] = str(host)
     return Child(await request("agents.spawn", args))
 
 

@@ -6,8 +6,9 @@
 - ``discord.conversation("d2")``: a handle by alias, for proactive messages.
 - ``await conversation.history(limit=20, before=None, after=None)``: a bounded
   backread. Reading is not accepting work: nothing becomes an input or item.
-- ``await conversation.send(text, reply_to=None, item=None)``: returns a
-  Receipt. Only ``receipt.delivered`` (state ``confirmed``) means it was said;
+- ``await conversation.send(text, reply_to=None, item=None, files=None)``:
+  returns a Receipt; ``files`` are workspace paths (at most 10, 10 MiB).
+  Only ``receipt.delivered`` (state ``confirmed``) means it was said;
   ``pending``/``attempting``/``unknown`` are not delivery, ``failed`` is not.
 - ``await conversation.react(message_id, emoji)``: a reaction (Receipt). It
   does not mark anything acted: combine it with ``mark`` when you mean to.
@@ -16,16 +17,36 @@
 - ``await discord.mark(item_id, status, note="")``: record a decision on a DM
   or mention: ``seen``, ``acted``, ``ignored``, or ``pending`` to reopen.
 - ``item.attachments``: the message's attachments (``Attachment``: ``alias``
-  a1, a2, ... within the message, ``filename``, ``content_type``, ``size``).
+  a1, a2, ... within the message, ``filename``, ``content_type``, ``size``,
+  ``state``); ``await a.read()`` is its bytes, ``a.text`` its text (text
+  types), ``a.path`` a read-only copy to open.
 """
 
+import base64
+import os
+import re
+import tempfile
+
 from . import _outside
-from ._sdk import HostError, request
+from ._sdk import HostError, request, request_sync
 
 __all__ = ["current", "conversations", "conversation", "items", "mark", "receipt",
            "Conversation", "Receipt", "Message", "Item", "Attachment", "HostError", "STATUSES"]
 
 STATUSES = ("pending", "seen", "acted", "ignored")
+
+MAX_FILES = 10                    # files a send carries (Discord's limit; 10 MiB together)
+TEXT_MAX_BYTES = 1 << 20          # a.text: larger text is read()
+ATTACHMENT_MAX_BYTES = 500 << 20  # the most [discord] attachment_max_bytes allows
+_CACHE_BYTES = 32 << 20           # bytes kept on the object after a read
+_TEXT_TYPES = frozenset({
+    "application/json", "application/xml", "application/yaml", "application/x-yaml", "application/toml",
+    "application/javascript", "application/x-javascript", "application/x-sh", "application/x-ndjson",
+    "application/sql", "application/x-python", "application/x-httpd-php", "application/csv"})
+_TEXT_SUFFIXES = frozenset(
+    ".txt .log .md .rst .json .jsonl .ndjson .csv .tsv .py .go .rs .c .h .cc .cpp .hpp .java .kt .js .ts .tsx .jsx "
+    ".rb .php .pl .sh .bash .zsh .fish .toml .yaml .yml .xml .html .htm .css .scss .ini .cfg .conf .env .sql "
+    ".diff .patch .tex .nix .lua .swift .cs .hs .ml .ex .exs .erl .clj .scala .r .dockerfile .gitignore".split())
 
 
 class Receipt:
@@ -109,38 +130,144 @@ class Message:
 
 
 class Attachment:
-    """A Discord attachment's metadata: ``alias`` (a1, a2, ... in its
-    message), ``id``, ``filename`` (from outside: the sender chose it),
-    ``content_type`` (None when Discord did not say) and ``size`` in bytes.
-    The bytes are not fetched yet: ``read()``, ``path`` and ``text`` come with
-    the attachment fetcher and raise until then."""
+    """A Discord attachment of a message this agent was shown: ``alias`` (a1,
+    a2, ... in its message), ``id``, ``message_id``, ``filename`` (from
+    outside: the sender chose it), ``content_type`` (None when Discord did not
+    say), ``size`` in bytes, and ``state`` of the fetch of its bytes
+    (``pending``, ``fetched``, or ``failed`` with ``error``).
 
-    __slots__ = ("alias", "id", "filename", "content_type", "size")
+    - ``await a.read()``: its bytes (the host waits a while for a fetch still
+      under way; a failed fetch raises HostError ``unavailable`` saying why).
+    - ``a.text``: its text, for text types (``text/*``, JSON, XML, YAML, ...;
+      by file name when Discord gave no type) of at most 1 MiB, decoded as
+      UTF-8; otherwise ValueError saying why (use ``read()`` for bytes).
+    - ``a.path``: a read-only copy in this cell's temporary directory, for
+      tools that want a file name.
+    """
 
-    def __init__(self, a):
+    __slots__ = ("alias", "id", "message_id", "filename", "content_type", "size", "state", "sha256", "error",
+                 "_data", "_path")
+
+    def __init__(self, a, message_id=None):
         self.alias = a.get("alias")
         self.id = a.get("id")
+        self.message_id = message_id or a.get("message_id")
         self.filename = a.get("filename") or ""
         self.content_type = a.get("content_type") or None
         self.size = a.get("size") or 0
+        self.state = a.get("state") or "pending"
+        self.sha256 = a.get("sha256") or None
+        self.error = a.get("error") or None
+        self._data = None
+        self._path = None
 
-    def _unfetched(self):
-        return HostError("unavailable", f"attachment {self.alias} ({self.filename!r}): its bytes are not fetched; "
-                                        "only its metadata is known")
+    def _args(self, offset):
+        if not self.message_id or not self.id:
+            raise HostError("invalid", f"attachment {self.alias}: its message is not known; "
+                                       "take attachments from an item (discord.items())")
+        return {"message_id": str(self.message_id), "attachment_id": str(self.id), "offset": offset}
+
+    def _take(self):
+        """A chunked read: yields the next request's arguments, is sent each
+        answer, and returns the bytes."""
+        chunks, offset = [], 0
+        while True:
+            r = yield self._args(offset)
+            data = base64.b64decode(r.get("data") or "")
+            if r.get("offset") != offset or (not data and not r.get("eof")):
+                raise HostError("failed", f"attachment {self.alias}: the host answered a chunk out of order")
+            chunks.append(data)
+            offset += len(data)
+            if offset > ATTACHMENT_MAX_BYTES:
+                raise HostError("too_large", f"attachment {self.alias} is larger than {ATTACHMENT_MAX_BYTES} bytes")
+            if r.get("eof"):
+                self.sha256 = r.get("sha256") or self.sha256
+                self.state = "fetched"
+                return b"".join(chunks)
+
+    def _finish(self, data):
+        if len(data) <= _CACHE_BYTES:
+            self._data = data
+        return data
 
     async def read(self):
-        raise self._unfetched()
+        """The attachment's bytes."""
+        if self._data is not None:
+            return self._data
+        gen = self._take()
+        args = next(gen)
+        while True:
+            r = await request("discord.attachment", args)
+            try:
+                args = gen.send(r)
+            except StopIteration as done:
+                return self._finish(done.value)
 
-    @property
-    def path(self):
-        raise self._unfetched()
+    def _read_sync(self):
+        if self._data is not None:
+            return self._data
+        gen = self._take()
+        args = next(gen)
+        while True:
+            r = request_sync("discord.attachment", args)
+            try:
+                args = gen.send(r)
+            except StopIteration as done:
+                return self._finish(done.value)
+
+    def is_text(self):
+        """Whether this attachment's type (or, without one, its file name) is text."""
+        ct = (self.content_type or "").split(";", 1)[0].strip().lower()
+        if ct:
+            return ct.startswith("text/") or ct in _TEXT_TYPES or ct.endswith(("+json", "+xml", "+yaml"))
+        return os.path.splitext(self.filename.lower())[1] in _TEXT_SUFFIXES
 
     @property
     def text(self):
-        raise self._unfetched()
+        """The attachment's text (UTF-8), for text types of at most 1 MiB."""
+        what = f"attachment {self.alias} ({self.filename!r}, {self.content_type or 'no type'})"
+        if not self.is_text():
+            raise ValueError(f"{what} is not a text type; use `await a.read()` for its bytes")
+        if self.size > TEXT_MAX_BYTES:
+            raise ValueError(f"{what} has {self.size} bytes, more than a.text's {TEXT_MAX_BYTES}; "
+                             "use `await a.read()` (or a.path) and decode what you need")
+        data = self._read_sync()
+        if len(data) > TEXT_MAX_BYTES:
+            raise ValueError(f"{what} has {len(data)} bytes, more than a.text's {TEXT_MAX_BYTES}; use `await a.read()`")
+        try:
+            return data.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{what} is not UTF-8 text ({e.reason} at byte {e.start}); "
+                             "use `await a.read()` and decode it yourself") from None
+
+    @property
+    def path(self):
+        """A read-only copy of the attachment in this cell's temporary directory."""
+        if self._path is not None and os.path.exists(self._path):
+            return self._path
+        data = self._read_sync()
+        d = os.path.join(tempfile.gettempdir(), f"klbr-attachments-{os.getpid()}")
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", self.filename)[-100:].lstrip(".") or "attachment"
+        p = os.path.join(d, f"{self.message_id}-{self.alias}-{safe}")
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".part-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, p)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        self._path = p
+        return p
 
     def __repr__(self):
-        return f"<Attachment {self.alias} {self.filename!r} {self.content_type or 'unknown type'} {self.size} B>"
+        state = "" if self.state == "fetched" else f" ({self.state}{': ' + self.error if self.error else ''})"
+        return f"<Attachment {self.alias} {self.filename!r} {self.content_type or 'unknown type'} {self.size} B{state}>"
 
 
 class Item:
@@ -158,7 +285,7 @@ class Item:
         self.decision_origin = it.get("decision_origin") or None
         self.note = it.get("note") or ""
         atts = it.get("attachments")
-        self.attachments = [Attachment(a) for a in atts if isinstance(a, dict)] if isinstance(atts, list) else []
+        self.attachments = [Attachment(a, self.message_id) for a in atts if isinstance(a, dict)] if isinstance(atts, list) else []
 
     def __repr__(self):
         by = f" by {self.decision_origin}" if self.decision_origin else ""
@@ -221,11 +348,15 @@ class Conversation:
         r = await request("discord.history", args)
         return [Message(m) for m in r.get("messages", [])]
 
-    async def send(self, text, reply_to=None, item=None):
+    async def send(self, text, reply_to=None, item=None, files=None):
         """Say ``text`` here. Returns a Receipt: check ``receipt.delivered``.
         ``reply_to`` forces a reply to that message; ``item`` names the
         attention item this answers (it must be in this conversation; omitted,
-        the host infers it only from this cell's own frame)."""
+        the host infers it only from this cell's own frame). ``files`` are
+        paths of files in the workspace, or Attachments of items (passed on),
+        at most 10 and 10 MiB together, as Discord takes them from a bot; they
+        go with the message. The host copies workspace files when you send
+        (links are not followed), so later changes do not matter."""
         if not isinstance(text, str) or not text:
             raise TypeError("send() takes a non-empty str")
         args = {"conversation": self.alias, "text": text}
@@ -233,6 +364,15 @@ class Conversation:
             args["reply_to"] = _check_id("reply_to", getattr(reply_to, "id", reply_to))
         if item is not None:
             args["item_id"] = _item_id(item)
+        if files is not None:
+            if isinstance(files, (str, bytes, os.PathLike, Attachment)):
+                files = [files]
+            paths = [{"message_id": str(f.message_id), "attachment_id": str(f.id)} if isinstance(f, Attachment)
+                     else os.path.abspath(os.fsdecode(os.fspath(f))) for f in files]
+            if len(paths) > MAX_FILES:
+                raise ValueError(f"{len(paths)} files; Discord takes at most {MAX_FILES} a message")
+            if paths:
+                args["files"] = paths
         return Receipt(await request("discord.send", args))
 
     async def items(self, status=("pending", "seen"), limit=50):

@@ -1,9 +1,16 @@
 """``klbr.jobs``: durable work that outlives the cell and the kernel.
 
-- ``job = await jobs.run(argv, cwd=None, env=None, timeout=None)``: a tracked
-  command in its own scope, with the host's limits. Its output goes to an
-  artifact; ``job.output_preview`` is its tail. It keeps running when the cell
-  ends or the kernel resets; its end wakes you with ``[klbr] job N ...``.
+- ``job = await jobs.run(argv, cwd=None, env=None, timeout=None, host=None,
+  inputs=None, outputs=None)``: a tracked command in its own scope, with the
+  host's limits. Its output goes to an artifact; ``job.output_preview`` is its
+  tail. It keeps running when the cell ends or the kernel resets; its end
+  wakes you with ``[klbr] job N ...``. ``host="gpu"`` (or ``"label:gpu"``)
+  runs it on a worker host. ``inputs=["data/x.csv", "src"]`` (workspace
+  paths) are copied into a directory of the job's own, where it runs;
+  ``outputs=["out/*.bin", "**/report.txt"]`` (globs in that directory) come
+  back as artifacts when it ends: ``job.result_value["artifacts"]`` lists
+  ``{"path", "artifact", "bytes"}`` (read one with ``history.read``). The
+  same here and on a host.
 - ``job = await jobs.schedule("module:function", at=... | every=... | cron=...,
   tz=None, input={...}, recovery="retry_safe")``: a routine from your behavior
   release (``klbr_skills...``), called with its JSON input in a fresh worker
@@ -12,7 +19,8 @@
   result. ``at`` is an aware ``datetime`` or a Unix timestamp; ``every`` is
   seconds (or a ``timedelta``); ``cron`` is five fields read in ``tz``.
   ``kind="source"`` makes a source: it admits outside events with
-  ``await jobs.source().emit(events, cursor=...)``.
+  ``await jobs.source().emit(events, cursor=...)``. ``host=`` runs each run's
+  worker on that worker host.
 - ``await jobs.get(id)``, ``await jobs.list(state=None)``,
   ``await jobs.cancel(id)`` (kills the whole process tree),
   ``await job.result(timeout=None)`` (waits for the end; the result is read
@@ -28,6 +36,7 @@ never rerun silently.
 
 import datetime as _dt
 import json as _json
+import os as _os
 
 from ._sdk import request
 
@@ -95,14 +104,31 @@ class Job:
         return f"<job {self.id} {self.kind} {self.state}{extra}>"
 
 
-async def run(argv, cwd=None, env=None, timeout=None, recovery="manual", host=None):
+def _paths(name, v):
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+        raise TypeError(f"jobs.run: {name}= is a list of paths, such as ['data/in.csv']")
+    out = [_os.fspath(p) for p in v]
+    if any(not isinstance(p, str) for p in out):
+        raise TypeError(f"jobs.run: {name}= holds text paths")
+    return out
+
+
+def _host(fn, host):
+    if not isinstance(host, str) or not host:
+        raise TypeError(f'jobs.{fn}: host= names a [hosts.NAME] of klbr.toml, or "label:L"')
+    return host
+
+
+async def run(argv, cwd=None, env=None, timeout=None, recovery="manual", host=None, inputs=None, outputs=None):
     if isinstance(argv, str):
         raise TypeError("jobs.run: argv is a list such as ['make', 'test'], not a string")
     args = {"argv": [str(a) for a in argv], "recovery": recovery}
     if host is not None:
-        if not isinstance(host, str) or not host:
-            raise TypeError('jobs.run: host= names a [hosts.NAME] of klbr.toml, or "label:L"')
-        args["host"] = host
+        args["host"] = _host("run", host)
+    if inputs is not None:
+        args["inputs"] = _paths("inputs", inputs)
+    if outputs is not None:
+        args["outputs"] = _paths("outputs", outputs)
     if cwd is not None:
         args["cwd"] = str(cwd)
     if env:
@@ -123,10 +149,12 @@ def _unix(at):
 
 
 async def schedule(entry, at=None, every=None, cron=None, tz=None, input=None, recovery="retry_safe",
-                   kind="routine"):
+                   kind="routine", host=None):
     if callable(entry):
         raise TypeError('jobs.schedule: entry is a "module:function" string from your release, never a function object')
     args = {"entry": str(entry), "recovery": recovery, "kind": kind}
+    if host is not None:
+        args["host"] = _host("schedule", host)
     if sum(x is not None for x in (at, every, cron)) != 1:
         raise ValueError("jobs.schedule: give exactly one of at=, every= or cron=")
     if at is not None:

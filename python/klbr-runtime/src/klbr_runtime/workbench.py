@@ -306,6 +306,8 @@ class Workbench:
         self.latest = None              # the last Execution the reader accepted
         self.last_id = ""
         self.pending = {}               # (execution id, request id) -> Future
+        self.sync_pending = {}          # (execution id, request id) -> [Event, reply] (request_sync)
+        self.rid_lock = threading.Lock()  # request ids: request_sync may run on another thread
         self.deferred_interrupt = None  # an Execution whose SIGINT landed in runner code
         self.sigint_target = None       # the Execution an escalation SIGINT is for
         self.shutting_down = False
@@ -390,6 +392,13 @@ class Workbench:
             eid = field(f, "execution", str, "")
             rid = field(f, "request", int, 0)
             field(f, "ok", bool, False)
+            waiter = self.sync_pending.get((eid, rid))
+            if waiter is not None:
+                # A blocking request (request_sync): its thread waits on the
+                # event, and may be the loop's own, so the loop is not involved.
+                waiter[1] = f
+                waiter[0].set()
+                return
             self.loop.call_soon_threadsafe(self._on_reply, eid, rid, f)
         elif t == "shutdown":
             self.shutdown()
@@ -633,8 +642,9 @@ class Workbench:
         loop = self.loop
         if _get_running_loop() is not loop:
             raise RuntimeError("klbr host requests must be awaited on the workbench's event loop")
-        ex.last_request += 1
-        rid = ex.last_request
+        with self.rid_lock:
+            ex.last_request += 1
+            rid = ex.last_request
         data = framing.encode_frame(self.conn.frame(
             "host_request", execution=ex.id, request=rid, op=op, args=args))
         key = (ex.id, rid)
@@ -654,6 +664,39 @@ class Workbench:
 
     async def request(self, op, args):
         return (await self._request(op, args))[1]
+
+    def request_sync(self, op, args):
+        """A host request that blocks the calling thread until its answer (for
+        properties such as an attachment's ``text``, which cannot await). On
+        the loop's thread it blocks the loop like any synchronous call; the
+        reader thread hands the answer over directly. An interrupt ends the wait."""
+        ex = current_execution.get()
+        if ex is None:
+            raise sdk.NoExecutionScope(
+                "klbr host requests need an execution scope: call them from a workbench cell "
+                "or a task it created")
+        with self.rid_lock:
+            ex.last_request += 1
+            rid = ex.last_request
+        data = framing.encode_frame(self.conn.frame(
+            "host_request", execution=ex.id, request=rid, op=op, args=args))
+        key = (ex.id, rid)
+        waiter = [threading.Event(), None]
+        self.sync_pending[key] = waiter
+        try:
+            self.hub.send(data)
+            while not waiter[0].wait(0.25):  # short waits: a SIGINT lands between them
+                if ex.finished:
+                    raise sdk.HostError("cancelled", "the cell ended while waiting for the host")
+            reply = waiter[1]
+        finally:
+            self.sync_pending.pop(key, None)
+        if reply.get("ok") is True:
+            return reply.get("result", {})
+        err = reply.get("error")
+        if not isinstance(err, dict):
+            err = {}
+        raise sdk.HostError(str(err.get("code") or "failed"), str(err.get("message") or ""))
 
     async def wait(self, seconds, reason):
         rid, _ = await self._request("runtime.wait", {"seconds": seconds, "reason": reason})

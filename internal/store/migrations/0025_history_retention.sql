@@ -1,5 +1,5 @@
 -- compat: readable-by-previous
--- 0023: retention of history originals ([retention] history_days). An
+-- 0025: retention of history originals ([retention] history_days). An
 -- original a normal summary covers may have its content collected: the
 -- event row stays (its id, kind, times, session item, context items and
 -- the summaries' coverage of it), its content becomes a stub that says so,

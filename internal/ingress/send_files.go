@@ -1,0 +1,262 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"mime"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/klbr-dev/klbr/internal/artifacts"
+	"github.com/klbr-dev/klbr/internal/celltree"
+	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/ingress/ingressapi"
+	"github.com/klbr-dev/klbr/internal/store"
+)
+
+// MaxSendPathBytes bounds one file path a cell names.
+const MaxSendPathBytes = 4096
+
+// sendFile is a file a send names: a workspace path, or an attachment of a
+// message the cell was shown (passed on without reading the workspace).
+type sendFile struct {
+	path string
+	att  *attachmentArgs
+}
+
+// decodeSendFiles decodes a send's files: each a path (a JSON string) or
+// {"message_id", "attachment_id"}.
+func decodeSendFiles(ws string, raw []json.RawMessage) ([]sendFile, error) {
+	out := make([]sendFile, len(raw))
+	for i, r := range raw {
+		var p string
+		if json.Unmarshal(r, &p) == nil {
+			rel, err := workspaceRel(ws, p)
+			if err != nil {
+				return nil, fmt.Errorf("file %q: %w", clip(p), err)
+			}
+			out[i].path = rel
+			continue
+		}
+		a, err := decodeAttachmentArgs(r)
+		if err != nil || a.Offset != 0 {
+			return nil, fmt.Errorf("file %d is a workspace path or an attachment {message_id, attachment_id}", i)
+		}
+		out[i].att = &a
+	}
+	return out, nil
+}
+
+// sendFiles copies the files a cell's send names from its workspace into
+// the artifact store: each read through celltree beneath the workspace (no
+// link followed, no FIFO or device, no file with other hard links), their
+// sizes summed against Discord's 10 MiB before any is read, each bounded
+// again while read (a file that grows meanwhile is refused). The cell names
+// paths only; the host never opens anything outside the workspace for it.
+// An attachment of a message the cell's session was shown is passed on as
+// the artifact it was fetched into.
+func (o *Ops) sendFiles(ctx context.Context, session string, raw []json.RawMessage) ([]store.EffectFile, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	arts := o.server.artifacts()
+	if arts == nil {
+		return nil, refuse("unavailable", "discord send: klbr-core keeps no artifacts here: files cannot be sent")
+	}
+	ws := ""
+	if o.Workspace != nil {
+		var err error
+		if ws, err = o.Workspace(ctx, session); err != nil {
+			return nil, err
+		}
+	}
+	files, err := decodeSendFiles(ws, raw)
+	if err != nil {
+		return nil, refuse("invalid", "discord send: %v", err)
+	}
+	var root *celltree.Root
+	for _, f := range files {
+		if f.att == nil && root == nil {
+			if ws == "" {
+				return nil, refuse("unsupported", "discord send: workspace files cannot be sent from here (no workspace)")
+			}
+			if root, err = celltree.Open(ws); err != nil {
+				return nil, fmt.Errorf("discord send: the workspace: %w", err)
+			}
+			defer root.Close()
+		}
+	}
+	var total int64
+	out := make([]store.EffectFile, 0, len(files))
+	for i, sf := range files {
+		if sf.att != nil {
+			ef, err := o.attachmentFile(ctx, session, *sf.att, arts)
+			if err != nil {
+				return nil, err
+			}
+			if total += ef.Size; total > ingressapi.MaxSendFileBytes {
+				return nil, refuse("too_large", "discord send: the files come to more than %d bytes (%d with attachment %s); Discord takes 10 MiB a message from a bot: send fewer or smaller files",
+					ingressapi.MaxSendFileBytes, total, sf.att.AttachmentID)
+			}
+			out = append(out, ef)
+			continue
+		}
+		rel := sf.path
+		f, err := root.OpenFile(rel)
+		if err != nil {
+			return nil, refuse("invalid", "discord send: file %q: %v", clip(rel), celltreeReason(err))
+		}
+		ef, n, err := spoolFile(arts, f, ingressapi.MaxSendFileBytes-total)
+		f.Close()
+		if errors.Is(err, errFilesTooLarge) {
+			return nil, refuse("too_large", "discord send: the files come to more than %d bytes (%d so far with %q); Discord takes 10 MiB a message from a bot: send fewer or smaller files",
+				ingressapi.MaxSendFileBytes, total+n, clip(rel))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("discord send: file %d (%q): %w", i, clip(rel), err)
+		}
+		total += n
+		ef.Filename = sendName(path.Base(rel))
+		if ef.ContentType == "" {
+			ef.ContentType = mime.TypeByExtension(path.Ext(ef.Filename))
+		}
+		out = append(out, ef)
+	}
+	return out, nil
+}
+
+var errFilesTooLarge = errors.New("too large")
+
+// attachmentFile is an attachment of a message the session was shown, as a
+// file to send: its artifact, found by the digest the store recorded.
+func (o *Ops) attachmentFile(ctx context.Context, session string, a attachmentArgs, arts *artifacts.Store) (store.EffectFile, error) {
+	t, err := o.fetchedAttachment(ctx, session, a)
+	if err != nil {
+		return store.EffectFile{}, err
+	}
+	p, err := arts.Path(t.SHA256)
+	if err != nil {
+		return store.EffectFile{}, err
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return store.EffectFile{}, refuse("gone", "attachment %s was fetched, but its bytes have been removed since (storage gc)", t.ID)
+	}
+	return store.EffectFile{Filename: sendName(t.Filename), ContentType: t.ContentType, SHA256: t.SHA256, Size: fi.Size()}, nil
+}
+
+// spoolFile copies f, at most max bytes of it, into an artifact.
+func spoolFile(arts *artifacts.Store, f io.Reader, max int64) (store.EffectFile, int64, error) {
+	if max < 0 {
+		max = 0
+	}
+	sp, err := arts.NewSpool()
+	if err != nil {
+		return store.EffectFile{}, 0, err
+	}
+	head := make([]byte, 512)
+	hn, _ := io.ReadFull(f, head)
+	head = head[:hn]
+	if int64(hn) > max {
+		sp.Discard()
+		return store.EffectFile{}, int64(hn), errFilesTooLarge
+	}
+	if _, err := sp.Write(head); err != nil {
+		sp.Discard()
+		return store.EffectFile{}, 0, err
+	}
+	n, err := io.CopyBuffer(sp, io.LimitReader(f, max-int64(hn)+1), make([]byte, 32<<10))
+	n += int64(hn)
+	if err != nil {
+		sp.Discard()
+		return store.EffectFile{}, n, err
+	}
+	if n > max {
+		sp.Discard()
+		return store.EffectFile{}, n, errFilesTooLarge
+	}
+	ref, err := sp.Commit()
+	if err != nil {
+		return store.EffectFile{}, n, err
+	}
+	ct := ""
+	if hn > 0 {
+		ct = http.DetectContentType(head)
+		if ct == "application/octet-stream" {
+			ct = ""
+		}
+	}
+	return store.EffectFile{SHA256: ref.SHA256, Size: ref.Size, ContentType: ct}, n, nil
+}
+
+// workspaceRel is p beneath the workspace ws: a relative path as it is, an
+// absolute one only when lexically inside ws. celltree refuses links on the
+// way, so nothing resolves outside.
+func workspaceRel(ws, p string) (string, error) {
+	if p == "" || len(p) > MaxSendPathBytes || !utf8.ValidString(p) || strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("a path is 1 to %d bytes of UTF-8", MaxSendPathBytes)
+	}
+	if filepath.IsAbs(p) {
+		rel, err := filepath.Rel(filepath.Clean(ws), filepath.Clean(p))
+		if err != nil {
+			return "", errors.New("not in the workspace")
+		}
+		p = rel
+	}
+	p = filepath.Clean(p)
+	if p == "." || p == ".." || strings.HasPrefix(p, "../") || filepath.IsAbs(p) {
+		return "", errors.New("not a file in the workspace")
+	}
+	return p, nil
+}
+
+// celltreeReason says why celltree refused a file, for the cell.
+func celltreeReason(err error) string {
+	switch {
+	case errors.Is(err, celltree.ErrLink):
+		return "a symbolic link (on the way or at the file) is not followed: name the file itself"
+	case errors.Is(err, celltree.ErrNotRegular):
+		return "not a regular file"
+	case errors.Is(err, celltree.ErrHardLink):
+		return "a file with other hard links is not sent: copy it"
+	case errors.Is(err, fs.ErrNotExist):
+		return "no such file in the workspace"
+	}
+	return err.Error()
+}
+
+// sendName is a file's name as Discord shows it: printable, at most 255 bytes.
+func sendName(name string) string {
+	name = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == '/' || r == '\\' {
+			return '_'
+		}
+		return r
+	}, name)
+	for len(name) > 255 {
+		_, size := utf8.DecodeLastRuneInString(name)
+		name = name[:len(name)-size]
+	}
+	if name == "" || name == "." || name == ".." {
+		return "file"
+	}
+	return name
+}
+
+// reviewFiles is what delivery.review sees of a send's files.
+func reviewFiles(fs []store.EffectFile) []hooks.ReviewFile {
+	var out []hooks.ReviewFile
+	for _, f := range fs {
+		out = append(out, hooks.ReviewFile{Filename: f.Filename, ContentType: f.ContentType, Size: f.Size})
+	}
+	return out
+}
