@@ -15,7 +15,9 @@ func newGC(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove unpinned old artifacts and releases under [retention], leaving a tombstone for each (online)",
-		Long: "gc applies klbr.toml's [retention] (artifact_days, releases_keep; 0 keeps everything), artifacts first. It never removes\n" +
+		Long: "gc applies klbr.toml's [retention] (artifact_days, history_days, releases_keep; 0 keeps everything): artifacts first,\n" +
+			"then the content of history originals a normal summary covers (the record, its place and its coverage stay, marked\n" +
+			"collected), then releases. It never removes\n" +
 			"the active or last good release of a session, a release of an attempt that has not ended, of a job or of a draft, nor an\n" +
 			"artifact a record of an active context refers to or that was stored again since its cutoff. It runs in klbr-core through\n" +
 			"the operator API, one small transaction per removal, while klbr-core serves; --offline opens the data directory itself\n" +
@@ -54,6 +56,9 @@ func newGC(g *globals) *cobra.Command {
 			}
 			for _, r := range res.Removed {
 				fmt.Fprintf(g.env.Stdout, "removed %s %s (%d bytes): %s\n", r.Kind, r.Ref, r.Size, r.Reason)
+			}
+			if h := res.History; h.Records > 0 {
+				fmt.Fprintf(g.env.Stdout, "collected the content of %d history records (%.1f MB, reused inside runtime.sqlite)\n", h.Records, float64(h.Bytes)/1e6)
 			}
 			fmt.Fprintf(g.env.Stdout, "gc: %d removed, %.1f MB freed; %d releases pinned\n", len(res.Removed), float64(res.Bytes)/1e6, len(res.Pinned))
 			return nil

@@ -105,6 +105,9 @@ func describe(r store.Record) string {
 			Preview []struct{ Data string } `json:"preview"`
 		} `json:"output"`
 	}
+	if r.Collected != nil {
+		return "[" + r.Collected.Text() + "]"
+	}
 	if json.Unmarshal(r.Content, &c) != nil {
 		return string(r.Content)
 	}

@@ -39,6 +39,8 @@ func TestTailDescribesRecords(t *testing.T) {
 			[]string{"invalid: not run: code must be a string"}},
 		{rec(store.LaneSpeech, "local.held", map[string]any{"text": "hi", "status": "held", "reason": "policy"}), []string{"hi [held: policy]"}},
 		{rec(store.LaneNotice, "wait.started", map[string]any{"seconds": 60, "reason": "r"}), []string{`"seconds":60`}},
+		// A record retention collected says so, never as empty text.
+		{collectedRec(), []string{"e9 ", "[collected by retention on 2026-01-02: retention.history_days = 90: test]"}},
 	} {
 		var b bytes.Buffer
 		if err := printRecord(&b, tc.r); err != nil {
@@ -50,4 +52,11 @@ func TestTailDescribesRecords(t *testing.T) {
 			}
 		}
 	}
+}
+
+func collectedRec() store.Record {
+	r := rec(store.LaneScratchpad, "scratchpad", map[string]any{"collected": map[string]any{"at": 1, "reason": "x"}})
+	r.ID = 9
+	r.Collected = &store.Collection{At: time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC), Reason: "retention.history_days = 90: test", Bytes: 10}
+	return r
 }

@@ -332,6 +332,9 @@ func TestParseErrors(t *testing.T) {
 		{"array of tables", "[[routes]]\nurl = \"http://x\"\n", 1, 0, "routes", "array table"},
 		{"extra_options not a table", base + "extra_options = 5\n", 4, 17, "routes.main.extra_options", "expected a table, not a TOML integer"},
 
+		// retention
+		{"retention.history_days negative", base + "\n[retention]\nhistory_days = -1\n", 6, 1, "retention.history_days", "-1 is negative; 0 keeps every original"},
+
 		// agent
 		{"agent.route names no route", "[agent]\nroute = \"other\"\n\n" + base, 2, 1, "agent.route", `no [routes.other] is defined (routes: main)`},
 		{"default agent.route names no route", "[routes.work]\nurl = \"http://x\"\nmodel = \"m\"\n", 1, 2, "agent.route", `defaults to "main", but no [routes.main] is defined (routes: work)`},

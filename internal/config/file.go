@@ -38,10 +38,16 @@ type File struct {
 // Retention is the [retention] section. Zero keeps everything (the
 // default). Garbage collection never removes what is pinned: the active
 // and last good releases, releases of attempts that have not ended, of
-// jobs and of drafts, artifacts a record of an active context refers to.
+// jobs and of drafts, artifacts a record of an active context refers to,
+// history originals no normal summary covers or a running child's grant
+// names.
 type Retention struct {
 	ArtifactDays int `toml:"artifact_days"` // remove unpinned artifacts older than this many days; 0: keep
 	ReleasesKeep int `toml:"releases_keep"` // keep this many newest releases beside the pinned ones; 0: keep all
+	// HistoryDays collects the content of history originals received more
+	// than this many days ago that a normal summary covers (the record, its
+	// place and its coverage stay, marked collected); 0: keep.
+	HistoryDays int `toml:"history_days"`
 }
 
 // Jobs is the [jobs] section: the limits of durable jobs. Each job runs in

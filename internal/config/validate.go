@@ -64,6 +64,9 @@ func validate(name string, index *keyIndex, f *File) []*Error {
 	if f.Retention.ArtifactDays < 0 {
 		v.fail("retention.artifact_days", fmt.Sprintf("%d is negative; 0 keeps every artifact", f.Retention.ArtifactDays), "retention")
 	}
+	if f.Retention.HistoryDays < 0 {
+		v.fail("retention.history_days", fmt.Sprintf("%d is negative; 0 keeps every original", f.Retention.HistoryDays), "retention")
+	}
 	if f.Retention.ReleasesKeep < 0 {
 		v.fail("retention.releases_keep", fmt.Sprintf("%d is negative; 0 keeps every release", f.Retention.ReleasesKeep), "retention")
 	}

@@ -21,6 +21,10 @@ type GCResult struct {
 	Removed []store.TombstoneRecord `json:"removed"`
 	Pinned  map[string][]string     `json:"pinned_releases"` // release → why it stays
 	Bytes   int64                   `json:"bytes_freed"`
+	// History is what [retention] history_days collected of the history
+	// originals in this run: records and bytes of content (space inside
+	// runtime.sqlite that new records reuse; the file does not shrink).
+	History store.CollectedHistory `json:"history_collected"`
 }
 
 // maxDraftRecord bounds a draft.json read for its parent release.
@@ -73,6 +77,7 @@ func Collect(ctx context.Context, st *store.Store, r config.Retention, now time.
 			if err := ctx.Err(); err != nil {
 				return res, err
 			}
+			t0 := time.Now()
 			reason := fmt.Sprintf("retention.artifact_days = %d: older, and no record of an active context refers to it", r.ArtifactDays)
 			record := func() error {
 				return st.Write(ctx, func(tx *store.Tx) error { return tx.Tombstone("artifact", a.SHA256, a.Size, reason) })
@@ -100,6 +105,18 @@ func Collect(ctx context.Context, st *store.Store, r config.Retention, now time.
 			if opts.Freed != nil {
 				opts.Freed(a.Size)
 			}
+			if opts.Artifacts != nil { // online: leave the writer free half the time
+				if err := sleepCtx(ctx, min(time.Since(t0), 50*time.Millisecond)); err != nil {
+					return res, err
+				}
+			}
+		}
+	}
+	if r.HistoryDays > 0 {
+		h, err := collectHistory(ctx, st, r.HistoryDays, now)
+		res.History = h
+		if err != nil {
+			return res, err
 		}
 	}
 	if r.ReleasesKeep > 0 {

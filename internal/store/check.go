@@ -59,6 +59,19 @@ var invariants = []struct {
 	{"jobs", "a job succeeded or failed without ever running",
 		`SELECT 'job ' || id || ' (' || state || ')' FROM jobs WHERE state IN ('succeeded', 'failed') AND runs = 0`,
 		"its outcome has no run behind it; " + restoreFix},
+	{"history", "a collected record has no normal summary covering it wholly",
+		`SELECT 'e' || e.id FROM events e WHERE e.collected_at IS NOT NULL AND (
+		   NOT EXISTS (SELECT 1 FROM context_items c WHERE c.event_id = e.id)
+		   OR EXISTS (SELECT 1 FROM context_items c WHERE c.event_id = e.id AND NOT EXISTS (
+		     SELECT 1 FROM summary_children k JOIN summaries m ON m.id = k.summary_id WHERE k.item_id = c.id AND m.kind = 'normal')))`,
+		"its original is gone and nothing stands for it; " + restoreFix},
+	{"history", "a collected record still holds content",
+		`SELECT 'e' || id FROM events WHERE collected_at IS NOT NULL
+		   AND content <> json_object('collected', json_object('at', collected_at, 'reason', collected_reason))`,
+		"it was written past the schema's trigger; " + restoreFix},
+	{"history", "a collected record is still in the search index",
+		`SELECT 'e' || e.id FROM events e JOIN history_fts f ON f.rowid = e.id WHERE e.collected_at IS NOT NULL`,
+		"its text is still searchable; " + restoreFix},
 	{"releases", "a session's active release is not recorded",
 		`SELECT 'session ' || id FROM sessions WHERE policy_revision <> '' AND policy_revision NOT IN (SELECT id FROM behavior_releases)`,
 		"activate a recorded release (klbr-core activate) or " + restoreFix},
@@ -109,7 +122,7 @@ func (s *Store) CheckDB(ctx context.Context) ([]Finding, error) {
 	for _, inv := range invariants {
 		rows, err := s.rdb.QueryContext(ctx, inv.query)
 		if err != nil {
-			if strings.Contains(err.Error(), "no such table") {
+			if strings.Contains(err.Error(), "no such table") || strings.Contains(err.Error(), "no such column") {
 				continue // an older schema: the family is not there yet
 			}
 			return nil, fmt.Errorf("check %s: %w", inv.check, err)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -18,7 +19,9 @@ type ConversationMessage struct {
 	Mode      string          `json:"mode,omitempty"` // dm, mention (directed) or ambient
 	MessageID string          `json:"message_id,omitempty"`
 	Content   json.RawMessage `json:"content,omitempty"` // the input event's content (its text)
-	ItemID    int64           `json:"item_id,omitempty"`
+	// Collected is set when retention collected the message's original.
+	Collected *Collection `json:"collected,omitempty"`
+	ItemID    int64       `json:"item_id,omitempty"`
 	// Out: an effect.
 	EffectID       int64  `json:"effect_id,omitempty"`
 	Kind           string `json:"kind,omitempty"`  // send, react
@@ -44,13 +47,13 @@ func (s *Store) ConversationLog(ctx context.Context, ref string, limit int) (Con
 	limit = min(max(limit, 1), MaxConversationPage)
 	rows, err := s.rdb.QueryContext(ctx, `SELECT * FROM (
 		SELECT i.received_at AS at, 0 AS out, i.id, i.author, m.mode, m.message_id, e.content, coalesce(a.id, 0),
-			0, '', '', '', '', 0, '', '', ''
+			0, '', '', '', '', 0, '', '', '', e.collected_at, e.collected_reason, e.collected_bytes
 		FROM discord_messages m JOIN inputs i ON i.id = m.input_id JOIN events e ON e.id = i.event_id
 		LEFT JOIN attention_items a ON a.input_id = m.input_id
 		WHERE m.conversation_id = ? AND m.mode <> 'gap'
 		UNION ALL
 		SELECT o.created_at, 1, 0, '', '', o.message_id, '', 0,
-			o.id, o.kind, o.state, o.text, o.emoji, o.reply_reference, o.error_code, o.error, o.evidence
+			o.id, o.kind, o.state, o.text, o.emoji, o.reply_reference, o.error_code, o.error, o.evidence, NULL, '', 0
 		FROM discord_outbox o WHERE o.conversation_id = ?
 		ORDER BY 1 DESC, 2 DESC, 3 DESC, 9 DESC LIMIT ?) ORDER BY 1, 2, 3, 9`, c.ID, c.ID, limit)
 	if err != nil {
@@ -61,15 +64,19 @@ func (s *Store) ConversationLog(ctx context.Context, ref string, limit int) (Con
 	for rows.Next() {
 		var m ConversationMessage
 		var at, isOut, reply int64
-		var content string
+		var content, reason string
+		var collected sql.NullInt64
+		var collectedBytes int64
 		if err := rows.Scan(&at, &isOut, &m.InputID, &m.Author, &m.Mode, &m.MessageID, &content, &m.ItemID,
-			&m.EffectID, &m.Kind, &m.State, &m.Text, &m.Emoji, &reply, &m.ErrorCode, &m.Error, &m.Evidence); err != nil {
+			&m.EffectID, &m.Kind, &m.State, &m.Text, &m.Emoji, &reply, &m.ErrorCode, &m.Error, &m.Evidence,
+			&collected, &reason, &collectedBytes); err != nil {
 			return c, nil, fmt.Errorf("conversation log: %w", err)
 		}
 		m.At = time.UnixMilli(at)
 		m.ReplyReference = reply == 1
 		if isOut == 0 {
 			m.Content = json.RawMessage(content)
+			m.Collected = collection(collected, reason, collectedBytes)
 		}
 		out = append(out, m)
 	}

@@ -81,7 +81,8 @@ type ActiveContext struct {
 // contextEntriesQuery reads the session's version and its entries in one
 // statement: a row with a NULL position when there are none.
 const contextEntriesQuery = `SELECT v.version, x.position, c.id, c.role, e.kind, COALESCE(c.call_id, ''), e.content,
-		d.alias, d.kind, d.name, m.mode, m.message_id, a.id, x.summary_id, ` + attachmentsExpr + `, i.id
+		d.alias, d.kind, d.name, m.mode, m.message_id, a.id, x.summary_id, ` + attachmentsExpr + `, i.id,
+		e.collected_at, COALESCE(e.collected_reason, ''), COALESCE(e.collected_bytes, 0)
 	FROM (SELECT context_version AS version FROM sessions WHERE id = ?1) v
 	LEFT JOIN context_entries x ON x.session_id = ?1 AND x.context_epoch = ?2 AND x.position > ?3
 	LEFT JOIN context_items c ON c.id = x.item_id
@@ -123,7 +124,11 @@ func scanEntries(ctx context.Context, q querier, session string, epoch, after in
 		var v int64
 		var pos, id, item, summary, input sql.NullInt64
 		var role, kind, call, content, alias, dkind, name, mode, msg, att sql.NullString
-		if err := rows.Scan(&v, &pos, &id, &role, &kind, &call, &content, &alias, &dkind, &name, &mode, &msg, &item, &summary, &att, &input); err != nil {
+		var collected sql.NullInt64
+		var reason string
+		var collectedBytes int64
+		if err := rows.Scan(&v, &pos, &id, &role, &kind, &call, &content, &alias, &dkind, &name, &mode, &msg, &item, &summary, &att, &input,
+			&collected, &reason, &collectedBytes); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("active context: %w", err)
 		}
@@ -138,7 +143,8 @@ func scanEntries(ctx context.Context, q querier, session string, epoch, after in
 			e.Summary = &Summary{ID: summary.Int64}
 			sums = append(sums, len(out))
 		} else {
-			c := &ContextItem{ID: id.Int64, Role: role.String, Kind: kind.String, CallID: call.String, Content: json.RawMessage(content.String)}
+			c := &ContextItem{ID: id.Int64, Role: role.String, Kind: kind.String, CallID: call.String, Content: json.RawMessage(content.String),
+				Collected: collection(collected, reason, collectedBytes)}
 			if alias.Valid {
 				c.Discord = &DiscordSource{Alias: alias.String, Kind: dkind.String, Name: name.String, Mode: mode.String,
 					MessageID: msg.String, Item: item.Int64, Attachments: parseAttachments(att.String), InputID: input.Int64}

@@ -194,10 +194,11 @@ type indexedEvent struct {
 	id            int64
 	session, lane string
 	content       string
+	collected     bool // retention collected its original: not indexed
 }
 
 // eventsAfterQuery reads the records after an event id, in order, bounded.
-const eventsAfterQuery = `SELECT e.id, e.session_id, i.lane, e.content FROM events e
+const eventsAfterQuery = `SELECT e.id, e.session_id, i.lane, e.content, e.collected_at IS NOT NULL FROM events e
 	JOIN session_items i ON i.event_id = e.id WHERE e.id > ? ORDER BY e.id LIMIT ?`
 
 func scanIndexed(rows *sql.Rows, err error) ([]indexedEvent, error) {
@@ -208,7 +209,7 @@ func scanIndexed(rows *sql.Rows, err error) ([]indexedEvent, error) {
 	var out []indexedEvent
 	for rows.Next() {
 		var e indexedEvent
-		if err := rows.Scan(&e.id, &e.session, &e.lane, &e.content); err != nil {
+		if err := rows.Scan(&e.id, &e.session, &e.lane, &e.content, &e.collected); err != nil {
 			return nil, fmt.Errorf("history index: %w", err)
 		}
 		out = append(out, e)
@@ -219,7 +220,7 @@ func scanIndexed(rows *sql.Rows, err error) ([]indexedEvent, error) {
 // ftsRow is one record's row of the index, or ok false for a record that
 // is not indexed (a notice).
 func ftsRow(e indexedEvent) (text, meta string, ok bool) {
-	if Lane(e.lane) == LaneNotice {
+	if Lane(e.lane) == LaneNotice || e.collected {
 		return "", "", false
 	}
 	text, conv := searchText(e.content)

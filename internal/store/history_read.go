@@ -55,6 +55,9 @@ type Described struct {
 	// (empty while it is in the active context as itself).
 	Epoch     *int64 `json:"context_epoch,omitempty"`
 	CoveredBy string `json:"covered_by,omitempty"`
+	// Collected is set when retention collected the record's original
+	// (its content is gone; CoveredBy is the summary that stands for it).
+	Collected *Collection `json:"collected,omitempty"`
 	// A summary's coverage.
 	Summary *Summary `json:"summary,omitempty"`
 	// An artifact's.
@@ -78,10 +81,15 @@ func (s *Store) Describe(ctx context.Context, ref string) (Described, error) {
 		var epoch sql.NullInt64
 		var cover sql.NullInt64
 		var scope sql.NullString
+		var collected sql.NullInt64
+		var reason string
+		var collectedBytes int64
 		err := s.rdb.QueryRowContext(ctx, `SELECT e.session_id, e.kind, i.lane, e.received_at, length(CAST(e.content AS BLOB)),
-				c.context_epoch, c.scope, (SELECT summary_id FROM summary_children WHERE item_id = c.id)
+				c.context_epoch, c.scope, (SELECT summary_id FROM summary_children WHERE item_id = c.id),
+				e.collected_at, e.collected_reason, e.collected_bytes
 			FROM events e JOIN session_items i ON i.event_id = e.id
-			LEFT JOIN context_items c ON c.event_id = e.id WHERE e.id = ?`, p.Event).Scan(&d.Session, &d.Kind, &d.Lane, &at, &size, &epoch, &scope, &cover)
+			LEFT JOIN context_items c ON c.event_id = e.id WHERE e.id = ?`, p.Event).Scan(&d.Session, &d.Kind, &d.Lane, &at, &size, &epoch, &scope, &cover,
+			&collected, &reason, &collectedBytes)
 		if errors.Is(err, sql.ErrNoRows) {
 			return d, fmt.Errorf("%w: %s", ErrUnknownRef, ref)
 		}
@@ -89,6 +97,9 @@ func (s *Store) Describe(ctx context.Context, ref string) (Described, error) {
 			return d, fmt.Errorf("describe %s: %w", ref, err)
 		}
 		d.Type, d.At, d.Size = "record", time.UnixMilli(at), size
+		if d.Collected = collection(collected, reason, collectedBytes); d.Collected != nil {
+			d.Size = 0 // nothing of the original is left to read
+		}
 		if epoch.Valid {
 			d.Epoch = &epoch.Int64
 			d.Scopes = []string{scope.String}
@@ -153,6 +164,12 @@ func (s *Store) Original(ctx context.Context, ref string) (Original, error) {
 		}
 		o.Content = json.RawMessage(content)
 		o.Text = principalText(d.Kind, content)
+		if d.Collected != nil {
+			o.Text = d.Collected.Text()
+			if d.CoveredBy != "" {
+				o.Text += "; " + d.CoveredBy + " is the summary that covers it"
+			}
+		}
 	case p.Summary != 0:
 		o.Text = d.Summary.Text
 	}

@@ -33,6 +33,9 @@ type Record struct {
 	OccurredAt time.Time       `json:"occurred_at"`
 	ReceivedAt time.Time       `json:"received_at"`
 	Content    json.RawMessage `json:"content"`
+	// Collected is set when retention collected the original: Content is
+	// then only a stub that says so.
+	Collected *Collection `json:"collected,omitempty"`
 }
 
 // appendItem stores an event once and places it in the session's order.
@@ -63,7 +66,8 @@ func (s *Store) Records(ctx context.Context, session string, since int64, limit 
 		limit = MaxRecordsPage
 	}
 	rows, err := s.rdb.QueryContext(ctx, `
-		SELECT si.seq, e.id, si.session_id, si.lane, e.kind, si.at, e.occurred_at, e.received_at, e.content
+		SELECT si.seq, e.id, si.session_id, si.lane, e.kind, si.at, e.occurred_at, e.received_at, e.content,
+			e.collected_at, e.collected_reason, e.collected_bytes
 		FROM session_items si JOIN events e ON e.id = si.event_id
 		WHERE si.session_id = ? AND si.seq > ?
 		ORDER BY si.seq LIMIT ?`, session, since, limit)
@@ -75,12 +79,15 @@ func (s *Store) Records(ctx context.Context, session string, since int64, limit 
 	for rows.Next() {
 		var r Record
 		var at, occ, rec int64
-		var content string
-		if err := rows.Scan(&r.Seq, &r.ID, &r.Session, &r.Lane, &r.Kind, &at, &occ, &rec, &content); err != nil {
+		var content, reason string
+		var collected sql.NullInt64
+		var bytes int64
+		if err := rows.Scan(&r.Seq, &r.ID, &r.Session, &r.Lane, &r.Kind, &at, &occ, &rec, &content, &collected, &reason, &bytes); err != nil {
 			return nil, fmt.Errorf("read records: %w", err)
 		}
 		r.At, r.OccurredAt, r.ReceivedAt = time.UnixMilli(at), time.UnixMilli(occ), time.UnixMilli(rec)
 		r.Content = json.RawMessage(content)
+		r.Collected = collection(collected, reason, bytes)
 		out = append(out, r)
 	}
 	return out, rows.Err()

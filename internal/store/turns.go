@@ -514,6 +514,11 @@ type ContextItem struct {
 	Kind    string // the event's kind
 	CallID  string
 	Content json.RawMessage
+	// Collected is set when retention collected the original (Content is a
+	// stub). Migration 0025 collects only what a summary covers, which
+	// never returns to an active context, so the turn loop should not meet
+	// one; it renders it as collected if it does.
+	Collected *Collection
 	// Discord is where a Discord input came from, for the model to address
 	// it (nil for other items).
 	Discord *DiscordSource
@@ -538,7 +543,8 @@ type DiscordSource struct {
 // after (0: from the start), in order.
 func (s *Store) Context(ctx context.Context, session string, epoch, after int64) ([]ContextItem, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT c.id, c.role, e.kind, COALESCE(c.call_id, ''), e.content,
-			d.alias, d.kind, d.name, m.mode, m.message_id, a.id, `+attachmentsExpr+`
+			d.alias, d.kind, d.name, m.mode, m.message_id, a.id, `+attachmentsExpr+`,
+			e.collected_at, e.collected_reason, e.collected_bytes
 		FROM context_items c JOIN events e ON e.id = c.event_id
 		LEFT JOIN inputs i ON c.role = 'input' AND i.event_id = c.event_id
 		LEFT JOIN discord_messages m ON m.input_id = i.id
@@ -554,11 +560,15 @@ func (s *Store) Context(ctx context.Context, session string, epoch, after int64)
 		var c ContextItem
 		var content string
 		var alias, kind, name, mode, msg, att sql.NullString
-		var item sql.NullInt64
-		if err := rows.Scan(&c.ID, &c.Role, &c.Kind, &c.CallID, &content, &alias, &kind, &name, &mode, &msg, &item, &att); err != nil {
+		var item, collected sql.NullInt64
+		var reason string
+		var collectedBytes int64
+		if err := rows.Scan(&c.ID, &c.Role, &c.Kind, &c.CallID, &content, &alias, &kind, &name, &mode, &msg, &item, &att,
+			&collected, &reason, &collectedBytes); err != nil {
 			return nil, fmt.Errorf("context: %w", err)
 		}
 		c.Content = json.RawMessage(content)
+		c.Collected = collection(collected, reason, collectedBytes)
 		if alias.Valid {
 			c.Discord = &DiscordSource{Alias: alias.String, Kind: kind.String, Name: name.String, Mode: mode.String,
 				MessageID: msg.String, Item: item.Int64, Attachments: parseAttachments(att.String)}

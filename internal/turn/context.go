@@ -174,6 +174,25 @@ func (t *transcript) add(e store.Entry) {
 		return
 	}
 	it := e.Item
+	if it.Collected != nil {
+		// Only what a summary covers is collected, and that never returns
+		// to an active context; should one come, it says what it was.
+		text := "[klbr record " + it.Kind + ": " + it.Collected.Text() + "]"
+		switch it.Role {
+		case "tool":
+			if i, ok := t.open[it.CallID]; ok {
+				delete(t.open, it.CallID)
+				te.answers = it.CallID
+				m := provider.Message{Role: "tool", ToolCallID: it.CallID, Content: text}
+				b, _ := json.Marshal(m)
+				t.bytes += len(b) - t.sizes[i]
+				t.msgs[i], t.sizes[i] = m, len(b)
+			}
+		default:
+			t.push(provider.Message{Role: "user", Content: text})
+		}
+		return
+	}
 	switch it.Role {
 	case "input":
 		te.input, te.discord = true, it.Discord

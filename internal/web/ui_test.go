@@ -2,6 +2,8 @@ package web
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -280,6 +282,97 @@ func TestBrowserLinksTraces(t *testing.T) {
 			if tc.wantHref != "" && (got["target"] != "_blank" || got["rel"] != "noopener noreferrer") {
 				t.Errorf("the link opens as %v", got)
 			}
+			// The conversation view: the work block links each attempt's
+			// trace without being opened.
+			if err := chromedp.Do(ctx,
+				chromedp.Navigate(h.http.URL+"/?token="+testToken),
+				chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
+			); err != nil {
+				t.Fatal(err)
+			}
+			if err := poll(ctx, `document.querySelectorAll('article.entry.work').length === 1`); err != nil {
+				t.Fatal(err)
+			}
+			conv := eval[map[string]any](t, ctx, `(() => { const w = document.querySelector('article.entry.work');
+				const a = w.querySelector('.work-traces .trace a');
+				return {traces: w.querySelectorAll('.work-traces .trace').length, open: w.classList.contains('open'),
+				        text: (w.querySelector('.work-traces') || {}).innerText || "", href: a ? a.href : ""}; })()`)
+			if conv["traces"] != 1.0 || conv["open"] != false || conv["text"] != "attempt 3 · trace "+id || conv["href"] != tc.wantHref {
+				t.Errorf("the conversation's work block shows %v, want attempt 3's trace linking %q", conv, tc.wantHref)
+			}
 		})
+	}
+}
+
+// Records whose originals retention collected read as collected, with
+// the date and the reason, in the conversation (an input, a work block's
+// step and a cell's outcome) and in the lanes; never as empty text or as
+// the stub's JSON.
+func TestBrowserShowsCollectedRecords(t *testing.T) {
+	h := start(t)
+	ctx := browserCtx(t)
+	h.rawRecords(t,
+		rawRecord{store.LaneInput, "operator.input", map[string]any{"text": "kept input", "source_kind": "operator"}},
+		rawRecord{store.LaneScratchpad, "scratchpad", map[string]any{"attempt": 1, "step": 1, "text": "kept step", "tool_calls": []any{}}},
+		rawRecord{store.LaneCell, "cell.started", map[string]any{"code": "print(1)", "generation": 1, "tool_call_id": "c1"}},
+		rawRecord{store.LaneCell, "cell.finished", map[string]any{"status": "ok", "generation": 1, "tool_call_id": "c1"}},
+	)
+	// Collect the input, the step and the cell's outcome as migration 0025
+	// does (a raw record has no summary, so the schema's trigger is lifted
+	// for the test's one transaction).
+	db, err := sql.Open("sqlite3", "file:"+filepath.Join(h.dir, store.FileName)+"?_busy_timeout=10000&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	at := time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC).UnixMilli()
+	const reason = "retention.history_days = 90: test"
+	for _, q := range []string{`DROP TRIGGER events_append_only_update`,
+		fmt.Sprintf(`UPDATE events SET content = json_object('collected', json_object('at', %d, 'reason', '%s')),
+			collected_at = %d, collected_reason = '%s', collected_bytes = 10 WHERE kind IN ('operator.input', 'scratchpad', 'cell.finished')`, at, reason, at, reason)} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const want = "collected by retention on 2026-01-02: " + reason
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(h.http.URL+"/?token="+testToken),
+		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, `document.querySelectorAll('article.entry').length >= 2`); err != nil {
+		t.Fatal(err)
+	}
+	// Open the work block.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`article.entry.work .work-head`))); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, `document.querySelectorAll('article.entry.work .collected-note').length === 2`); err != nil {
+		t.Fatalf("the opened work block: %v\n%s", err, eval[string](t, ctx, `document.querySelector('article.entry.work').innerText`))
+	}
+	conv := eval[map[string]string](t, ctx, `({input: document.querySelector('article.entry.msg.in').innerText,
+		work: document.querySelector('article.entry.work').innerText})`)
+	if !strings.Contains(conv["input"], want) || strings.Contains(conv["input"], `"collected"`) {
+		t.Errorf("the conversation's input: %q", conv["input"])
+	}
+	if strings.Count(conv["work"], want) != 2 || !strings.Contains(conv["work"], "print(1)") || strings.Contains(conv["work"], `"collected"`) ||
+		strings.Contains(conv["work"], "running") {
+		t.Errorf("the conversation's work block: %q", conv["work"])
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(h.http.URL+"/?view=lanes&token="+testToken),
+		chromedp.WaitVisible(chromedp.CSS(`#h-conn[data-state="live"]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, `document.querySelectorAll('.collected-note').length === 3 && !document.querySelector('#lane-cell .outcome.running')`); err != nil {
+		t.Fatalf("lanes: %v", err)
+	}
+	for _, lane := range []string{"input", "scratchpad", "cell"} {
+		got := eval[string](t, ctx, `document.querySelector('#lane-`+lane+` .items').innerText`)
+		if !strings.Contains(got, want) {
+			t.Errorf("lane %s: %q", lane, got)
+		}
 	}
 }

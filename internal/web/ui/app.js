@@ -173,6 +173,23 @@ function partialCode(args) {
 
 // --- records --------------------------------------------------------------
 
+// collectedText says that retention collected a record's original: its
+// place stays, its content is gone (the summary that covers it stands for
+// it). Never shown as empty text.
+function collectedText(r) {
+  const k = r.collected || {};
+  const d = new Date(k.at);
+  const day = isNaN(d) ? String(k.at || "?") : d.toISOString().slice(0, 10);
+  return `collected by retention on ${day}${k.reason ? ": " + k.reason : ""}`;
+}
+
+function renderCollected(r) {
+  const e = el("div", "record collected");
+  e.appendChild(meta(r));
+  e.appendChild(el("div", "text collected-note", collectedText(r)));
+  return e;
+}
+
 function meta(r, extra) {
   return el("div", "meta", `#${r.seq} · ${r.kind} · ${clock(r.at)}${extra ? " · " + extra : ""}`);
 }
@@ -263,6 +280,7 @@ const STATUS_TEXT = { ok: "ok", error: "error", cancelled: "cancelled", yielded:
 
 function fillOutcome(box, r, c) {
   box.textContent = "";
+  if (r.collected) { box.appendChild(el("div", "collected-note", collectedText(r))); return; }
   const status = c.status || "unknown";
   box.appendChild(el("span", `outcome ${status}`, STATUS_TEXT[status] || status));
   if (c.reset) box.appendChild(el("span", "meta", " · kernel reset"));
@@ -306,12 +324,13 @@ function renderCellFinished(r, c) {
   // A cell that answers a tool call closes the started cell of that call;
   // otherwise cells run one at a time per session, and the finished record
   // closes the oldest open cell of its generation.
+  // A collected outcome has lost its keys: it closes the oldest open cell.
   let i = c.tool_call_id ? openCells.findIndex((x) => x.call === c.tool_call_id) : -1;
-  if (i < 0) i = openCells.findIndex((x) => x.gen === c.generation && (!c.tool_call_id || !x.call));
+  if (i < 0) i = r.collected ? (openCells.length ? 0 : -1) : openCells.findIndex((x) => x.gen === c.generation && (!c.tool_call_id || !x.call));
   if (i >= 0) {
     const { node, out } = openCells.splice(i, 1)[0];
     fillOutcome(out, r, c); // renderAll keeps a lane at its bottom
-    node.classList.add("finished", `st-${c.status || "unknown"}`);
+    node.classList.add("finished", `st-${c.status || (r.collected ? "collected" : "unknown")}`);
     node.querySelector(".meta").textContent += ` · #${r.seq} ${r.kind}`;
     return null;
   }
@@ -465,7 +484,8 @@ function ingest(r) {
 // render places one record in its lane.
 function render(r, c, preview) {
   let node = null, replace = null;
-  if (r.lane === "input") node = renderInput(r, c);
+  if (r.collected && r.kind !== "cell.finished") node = renderCollected(r);
+  else if (r.lane === "input") node = renderInput(r, c);
   else if (r.lane === "scratchpad" && r.kind === "scratchpad") {
     node = renderScratchpad(r, c);
     if (preview && preview.node.isConnected) replace = preview.node;

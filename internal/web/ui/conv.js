@@ -184,7 +184,8 @@ function convAdd(r, c) {
   }
   if (r.kind === "cell.finished") {
     let i = c.tool_call_id ? conv.openCells.findIndex((x) => x.call === c.tool_call_id) : -1;
-    if (i < 0) i = conv.openCells.findIndex((x) => x.gen === c.generation && (!c.tool_call_id || !x.call));
+    // A collected outcome has lost its keys: it closes the oldest open cell.
+    if (i < 0) i = r.collected ? (conv.openCells.length ? 0 : -1) : conv.openCells.findIndex((x) => x.gen === c.generation && (!c.tool_call_id || !x.call));
     if (i >= 0) {
       const o = conv.openCells.splice(i, 1)[0];
       o.item.fin = { r, c };
@@ -241,7 +242,8 @@ function convInput(e) {
   const box = entryBox("msg in" + (discord ? " discord" : "") + (host ? " host" : ""), `${label}, ${clock(r.at)}`);
   const b = el("div", "bubble");
   b.appendChild(el("div", "who", `${who} · ${clock(r.at)}`));
-  b.appendChild(el("div", "text", typeof c.text === "string" ? c.text : JSON.stringify(c)));
+  if (r.collected) b.appendChild(el("div", "text collected-note", collectedText(r)));
+  else b.appendChild(el("div", "text", typeof c.text === "string" ? c.text : JSON.stringify(c)));
   box.appendChild(b);
   box.dataset.id = r.id; box.dataset.kind = r.kind;
   return box;
@@ -265,7 +267,8 @@ function convSpeech(e) {
   const box = entryBox(`msg out st-${state}`, `agent ${discord ? "to Discord " + (c.conversation || "") : "message"}, ${label}, ${clock(r.at)}`);
   const b = el("div", "bubble");
   b.appendChild(el("div", "who", `agent${discord ? " → Discord " + (c.conversation || "") : ""} · ${clock(r.at)}`));
-  if (r.kind.startsWith("discord.react.")) b.appendChild(el("div", "text", `reaction ${c.emoji || "?"}${c.target_message_id ? " on message " + c.target_message_id : ""}`));
+  if (r.collected) b.appendChild(el("div", "text collected-note", collectedText(r)));
+  else if (r.kind.startsWith("discord.react.")) b.appendChild(el("div", "text", `reaction ${c.emoji || "?"}${c.target_message_id ? " on message " + c.target_message_id : ""}`));
   else b.appendChild(renderMarkdown(c.text ?? ""));
   const foot = el("div", "receipt");
   foot.appendChild(badge(label, state === "sent" ? "ok" : "warn"));
@@ -326,6 +329,21 @@ function convWork(e) {
   // Opening a block keeps it where it is (the list stops following the bottom).
   head.addEventListener("click", () => { e.open = !e.open; conv.list.stick = false; conv.list.changed(e); });
   box.appendChild(head);
+  // Each attempt of the block links its trace, opened or not.
+  const traces = new Map();
+  for (const it of e.items) {
+    const id = it.c && it.c.trace_id;
+    if (it.r.kind === "scratchpad" && typeof id === "string" && /^[0-9a-f]{32}$/.test(id) && !traces.has(id)) traces.set(id, it.c.attempt);
+  }
+  if (traces.size) {
+    const tb = el("div", "work-traces");
+    for (const [id, attempt] of traces) {
+      const t = traceRef(id);
+      t.firstChild.textContent = `attempt ${attempt ?? "?"} · trace `;
+      tb.appendChild(t);
+    }
+    box.appendChild(tb);
+  }
   if (!e.open) {
     // The gist without opening it: the last scratchpad text, one line.
     const last = [...e.items].reverse().find((it) => it.r.kind === "scratchpad" && typeof it.c.text === "string" && it.c.text.trim());
@@ -343,13 +361,14 @@ function convWork(e) {
 function workItem(it) {
   const { r, c } = it;
   let n;
-  if (r.kind === "scratchpad") n = renderScratchpad(r, c, true);
+  if (r.collected) n = renderCollected(r);
+  else if (r.kind === "scratchpad") n = renderScratchpad(r, c, true);
   else if (r.kind === "cell.started") {
     n = renderCellStarted(r, c, false);
     if (it.fin) {
       const out = n.querySelector(".cell-outcome");
       fillOutcome(out, it.fin.r, it.fin.c);
-      n.classList.add("finished", `st-${it.fin.c.status || "unknown"}`);
+      n.classList.add("finished", `st-${it.fin.c.status || (it.fin.r.collected ? "collected" : "unknown")}`);
     }
   } else if (r.kind === "cell.finished") n = renderCellFinished(r, c);
   else if (r.kind === "tool.unrun") n = renderToolUnrun(r, c);

@@ -305,7 +305,8 @@ async function openDiscord(alias, quiet) {
       const directed = m.mode === "dm" || m.mode === "mention";
       const row = el("div", `dmsg in ${directed ? "directed" : "ambient"}`);
       let text = "";
-      try { text = JSON.parse(JSON.stringify(m.content)).text || ""; } catch (_) { /* shown empty */ }
+      if (m.collected) text = collectedText(m);
+      else try { text = JSON.parse(JSON.stringify(m.content)).text || ""; } catch (_) { /* shown empty */ }
       const who = el("div", "who", `${m.author} · ${clock(Date.parse(m.at))} · `);
       who.appendChild(badge(directed ? (m.mode === "dm" ? "directed · DM" : "directed · mention") : "ambient", directed ? "warn" : ""));
       if (m.item_id) who.appendChild(el("span", "meta", ` item ${m.item_id}`));

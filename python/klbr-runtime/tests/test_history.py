@@ -41,6 +41,16 @@ class HistoryTest(peer.HostRequestsTest):
                                 ("history.children", {"ref": "s2"})])
         self.assertEqual(v, "('I told them', 's2', False, 'summary', ['e9'])")
 
+    def test_read_collected(self):
+        text = "collected by retention on 2026-01-02: retention.history_days = 90: test; s2 is the summary that covers it"
+        rec = {"ref": "e9", "type": "record", "kind": "scratchpad", "lane": "scratchpad", "at": "t", "size": 0,
+               "text": text, "content": {"collected": {"at": 1, "reason": "retention.history_days = 90: test"}},
+               "truncated": False, "covered_by": "s2",
+               "collected": {"at": "2026-01-02T00:00:00Z", "reason": "retention.history_days = 90: test", "bytes": 40}}
+        v, _ = self.value("rec = await history.read('e9')\n(str(rec), rec.collected['bytes'], rec.covered_by, '(collected)' in repr(rec))",
+                          [ok(rec)])
+        self.assertEqual(v, repr((text, 40, "s2", True)))
+
     def test_bad_arguments_raise_before_any_request(self):
         outcome, reqs = self.cell("await history.search('')", [])
         self.assertEqual(outcome["status"], "error")

@@ -71,7 +71,10 @@ class SearchResult:
 
 class Record:
     """An exact original: ``text``, ``content``, ``truncated``, and what
-    ``describe`` says of it (``ref``, ``type``, ``kind``, ``lane``, ``at``...)."""
+    ``describe`` says of it (``ref``, ``type``, ``kind``, ``lane``, ``at``...).
+    ``collected`` is set ({"at", "reason", "bytes"}) when retention collected
+    the original: ``text`` then says so and ``covered_by`` is the summary
+    that stands for it."""
 
     def __init__(self, r):
         self.raw = r
@@ -80,12 +83,15 @@ class Record:
         self.text, self.content = r.get("text", ""), r.get("content")
         self.truncated, self.offset = bool(r.get("truncated")), r.get("offset", 0)
         self.covered_by = r.get("covered_by")
+        self.collected = r.get("collected")
 
     def __str__(self):
         return self.text
 
     def __repr__(self):
         cut = " (truncated)" if self.truncated else ""
+        if self.collected:
+            cut += " (collected)"
         return f"<{self.ref} {self.type} {self.kind} {self.at}{cut}>\n{self.text}"
 
 
