@@ -9,7 +9,7 @@ import (
 )
 
 // Retention of history originals ([retention] history_days, migration
-// 0025). An original is collected only when a normal summary covers every
+// 0026). An original is collected only when a normal summary covers every
 // context item it has (what the agent has a summary of), it is older than
 // the cutoff, and no running child's grant names it; its row, ids, place
 // and coverage stay, its content becomes a stub, and the search index
@@ -179,7 +179,7 @@ func (s *Store) CollectableEvents(ctx context.Context, after, through int64, cut
 }
 
 // CollectEvent collects one original's content under reason: the row
-// stays, its content becomes a stub that says so (migration 0025's trigger
+// stays, its content becomes a stub that says so (migration 0026's trigger
 // checks it: a reader that knows nothing of collection still shows what
 // happened rather than empty text), and the search index forgets it.
 // It returns the bytes of content collected, 0 if it was collected before.

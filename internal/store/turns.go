@@ -515,7 +515,7 @@ type ContextItem struct {
 	CallID  string
 	Content json.RawMessage
 	// Collected is set when retention collected the original (Content is a
-	// stub). Migration 0025 collects only what a summary covers, which
+	// stub). Migration 0026 collects only what a summary covers, which
 	// never returns to an active context, so the turn loop should not meet
 	// one; it renders it as collected if it does.
 	Collected *Collection
