@@ -106,9 +106,14 @@ type daemon struct {
 	index    string
 	releases *behavior.Releases
 	deltas   *live.Hub        // token deltas of model steps, best-effort
-	turns    *turn.Loop       // nil when the agent does not run
-	routes   *provider.Router // the turns' routes; nil when the agent does not run
-	meter    *spend.Meter     // spend caps and reservations; nil when the agent does not run
+	// turns, routes and meter are nil until the agent runs: set once,
+	// at the start or at the reload that first gives it a route (startTurns),
+	// never unset. Read them through turnLoop, routeTable and spendMeter.
+	turns  atomic.Pointer[turn.Loop]       // the sessions' turn loop
+	routes atomic.Pointer[provider.Router] // the turns' routes
+	meter  atomic.Pointer[spend.Meter]     // spend caps and reservations
+	// agentFile is the klbr.toml the agent started with (reloadMu).
+	agentFile config.File
 	jobs     *jobs.Manager    // nil when cells cannot run
 	hosts    *hosts.Engine    // the worker hosts; nil when klbr.toml has none
 	agents   *agents.Agents   // child agents; nil when cells cannot run
@@ -251,9 +256,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if d.observers != nil {
 		defer d.observers.Close()
 	}
-	if d.turns != nil {
-		defer d.turns.Close()
-	}
+	defer func() {
+		if l := d.turnLoop(); l != nil { // started now or at a reload
+			l.Close()
+		}
+	}()
 
 	if err := ls.bindMissing(cfg, log); err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -412,6 +419,10 @@ func (d *daemon) serve(srv *http.Server, l net.Listener, failed chan<- error) {
 // accepted work is awaited.
 func (d *daemon) drain(timeout time.Duration, stopNow <-chan struct{}, ls *listeners, servers ...*http.Server) {
 	close(d.closing)
+	// A reload in progress finishes first (one that starts the agent
+	// publishes its turn loop, closed below); later ones see closing.
+	d.reloadMu.Lock()
+	d.reloadMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
 	d.notify.Stopping(d.drainStatus())
 	ls.stopAccepting()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -431,8 +442,8 @@ func (d *daemon) drain(timeout time.Duration, stopNow <-chan struct{}, ls *liste
 	}
 	stopExtending()
 	d.notify.Status("draining: stopping workers")
-	if d.turns != nil {
-		d.turns.Close() // a model request in flight is cut off and recorded as interrupted
+	if l := d.turnLoop(); l != nil {
+		l.Close() // a model request in flight is cut off and recorded as interrupted
 	}
 	if d.jobs != nil {
 		d.jobs.Close() // every local job's tree is killed (the next start reconciles them by policy); a job on a worker host runs on and is reattached at the next start
@@ -517,14 +528,14 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		st.WorkbenchHost = d.bench.RemoteHost()
 	}
 	st.Storage = d.store.Fault()
-	if d.routes != nil {
-		rest := d.routes.Resting()
+	if d.routeTable() != nil {
+		rest := d.routeTable().Resting()
 		for _, name := range slices.Sorted(maps.Keys(rest)) {
 			st.Routes = append(st.Routes, api.RouteStatus{Name: name, RestingSeconds: rest[name]})
 		}
 	}
-	if d.meter != nil {
-		ms := d.meter.State()
+	if d.spendMeter() != nil {
+		ms := d.spendMeter().State()
 		st.Spend = &ms
 		if st.PromptCache, err = d.promptCache(ctx); err != nil {
 			return api.Status{}, err
@@ -550,12 +561,12 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		}
 		ss := api.SessionStatus{Session: s, Pending: bySession[s.ID], Draining: d.sessions.Draining(s.ID), TurnStatus: turn,
 			Context: &api.ContextStatus{ContextStats: cs}}
-		if d.turns != nil {
-			ss.Retry = d.turns.Retry(s.ID)
+		if l := d.turnLoop(); l != nil {
+			ss.Retry = l.Retry(s.ID)
 			if h := d.spendHold(s.ID); h != nil {
 				ss.Retry = h
 			}
-			if st, ok := d.turns.ContextState(s.ID); ok {
+			if st, ok := l.ContextState(s.ID); ok {
 				ss.Context.ContextState = &st
 			}
 		}
