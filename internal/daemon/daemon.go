@@ -105,7 +105,7 @@ type daemon struct {
 	indexKey string
 	index    string
 	releases *behavior.Releases
-	deltas   *live.Hub        // token deltas of model steps, best-effort
+	deltas   *live.Hub // token deltas of model steps, best-effort
 	// turns, routes and meter are nil until the agent runs: set once,
 	// at the start or at the reload that first gives it a route (startTurns),
 	// never unset. Read them through turnLoop, routeTable and spendMeter.
@@ -114,9 +114,9 @@ type daemon struct {
 	meter  atomic.Pointer[spend.Meter]     // spend caps and reservations
 	// agentFile is the klbr.toml the agent started with (reloadMu).
 	agentFile config.File
-	jobs     *jobs.Manager    // nil when cells cannot run
-	hosts    *hosts.Engine    // the worker hosts; nil when klbr.toml has none
-	agents   *agents.Agents   // child agents; nil when cells cannot run
+	jobs      *jobs.Manager  // nil when cells cannot run
+	hosts     *hosts.Engine  // the worker hosts; nil when klbr.toml has none
+	agents    *agents.Agents // child agents; nil when cells cannot run
 	// observers runs the durable observers (nil when cells cannot run).
 	observers *observe.Runner
 	agentMu   sync.Mutex // guards agent

@@ -35,8 +35,8 @@ func (d *daemon) newMeter(ctx context.Context, cfg *config.Config) (*spend.Meter
 			return t.USD, t.Tokens, err
 		},
 		DefaultOut: cfg.File.Agent.Reserve(), Now: d.clock,
-		Warn:       func(cap string, used, limit float64) { d.spendWarning(cap, used, limit) },
-		Spent:      sink.spent})
+		Warn:  func(cap string, used, limit float64) { d.spendWarning(cap, used, limit) },
+		Spent: sink.spent})
 	if err != nil {
 		return nil, nil, err
 	}
