@@ -56,9 +56,12 @@ type Status struct {
 	// PlacementNotes says why earlier placement modes were skipped, and
 	// Workbench whether cells can run at all (and if not, why).
 	PlacementNotes []string `json:"placement_notes,omitempty"`
-	// Sandbox says what the workers run without here (Landlock ABI, uid, capabilities)
-	// and what is not enforced; empty when no workbench runs.
-	Sandbox   string `json:"sandbox,omitempty"`
+	// Sandbox says in one line what the workers run under here (Landlock
+	// ABI, uid, capabilities) and whether it is weaker than it could be;
+	// SandboxDetail is the paragraph: what is not enforced and what to do
+	// (doctor --verbose). Empty when no workbench runs.
+	Sandbox       string `json:"sandbox,omitempty"`
+	SandboxDetail string `json:"sandbox_detail,omitempty"`
 	Workbench string `json:"workbench"`
 	// WorkbenchHost names the worker host the root session's workbench runs on
 	// (KLBR_REMOTE_PLACEMENT, [agent] host); empty: here.
@@ -66,6 +69,9 @@ type Status struct {
 	// Agent says whether the turn loop runs: "route <name> (<model>)", or
 	// why not (no route configured, cells cannot run).
 	Agent string `json:"agent"`
+	// Config is the klbr.toml in force: read at the start or at the last
+	// reload that was not refused.
+	Config ConfigInForce `json:"config"`
 	// Storage is set while writes fail (a full disk, an I/O error, a
 	// read-only file system): new work waits until they succeed again.
 	Storage *store.Fault `json:"storage,omitempty"`
@@ -140,6 +146,15 @@ type SessionStatus struct {
 type ContextStatus struct {
 	store.ContextStats
 	*turn.ContextState
+}
+
+// ConfigInForce is the klbr.toml a running daemon read last.
+type ConfigInForce struct {
+	Path string `json:"path"`
+	// Digest is the hex SHA-256 of the bytes read; empty: no file was
+	// there (the defaults apply).
+	Digest string    `json:"digest"`
+	ReadAt time.Time `json:"read_at"`
 }
 
 // Compacted is a manual compaction's result.

@@ -119,8 +119,9 @@ type daemon struct {
 	agents    *agents.Agents // child agents; nil when cells cannot run
 	// observers runs the durable observers (nil when cells cannot run).
 	observers *observe.Runner
-	agentMu   sync.Mutex // guards agent
+	agentMu   sync.Mutex // guards agent, inForce
 	agent     string     // whether the agent runs and on which route, for status (agentState)
+	inForce   api.ConfigInForce
 
 	ingress *ingress.Server // the ingress API (klbr-discord)
 
@@ -190,6 +191,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		shutdown: make(chan struct{}), closing: make(chan struct{}),
 		notify: notify, statusPoke: make(chan struct{}, 1),
 		deltas: live.NewHub(), file: cfg.File,
+		inForce: api.ConfigInForce{Path: cfg.Paths.ConfigFile, Digest: cfg.Digest, ReadAt: opts.Clock()},
 		disk: diskuse.New(dir, cfg.File.Storage.MaxBytes, cfg.File.Storage.Resolved().WarnAt),
 	}
 	m := metrics.New(st, opts.Clock, log.With("component", "metrics"))
@@ -513,6 +515,7 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		Placement: "none",
 		Workbench: "ready",
 		Agent:     d.agentState(),
+		Config:    d.configInForce(),
 		Sessions:  make([]api.SessionStatus, 0, len(sessions)),
 	}
 	if d.placer != nil {
@@ -524,7 +527,7 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 	if d.benchErr != nil {
 		st.Workbench = "unavailable: " + d.benchErr.Error()
 	} else if d.bench != nil {
-		st.Sandbox = d.bench.Config().SandboxSummary
+		st.Sandbox, st.SandboxDetail = d.bench.Config().SandboxBrief, d.bench.Config().SandboxSummary
 		st.WorkbenchHost = d.bench.RemoteHost()
 	}
 	st.Storage = d.store.Fault()

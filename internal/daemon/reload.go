@@ -89,6 +89,9 @@ func (d *daemon) Reload(ctx context.Context) (api.Reloaded, error) {
 		out.Applied = append(out.Applied, "[retention]: `klbr-core gc` reads it at each run")
 	}
 	d.file = nf
+	d.agentMu.Lock()
+	d.inForce = api.ConfigInForce{Path: d.cfg.Paths.ConfigFile, Digest: next.Digest, ReadAt: d.clock()}
+	d.agentMu.Unlock()
 	out.Agent = d.agentState()
 	out.Seconds = d.clock().Sub(start).Seconds()
 	d.log.Info("klbr.toml reloaded", "applied", out.Applied, "restart", out.Restart, "agent", out.Agent, "took", d.clock().Sub(start).Round(time.Microsecond))
@@ -252,6 +255,14 @@ func (d *daemon) agentState() string {
 	d.agentMu.Lock()
 	defer d.agentMu.Unlock()
 	return d.agent
+}
+
+// configInForce is the klbr.toml the daemon read last (at the start, or
+// at the last reload that was not refused).
+func (d *daemon) configInForce() api.ConfigInForce {
+	d.agentMu.Lock()
+	defer d.agentMu.Unlock()
+	return d.inForce
 }
 
 func (d *daemon) setAgent(s string) {
