@@ -62,7 +62,7 @@ type Status struct {
 	// (doctor --verbose). Empty when no workbench runs.
 	Sandbox       string `json:"sandbox,omitempty"`
 	SandboxDetail string `json:"sandbox_detail,omitempty"`
-	Workbench string `json:"workbench"`
+	Workbench     string `json:"workbench"`
 	// WorkbenchHost names the worker host the root session's workbench runs on
 	// (KLBR_REMOTE_PLACEMENT, [agent] host); empty: here.
 	WorkbenchHost string `json:"workbench_host,omitempty"`

@@ -192,7 +192,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		notify: notify, statusPoke: make(chan struct{}, 1),
 		deltas: live.NewHub(), file: cfg.File,
 		inForce: api.ConfigInForce{Path: cfg.Paths.ConfigFile, Digest: cfg.Digest, ReadAt: opts.Clock()},
-		disk: diskuse.New(dir, cfg.File.Storage.MaxBytes, cfg.File.Storage.Resolved().WarnAt),
+		disk:    diskuse.New(dir, cfg.File.Storage.MaxBytes, cfg.File.Storage.Resolved().WarnAt),
 	}
 	m := metrics.New(st, opts.Clock, log.With("component", "metrics"))
 	d.metrics = m
