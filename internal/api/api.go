@@ -163,6 +163,11 @@ type Compacted struct {
 	Summary       string   `json:"summary"` // its ref, s<id>
 	Kind          string   `json:"kind"`    // normal, or degraded (a host stub)
 	Attempts      int      `json:"attempts"`
+	// TokensBefore and TokensAfter are the context's estimated size
+	// before and after: the measure Message, tail and the browser show.
+	TokensBefore int `json:"tokens_before"`
+	TokensAfter  int `json:"tokens_after"`
+	// SourceTokens and SummaryTokens are the run replaced and its summary.
 	SourceTokens  int      `json:"source_tokens"`
 	SummaryTokens int      `json:"summary_tokens"`
 	Problems      []string `json:"problems,omitempty"`
@@ -172,11 +177,11 @@ type Compacted struct {
 // NewCompacted describes a committed compaction for the operator.
 func NewCompacted(session string, res history.Result) Compacted {
 	ref := store.SummaryRef(res.Summary)
-	msg := fmt.Sprintf("compacted: summary %s (%s) replaces about %d tokens with about %d", ref, res.Kind, res.Source, res.Tokens)
+	msg := fmt.Sprintf("compacted: summary %s (%s); %s", ref, res.Kind, history.Measure(res.Before, res.After))
 	if res.Kind == store.SummaryDegraded && len(res.Problems) > 0 {
 		msg += "; the summarizer could not be used: " + res.Problems[len(res.Problems)-1]
 	}
-	return Compacted{Session: session, Summary: ref, Kind: res.Kind, Attempts: res.Attempts, SourceTokens: res.Source,
+	return Compacted{Session: session, Summary: ref, Kind: res.Kind, Attempts: res.Attempts, TokensBefore: res.Before, TokensAfter: res.After, SourceTokens: res.Source,
 		SummaryTokens: res.Tokens, Problems: res.Problems, Message: msg}
 }
 

@@ -183,6 +183,22 @@ func TestOperatorCompacts(t *testing.T) {
 	if err != nil || out.Kind != "normal" || out.Summary == "" || out.SummaryTokens >= out.SourceTokens {
 		t.Fatalf("compact: %+v %v", out, err)
 	}
+	// One measure, labelled, the same in the answer and the record tail and
+	// the browser show: the context's estimated size before and after.
+	notices := a.kinds(store.LaneNotice, "context.compacted")
+	if len(notices) != 1 {
+		t.Fatalf("%d context.compacted notices, want 1", len(notices))
+	}
+	var nc struct {
+		Before int `json:"tokens_before"`
+		After  int `json:"tokens_after"`
+	}
+	if err := json.Unmarshal(notices[0].Content, &nc); err != nil || nc.After >= nc.Before {
+		t.Fatalf("the notice %s: %v", notices[0].Content, err)
+	}
+	if want := history.Measure(nc.Before, nc.After); !strings.Contains(out.Message, want) || out.TokensBefore != nc.Before || out.TokensAfter != nc.After {
+		t.Fatalf("compact answered %+v; want the notice's measure %q", out, want)
+	}
 	a.send("after the compaction")
 	a.eventually("answered", func() bool { return int(n.Load()) >= 15 })
 	last := model.Requests()[model.Count()-1]
