@@ -159,10 +159,10 @@ type ConfigInForce struct {
 
 // Compacted is a manual compaction's result.
 type Compacted struct {
-	Session       string   `json:"session"`
-	Summary       string   `json:"summary"` // its ref, s<id>
-	Kind          string   `json:"kind"`    // normal, or degraded (a host stub)
-	Attempts      int      `json:"attempts"`
+	Session  string `json:"session"`
+	Summary  string `json:"summary"` // its ref, s<id>
+	Kind     string `json:"kind"`    // normal, or degraded (a host stub)
+	Attempts int    `json:"attempts"`
 	// TokensBefore and TokensAfter are the context's estimated size
 	// before and after: the measure Message, tail and the browser show.
 	TokensBefore int `json:"tokens_before"`
