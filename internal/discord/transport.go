@@ -57,7 +57,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	core := ingressapi.NewClient(cfg.IngressSocket)
 	defer core.Close()
-	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
+	t := &transport{cfg: cfg, rest: rest, core: core, link: newCoreLink(cfg.Log), log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
 		budget: budget, watch: newWatch(), joins: make(chan ThreadCreate, threadJoinQueue),
 		filter: Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots, Threads: map[string]string{}}}
 	t.fetch = newFetcher(cfg.Fetch, core, rest, cfg.Log.With("component", "fetcher"))
@@ -116,6 +116,7 @@ type transport struct {
 	cfg        Config
 	rest       *discordgo.Session
 	core       *ingressapi.Client
+	link       *coreLink // whether klbr-core answers, logged at each change
 	log        *slog.Logger
 	queue      chan ingressapi.Message
 	fetch      *fetcher
@@ -221,6 +222,7 @@ func (t *transport) admit(ctx context.Context, batch []ingressapi.Message) {
 	for {
 		resp, err := t.core.Admit(ctx, ingressapi.AdmitRequest{Messages: batch})
 		if err == nil {
+			t.link.ok()
 			for i, r := range resp.Results {
 				if r.Error != nil {
 					t.dropped.Add(1)
@@ -246,7 +248,7 @@ func (t *transport) admit(ctx context.Context, batch []ingressapi.Message) {
 		if ctx.Err() != nil {
 			return
 		}
-		t.log.Debug("ingress not ready; retrying", "error", err)
+		t.link.failed(err)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -267,7 +269,7 @@ func (t *transport) performLoop(ctx context.Context) {
 	}
 hello:
 	var hello ingressapi.HelloResponse
-	if err := retry(ctx, func() (err error) {
+	if err := t.retry(ctx, func() (err error) {
 		hello, err = t.core.Hello(ctx, ingressapi.HelloRequest{Instance: t.cfg.Instance})
 		return err
 	}); err != nil {
@@ -289,7 +291,7 @@ hello:
 	}
 	for ctx.Err() == nil {
 		var cr ingressapi.ClaimResponse
-		if err := retry(ctx, func() (err error) {
+		if err := t.retry(ctx, func() (err error) {
 			cr, err = t.core.Claim(ctx, ingressapi.ClaimRequest{Limit: 16, WaitMS: 10000, Gateway: t.stats()})
 			return err
 		}); err != nil {
@@ -347,13 +349,17 @@ func (t *transport) backfill(ctx context.Context, convs []ingressapi.Conversatio
 func snowflakeLess(a, b string) bool { return len(a) < len(b) || len(a) == len(b) && a < b }
 
 // retry calls f until it succeeds, fails permanently, or ctx ends.
-func retry(ctx context.Context, f func() error) error {
+func (t *transport) retry(ctx context.Context, f func() error) error {
 	backoff := 100 * time.Millisecond
 	for {
 		err := f()
 		var se *ingressapi.StatusError
 		if err == nil || (errors.As(err, &se) && se.Permanent()) {
+			t.link.ok() // klbr-core answered
 			return err
+		}
+		if ctx.Err() == nil {
+			t.link.failed(err)
 		}
 		select {
 		case <-time.After(backoff):
@@ -376,7 +382,7 @@ func (t *transport) report(ctx context.Context, id int64, r ingressapi.Receipt) 
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(reportGrace, cancel) })
 	defer stop()
-	err := retry(rctx, func() error { _, err := t.core.Receipt(rctx, id, r); return err })
+	err := t.retry(rctx, func() error { _, err := t.core.Receipt(rctx, id, r); return err })
 	if err != nil {
 		t.log.Error("a receipt was not recorded; the next transport reconciles the effect", "effect", id, "state", r.State, "error", err)
 	}
