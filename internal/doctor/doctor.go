@@ -115,6 +115,7 @@ func Run(ctx context.Context, lookup func(string) (string, bool), opts Options) 
 			add(Check{Name: "python", Detail: err.Error(), Fix: "install Python 3.11 or newer, or point KLBR_PYTHON at one"})
 		} else {
 			add(Check{Name: "python", OK: true, Detail: fmt.Sprintf("%s (%s)", bin, ver)})
+			checkRuntime(ctx, cfg.Paths, bin, add)
 			// What a cell runs without here. A weaker sandbox is reported, not a failure:
 			// klbr runs, and the line says what does not hold.
 			sb, note := sandbox.ForWorkers(cfg, bin, "")
