@@ -151,3 +151,33 @@ func TestStatusSaysEachErrorOnce(t *testing.T) {
 		t.Errorf("SQLite's compile options belong to doctor --verbose")
 	}
 }
+
+// doctor lists the skills each session's active release offers, not only
+// the default tree's: a session moved to a release with a skill of its own
+// has it listed under that release.
+func TestDoctorListsTheActiveReleasesSkills(t *testing.T) {
+	in := newInstance(t)
+	in.must("init")
+	in.serve()
+	initial := releases(t, in).Sessions[0].Release
+	draft := filepath.Join(t.TempDir(), "draft")
+	copyTree(t, filepath.Join(in.dir, "releases", initial, "tree"), draft)
+	if err := os.MkdirAll(filepath.Join(draft, "skills", "tidepools"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(draft, "skills", "tidepools", "SKILL.md"), []byte("# tidepools\nReading tide tables.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(in.must("publish", draft))
+	in.must("activate", "default", "1", id)
+	out, _, _ := in.run(nil, "doctor")
+	var line string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "release "+id[:12]) {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "tidepools") || !strings.Contains(line, "default") {
+		t.Fatalf("doctor does not list release %.12s's skills for session default:\n%s", id, out)
+	}
+}

@@ -93,6 +93,7 @@ func Run(ctx context.Context, lookup func(string) (string, bool), opts Options) 
 	if cfg != nil {
 		checkDataDir(ctx, cfg.Paths.DataDir, add)
 		checkSkills(cfg.Paths, add)
+		checkReleaseSkills(ctx, cfg.Paths, add)
 		checkProfiles(cfg, add)
 		checkHosts(ctx, cfg, add)
 		if k, err := worker.FindKernel(); err != nil {
