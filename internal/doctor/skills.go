@@ -3,11 +3,11 @@ package doctor
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
