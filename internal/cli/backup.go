@@ -96,7 +96,7 @@ func newCheck(g *globals) *cobra.Command {
 		Short: "Verify the data directory (serving or not): integrity, foreign keys, state machines, history coverage, releases, artifacts",
 		Long: "check prints one line per finding with what to do: problems first, then harmless leftovers (files no record\n" +
 			"names: they take space and nothing else). It exits non-zero only for a problem.",
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			paths, err := config.LoadPaths(g.env.Lookup)
 			if err != nil {
