@@ -60,11 +60,11 @@ func (s *spendSink) spent(route, purpose string, usd float64, tokens int) {
 }
 
 // watchSpend exports the meter's state and spending on /metrics.
-func (d *daemon) watchSpend(m *metrics.Metrics, mtr *spend.Meter, sink *spendSink) {
+func (d *daemon) watchSpend(m *metrics.Metrics, mtr *spend.Meter, sink *spendSink, routes []string) {
 	to := m.WatchSpend(func() metrics.SpendState {
 		s := mtr.State()
 		return metrics.SpendState{DayUSD: s.DayUSD, MonthUSD: s.MonthUSD, DayTokens: s.DayTokens, Warned: s.Warned, Held: len(s.Held)}
-	})
+	}, routes)
 	sink.mu.Lock()
 	sink.to = to
 	sink.mu.Unlock()
@@ -74,6 +74,11 @@ func (d *daemon) watchSpend(m *metrics.Metrics, mtr *spend.Meter, sink *spendSin
 			d.log.Warn("the prompt cache ratio cannot be read from the ledger", "error", err)
 		}
 		out := make(map[string]float64, len(pc))
+		if r := d.routeTable(); r != nil {
+			for _, name := range r.Names() {
+				out[name] = 0 // no prompt tokens today: none cached
+			}
+		}
 		for _, c := range pc {
 			out[c.Route] = c.HitRatio
 		}

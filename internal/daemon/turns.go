@@ -115,7 +115,7 @@ func (d *daemon) startAgent(ctx context.Context, cfg *config.Config, resume map[
 	// Published: from here the agent runs.
 	d.meter.Store(mtr)
 	d.agentFile = cfg.File
-	d.watchSpend(m, mtr, sink)
+	d.watchSpend(m, mtr, sink, model.Names())
 	d.routes.Store(model)
 	m.WatchRouter(model)
 	m.WatchDeltas(d.deltas)
