@@ -291,11 +291,11 @@ func Brief(sb kernel.Sandbox, note string) string {
 	}
 	switch {
 	case sb.DropUser:
-		parts = append(parts, fmt.Sprintf("workers uid %d without capabilities", sb.UID))
+		parts = append(parts, fmt.Sprintf("workers run as uid %d without capabilities", sb.UID))
 	case sb.DropCaps:
-		parts = append(parts, "workers uid 0 without capabilities")
+		parts = append(parts, "workers run as uid 0 without capabilities")
 	default:
-		parts = append(parts, fmt.Sprintf("workers the daemon's uid %d", os.Getuid()))
+		parts = append(parts, fmt.Sprintf("workers run as the daemon's uid %d", os.Getuid()))
 	}
 	parts = append(parts, "no_new_privs")
 	s := strings.Join(parts, ", ")
