@@ -21,10 +21,10 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/citest"
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/localclient"
 	"github.com/klbr-dev/klbr/internal/modeltest"
 	"github.com/klbr-dev/klbr/internal/setup"
-	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
