@@ -238,6 +238,46 @@ func TestTransportSaysOnceWhenTheCoreIsGone(t *testing.T) {
 	}
 }
 
+// klbr-discord's channel filter changes while it runs (its SIGHUP sends the
+// reread [discord] filter): a channel it did not watch is admitted after
+// the change, not before; one it stops watching is no longer admitted.
+func TestTransportFilterChangesLive(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(None)"}}}
+	})
+	a := startAgent(t, model, "")
+	fake := discordtest.New("99")
+	defer fake.Close()
+	filters := make(chan discord.Filter, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- discord.Run(ctx, discord.Config{Token: "e2e-token", APIBase: fake.APIBase(), Channels: []string{"10"},
+			IngressSocket: filepath.Join(a.data, "ingress.sock"), Log: slog.New(slog.DiscardHandler), Filters: filters})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	a.eventually("the gateway session", fake.Connected)
+	texts := func() string {
+		var b strings.Builder
+		for _, r := range a.kinds(store.LaneInput, "discord.input") {
+			b.Write(r.Content)
+		}
+		return b.String()
+	}
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("40001", "11", "7", "5", "in 11 before"))
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("40002", "10", "7", "5", "in 10 before"))
+	a.eventually("channel 10 admitted", func() bool { return strings.Contains(texts(), "in 10 before") })
+	filters <- discord.Filter{Channels: []string{"11"}}
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("40003", "10", "7", "5", "in 10 after"))
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("40004", "11", "7", "5", "in 11 after"))
+	a.eventually("channel 11 admitted after the change", func() bool { return strings.Contains(texts(), "in 11 after") })
+	if got := texts(); strings.Contains(got, "in 11 before") || strings.Contains(got, "in 10 after") {
+		t.Fatalf("the filter was not the one in force at each message: %s", got)
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
 type syncBuffer struct {
 	mu sync.Mutex

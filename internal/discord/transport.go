@@ -36,6 +36,10 @@ type Config struct {
 	// InvalidRequestLimit is Discord's invalid-request limit per 10 minutes
 	// (0: 10,000); non-essential calls stop at half of it, all at 90%.
 	InvalidRequestLimit int
+	// Filters, if set, carries new channel filters while the transport runs
+	// (klbr-discord's SIGHUP): each replaces Channels, Directed and
+	// IncludeBots from the next gateway event on.
+	Filters <-chan Filter
 }
 
 // Run runs the transport until ctx ends (nil) or the gateway closes for good
@@ -60,6 +64,7 @@ func Run(ctx context.Context, cfg Config) error {
 	t := &transport{cfg: cfg, rest: rest, core: core, link: newCoreLink(cfg.Log), log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
 		budget: budget, watch: newWatch(), joins: make(chan ThreadCreate, threadJoinQueue),
 		filter: Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots, Threads: map[string]string{}}}
+	t.channels.Store(&Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots})
 	t.fetch = newFetcher(cfg.Fetch, core, rest, cfg.Log.With("component", "fetcher"))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -120,9 +125,12 @@ type transport struct {
 	log        *slog.Logger
 	queue      chan ingressapi.Message
 	fetch      *fetcher
-	fetchReady sync.Once       // the fetcher starts after the first hello
-	filter     Filter          // used only by the gateway's goroutine
-	ctx        context.Context // Run's
+	fetchReady sync.Once // the fetcher starts after the first hello
+	filter     Filter    // used only by the gateway's goroutine
+	// channels is the channel filter in force (Channels, Directed,
+	// IncludeBots), for the goroutines that read history (catchUp).
+	channels atomic.Pointer[Filter]
+	ctx      context.Context // Run's
 
 	echoes    *echoes                // our own messages seen on the gateway, by nonce
 	unsettled *unsettled             // sends reported unknown, by nonce: a late echo settles them
@@ -155,8 +163,21 @@ func (t *transport) stats() *ingressapi.GatewayStats {
 		GapRecoveries: t.gapRecoveries.Load(), ThreadJoins: t.threadJoins.Load(), InvalidRequests: uint64(t.budget.count())}
 }
 
+// takeFilter puts in force a filter Config.Filters carries, if one waits.
+// It runs on the gateway's goroutine, the filter's only user.
+func (t *transport) takeFilter() {
+	select {
+	case f := <-t.cfg.Filters:
+		t.filter.Channels, t.filter.Directed, t.filter.IncludeBots = f.Channels, f.Directed, f.IncludeBots
+		t.channels.Store(&Filter{Channels: f.Channels, Directed: f.Directed, IncludeBots: f.IncludeBots})
+		t.log.Info("channel filter in force", "channels", len(f.Channels), "directed", f.Directed, "include_bots", f.IncludeBots)
+	default:
+	}
+}
+
 // onMessage normalizes a MESSAGE_CREATE and queues it for admission.
 func (t *transport) onMessage(data json.RawMessage) {
+	t.takeFilter()
 	if nonce, id, ok := ownEcho(data, t.filter.BotID); ok {
 		t.echoes.add(nonce, id)
 		if effect, ok := t.unsettled.take(nonce); ok {
