@@ -9,7 +9,8 @@
   backread. Reading is not accepting work: nothing becomes an input or item.
 - ``await conversation.send(text, reply_to=None, item=None)``: returns a
   Receipt (``source_item=`` is another name for ``item=``). Only
-  ``receipt.delivered`` (state ``confirmed``) means it was said; ``pending``/``attempting``/``unknown`` are not delivery, ``failed`` is not.
+  ``receipt.delivered`` (state ``confirmed``) means it was said;
+  ``pending``/``attempting``/``unknown`` are not delivery, ``failed`` is not.
 - ``await conversation.react(message_id, emoji)``: a reaction (Receipt). It
   does not mark anything acted: combine it with ``mark`` when you mean to.
 - ``await discord.items()`` / ``await conversation.items()``: DMs and
