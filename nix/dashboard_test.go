@@ -282,7 +282,7 @@ func registryScrape(t *testing.T) []byte {
 	// The spend meter's metrics, as a daemon whose agent runs exposes them.
 	spent := m.WatchSpend(func() metrics.SpendState {
 		return metrics.SpendState{DayUSD: 0.5, Warned: []string{"daily_usd"}, Held: 1}
-	})
+	}, []string{"main"})
 	spent("main", "turn", 0.01, 14)
 	// A worker host, as the daemon reports [hosts.NAME] (the live daemon has none).
 	m.WatchPromptCache(func() map[string]float64 { return map[string]float64{"main": 0.9} })

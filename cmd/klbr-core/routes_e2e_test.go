@@ -33,7 +33,7 @@ func TestRoutesDoctorAndRouteTest(t *testing.T) {
 	conf := filepath.Join(in.dir, "..", "klbr.toml")
 	doc := fmt.Sprintf(`[agent]
 route = "main"
-fallback = ["down"]
+fallback = ["down", "nokey"]
 
 [routes.main]
 url = %q
@@ -77,7 +77,8 @@ dialect = "llama.cpp"
 		"main":  {"ok   route", "main (agent route): " + good.URL() + " serves fake (openai)"},
 		"nokey": {"FAIL route", "api_key_env MISSING_KEY is not set or empty"},
 		"down":  {"FAIL route", "down (fallback 1): the server does not answer", goneURL + "/models"},
-		"wrong": {"FAIL route", `does not list model "fake" (it lists: other-model, second)`},
+		// A route nothing uses is a warning, whatever is wrong with it.
+		"wrong": {"WARN route", `does not list model "fake" (it lists: other-model, second)`, "nothing uses it"},
 		"llama": {"WARN route", `does not list model "fake"`, "llama.cpp serves the model it loaded"},
 	} {
 		for _, w := range want {

@@ -14,7 +14,11 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := discord.Main(ctx, os.Args[1:], os.LookupEnv, os.Stderr)
+	// SIGHUP rereads klbr.toml's channel filter (systemctl reload klbr-discord).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	code := discord.Main(ctx, os.Args[1:], os.LookupEnv, os.Stderr, hup)
+	signal.Stop(hup)
 	stop()
 	os.Exit(code)
 }

@@ -58,10 +58,13 @@ type Status struct {
 	// PlacementNotes says why earlier placement modes were skipped, and
 	// Workbench whether cells can run at all (and if not, why).
 	PlacementNotes []string `json:"placement_notes,omitempty"`
-	// Sandbox says what the workers run without here (Landlock ABI, uid, capabilities)
-	// and what is not enforced; empty when no workbench runs.
-	Sandbox   string `json:"sandbox,omitempty"`
-	Workbench string `json:"workbench"`
+	// Sandbox says in one line what the workers run under here (Landlock
+	// ABI, uid, capabilities) and whether it is weaker than it could be;
+	// SandboxDetail is the paragraph: what is not enforced and what to do
+	// (doctor --verbose). Empty when no workbench runs.
+	Sandbox       string `json:"sandbox,omitempty"`
+	SandboxDetail string `json:"sandbox_detail,omitempty"`
+	Workbench     string `json:"workbench"`
 	// WorkbenchHost names the worker host the root session's workbench runs on
 	// (KLBR_REMOTE_PLACEMENT, [agent] host); empty: here.
 	WorkbenchHost string `json:"workbench_host,omitempty"`
@@ -72,6 +75,9 @@ type Status struct {
 	// Agent says whether the turn loop runs: "route <name> (<model>)", or
 	// why not (no route configured, cells cannot run).
 	Agent string `json:"agent"`
+	// Config is the klbr.toml in force: read at the start or at the last
+	// reload that was not refused.
+	Config ConfigInForce `json:"config"`
 	// Storage is set while writes fail (a full disk, an I/O error, a
 	// read-only file system): new work waits until they succeed again.
 	Storage *store.Fault `json:"storage,omitempty"`
@@ -154,12 +160,26 @@ type ContextStatus struct {
 	*turn.ContextState
 }
 
+// ConfigInForce is the klbr.toml a running daemon read last.
+type ConfigInForce struct {
+	Path string `json:"path"`
+	// Digest is the hex SHA-256 of the bytes read; empty: no file was
+	// there (the defaults apply).
+	Digest string    `json:"digest"`
+	ReadAt time.Time `json:"read_at"`
+}
+
 // Compacted is a manual compaction's result.
 type Compacted struct {
-	Session       string   `json:"session"`
-	Summary       string   `json:"summary"` // its ref, s<id>
-	Kind          string   `json:"kind"`    // normal, or degraded (a host stub)
-	Attempts      int      `json:"attempts"`
+	Session  string `json:"session"`
+	Summary  string `json:"summary"` // its ref, s<id>
+	Kind     string `json:"kind"`    // normal, or degraded (a host stub)
+	Attempts int    `json:"attempts"`
+	// TokensBefore and TokensAfter are the context's estimated size
+	// before and after: the measure Message, tail and the browser show.
+	TokensBefore int `json:"tokens_before"`
+	TokensAfter  int `json:"tokens_after"`
+	// SourceTokens and SummaryTokens are the run replaced and its summary.
 	SourceTokens  int      `json:"source_tokens"`
 	SummaryTokens int      `json:"summary_tokens"`
 	Problems      []string `json:"problems,omitempty"`
@@ -169,11 +189,11 @@ type Compacted struct {
 // NewCompacted describes a committed compaction for the operator.
 func NewCompacted(session string, res history.Result) Compacted {
 	ref := store.SummaryRef(res.Summary)
-	msg := fmt.Sprintf("compacted: summary %s (%s) replaces about %d tokens with about %d", ref, res.Kind, res.Source, res.Tokens)
+	msg := fmt.Sprintf("compacted: summary %s (%s); %s", ref, res.Kind, history.Measure(res.Before, res.After))
 	if res.Kind == store.SummaryDegraded && len(res.Problems) > 0 {
 		msg += "; the summarizer could not be used: " + res.Problems[len(res.Problems)-1]
 	}
-	return Compacted{Session: session, Summary: ref, Kind: res.Kind, Attempts: res.Attempts, SourceTokens: res.Source,
+	return Compacted{Session: session, Summary: ref, Kind: res.Kind, Attempts: res.Attempts, TokensBefore: res.Before, TokensAfter: res.After, SourceTokens: res.Source,
 		SummaryTokens: res.Tokens, Problems: res.Problems, Message: msg}
 }
 

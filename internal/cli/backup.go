@@ -94,8 +94,9 @@ func newCheck(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Verify the data directory (serving or not): integrity, foreign keys, state machines, history coverage, releases, artifacts",
-		Long:  "check prints one line per finding with what to do, and exits non-zero unless the data directory is clean.",
-		Args:  cobra.NoArgs,
+		Long: "check prints one line per finding with what to do: problems first, then harmless leftovers (files no record\n" +
+			"names: they take space and nothing else). It exits non-zero only for a problem.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			paths, err := config.LoadPaths(g.env.Lookup)
 			if err != nil {
@@ -110,12 +111,23 @@ func newCheck(g *globals) *cobra.Command {
 					return err
 				}
 			} else {
+				// Problems first; then what is harmless (it takes space, nothing
+				// else), apart, so it is not read as damage.
+				for _, f := range res.Problems() {
+					fmt.Fprintln(g.env.Stdout, "PROBLEM", f.String())
+				}
+				harmless := len(res.Findings) - len(res.Problems())
 				for _, f := range res.Findings {
-					fmt.Fprintln(g.env.Stdout, f.String())
+					if f.Harmless {
+						fmt.Fprintln(g.env.Stdout, "harmless", f.String())
+					}
 				}
 				state := "clean"
 				if !res.Clean() {
-					state = fmt.Sprintf("%d findings", len(res.Findings))
+					state = fmt.Sprintf("%d problems", len(res.Problems()))
+				}
+				if harmless > 0 {
+					state += fmt.Sprintf(", %d harmless", harmless)
 				}
 				fmt.Fprintf(g.env.Stdout, "check of %s: %s (%d records, %d releases, %d artifacts, schema %d, in %s)\n",
 					paths.DataDir, state, res.Records, res.Releases, res.Files, res.Schema, res.Duration.Round(time.Millisecond))

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -117,17 +118,22 @@ func printSessions(g *globals, ss []api.SessionStatus) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.ID, state, s.Pending, s.KernelGen, s.BehaviorEpoch, rev, s.UpdatedAt.Local().Format(time.DateTime))
 	}
 	tw.Flush()
+	said := map[string]string{} // an error's text -> the session that said it first
 	for _, s := range ss {
+		lastErr := ""
+		if s.Retry != nil {
+			lastErr = s.Retry.LastError
+		}
 		if s.StateReason != "" && (s.State == "paused" || s.State == "stopped") {
 			fmt.Fprintf(g.env.Stdout, "%s %s: %s; it waits for `klbr-core start %s`\n", s.ID, s.State, s.StateReason, s.ID)
 		}
 		if a := s.Attempt; a != nil {
-			fmt.Fprintf(g.env.Stdout, "%s attempt %d: %s after %d steps, %d tokens (woke by: %s)", s.ID, a.ID, a.State, a.Steps, a.Tokens, a.WakeReason)
+			fmt.Fprintf(g.env.Stdout, "%s attempt %d: %s after %d steps, %d tokens (woke by: %s)", s.ID, a.ID, a.State, a.Steps, a.Tokens, withoutError(a.WakeReason, lastErr))
 			if rel := a.Release; rel != "" {
 				fmt.Fprintf(g.env.Stdout, " under release %.12s", rel)
 			}
-			if a.Outcome != "" {
-				fmt.Fprintf(g.env.Stdout, "; %s", a.Outcome)
+			if o := withoutError(a.Outcome, lastErr); o != "" {
+				fmt.Fprintf(g.env.Stdout, "; %s", o)
 			}
 			fmt.Fprintln(g.env.Stdout)
 		}
@@ -160,9 +166,14 @@ func printSessions(g *globals, ss []api.SessionStatus) {
 			if r.URL != "" {
 				fmt.Fprintf(g.env.Stdout, " (route %s, %s)", r.Route, r.URL)
 			}
-			fmt.Fprintf(g.env.Stdout, ": %s\n", r.LastError)
-			if r.Fix != "" {
-				fmt.Fprintf(g.env.Stdout, "%s   fix: %s\n", s.ID, r.Fix)
+			if first, ok := said[r.LastError]; ok && r.LastError != "" {
+				fmt.Fprintf(g.env.Stdout, ": the same error as %s\n", first)
+			} else {
+				said[r.LastError] = s.ID
+				fmt.Fprintf(g.env.Stdout, ": %s\n", r.LastError)
+				if r.Fix != "" {
+					fmt.Fprintf(g.env.Stdout, "%s   fix: %s\n", s.ID, r.Fix)
+				}
 			}
 		}
 		if w := s.Wait; w != nil {
@@ -185,6 +196,22 @@ func printHeld(g *globals, st api.Status) {
 	fmt.Fprintf(g.env.Stdout, "discord: %d held send(s) or reaction(s) wait for a person%s; only a decision ends the wait: "+
 		"klbr-core held, then klbr-core release EFFECT or klbr-core drop EFFECT (or the browser's Held sends, or the buttons of the operator's Discord DM)\n",
 		st.Held, since)
+}
+
+// withoutError is text (an attempt's outcome, what woke it) without the
+// error the retry line below names: cut before the clause that carries it,
+// so status says each error once.
+func withoutError(text, err string) string {
+	i := strings.Index(text, err)
+	if err == "" || i < 0 {
+		return text
+	}
+	head := text[:i]
+	if j := strings.Index(head, " ("); j >= 0 {
+		head = head[:j]
+	}
+	head = strings.TrimRight(head, " :;,(")
+	return head + " (the error below)"
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
@@ -141,6 +142,23 @@ func describe(r store.Record) string {
 		}
 		if c.Error != nil {
 			fmt.Fprintf(&b, "\n%s: %s", c.Error.Type, c.Error.Message)
+		}
+	case r.Kind == "context.compacted":
+		var n struct {
+			Summary string `json:"summary"`
+			Items   int    `json:"items"`
+			Kind    string `json:"kind"`
+			Reason  string `json:"reason"`
+			Before  int    `json:"tokens_before"`
+			After   int    `json:"tokens_after"`
+			Text    string `json:"text"`
+		}
+		if json.Unmarshal(r.Content, &n) != nil || n.Summary == "" {
+			return string(r.Content)
+		}
+		fmt.Fprintf(&b, "summary %s (%s, %s) covers %d records; %s", n.Summary, n.Kind, n.Reason, n.Items, history.Measure(n.Before, n.After))
+		if n.Text != "" {
+			b.WriteString("\n" + n.Text)
 		}
 	case r.Kind == "tool.unrun":
 		fmt.Fprintf(&b, "%s: %s", c.State, c.Message)

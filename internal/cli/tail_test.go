@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
@@ -41,6 +42,10 @@ func TestTailDescribesRecords(t *testing.T) {
 		{rec(store.LaneNotice, "wait.started", map[string]any{"seconds": 60, "reason": "r"}), []string{`"seconds":60`}},
 		// A record retention collected says so, never as empty text.
 		{collectedRec(), []string{"e9 ", "[collected by retention on 2026-01-02: retention.history_days = 90: test]"}},
+		// A compaction: one measure, labelled as the compact command and the browser label it.
+		{rec(store.LaneNotice, "context.compacted", map[string]any{"summary": "s4", "items": 14, "kind": "normal", "reason": "threshold",
+			"tokens_before": 9200, "tokens_after": 3100, "source_tokens": 6400, "summary_tokens": 300, "route": "main"}),
+			[]string{"summary s4 (normal, threshold) covers 14 records; " + history.Measure(9200, 3100)}},
 	} {
 		var b bytes.Buffer
 		if err := printRecord(&b, tc.r); err != nil {
@@ -50,6 +55,9 @@ func TestTailDescribesRecords(t *testing.T) {
 			if !strings.Contains(b.String(), w) {
 				t.Errorf("%s: %q lacks %q", tc.r.Kind, b.String(), w)
 			}
+		}
+		if tc.r.Kind == "context.compacted" && (strings.Contains(b.String(), "6400") || strings.Contains(b.String(), "300 ")) {
+			t.Errorf("the compaction's line shows a second measure: %q", b.String())
 		}
 	}
 }

@@ -9,6 +9,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +30,15 @@ type Config struct {
 	// default path, it is Defaults() and FileLoaded is false.
 	File       File
 	FileLoaded bool
+	// Digest is the SHA-256 of the file's bytes as read (hex); empty when
+	// no file was read. doctor compares it with the running daemon's.
+	Digest string
+}
+
+// Digest is the hex SHA-256 of a klbr.toml's bytes: what Config.Digest holds.
+func Digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 // Load resolves the configuration from the environment, read through lookup
@@ -64,7 +75,7 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 	if cfg.File, err = Parse(paths.ConfigFile, data); err != nil {
 		return nil, err
 	}
-	cfg.FileLoaded = true
+	cfg.FileLoaded, cfg.Digest = true, Digest(data)
 	return cfg, nil
 }
 
@@ -133,6 +144,6 @@ func (c *Config) Reread() (*Config, error) {
 	if next.File, err = Parse(c.Paths.ConfigFile, data); err != nil {
 		return nil, err
 	}
-	next.FileLoaded = true
+	next.FileLoaded, next.Digest = true, Digest(data)
 	return next, nil
 }

@@ -30,10 +30,10 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 		MaxChildWall: time.Duration(l.MaxChildWallSeconds) * time.Second,
 		// A profile's routes must be configured in the running klbr.toml.
 		Routes: func(names ...string) error {
-			if d.routes == nil {
+			if d.routeTable() == nil {
 				return errors.New("no model route runs: " + d.agentState())
 			}
-			return d.routes.Has(names...)
+			return d.routeTable().Has(names...)
 		},
 		// An ended child's kernel is stopped: a cancelled or exhausted
 		// child's session was stopped first, which cuts off a running cell;
@@ -49,8 +49,8 @@ func (d *daemon) newAgents(cfg *config.Config) *agents.Agents {
 			}()
 		},
 		Start: func(session string) {
-			if d.turns != nil {
-				d.turns.Start(session, false)
+			if d.turnLoop() != nil {
+				d.turnLoop().Start(session, false)
 			}
 			if d.observers != nil {
 				d.observers.Start(session)

@@ -109,17 +109,23 @@ type daemon struct {
 	indexKey string
 	index    string
 	releases *behavior.Releases
-	deltas   *live.Hub        // token deltas of model steps, best-effort
-	turns    *turn.Loop       // nil when the agent does not run
-	routes   *provider.Router // the turns' routes; nil when the agent does not run
-	meter    *spend.Meter     // spend caps and reservations; nil when the agent does not run
-	jobs     *jobs.Manager    // nil when cells cannot run
-	hosts    *hosts.Engine    // the worker hosts; nil when klbr.toml has none
-	agents   *agents.Agents   // child agents; nil when cells cannot run
+	deltas   *live.Hub // token deltas of model steps, best-effort
+	// turns, routes and meter are nil until the agent runs: set once,
+	// at the start or at the reload that first gives it a route (startTurns),
+	// never unset. Read them through turnLoop, routeTable and spendMeter.
+	turns  atomic.Pointer[turn.Loop]       // the sessions' turn loop
+	routes atomic.Pointer[provider.Router] // the turns' routes
+	meter  atomic.Pointer[spend.Meter]     // spend caps and reservations
+	// agentFile is the klbr.toml the agent started with (reloadMu).
+	agentFile config.File
+	jobs      *jobs.Manager  // nil when cells cannot run
+	hosts     *hosts.Engine  // the worker hosts; nil when klbr.toml has none
+	agents    *agents.Agents // child agents; nil when cells cannot run
 	// observers runs the durable observers (nil when cells cannot run).
 	observers *observe.Runner
-	agentMu   sync.Mutex // guards agent
+	agentMu   sync.Mutex // guards agent, inForce
 	agent     string     // whether the agent runs and on which route, for status (agentState)
+	inForce   api.ConfigInForce
 
 	ingress *ingress.Server // the ingress API (klbr-discord)
 
@@ -189,7 +195,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		shutdown: make(chan struct{}), closing: make(chan struct{}),
 		notify: notify, statusPoke: make(chan struct{}, 1),
 		deltas: live.NewHub(), file: cfg.File,
-		disk: diskuse.New(dir, cfg.File.Storage.MaxBytes, cfg.File.Storage.Resolved().WarnAt),
+		inForce: api.ConfigInForce{Path: cfg.Paths.ConfigFile, Digest: cfg.Digest, ReadAt: opts.Clock()},
+		disk:    diskuse.New(dir, cfg.File.Storage.MaxBytes, cfg.File.Storage.Resolved().WarnAt),
 	}
 	m := metrics.New(st, opts.Clock, log.With("component", "metrics"))
 	d.metrics = m
@@ -255,9 +262,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if d.observers != nil {
 		defer d.observers.Close()
 	}
-	if d.turns != nil {
-		defer d.turns.Close()
-	}
+	defer func() {
+		if l := d.turnLoop(); l != nil { // started now or at a reload
+			l.Close()
+		}
+	}()
 
 	if err := ls.bindMissing(cfg, log); err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -419,6 +428,10 @@ func (d *daemon) serve(srv *http.Server, l net.Listener, failed chan<- error) {
 // accepted work is awaited.
 func (d *daemon) drain(timeout time.Duration, stopNow <-chan struct{}, ls *listeners, servers ...*http.Server) {
 	close(d.closing)
+	// A reload in progress finishes first (one that starts the agent
+	// publishes its turn loop, closed below); later ones see closing.
+	d.reloadMu.Lock()
+	d.reloadMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
 	d.notify.Stopping(d.drainStatus())
 	ls.stopAccepting()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -438,8 +451,8 @@ func (d *daemon) drain(timeout time.Duration, stopNow <-chan struct{}, ls *liste
 	}
 	stopExtending()
 	d.notify.Status("draining: stopping workers")
-	if d.turns != nil {
-		d.turns.Close() // a model request in flight is cut off and recorded as interrupted
+	if l := d.turnLoop(); l != nil {
+		l.Close() // a model request in flight is cut off and recorded as interrupted
 	}
 	if d.jobs != nil {
 		d.jobs.Close() // every local job's tree is killed (the next start reconciles them by policy); a job on a worker host runs on and is reattached at the next start
@@ -509,6 +522,7 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		Placement: "none",
 		Workbench: "ready",
 		Agent:     d.agentState(),
+		Config:    d.configInForce(),
 		Sessions:  make([]api.SessionStatus, 0, len(sessions)),
 	}
 	if d.placer != nil {
@@ -520,19 +534,19 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 	if d.benchErr != nil {
 		st.Workbench = "unavailable: " + d.benchErr.Error()
 	} else if d.bench != nil {
-		st.Sandbox = d.bench.Config().SandboxSummary
+		st.Sandbox, st.SandboxDetail = d.bench.Config().SandboxBrief, d.bench.Config().SandboxSummary
 		st.WorkbenchHost = d.bench.RemoteHost()
 		st.WorkbenchLost = d.bench.RemoteLost()
 	}
 	st.Storage = d.store.Fault()
-	if d.routes != nil {
-		rest := d.routes.Resting()
+	if d.routeTable() != nil {
+		rest := d.routeTable().Resting()
 		for _, name := range slices.Sorted(maps.Keys(rest)) {
 			st.Routes = append(st.Routes, api.RouteStatus{Name: name, RestingSeconds: rest[name]})
 		}
 	}
-	if d.meter != nil {
-		ms := d.meter.State()
+	if d.spendMeter() != nil {
+		ms := d.spendMeter().State()
 		st.Spend = &ms
 		if st.PromptCache, err = d.promptCache(ctx); err != nil {
 			return api.Status{}, err
@@ -563,12 +577,12 @@ func (d *daemon) Status(ctx context.Context) (api.Status, error) {
 		}
 		ss := api.SessionStatus{Session: s, Pending: bySession[s.ID], Draining: d.sessions.Draining(s.ID), TurnStatus: turn,
 			Context: &api.ContextStatus{ContextStats: cs}}
-		if d.turns != nil {
-			ss.Retry = d.turns.Retry(s.ID)
+		if l := d.turnLoop(); l != nil {
+			ss.Retry = l.Retry(s.ID)
 			if h := d.spendHold(s.ID); h != nil {
 				ss.Retry = h
 			}
-			if st, ok := d.turns.ContextState(s.ID); ok {
+			if st, ok := l.ContextState(s.ID); ok {
 				ss.Context.ContextState = &st
 			}
 		}

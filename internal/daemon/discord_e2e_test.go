@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -208,15 +209,108 @@ func TestCoreKilledWhileMessagesArrive(t *testing.T) {
 	}
 }
 
+// klbr-discord says once that it lost klbr-core and once that it is back,
+// however many times it retried meanwhile (and messages that arrived
+// meanwhile are admitted once it is back).
+func TestTransportSaysOnceWhenTheCoreIsGone(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(None)"}}}
+	})
+	a := startAgent(t, model, "")
+	fake := discordtest.New("99")
+	defer fake.Close()
+	var logs syncBuffer
+	startTransportLog(t, fake, a.data, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	a.eventually("the gateway session", fake.Connected)
+	a.kill()
+	for i := range 5 {
+		fake.Dispatch("MESSAGE_CREATE", discordtest.Message(fmt.Sprint(30000+i), "10", "7", "5", fmt.Sprint("while gone ", i)))
+	}
+	time.Sleep(4 * time.Second) // several retries of the claim, the admission and the receipts
+	a.start()
+	a.eventually("klbr-discord says klbr-core is back", func() bool { return strings.Contains(logs.String(), "klbr-core is back") })
+	a.eventually("the messages sent meanwhile are admitted", func() bool { return len(a.kinds(store.LaneInput, "discord.input")) >= 5 })
+	out := logs.String()
+	if lost, back := strings.Count(out, "lost klbr-core"), strings.Count(out, "klbr-core is back"); lost != 1 || back != 1 {
+		t.Fatalf("klbr-discord logged the loss %d times and the return %d times, want once each:\n%s", lost, back, out)
+	}
+}
+
+// klbr-discord's channel filter changes while it runs (its SIGHUP sends the
+// reread [discord] filter): a channel it did not watch is admitted after
+// the change, not before; one it stops watching is no longer admitted.
+func TestTransportFilterChangesLive(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Otherwise(func(int) modeltest.Reply {
+		return modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(None)"}}}
+	})
+	a := startAgent(t, model, "")
+	fake := discordtest.New("99")
+	defer fake.Close()
+	filters := make(chan discord.Filter, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- discord.Run(ctx, discord.Config{Token: "e2e-token", APIBase: fake.APIBase(), Channels: []string{"10"},
+			IngressSocket: filepath.Join(a.data, "ingress.sock"), Log: slog.New(slog.DiscardHandler), Filters: filters})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	a.eventually("the gateway session", fake.Connected)
+	texts := func() string {
+		var b strings.Builder
+		for _, r := range a.kinds(store.LaneInput, "discord.input") {
+			b.Write(r.Content)
+		}
+		return b.String()
+	}
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("40001", "11", "7", "5", "in 11 before"))
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("40002", "10", "7", "5", "in 10 before"))
+	a.eventually("channel 10 admitted", func() bool { return strings.Contains(texts(), "in 10 before") })
+	filters <- discord.Filter{Channels: []string{"11"}}
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("40003", "10", "7", "5", "in 10 after"))
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("40004", "11", "7", "5", "in 11 after"))
+	a.eventually("channel 11 admitted after the change", func() bool { return strings.Contains(texts(), "in 11 after") })
+	if got := texts(); strings.Contains(got, "in 11 before") || strings.Contains(got, "in 10 after") {
+		t.Fatalf("the filter was not the one in force at each message: %s", got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // startTransport runs klbr-discord's transport against the fake and the
 // agent's ingress socket; the returned func stops it (also at cleanup).
 func startTransport(t *testing.T, fake *discordtest.Fake, data string) (stop func()) {
+	t.Helper()
+	return startTransportLog(t, fake, data, slog.New(slog.DiscardHandler))
+}
+
+// startTransportLog is startTransport logging to log.
+func startTransportLog(t *testing.T, fake *discordtest.Fake, data string, log *slog.Logger) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- discord.Run(ctx, discord.Config{Token: "e2e-token", APIBase: fake.APIBase(),
-			IngressSocket: filepath.Join(data, "ingress.sock"), Log: slog.New(slog.DiscardHandler)})
+			IngressSocket: filepath.Join(data, "ingress.sock"), Log: log})
 	}()
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); <-done }) }

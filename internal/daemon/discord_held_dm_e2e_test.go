@@ -43,7 +43,7 @@ func TestHeldSendsReachTheOperatorsDM(t *testing.T) {
 	done := make(chan int, 1)
 	env := map[string]string{"KLBR_DATA_DIR": a.data, "KLBR_CONFIG": filepath.Join(a.data, "klbr.toml")}
 	go func() {
-		done <- discord.Main(ctx, nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard)
+		done <- discord.Main(ctx, nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard, nil)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	a.eventually("the gateway session", fake.Connected)

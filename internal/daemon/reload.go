@@ -16,6 +16,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/localapi"
 	"github.com/klbr-dev/klbr/internal/provider"
+	"github.com/klbr-dev/klbr/internal/spend"
 	"github.com/klbr-dev/klbr/internal/turn"
 )
 
@@ -37,24 +38,47 @@ func (d *daemon) Reload(ctx context.Context) (api.Reloaded, error) {
 		return api.Reloaded{}, fmt.Errorf("%w: %w", localapi.ErrConfigRefused, err)
 	}
 	nf := next.File
-	// What only a restart applies is compared with the file the daemon
-	// started with: it stays named at each reload until the restart.
-	out := api.Reloaded{Config: d.cfg.Paths.ConfigFile, Applied: []string{}, Restart: restartNeeded(d.cfg.File, nf)}
-	running := d.turns != nil && d.routes != nil // set before serving, never after: read without a lock
-	if running {
+	select {
+	case <-d.closing:
+		return api.Reloaded{}, fmt.Errorf("%w: klbr-core is draining; the next start reads klbr.toml", localapi.ErrConfigRefused)
+	default:
+	}
+	out := api.Reloaded{Config: d.cfg.Paths.ConfigFile, Applied: []string{}}
+	if d.turnLoop() != nil {
 		if err := d.applyRoutes(nf, &out); err != nil {
 			d.log.Error("reload refused: the agent's routes cannot be built; the running configuration stays", "error", err)
 			return api.Reloaded{}, fmt.Errorf("%w: %w", localapi.ErrConfigRefused, err)
 		}
-	} else if !reflect.DeepEqual(d.cfg.File.Routes, nf.Routes) || !reflect.DeepEqual(d.cfg.File.Agent, nf.Agent) {
-		out.Restart = append(out.Restart, "routes and [agent]: the agent is not running ("+d.agentState()+"); a restart starts it")
+	} else {
+		// The agent did not run (no route, or one that could not be
+		// built): the new file may give it one. It starts now and picks
+		// up the inputs kept meanwhile.
+		started, err := d.startAgent(context.WithoutCancel(ctx), next, nil)
+		if err != nil {
+			d.log.Error("reload refused: the agent cannot start; the running configuration stays", "error", err)
+			return api.Reloaded{}, fmt.Errorf("%w: the agent cannot start: %w", localapi.ErrConfigRefused, err)
+		}
+		if started {
+			if d.bench != nil {
+				d.spendOps(next)
+			}
+			out.Applied = append(out.Applied, "the agent started: "+d.agentState())
+			d.log.Info("the agent started at a reload", "agent", d.agentState())
+		}
 	}
-	if d.meter != nil && !reflect.DeepEqual(spendCaps(old.Spend), spendCaps(nf.Spend)) {
+	// What only a restart applies is compared with what the daemon, or
+	// the agent, started with: it stays named at each reload until then.
+	var agentFile *config.File
+	if d.turnLoop() != nil {
+		agentFile = &d.agentFile
+	}
+	out.Restart = restartNeeded(d.cfg.File, agentFile, nf)
+	if d.spendMeter() != nil && agentFile != nil && !reflect.DeepEqual(spendCaps(old.Spend), spendCaps(nf.Spend)) {
 		caps, err := d.store.SpendCaps(ctx)
 		if err != nil {
 			return api.Reloaded{}, fmt.Errorf("reload: read the operator's spend caps: %w", err)
 		}
-		d.meter.Reconfigure(nf.Spend, caps)
+		d.spendMeter().Reconfigure(nf.Spend, caps)
 		note := "[spend] caps"
 		if len(caps) > 0 {
 			note += fmt.Sprintf(" (the operator's caps set with `klbr-core spend cap` still win: %v)", slices.Sorted(maps.Keys(caps)))
@@ -65,6 +89,9 @@ func (d *daemon) Reload(ctx context.Context) (api.Reloaded, error) {
 		out.Applied = append(out.Applied, "[retention]: `klbr-core gc` reads it at each run")
 	}
 	d.file = nf
+	d.agentMu.Lock()
+	d.inForce = api.ConfigInForce{Path: d.cfg.Paths.ConfigFile, Digest: next.Digest, ReadAt: d.clock()}
+	d.agentMu.Unlock()
 	out.Agent = d.agentState()
 	out.Seconds = d.clock().Sub(start).Seconds()
 	d.log.Info("klbr.toml reloaded", "applied", out.Applied, "restart", out.Restart, "agent", out.Agent, "took", d.clock().Sub(start).Round(time.Microsecond))
@@ -83,15 +110,15 @@ func (d *daemon) applyRoutes(nf config.File, out *api.Reloaded) error {
 	if !ok {
 		return fmt.Errorf("no [routes.%s] (agent.route) in the new file; add it, or name a configured route", nf.Agent.Route)
 	}
-	routes, info, err := d.buildRoutes(nf)
+	routes, info, err := d.buildRoutes(nf, d.spendMeter())
 	if err != nil {
 		return err
 	}
-	if err := d.routes.SetRoutes(routes, info, nf.StepRoutes()); err != nil {
+	if err := d.routeTable().SetRoutes(routes, info, nf.StepRoutes()); err != nil {
 		return fmt.Errorf("routes: %w", err)
 	}
 	a := nf.Agent
-	d.turns.Reconfigure(turn.Live{Route: a.Route, URL: route.URL, ModelName: route.Model,
+	d.turnLoop().Reconfigure(turn.Live{Route: a.Route, URL: route.URL, ModelName: route.Model,
 		QuietAmbient: !nf.Discord.AmbientWake, Budgets: budgets(a), Vision: vision(nf)})
 	d.setAgent(agentLine(a, route))
 	if !reflect.DeepEqual(old.Routes, nf.Routes) {
@@ -109,21 +136,26 @@ func (d *daemon) applyRoutes(nf config.File, out *api.Reloaded) error {
 	return nil
 }
 
-// restartNeeded names what changed between old and nf that only a restart
-// (of klbr-core, or of klbr-discord) applies.
-func restartNeeded(old, nf config.File) []string {
+// restartNeeded names what changed between the file klbr-core started with
+// (old), the one its agent started with (agent; nil while the agent does
+// not run) and nf, that only a restart (of klbr-core, or of klbr-discord)
+// applies.
+func restartNeeded(old config.File, agent *config.File, nf config.File) []string {
 	out := []string{}
 	add := func(changed bool, what string) {
 		if changed {
 			out = append(out, what)
 		}
 	}
-	add(old.Agent.SummaryRoute != nf.Agent.SummaryRoute || old.Agent.SummaryTimeoutSeconds != nf.Agent.SummaryTimeoutSeconds,
-		"agent.summary_route, agent.summary_timeout_seconds: the compactor is built at the start")
-	add(old.Agent.RetryBackoffMillis != nf.Agent.RetryBackoffMillis,
-		"agent.retry_backoff_ms as a failed route's rest (the sessions' retries use the new value now)")
-	add(!reflect.DeepEqual(prices(old.Routes), prices(nf.Routes)), "[routes.*.price]: the spend meter prices requests as at the start")
-	add(old.Spend.TimeZone != nf.Spend.TimeZone, "spend.time_zone: the day and month boundaries are fixed at the start")
+	if a := agent; a != nil {
+		add(a.Agent.SummaryRoute != nf.Agent.SummaryRoute || a.Agent.SummaryTimeoutSeconds != nf.Agent.SummaryTimeoutSeconds,
+			"agent.summary_route, agent.summary_timeout_seconds: the compactor is built when the agent starts")
+		add(a.Agent.RetryBackoffMillis != nf.Agent.RetryBackoffMillis,
+			"agent.retry_backoff_ms as a failed route's rest (the sessions' retries use the new value now)")
+		add(!reflect.DeepEqual(prices(a.Routes), prices(nf.Routes)), "[routes.*.price]: the spend meter prices requests as when the agent started")
+		add(a.Spend.TimeZone != nf.Spend.TimeZone, "spend.time_zone: the day and month boundaries are fixed when the agent starts")
+		add(a.Telemetry != nf.Telemetry, "[telemetry]: the trace exporter is made when the agent starts")
+	}
 	add(old.Agent.Host != nf.Agent.Host, "agent.host: where the workbench runs is fixed at the start")
 	add(!reflect.DeepEqual(old.Hosts, nf.Hosts), "[hosts]: the worker hosts' connections are made at the start")
 	add(!reflect.DeepEqual(old.Limits, nf.Limits), "[limits]: the workers' scopes are set at the start")
@@ -131,12 +163,11 @@ func restartNeeded(old, nf config.File) []string {
 	add(!reflect.DeepEqual(old.Agents, nf.Agents), "[agents]: child agents' limits and model slots")
 	add(!reflect.DeepEqual(old.Browser, nf.Browser), "[browser]")
 	add(old.Storage != nf.Storage, "[storage]: the data directory's bound is set at the start")
-	add(old.Telemetry != nf.Telemetry, "[telemetry]: the trace exporter is made at the start")
 	add(old.Discord.PendingAgingSeconds != nf.Discord.PendingAgingSeconds, "discord.pending_aging_seconds")
 	od, nd := old.Discord, nf.Discord
 	od.AmbientWake, nd.AmbientWake = false, false
 	od.PendingAgingSeconds, nd.PendingAgingSeconds = 0, 0
-	add(!reflect.DeepEqual(od, nd), "[discord] channels, ingest, include_bots, token and API: klbr-discord reads them at its start (systemctl restart klbr-discord)")
+	add(!reflect.DeepEqual(od, nd), "[discord] channels, ingest, include_bots, token and API: klbr-discord's own: SIGHUP to it applies the channel filter (systemctl kill -s HUP klbr-discord), its token and API take a restart")
 	return out
 }
 
@@ -180,10 +211,14 @@ func routesDiff(old, nf map[string]config.Route) string {
 	return strings.Join(parts, ", ")
 }
 
-func prices(rs map[string]config.Route) map[string]*config.Price {
-	out := map[string]*config.Price{}
+// prices are the routes' prices; a route without one is left out (adding
+// it needs no restart: the meter counts its tokens).
+func prices(rs map[string]config.Route) map[string]config.Price {
+	out := map[string]config.Price{}
 	for n, r := range rs {
-		out[n] = r.Price
+		if r.Price != nil {
+			out[n] = *r.Price
+		}
 	}
 	return out
 }
@@ -196,7 +231,7 @@ func spendCaps(s config.Spend) config.Spend {
 
 // buildRoutes builds a metered client for every route of f: the agent's
 // routes must build; another that cannot is left out with a warning.
-func (d *daemon) buildRoutes(f config.File) (map[string]provider.Completer, map[string]provider.RouteInfo, error) {
+func (d *daemon) buildRoutes(f config.File, mtr *spend.Meter) (map[string]provider.Completer, map[string]provider.RouteInfo, error) {
 	a := f.Agent
 	routes, info := map[string]provider.Completer{}, map[string]provider.RouteInfo{}
 	for name, r := range f.Routes {
@@ -208,7 +243,7 @@ func (d *daemon) buildRoutes(f config.File) (map[string]provider.Completer, map[
 			d.log.Warn("route left out: it cannot be used", "route", name, "error", err)
 			continue
 		}
-		routes[name] = d.metered(name, client)
+		routes[name] = metered(mtr, name, client)
 		info[name] = provider.RouteInfo{Name: name, Model: r.Model, Dialect: client.Dialect().Name}
 		d.metrics.PrepareRoute(name)
 	}
@@ -220,6 +255,14 @@ func (d *daemon) agentState() string {
 	d.agentMu.Lock()
 	defer d.agentMu.Unlock()
 	return d.agent
+}
+
+// configInForce is the klbr.toml the daemon read last (at the start, or
+// at the last reload that was not refused).
+func (d *daemon) configInForce() api.ConfigInForce {
+	d.agentMu.Lock()
+	defer d.agentMu.Unlock()
+	return d.inForce
 }
 
 func (d *daemon) setAgent(s string) {
@@ -242,3 +285,12 @@ func NotifyHangup() (ch <-chan os.Signal, stop func()) {
 	signal.Notify(hup, syscall.SIGHUP)
 	return hup, func() { signal.Stop(hup) }
 }
+
+// turnLoop is the sessions' turn loop, nil while the agent does not run.
+func (d *daemon) turnLoop() *turn.Loop { return d.turns.Load() }
+
+// routeTable is the turns' routes, nil while the agent does not run.
+func (d *daemon) routeTable() *provider.Router { return d.routes.Load() }
+
+// spendMeter is the spend meter, nil while the agent does not run.
+func (d *daemon) spendMeter() *spend.Meter { return d.meter.Load() }

@@ -119,3 +119,44 @@ func TestSIGHUPReloads(t *testing.T) {
 		t.Fatalf("route main got %d requests, want none", modelA.Count())
 	}
 }
+
+// An agent that did not run at the start (klbr.toml names no route) starts
+// at the reload that adds one, without a restart, and answers the input
+// kept while nobody answered.
+func TestReloadStartsTheAgent(t *testing.T) {
+	requirePython(t)
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(waitReply, waitReply)
+	data, env := instance(t)
+	conf := filepath.Join(data, "klbr.toml")
+	if err := os.WriteFile(conf, []byte("[agent]\nroute = \"main\"\nretry_backoff_ms = 50\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "PATH="+kernelDir(t)+":"+os.Getenv("PATH"), "KLBR_CONFIG="+conf)
+	a := &agent{t: t, model: model, data: data, env: env}
+	a.start()
+	if line := a.agentLine(); !strings.HasPrefix(line, "not running") {
+		t.Fatalf("status agent %q without a route, want not running", line)
+	}
+	a.send("kept while nobody answers")
+	a.eventually("the input is kept", func() bool { return a.session().Pending == 1 })
+
+	a.writeConfig(fmt.Sprintf("[agent]\nroute = \"main\"\nretry_backoff_ms = 50\n\n[routes.main]\nurl = %q\nmodel = \"fake\"\ntimeout_seconds = 30\n", model.URL()))
+	got, err := a.c.Reload(t.Context())
+	if err != nil {
+		t.Fatalf("reload: %v\n%s", err, a.d)
+	}
+	if !slices.ContainsFunc(got.Applied, func(s string) bool { return strings.Contains(s, "the agent started") }) || len(got.Restart) != 0 {
+		t.Fatalf("reload applied %q and needs a restart for %q; want the agent started and nothing waiting for a restart", got.Applied, got.Restart)
+	}
+	if line := a.agentLine(); !strings.HasPrefix(line, "route main (fake)") || got.Agent != line {
+		t.Fatalf("status agent %q, reload's answer %q: want route main in both", line, got.Agent)
+	}
+	a.eventually("the kept input is answered", func() bool { return model.Count() == 1 && a.session().State == store.StateWaiting })
+	if req := model.Requests()[0]; !strings.Contains(fmt.Sprint(req.Messages), "kept while nobody answers") {
+		t.Fatalf("the first request does not carry the kept input: %v", req.Messages)
+	}
+	a.send("after")
+	a.eventually("the next input is answered", func() bool { return model.Count() == 2 })
+}

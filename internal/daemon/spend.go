@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/api"
@@ -18,57 +19,81 @@ import (
 // request waits at a spend cap.
 const RetryWaitingSpend = "spend_cap"
 
-// startSpend builds the spend meter: [spend]'s caps (the operator's, where
+// newMeter builds the spend meter: [spend]'s caps (the operator's, where
 // set, replacing them), the routes' prices and the ledger's totals of the
-// current day and month.
-func (d *daemon) startSpend(ctx context.Context, cfg *config.Config, m *metrics.Metrics) error {
+// current day and month. Nothing is published: watchSpend does that once
+// the agent starts.
+func (d *daemon) newMeter(ctx context.Context, cfg *config.Config) (*spend.Meter, *spendSink, error) {
 	caps, err := d.store.SpendCaps(ctx)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	var spent func(route, purpose string, usd float64, tokens int)
+	sink := &spendSink{}
 	mtr, err := spend.New(ctx, spend.Options{Spend: cfg.File.Spend, Overrides: caps, Prices: spend.PricesOf(&cfg.File),
 		Used: func(ctx context.Context, since time.Time) (float64, int64, error) {
 			t, err := d.store.SpendSince(ctx, since)
 			return t.USD, t.Tokens, err
 		},
 		DefaultOut: cfg.File.Agent.Reserve(), Now: d.clock, After: d.after,
-		Warn: func(cap string, used, limit float64) { d.spendWarning(cap, used, limit) },
-		Spent: func(route, purpose string, usd float64, tokens int) {
-			if spent != nil {
-				spent(route, purpose, usd, tokens)
-			}
-		}})
+		Warn:  func(cap string, used, limit float64) { d.spendWarning(cap, used, limit) },
+		Spent: sink.spent})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	d.meter = mtr
-	spent = m.WatchSpend(func() metrics.SpendState {
+	return mtr, sink, nil
+}
+
+// spendSink passes the meter's spending to /metrics once they are
+// registered (watchSpend).
+type spendSink struct {
+	mu sync.Mutex // guards to
+	to func(route, purpose string, usd float64, tokens int)
+}
+
+func (s *spendSink) spent(route, purpose string, usd float64, tokens int) {
+	s.mu.Lock()
+	to := s.to
+	s.mu.Unlock()
+	if to != nil {
+		to(route, purpose, usd, tokens)
+	}
+}
+
+// watchSpend exports the meter's state and spending on /metrics.
+func (d *daemon) watchSpend(m *metrics.Metrics, mtr *spend.Meter, sink *spendSink, routes []string) {
+	to := m.WatchSpend(func() metrics.SpendState {
 		s := mtr.State()
 		return metrics.SpendState{DayUSD: s.DayUSD, MonthUSD: s.MonthUSD, DayTokens: s.DayTokens, Warned: s.Warned, Held: len(s.Held)}
-	})
+	}, routes)
+	sink.mu.Lock()
+	sink.to = to
+	sink.mu.Unlock()
 	m.WatchPromptCache(func() map[string]float64 {
 		pc, err := d.promptCache(context.Background())
 		if err != nil {
 			d.log.Warn("the prompt cache ratio cannot be read from the ledger", "error", err)
 		}
 		out := make(map[string]float64, len(pc))
+		if r := d.routeTable(); r != nil {
+			for _, name := range r.Names() {
+				out[name] = 0 // no prompt tokens today: none cached
+			}
+		}
 		for _, c := range pc {
 			out[c.Route] = c.HitRatio
 		}
 		return out
 	})
-	return nil
 }
 
 // promptCache is each route's prompt cache today, from the ledger: the
 // share of its prompt tokens the provider reported as cached. A route that
 // sent no prompt tokens today is left out.
 func (d *daemon) promptCache(ctx context.Context) ([]api.PromptCache, error) {
-	if d.meter == nil {
+	if d.spendMeter() == nil {
 		return nil, nil
 	}
-	s := d.meter.State()
+	s := d.spendMeter().State()
 	groups, err := d.store.SpendBy(ctx, "route", s.DayStart, s.DayStart.Location())
 	if err != nil {
 		return nil, fmt.Errorf("prompt cache: %w", err)
@@ -92,7 +117,7 @@ func (d *daemon) spendOps(cfg *config.Config) {
 		d.log.Warn("cells cannot read the spend ledger", "error", err)
 		return
 	}
-	d.bench.SetOps("spend.", spend.NewOps(d.store, loc, d.meter))
+	d.bench.SetOps("spend.", spend.NewOps(d.store, loc, d.spendMeter()))
 }
 
 // spawnDay is the day agents.max_spawns_per_day counts in: [spend]
@@ -134,11 +159,11 @@ func (d *daemon) spendWarning(cap string, used, limit float64) {
 }
 
 // metered wraps a route's client with the spend meter (when there is one).
-func (d *daemon) metered(route string, c provider.Completer) provider.Completer {
-	if d.meter == nil {
+func metered(mtr *spend.Meter, route string, c provider.Completer) provider.Completer {
+	if mtr == nil {
 		return c
 	}
-	return d.meter.Wrap(route, c)
+	return mtr.Wrap(route, c)
 }
 
 // passedOn records the ledger row of a request a route failed and passed
@@ -166,10 +191,10 @@ func deref(p *int) int {
 
 // spendHold is session's hold at a spend cap as a retry status, or nil.
 func (d *daemon) spendHold(session string) *turn.Retry {
-	if d.meter == nil {
+	if d.spendMeter() == nil {
 		return nil
 	}
-	h, ok := d.meter.Holds()[session]
+	h, ok := d.spendMeter().Holds()[session]
 	if !ok {
 		return nil
 	}

@@ -28,8 +28,8 @@ func (s spendAPI) Spend(ctx context.Context, by string, since time.Time) (api.Sp
 		return out, err
 	}
 	out.Groups = groups
-	if s.d.meter != nil {
-		st := s.d.meter.State()
+	if s.d.spendMeter() != nil {
+		st := s.d.spendMeter().State()
 		out.State = &st
 	}
 	return out, nil
@@ -42,11 +42,11 @@ func (s spendAPI) SetSpendCap(ctx context.Context, name string, usd float64) err
 	if math.IsNaN(usd) || usd <= 0 || usd > config.MaxSpendUSD {
 		return fmt.Errorf("%w: %v: a cap is more than 0 and at most %d USD", localapi.ErrInvalidCap, usd, config.MaxSpendUSD)
 	}
-	if s.d.meter == nil {
+	if s.d.spendMeter() == nil {
 		return fmt.Errorf("%w: the agent does not run (%s)", localapi.ErrInvalidCap, s.d.agentState())
 	}
 	if err := s.d.store.Write(ctx, func(tx *store.Tx) error { return tx.SetSpendCap(name, usd) }); err != nil {
 		return err
 	}
-	return s.d.meter.SetCap(name, usd)
+	return s.d.spendMeter().SetCap(name, usd)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/hooks"
 	"github.com/klbr-dev/klbr/internal/metrics"
 	"github.com/klbr-dev/klbr/internal/provider"
+	"github.com/klbr-dev/klbr/internal/spend"
 	"github.com/klbr-dev/klbr/internal/store"
 	"github.com/klbr-dev/klbr/internal/turn"
 )
@@ -43,38 +44,49 @@ func (d *daemon) recoverTurns(ctx context.Context) (map[string]bool, error) {
 
 // startTurns starts every session's turn loop, when a model route is
 // configured and cells can run; otherwise it says why the agent does not
-// run (inputs are still admitted and kept).
+// run (inputs are still admitted and kept) and a reload that gives it a
+// route starts it (startAgent).
 func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.Metrics, resume map[string]bool) error {
-	m.WatchAgent(func() bool { return d.turns != nil }, d.backoffs)
+	m.WatchAgent(func() bool { return d.turnLoop() != nil }, d.backoffs)
 	m.WatchStorage(func() bool { return d.store.Fault() != nil })
+	_, err := d.startAgent(ctx, cfg, resume)
+	return err
+}
+
+// startAgent builds the agent's parts from cfg (the spend meter, the
+// routes, the compactor, the turn loop), then publishes them and starts
+// every session's loop. It says why the agent does not run, and returns
+// false, when cells cannot run or cfg names no usable route; an error is
+// a failure before anything was published. d.reloadMu held, or at the
+// start before serving.
+func (d *daemon) startAgent(ctx context.Context, cfg *config.Config, resume map[string]bool) (bool, error) {
+	m := d.metrics
 	route, ok := cfg.File.AgentRoute()
 	switch {
 	case d.bench == nil || d.hooks == nil:
 		d.setAgent("not running: cells cannot run")
-		return nil
+		return false, nil
 	case !ok:
-		d.setAgent(fmt.Sprintf("not running: no [routes.%s] in %s; inputs are admitted and kept", cfg.File.Agent.Route, cfg.Paths.ConfigFile))
+		d.setAgent(fmt.Sprintf("not running: no [routes.%s] in %s; inputs are admitted and kept; add it and run klbr-core reload", cfg.File.Agent.Route, cfg.Paths.ConfigFile))
 		d.log.Warn("the agent does not run: no model route is configured", "route", cfg.File.Agent.Route, "config", cfg.Paths.ConfigFile)
-		return nil
+		return false, nil
 	}
 	a := cfg.File.Agent
-	if err := d.startSpend(ctx, cfg, m); err != nil {
-		return err
+	mtr, sink, err := d.newMeter(ctx, cfg)
+	if err != nil {
+		return false, err
 	}
-	model, err := d.router(cfg, m)
+	model, err := d.router(cfg, m, mtr)
 	if err != nil {
 		// The daemon serves without a model: inputs are admitted and kept,
 		// and status, the browser and the log say why nothing answers.
-		d.setAgent(fmt.Sprintf("not running: %v; fix %s and restart klbr-core; inputs are admitted and kept", err, cfg.Paths.ConfigFile))
+		d.setAgent(fmt.Sprintf("not running: %v; fix %s and run klbr-core reload; inputs are admitted and kept", err, cfg.Paths.ConfigFile))
 		d.log.Error("the agent does not run: its model route cannot be built", "error", err)
-		return nil
+		return false, nil
 	}
-	m.WatchRouter(model)
-	d.routes = model
-	m.WatchDeltas(d.deltas)
-	compactor, est, err := d.newCompactor(ctx, cfg, model, m)
+	compactor, est, err := d.newCompactor(ctx, cfg, model, m, mtr)
 	if err != nil {
-		return err
+		return false, err
 	}
 	// [agents] model_slots: children never take the last model request slot.
 	slots := turn.NewSlots(cfg.File.Agents.Resolved().ModelSlots)
@@ -84,9 +96,9 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	}
 	tracer, err := d.startTracing(ctx, cfg)
 	if err != nil {
-		return err
+		return false, err
 	}
-	d.turns = turn.New(turn.Config{
+	loop := turn.New(turn.Config{
 		Slots: slots, Check: check, Tracer: tracer,
 		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Policy: d.hooks, Model: model, Route: a.Route,
 		URL: route.URL, ModelName: route.Model,
@@ -98,8 +110,17 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 		Images:       d.readImage, Vision: vision(cfg.File),
 	})
 	if d.agents != nil {
-		d.turns.SetIdle(d.agents.Idle)
+		loop.SetIdle(d.agents.Idle)
 	}
+
+	// Published: from here the agent runs.
+	d.meter.Store(mtr)
+	d.agentFile = cfg.File
+	d.watchSpend(m, mtr, sink, model.Names())
+	d.routes.Store(model)
+	m.WatchRouter(model)
+	m.WatchDeltas(d.deltas)
+	d.turns.Store(loop)
 	m.WatchModelSlots(func() metrics.ModelSlots {
 		s := slots.Stats()
 		return metrics.ModelSlots{Size: s.Size, Roots: s.Roots, Children: s.Children, WaitingRoots: s.WaitingRoots,
@@ -107,7 +128,7 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	})
 	m.WatchContext(func() []metrics.ContextSample {
 		var out []metrics.ContextSample
-		for id, st := range d.turns.ContextStates() {
+		for id, st := range loop.ContextStates() {
 			out = append(out, metrics.ContextSample{Session: id, Tokens: st.Tokens, Budget: st.Budget, Threshold: st.Threshold,
 				Compactions: st.Compactions, Degraded: st.Degraded})
 		}
@@ -117,12 +138,12 @@ func (d *daemon) startTurns(ctx context.Context, cfg *config.Config, m *metrics.
 	d.setAgent(agentLine(a, route))
 	sessions, err := d.store.Sessions(ctx)
 	if err != nil {
-		return err
+		return true, err
 	}
 	for _, s := range sessions {
-		d.turns.Start(s.ID, resume[s.ID])
+		loop.Start(s.ID, resume[s.ID])
 	}
-	return nil
+	return true, nil
 }
 
 // history returns the history reader over the store and the artifacts.
@@ -149,17 +170,17 @@ func (d *daemon) history(cfg *config.Config) *history.Reader {
 // compact runs a manual compaction (klbr-core compact, the browser): the
 // same path the turn loop takes past its threshold.
 func (d *daemon) compact(ctx context.Context, session string) (history.Result, error) {
-	if d.turns == nil {
+	if d.turnLoop() == nil {
 		return history.Result{}, fmt.Errorf("%w: the agent is not running (%s): compaction needs its summarizer route", history.ErrUnavailable, d.agentState())
 	}
-	return d.turns.Compact(ctx, session)
+	return d.turnLoop().Compact(ctx, session)
 }
 
 // newCompactor builds the history compactor: summaries are written with
 // agent.summary_route (or along the agent's routes, through router), the prompt comes from
 // the session's release, and sizes use the agent route's calibrated
 // estimate (seeded from the recorded usage of its recent requests).
-func (d *daemon) newCompactor(ctx context.Context, cfg *config.Config, router history.Model, m *metrics.Metrics) (*history.Compactor, *turn.Estimator, error) {
+func (d *daemon) newCompactor(ctx context.Context, cfg *config.Config, router history.Model, m *metrics.Metrics, mtr *spend.Meter) (*history.Compactor, *turn.Estimator, error) {
 	a := cfg.File.Agent
 	est := &turn.Estimator{}
 	raw, reported, err := d.store.Calibration(ctx, a.Route, 8)
@@ -177,7 +198,7 @@ func (d *daemon) newCompactor(ctx context.Context, cfg *config.Config, router hi
 		if err != nil {
 			return nil, nil, fmt.Errorf("route %s (agent.summary_route): %w", name, err)
 		}
-		summarizer = d.metered(name, client)
+		summarizer = metered(mtr, name, client)
 	}
 	return history.New(history.Config{
 		Store: d.store, Model: summarizer, Route: name, ModelName: route.Model,
@@ -225,7 +246,7 @@ func releaseFile(tree func(id string) string, name string) func(context.Context,
 // the model.plan hook answers otherwise. The agent's route must have a
 // working client; another route whose key is missing is left out with a
 // warning (doctor says so too).
-func (d *daemon) router(cfg *config.Config, m *metrics.Metrics) (*provider.Router, error) {
+func (d *daemon) router(cfg *config.Config, m *metrics.Metrics, mtr *spend.Meter) (*provider.Router, error) {
 	a := cfg.File.Agent
 	opts := provider.RouterOptions{Routes: map[string]provider.Completer{}, Info: map[string]provider.RouteInfo{},
 		Clock: d.clock, Log: d.log.With("component", "router"), Observe: m.ObserveModel,
@@ -233,7 +254,7 @@ func (d *daemon) router(cfg *config.Config, m *metrics.Metrics) (*provider.Route
 		// request waits before its retry, doubling per failure in a row.
 		Rest: time.Duration(a.RetryBackoffMillis) * time.Millisecond, PassedOn: d.passedOn}
 	var err error
-	if opts.Routes, opts.Info, err = d.buildRoutes(cfg.File); err != nil {
+	if opts.Routes, opts.Info, err = d.buildRoutes(cfg.File, mtr); err != nil {
 		return nil, err
 	}
 	opts.Default = cfg.File.StepRoutes()
@@ -309,18 +330,18 @@ func releasePrompt(tree func(id string) string) turn.Prompt {
 
 // backoffs lists the sessions' retries and backoffs, for /metrics.
 func (d *daemon) backoffs() []metrics.Backoff {
-	if d.turns == nil {
+	if d.turnLoop() == nil {
 		return nil
 	}
 	var out []metrics.Backoff
-	for id, r := range d.turns.Backoffs() {
+	for id, r := range d.turnLoop().Backoffs() {
 		if d.spendHold(id) != nil {
 			continue
 		}
 		out = append(out, metrics.Backoff{Session: id, State: r.State, NextAt: r.NextAt, InARow: r.InARow})
 	}
-	if d.meter != nil {
-		for id, h := range d.meter.Holds() {
+	if d.spendMeter() != nil {
+		for id, h := range d.spendMeter().Holds() {
 			out = append(out, metrics.Backoff{Session: id, State: RetryWaitingSpend, NextAt: h.Resets})
 		}
 	}

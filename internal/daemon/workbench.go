@@ -99,7 +99,7 @@ func newWorkbench(ctx context.Context, cfg *config.Config, st *store.Store, sess
 	return workbench.New(workbench.Config{
 		Store: st, Sessions: sessions, Kernel: kernel, Python: py, RuntimeSrc: src, RuntimeHash: hash,
 		Workspace: cfg.Paths.Workspace, Workspaces: newWorkspaces(cfg, st, sb, hs, arts, log.With("component", "workspace")),
-		Placer: placer, Sandbox: sb, SandboxSummary: summary, Artifacts: arts,
+		Placer: placer, Sandbox: sb, SandboxSummary: summary, SandboxBrief: sandbox.Brief(sb, note), Artifacts: arts,
 		Limits:  placement.Limits{MemoryMaxBytes: int64(mem), TasksMax: l.TasksMax, CPUQuotaPercent: cpu},
 		Log:     log.With("component", "workbench"),
 		Observe: observe,

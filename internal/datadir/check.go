@@ -24,8 +24,19 @@ type CheckResult struct {
 	Duration time.Duration   `json:"duration_ns"`
 }
 
-// Clean reports whether the check found nothing.
-func (r CheckResult) Clean() bool { return len(r.Findings) == 0 }
+// Clean reports whether the check found no problem (harmless findings aside).
+func (r CheckResult) Clean() bool { return len(r.Problems()) == 0 }
+
+// Problems are the findings that are not harmless.
+func (r CheckResult) Problems() []store.Finding {
+	var out []store.Finding
+	for _, f := range r.Findings {
+		if !f.Harmless {
+			out = append(out, f)
+		}
+	}
+	return out
+}
 
 var hexName = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
@@ -107,7 +118,7 @@ func Check(ctx context.Context, dataDir string) (CheckResult, error) {
 			continue
 		}
 		res.Findings = append(res.Findings, store.Finding{Check: "artifacts", Subject: "artifacts/sha256/" + e.Name(),
-			Problem: "present but no record refers to it", Fix: "harmless; klbr-core gc removes it"})
+			Problem: "present but no record refers to it", Fix: "klbr-core gc removes it", Harmless: true})
 	}
 	wf, err := worktreeFindings(ctx, st, dataDir)
 	if err != nil {
@@ -147,7 +158,7 @@ func worktreeFindings(ctx context.Context, st *store.Store, dataDir string) ([]s
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
-		out = append(out, store.Finding{Check: "worktrees", Subject: "worktrees/" + e.Name(),
+		out = append(out, store.Finding{Check: "worktrees", Subject: "worktrees/" + e.Name(), Harmless: true,
 			Problem: "present but no child agent's record names it (a spawn that was not recorded)",
 			Fix:     "remove it: git -C <workspace> worktree remove --force " + p + " (a copy: rm -rf " + p + "); its branch klbr/" + e.Name() + ", if any, stays"})
 	}

@@ -363,3 +363,19 @@ func TestRestoreLeavesOutDraftsGit(t *testing.T) {
 		}
 	}
 }
+
+// A healthy directory with only harmless leftovers (an artifact file no
+// record names: a write whose record never committed, or gc's) is clean:
+// check lists the leftover as harmless and does not fail.
+func TestCheckHarmlessIsClean(t *testing.T) {
+	dir := newDataDir(t)
+	os.MkdirAll(filepath.Join(dir, "artifacts", "sha256"), 0o700)
+	writeFile(t, filepath.Join(dir, "artifacts", "sha256", strings.Repeat("cd", 32)), "stray")
+	cr, err := Check(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cr.Clean() || len(cr.Findings) != 1 || !cr.Findings[0].Harmless || len(cr.Problems()) != 0 {
+		t.Fatalf("check with a stray artifact: clean %t, findings %+v", cr.Clean(), cr.Findings)
+	}
+}

@@ -27,7 +27,8 @@ func (t *transport) catchUp(ctx context.Context, c ingressapi.ConversationRef, a
 	if err != nil {
 		return 0, false, err
 	}
-	f := Filter{BotID: t.bot(), Channels: t.cfg.Channels, Directed: t.cfg.Directed, IncludeBots: t.cfg.IncludeBots}
+	cf := t.channels.Load()
+	f := Filter{BotID: t.bot(), Channels: cf.Channels, Directed: cf.Directed, IncludeBots: cf.IncludeBots}
 	if c.Kind == ingressapi.KindThread {
 		f.Threads = map[string]string{c.ChannelID: c.ParentID}
 	}

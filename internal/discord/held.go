@@ -120,7 +120,7 @@ func (t *transport) notifyHeld(ctx context.Context, n ingressapi.HeldNotify) {
 	} else {
 		res.MessageID = id
 	}
-	if err := retry(ctx, func() error { return t.core.HeldNotified(ctx, n.ID, res) }); err != nil {
+	if err := t.retry(ctx, func() error { return t.core.HeldNotified(ctx, n.ID, res) }); err != nil {
 		t.log.Warn("held: the notice's outcome was not recorded; it may be sent again", "effect", n.ID, "error", err)
 	}
 }
@@ -275,7 +275,7 @@ func (t *transport) press(ctx context.Context, ix Interaction) {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var decided ingressapi.HeldDecided
-	err := retry(dctx, func() (err error) {
+	err := t.retry(dctx, func() (err error) {
 		decided, err = t.core.DecideHeld(dctx, effect, ingressapi.HeldDecision{Decision: decision, UserID: ix.UserID})
 		return err
 	})

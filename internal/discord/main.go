@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -21,7 +22,10 @@ const MaxTokenBytes = 4096
 // (token_file, else $CREDENTIALS_DIRECTORY/discord-token; never argv or the
 // environment), and runs the transport until ctx ends. It returns the exit
 // code: 0 on a stop, 1 on a configuration error, 2 on a fatal gateway close.
-func Main(ctx context.Context, args []string, lookup func(string) (string, bool), stderr io.Writer) int {
+// Each value on hup (SIGHUP; nil: none) rereads klbr.toml and puts its
+// [discord] channels, ingest and include_bots in force; what needs a
+// restart (the token, api_base, attachment limits) is named in the log.
+func Main(ctx context.Context, args []string, lookup func(string) (string, bool), stderr io.Writer, hup <-chan os.Signal) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if len(args) > 0 {
 		fmt.Fprintln(stderr, "klbr-discord takes no arguments: it reads klbr.toml's [discord] section, and the token from a file (see docs/discord.md)")
@@ -41,8 +45,10 @@ func Main(ctx context.Context, args []string, lookup func(string) (string, bool)
 	log.Info("starting", "api_base", d.APIBase, "ingress_socket", cfg.Paths.IngressSocket, "ingest", d.Ingest,
 		"include_bots", d.IncludeBots, "channels", len(d.Channels),
 		"intents", "guilds, guild messages, direct messages, message content (privileged: enable it in the Developer Portal)")
+	filters := make(chan Filter, 1)
+	go reloadFilters(ctx, hup, lookup, d, filters, log)
 	err = Run(ctx, Config{Token: token, APIBase: d.APIBase, IngressSocket: cfg.Paths.IngressSocket, Channels: d.Channels,
-		Directed: d.Ingest == config.IngestDirected, IncludeBots: d.IncludeBots, Log: log,
+		Directed: d.Ingest == config.IngestDirected, IncludeBots: d.IncludeBots, Log: log, Filters: filters,
 		Fetch: FetchLimits{MaxBytes: d.AttachmentMaxBytes, Timeout: time.Duration(d.AttachmentTimeoutSeconds) * time.Second,
 			Concurrency: d.AttachmentConcurrency, BytesPerHour: d.AttachmentBytesPerHour},
 		Flood:    FloodLimits{AuthorBurst: d.AuthorBurst, AuthorPerMinute: d.AuthorPerMinute, ChannelBurst: d.ChannelBurst, ChannelPerMinute: d.ChannelPerMinute},
@@ -58,6 +64,44 @@ func Main(ctx context.Context, args []string, lookup func(string) (string, bool)
 	}
 	log.Info("stopped")
 	return 0
+}
+
+// reloadFilters rereads klbr.toml at each hup and sends its channel filter
+// to the transport (the newest replaces one not taken yet); a file that
+// does not load is refused and the filter in force stays.
+func reloadFilters(ctx context.Context, hup <-chan os.Signal, lookup func(string) (string, bool), started config.Discord, out chan Filter, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		cfg, err := config.Load(lookup)
+		if err != nil {
+			log.Error("reload refused: klbr.toml does not load; the channel filter in force stays", "error", err)
+			continue
+		}
+		d := cfg.File.Discord
+		f := Filter{Channels: d.Channels, Directed: d.Ingest == config.IngestDirected, IncludeBots: d.IncludeBots}
+		select {
+		case <-out: // not taken yet: the newer one replaces it
+		default:
+		}
+		out <- f
+		var restart []string
+		if d.TokenFile != started.TokenFile {
+			restart = append(restart, "discord.token_file")
+		}
+		if d.APIBase != started.APIBase {
+			restart = append(restart, "discord.api_base")
+		}
+		if d.AttachmentMaxBytes != started.AttachmentMaxBytes || d.AttachmentTimeoutSeconds != started.AttachmentTimeoutSeconds ||
+			d.AttachmentConcurrency != started.AttachmentConcurrency || d.AttachmentBytesPerHour != started.AttachmentBytesPerHour {
+			restart = append(restart, "discord.attachment_*")
+		}
+		log.Info("klbr.toml reloaded: the channel filter applies from the next gateway event", "channels", len(f.Channels),
+			"ingest", d.Ingest, "include_bots", d.IncludeBots, "needs_restart", restart)
+	}
 }
 
 // readToken reads the bot token from path, or the systemd credential.

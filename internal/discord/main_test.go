@@ -3,8 +3,10 @@ package discord
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/klbr-dev/klbr/internal/citest"
+	"github.com/klbr-dev/klbr/internal/config"
 	"github.com/klbr-dev/klbr/internal/discordtest"
 )
 
@@ -46,7 +49,7 @@ func TestMainReadsTheCredentialAndExitsOnABadToken(t *testing.T) {
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	var out syncBuffer
 	code := make(chan int, 1)
-	go func() { code <- Main(context.Background(), nil, lookup, &out) }()
+	go func() { code <- Main(context.Background(), nil, lookup, &out, nil) }()
 	waitFor(t, "the gateway session", fake.Connected)
 	if got := fake.Authorizations(); len(got) == 0 || got[0] != "Bot "+testToken {
 		t.Fatalf("the REST calls did not carry the credential's token")
@@ -91,7 +94,7 @@ func TestMainRefusesArgumentsAndAMissingToken(t *testing.T) {
 				env[k] = v
 			}
 			var out bytes.Buffer
-			code := Main(context.Background(), tc.args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, &out)
+			code := Main(context.Background(), tc.args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, &out, nil)
 			if code != 1 || !strings.Contains(out.String(), tc.want) {
 				t.Fatalf("exit %d, output %q; want 1 and %q", code, out.String(), tc.want)
 			}
@@ -99,5 +102,38 @@ func TestMainRefusesArgumentsAndAMissingToken(t *testing.T) {
 				t.Fatalf("the arguments were echoed: %q", out.String())
 			}
 		})
+	}
+}
+
+// SIGHUP rereads klbr.toml: its [discord] channel filter is sent to the
+// transport; a file that does not load sends nothing (the filter stays).
+func TestHangupRereadsTheFilter(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "klbr.toml")
+	env := map[string]string{"KLBR_DATA_DIR": dir, "KLBR_CONFIG": conf, "HOME": dir}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hup := make(chan os.Signal)
+	out := make(chan Filter, 1)
+	go reloadFilters(ctx, hup, lookup, config.Discord{}, out, slog.New(slog.DiscardHandler))
+
+	os.WriteFile(conf, []byte("[discord]\nchannels = [\"123\", \"456\"]\ningest = \"directed\"\n"), 0o600)
+	hup <- syscall.SIGHUP
+	select {
+	case f := <-out:
+		if !slices.Equal(f.Channels, []string{"123", "456"}) || !f.Directed || f.IncludeBots {
+			t.Fatalf("filter %+v", f)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no filter after SIGHUP")
+	}
+	os.WriteFile(conf, []byte("[discord\n"), 0o600)
+	hup <- syscall.SIGHUP
+	hup <- syscall.SIGHUP // taken only after the first was handled
+	select {
+	case f := <-out:
+		t.Fatalf("a broken klbr.toml sent a filter %+v", f)
+	default:
 	}
 }

@@ -83,8 +83,9 @@ const threadJoinQueue = 256
 // onThread runs on the gateway's goroutine: it records the thread's parent
 // (the filter passes its messages as the parent's) and queues a join.
 func (t *transport) onThread(th ThreadCreate) {
+	t.takeFilter()
 	t.learnParent(th)
-	if len(t.cfg.Channels) > 0 && !slices.Contains(t.cfg.Channels, th.ParentID) {
+	if len(t.filter.Channels) > 0 && !slices.Contains(t.filter.Channels, th.ParentID) {
 		return // not under a watched channel
 	}
 	if th.Archived || th.Member {

@@ -109,7 +109,7 @@ func (t *transport) discoverThreads(ctx context.Context, convs []ingressapi.Conv
 		}
 		for _, th := range ths {
 			t.learnParent(th)
-			if th.Archived || len(t.cfg.Channels) > 0 && !slices.Contains(t.cfg.Channels, th.ParentID) {
+			if cf := t.channels.Load(); th.Archived || len(cf.Channels) > 0 && !slices.Contains(cf.Channels, th.ParentID) {
 				continue
 			}
 			found++

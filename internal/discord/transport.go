@@ -40,6 +40,10 @@ type Config struct {
 	// InvalidRequestLimit is Discord's invalid-request limit per 10 minutes
 	// (0: 10,000); non-essential calls stop at half of it, all at 90%.
 	InvalidRequestLimit int
+	// Filters, if set, carries new channel filters while the transport runs
+	// (klbr-discord's SIGHUP): each replaces Channels, Directed and
+	// IncludeBots from the next gateway event on.
+	Filters <-chan Filter
 }
 
 // Run runs the transport until ctx ends (nil) or the gateway closes for good
@@ -61,10 +65,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	core := ingressapi.NewClient(cfg.IngressSocket)
 	defer core.Close()
-	t := &transport{cfg: cfg, rest: rest, core: core, log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize),
+	t := &transport{cfg: cfg, rest: rest, core: core, link: newCoreLink(cfg.Log), log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize),
 		urgent: make(chan ingressapi.Message, urgentQueue), flood: newFlood(cfg.Flood, cfg.Operator), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
 		budget: budget, watch: newWatch(), joins: make(chan ThreadCreate, threadJoinQueue),
 		filter: Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots, Threads: map[string]string{}}}
+	t.channels.Store(&Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots})
 	t.fetch = newFetcher(cfg.Fetch, core, rest, cfg.Log.With("component", "fetcher"))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -124,6 +129,7 @@ type transport struct {
 	cfg        Config
 	rest       *discordgo.Session
 	core       *ingressapi.Client
+	link       *coreLink // whether klbr-core answers, logged at each change
 	log        *slog.Logger
 	queue      chan ingressapi.Message
 	urgent     chan ingressapi.Message // DMs: admitted before the rest
@@ -133,7 +139,11 @@ type transport struct {
 	filter     Filter                   // used only by the gateway's goroutine, but for Threads (parentsMu)
 	parentsMu  sync.Mutex               // guards filter.Threads: thread discovery adds to it
 	guilds     atomic.Pointer[[]string] // READY's guilds
-	ctx        context.Context          // Run's
+	// channels is the channel filter in force (Channels, Directed,
+	// IncludeBots), for the goroutines that read history (catchUp) and
+	// discover threads.
+	channels atomic.Pointer[Filter]
+	ctx      context.Context // Run's
 
 	echoes       *echoes                // our own messages seen on the gateway, by nonce
 	unsettled    *unsettled             // sends reported unknown, by nonce: a late echo settles them
@@ -174,8 +184,21 @@ func (t *transport) stats() *ingressapi.GatewayStats {
 		RateLimited: t.rateLimited.Load(), RateLimitBursts: t.floodBursts.Load()}
 }
 
+// takeFilter puts in force a filter Config.Filters carries, if one waits.
+// It runs on the gateway's goroutine, the filter's only user.
+func (t *transport) takeFilter() {
+	select {
+	case f := <-t.cfg.Filters:
+		t.filter.Channels, t.filter.Directed, t.filter.IncludeBots = f.Channels, f.Directed, f.IncludeBots
+		t.channels.Store(&Filter{Channels: f.Channels, Directed: f.Directed, IncludeBots: f.IncludeBots})
+		t.log.Info("channel filter in force", "channels", len(f.Channels), "directed", f.Directed, "include_bots", f.IncludeBots)
+	default:
+	}
+}
+
 // onMessage normalizes a MESSAGE_CREATE and queues it for admission.
 func (t *transport) onMessage(data json.RawMessage) {
+	t.takeFilter()
 	if nonce, id, ok := ownEcho(data, t.filter.BotID); ok {
 		t.echoes.add(nonce, id)
 		if effect, ok := t.unsettled.take(nonce); ok {
@@ -277,6 +300,7 @@ func (t *transport) admit(ctx context.Context, batch []ingressapi.Message) {
 	for {
 		resp, err := t.core.Admit(ctx, ingressapi.AdmitRequest{Messages: batch})
 		if err == nil {
+			t.link.ok()
 			for i, r := range resp.Results {
 				if r.Error != nil {
 					t.dropped.Add(1)
@@ -302,7 +326,7 @@ func (t *transport) admit(ctx context.Context, batch []ingressapi.Message) {
 		if ctx.Err() != nil {
 			return
 		}
-		t.log.Debug("ingress not ready; retrying", "error", err)
+		t.link.failed(err)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -323,7 +347,7 @@ func (t *transport) performLoop(ctx context.Context) {
 	}
 hello:
 	var hello ingressapi.HelloResponse
-	if err := retry(ctx, func() (err error) {
+	if err := t.retry(ctx, func() (err error) {
 		hello, err = t.core.Hello(ctx, ingressapi.HelloRequest{Instance: t.cfg.Instance})
 		return err
 	}); err != nil {
@@ -348,7 +372,7 @@ hello:
 	}
 	for ctx.Err() == nil {
 		var cr ingressapi.ClaimResponse
-		if err := retry(ctx, func() (err error) {
+		if err := t.retry(ctx, func() (err error) {
 			cr, err = t.core.Claim(ctx, ingressapi.ClaimRequest{Limit: 16, WaitMS: 10000, Gateway: t.stats()})
 			return err
 		}); err != nil {
@@ -409,13 +433,17 @@ func (t *transport) backfill(ctx context.Context, convs []ingressapi.Conversatio
 func snowflakeLess(a, b string) bool { return len(a) < len(b) || len(a) == len(b) && a < b }
 
 // retry calls f until it succeeds, fails permanently, or ctx ends.
-func retry(ctx context.Context, f func() error) error {
+func (t *transport) retry(ctx context.Context, f func() error) error {
 	backoff := 100 * time.Millisecond
 	for {
 		err := f()
 		var se *ingressapi.StatusError
 		if err == nil || (errors.As(err, &se) && se.Permanent()) {
+			t.link.ok() // klbr-core answered
 			return err
+		}
+		if ctx.Err() == nil {
+			t.link.failed(err)
 		}
 		select {
 		case <-time.After(backoff):
@@ -438,7 +466,7 @@ func (t *transport) report(ctx context.Context, id int64, r ingressapi.Receipt) 
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(reportGrace, cancel) })
 	defer stop()
-	err := retry(rctx, func() error { _, err := t.core.Receipt(rctx, id, r); return err })
+	err := t.retry(rctx, func() error { _, err := t.core.Receipt(rctx, id, r); return err })
 	if err != nil {
 		t.log.Error("a receipt was not recorded; the next transport reconciles the effect", "effect", id, "state", r.State, "error", err)
 	}

@@ -37,12 +37,22 @@ type Report struct {
 	Checks []Check            `json:"checks"`
 }
 
+// Options are what Run checks beyond the environment.
+type Options struct {
+	// InForce asks the daemon serving the data directory what it runs;
+	// nil InForce and no error: none serves. nil: not asked.
+	InForce func(context.Context) (*InForce, error)
+	// Verbose keeps the long details: the sandbox's paragraph.
+	Verbose bool
+}
+
 // Run checks the installation described by the environment lookup.
-func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
+func Run(ctx context.Context, lookup func(string) (string, bool), opts Options) Report {
 	var r Report
 	add := func(c Check) { r.Checks = append(r.Checks, c) }
 
 	cfg, err := config.Load(lookup)
+	loadErr := err
 	if err != nil {
 		add(Check{Name: "config", Detail: err.Error(), Fix: "correct the file or variable named above"})
 		// The other checks still run, on the paths alone and the defaults.
@@ -61,6 +71,11 @@ func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
 		checkRoutes(ctx, cfg, lookup, add)
 		add(checkSpend(&cfg.File))
 	}
+	var loaded *config.Config
+	if loadErr == nil {
+		loaded = cfg
+	}
+	checkInForce(ctx, opts.InForce, loaded, loadErr, add)
 
 	info, err := store.ReadRuntimeInfo(ctx)
 	switch {
@@ -78,6 +93,7 @@ func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
 	if cfg != nil {
 		checkDataDir(ctx, cfg.Paths.DataDir, add)
 		checkSkills(cfg.Paths, add)
+		checkReleaseSkills(ctx, cfg.Paths, add)
 		checkProfiles(cfg, add)
 		checkHosts(ctx, cfg, add)
 		if k, err := worker.FindKernel(); err != nil {
@@ -100,10 +116,15 @@ func Run(ctx context.Context, lookup func(string) (string, bool)) Report {
 			add(Check{Name: "python", Detail: err.Error(), Fix: "install Python 3.11 or newer, or point KLBR_PYTHON at one"})
 		} else {
 			add(Check{Name: "python", OK: true, Detail: fmt.Sprintf("%s (%s)", bin, ver)})
+			checkRuntime(ctx, cfg.Paths, bin, add)
 			// What a cell runs without here. A weaker sandbox is reported, not a failure:
 			// klbr runs, and the line says what does not hold.
 			sb, note := sandbox.ForWorkers(cfg, bin, "")
-			add(Check{Name: "sandbox", OK: true, Detail: sandbox.Describe(sb, note)})
+			detail := sandbox.Brief(sb, note)
+			if opts.Verbose {
+				detail = sandbox.Describe(sb, note)
+			}
+			add(Check{Name: "sandbox", OK: true, Detail: detail})
 		}
 	}
 	r.OK = true
@@ -148,7 +169,11 @@ func checkDataDir(ctx context.Context, dir string, add func(Check)) {
 }
 
 // String renders the report for a terminal.
-func (r Report) String() string {
+func (r Report) String() string { return r.Text(false) }
+
+// Text renders the report for a terminal; verbose adds SQLite's compile
+// options.
+func (r Report) Text(verbose bool) string {
 	var b strings.Builder
 	if r.Paths != nil {
 		p := r.Paths
@@ -169,7 +194,7 @@ func (r Report) String() string {
 			fmt.Fprintf(&b, "             → %s\n", c.Fix)
 		}
 	}
-	if r.SQLite != nil {
+	if r.SQLite != nil && verbose {
 		fmt.Fprintf(&b, "\nsqlite compile options: %s\n", strings.Join(r.SQLite.CompileOptions, " "))
 	}
 	return b.String()

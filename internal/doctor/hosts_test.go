@@ -33,7 +33,7 @@ known_hosts_file = %q
 		t.Fatal(err)
 	}
 	env := map[string]string{"HOME": t.TempDir(), "KLBR_DATA_DIR": data}
-	r := Run(context.Background(), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	r := Run(context.Background(), func(k string) (string, bool) { v, ok := env[k]; return v, ok }, Options{})
 	cs := map[string]Check{}
 	for _, c := range r.Checks {
 		cs[c.Name] = c

@@ -11,15 +11,35 @@ import (
 	"github.com/klbr-dev/klbr/internal/profiles"
 )
 
+// profileRoutes are the routes the default tree's profiles name (none
+// when the tree cannot be read: checkProfiles says why).
+func profileRoutes(cfg *config.Config) []string {
+	src, _ := defaultTree(cfg)
+	ps, err := profiles.ListFS(src)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Routes()...)
+	}
+	return out
+}
+
+// defaultTree is the default behavior tree (the embedded one, or
+// KLBR_BEHAVIOR_DIR) and where it comes from.
+func defaultTree(cfg *config.Config) (fs.FS, string) {
+	if cfg.Paths.BehaviorDir != "" {
+		return os.DirFS(cfg.Paths.BehaviorDir), cfg.Paths.BehaviorDir
+	}
+	return behaviortree.Tree(), "the embedded default release"
+}
+
 // checkProfiles lists the child agent profiles of the default behavior
 // tree (the embedded one, or KLBR_BEHAVIOR_DIR) and warns of each whose
 // route klbr.toml does not configure: a spawn with it is refused.
 func checkProfiles(cfg *config.Config, add func(Check)) {
-	var src fs.FS = behaviortree.Tree()
-	from := "the embedded default release"
-	if cfg.Paths.BehaviorDir != "" {
-		src, from = os.DirFS(cfg.Paths.BehaviorDir), cfg.Paths.BehaviorDir
-	}
+	src, from := defaultTree(cfg)
 	ps, err := profiles.ListFS(src)
 	if err != nil {
 		add(Check{Name: "profiles", Detail: fmt.Sprintf("%s: %v", from, err), Fix: "fix the profile: the tree does not publish"})

@@ -19,7 +19,7 @@ func TestDoctorChecksProfiles(t *testing.T) {
 	env := map[string]string{"HOME": t.TempDir(), "KLBR_DATA_DIR": t.TempDir(), "KLBR_BEHAVIOR_DIR": tree}
 	checks := func() map[string]Check {
 		out := map[string]Check{}
-		for _, c := range Run(context.Background(), func(k string) (string, bool) { v, ok := env[k]; return v, ok }).Checks {
+		for _, c := range Run(context.Background(), func(k string) (string, bool) { v, ok := env[k]; return v, ok }, Options{}).Checks {
 			out[c.Name] = c
 		}
 		return out

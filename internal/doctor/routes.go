@@ -26,13 +26,31 @@ func checkRoutes(ctx context.Context, cfg *config.Config, lookup func(string) (s
 	for i, n := range f.Agent.Fallback {
 		role[n] = fmt.Sprintf("fallback %d", i+1)
 	}
+	if s := f.Agent.SummaryRoute; s != "" && role[s] == "" {
+		role[s] = "summary route"
+	}
+	for _, r := range profileRoutes(cfg) {
+		if role[r] == "" {
+			role[r] = "a profile's route"
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(f.Routes)) {
 		r := f.Routes[name]
 		label := name
 		if role[name] != "" {
 			label += " (" + role[name] + ")"
 		}
-		add(checkRoute(ctx, label, r, lookup))
+		c := checkRoute(ctx, label, r, lookup)
+		if role[name] == "" {
+			// Nothing sends to it: what its server does is worth a look,
+			// never a failure.
+			c.OK, c.Warn = true, true
+			c.Detail += "; nothing uses it (not agent.route, a fallback, agent.summary_route or a profile's route)"
+			if c.Fix == "" {
+				c.Fix = "remove it, or name it where it should be used"
+			}
+		}
+		add(c)
 	}
 }
 

@@ -1,16 +1,20 @@
 package doctor
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
 	behaviortree "github.com/klbr-dev/klbr/behavior"
 	"github.com/klbr-dev/klbr/internal/behavior"
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/store"
 )
 
 // checkSkills lists the skill ids and klbr_skills modules a new session is
@@ -41,7 +45,7 @@ func checkSkills(paths config.Paths, add func(Check)) {
 		add(Check{Name: "skills", Detail: err.Error(), Fix: "check the permissions of " + filepath.Join(paths.DataDir, "skills")})
 		return
 	}
-	add(Check{Name: "skills", OK: true, Detail: describeSkills(set, from)})
+	add(Check{Name: "skills", OK: true, Detail: describeSkills(set, from) + " (a session's own release: below)"})
 	ids := make([]string, 0, len(set.Refused))
 	for id := range set.Refused {
 		ids = append(ids, id)
@@ -71,5 +75,45 @@ func describeSkills(set behavior.SkillSet, from string) string {
 	if len(set.Refused) > 0 {
 		d += fmt.Sprintf("; %d refused", len(set.Refused))
 	}
-	return d + " (a session's active release may offer others: behavior.status())"
+	return d
+}
+
+// checkReleaseSkills lists, for each release a session has active, the
+// skills it offers with the managed ones: what that session's agent sees.
+// A data directory not initialized yet has none.
+func checkReleaseSkills(ctx context.Context, paths config.Paths, add func(Check)) {
+	st, err := store.OpenReader(ctx, paths.DataDir)
+	if err != nil {
+		return // checkDataDir says why
+	}
+	defer st.Close()
+	sessions, err := st.Sessions(ctx)
+	if err != nil {
+		add(Check{Name: "skills", Detail: "read the sessions: " + err.Error(), Fix: "run `klbr-core check`"})
+		return
+	}
+	by := map[string][]string{} // release -> its sessions
+	for _, s := range sessions {
+		if s.PolicyRevision != "" {
+			by[s.PolicyRevision] = append(by[s.PolicyRevision], s.ID)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(by)) {
+		ss := by[id]
+		who := strings.Join(ss[:min(len(ss), 4)], ", ")
+		if len(ss) > 4 {
+			who += fmt.Sprintf(" and %d more", len(ss)-4)
+		}
+		tree := filepath.Join(paths.DataDir, "releases", id, "tree")
+		set, err := behavior.LoadSkills([]behavior.SkillRoot{
+			{Name: "builtin", Dir: filepath.Join(tree, "skills"), Package: filepath.Join(tree, "klbr_skills")},
+			{Name: "managed", Dir: filepath.Join(paths.DataDir, "skills")},
+		})
+		if err != nil {
+			add(Check{Name: "skills", OK: true, Warn: true, Detail: fmt.Sprintf("release %.12s (session %s): %v", id, who, err),
+				Fix: "run `klbr-core check`: it verifies the releases"})
+			continue
+		}
+		add(Check{Name: "skills", OK: true, Detail: fmt.Sprintf("release %.12s (session %s): %s", id, who, describeSkills(set, "the release"))})
+	}
 }

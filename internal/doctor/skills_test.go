@@ -17,7 +17,7 @@ func TestDoctorListsSkillsAndRefusals(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(data, "skills", "mine", "__init__.py"), []byte(`"""Mine."""`+"\n"), 0o644)
 	env := map[string]string{"HOME": t.TempDir(), "KLBR_DATA_DIR": data}
-	r := Run(context.Background(), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	r := Run(context.Background(), func(k string) (string, bool) { v, ok := env[k]; return v, ok }, Options{})
 	var skills, refused string
 	for _, c := range r.Checks {
 		switch c.Name {

@@ -71,7 +71,18 @@ type Result struct {
 	Attempts int // summarizer requests made
 	Source   int // estimated tokens of what it replaced
 	Tokens   int // estimated tokens of the summary's entry
-	Problems []string
+	// Before and After are the whole request's estimated size before and
+	// after: the one measure the operator is shown (Measure).
+	Before, After int
+	Problems      []string
+}
+
+// Measure is how a compaction is reported to the operator, in the compact
+// command's answer, tail and the browser alike: the estimated size of the
+// context (the whole request, as status's "last request" counts it)
+// before and after.
+func Measure(before, after int) string {
+	return fmt.Sprintf("context about %d → %d tokens (estimated)", before, after)
 }
 
 // Config is what a Compactor is made of.
@@ -182,7 +193,8 @@ func (c *Compactor) Compact(ctx context.Context, p Plan) (Result, error) {
 		// Even the stub does not shrink this run: refuse rather than grow.
 		return res, fmt.Errorf("%w: a run of about %d tokens cannot be represented in less", ErrNoReduction, res.Source)
 	}
-	notice := map[string]any{"reason": p.Reason, "tokens_before": p.Before, "tokens_after": p.Before - res.Source + res.Tokens,
+	res.Before, res.After = p.Before, p.Before-res.Source+res.Tokens
+	notice := map[string]any{"reason": p.Reason, "tokens_before": res.Before, "tokens_after": res.After,
 		"source_tokens": res.Source, "summary_tokens": res.Tokens, "route": cfg.Route}
 	if len(res.Problems) > 0 {
 		notice["problems"] = res.Problems

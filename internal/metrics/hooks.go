@@ -83,6 +83,9 @@ func (c hooksCollector) Collect(ch chan<- prometheus.Metric) {
 // WatchHooks exposes per-slot counts and observer diagnostics, read at scrape time.
 func (m *Metrics) WatchHooks(slots func() []SlotSample, observers func() []ObserverSample) {
 	m.reg.MustRegister(hooksCollector{slots: slots, observers: observers})
+	for _, s := range slots() {
+		m.hooks.WithLabelValues(s.Slot, "ok") // each slot's latency at 0 before its first call
+	}
 	m.observerLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "klbr_observer_delivery_seconds",
 		Help:    "Time from an event's commit to its observer's answer, by outcome (ok, failed, dead).",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 60},

@@ -51,14 +51,21 @@ func (c spendCollector) Collect(ch chan<- prometheus.Metric) {
 
 // WatchSpend exposes the spend meter (state is called at scrape time) and
 // returns the function that counts each settled request's cost:
-// klbr_spend_usd_total{route,purpose}, klbr_spend_tokens_total{route,purpose}.
-func (m *Metrics) WatchSpend(state func() SpendState) func(route, purpose string, usd float64, tokens int) {
+// klbr_spend_usd_total{route,purpose}, klbr_spend_tokens_total{route,purpose},
+// at 0 for each of routes and purpose (turn, summary) before any request.
+func (m *Metrics) WatchSpend(state func() SpendState, routes []string) func(route, purpose string, usd float64, tokens int) {
 	usd := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "klbr_spend_usd_total",
 		Help: "USD of model requests by route and purpose (turn, summary), the provider's reported cost else the route's price; unpriced routes add 0."},
 		[]string{"route", "purpose"})
 	tok := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "klbr_spend_tokens_total",
 		Help: "Prompt+completion tokens of model requests by route and purpose."}, []string{"route", "purpose"})
 	m.reg.MustRegister(usd, tok, spendCollector{state: state})
+	for _, r := range routes {
+		for _, p := range []string{"turn", "summary"} {
+			usd.WithLabelValues(r, p)
+			tok.WithLabelValues(r, p)
+		}
+	}
 	return func(route, purpose string, u float64, tokens int) {
 		usd.WithLabelValues(route, purpose).Add(u)
 		tok.WithLabelValues(route, purpose).Add(float64(tokens))

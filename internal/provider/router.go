@@ -166,6 +166,9 @@ func (r *Router) SetRoutes(routes map[string]Completer, info map[string]RouteInf
 	return nil
 }
 
+// Names returns the routes in force, sorted.
+func (r *Router) Names() []string { return slices.Sorted(maps.Keys(r.table.Load().routes)) }
+
 // Default returns the default plan in force: agent.route, then agent.fallback.
 func (r *Router) Default() []string { return slices.Clone(r.table.Load().def) }
 

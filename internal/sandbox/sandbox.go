@@ -278,3 +278,29 @@ func Describe(sb kernel.Sandbox, note string) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// Brief is Describe in a few words, for status and doctor: the Landlock ABI,
+// the workers' uid, and whether anything is weaker than it could be (its
+// paragraph: klbr-core doctor --verbose).
+func Brief(sb kernel.Sandbox, note string) string {
+	var parts []string
+	if abi, err := kernel.LandlockABI(); err != nil {
+		parts = append(parts, "NO landlock (the data directory is not hidden)")
+	} else {
+		parts = append(parts, fmt.Sprintf("landlock ABI %d", abi))
+	}
+	switch {
+	case sb.DropUser:
+		parts = append(parts, fmt.Sprintf("workers run as uid %d without capabilities", sb.UID))
+	case sb.DropCaps:
+		parts = append(parts, "workers run as uid 0 without capabilities")
+	default:
+		parts = append(parts, fmt.Sprintf("workers run as the daemon's uid %d", os.Getuid()))
+	}
+	parts = append(parts, "no_new_privs")
+	s := strings.Join(parts, ", ")
+	if note != "" {
+		s += "; weaker than it could be (klbr-core doctor --verbose says why and what to do)"
+	}
+	return s
+}

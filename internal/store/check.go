@@ -6,12 +6,15 @@ import (
 	"strings"
 )
 
-// Finding is one problem a consistency check found, with what to do.
+// Finding is one thing a consistency check found, with what to do.
 type Finding struct {
 	Check   string `json:"check"`   // integrity, foreign_keys, inbox, outbox, attention, attempts, coverage, releases, artifacts, …
 	Subject string `json:"subject"` // what it is about: a table row, a file
 	Problem string `json:"problem"`
 	Fix     string `json:"fix"`
+	// Harmless is a leftover that takes space and nothing else (a file no
+	// record names): the directory is still clean.
+	Harmless bool `json:"harmless,omitempty"`
 }
 
 func (f Finding) String() string {

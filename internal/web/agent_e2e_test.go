@@ -21,6 +21,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/citest"
+	"github.com/klbr-dev/klbr/internal/history"
 	"github.com/klbr-dev/klbr/internal/localclient"
 	"github.com/klbr-dev/klbr/internal/modeltest"
 	"github.com/klbr-dev/klbr/internal/setup"
@@ -400,15 +401,28 @@ func TestBrowserShowsCompaction(t *testing.T) {
 	if err := poll(ctx, `document.querySelector('#lane-notice details.summary-block') !== null`); err != nil {
 		t.Fatalf("no summary block: %v", err)
 	}
-	var out struct{ Summary string }
+	var out struct {
+		Summary       string
+		Before, After int
+	}
 	for _, r := range c.records(t) {
 		if r.Kind == "context.compacted" {
-			_ = json.Unmarshal(r.Content, &out)
+			var n struct {
+				Summary string `json:"summary"`
+				Before  int    `json:"tokens_before"`
+				After   int    `json:"tokens_after"`
+			}
+			_ = json.Unmarshal(r.Content, &n)
+			out.Summary, out.Before, out.After = n.Summary, n.Before, n.After
 		}
 	}
 	head := eval[string](t, ctx, `document.querySelector('#lane-notice details.summary-block summary').innerText`)
 	if !strings.Contains(head, "context compacted: "+out.Summary+" (normal)") || !strings.Contains(head, "records") {
 		t.Fatalf("summary line %q", head)
+	}
+	// The one measure, worded as klbr-core compact and tail word it.
+	if want := history.Measure(out.Before, out.After); !strings.Contains(head, want) {
+		t.Fatalf("summary line %q lacks %q", head, want)
 	}
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#lane-notice details.summary-block summary`))); err != nil {
 		t.Fatal(err)

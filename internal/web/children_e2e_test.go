@@ -77,6 +77,16 @@ func TestBrowserChildUnderItsParent(t *testing.T) {
 	if err := poll(ctx, `(document.querySelector('#children .child-parent a') || {}).textContent === 'default'`); err != nil {
 		t.Errorf("the child's page does not name its parent: %s", eval[string](t, ctx, `document.querySelector('#children').innerText`))
 	}
+	// Its header names its parent too, and, the child having finished, its
+	// message box does not invite messages nobody will read.
+	if err := poll(ctx, `(() => { const f = document.querySelector('#f-parent'), a = document.querySelector('#h-parent');
+		return f && !f.hidden && a.textContent === 'default' && a.getAttribute('href') === '/?session=default'; })()`); err != nil {
+		t.Errorf("the child's header does not name its parent: %v", err)
+	}
+	if err := poll(ctx, `(() => { const c = document.querySelector('#composer');
+		return c.disabled && c.placeholder.includes('finished') && c.placeholder.includes('default'); })()`); err != nil {
+		t.Errorf("a finished child's message box still invites messages: %q", eval[string](t, ctx, `document.querySelector('#composer').placeholder`))
+	}
 	eval[bool](t, ctx, `setView('lanes'), true`)
 	if err := poll(ctx, `document.querySelector('#lane-cell').innerText.includes('CHILD WORKING')`); err != nil {
 		t.Fatalf("the child's cell lane: %v\n%s", err, eval[string](t, ctx, `document.querySelector('#lane-cell').innerText`))

@@ -26,10 +26,13 @@ const childPreview = 1000
 
 // childrenView is GET /v2/children?session=S: S's descendants.
 type childrenView struct {
-	Session   string      `json:"session"`
-	Parent    string      `json:"parent,omitempty"` // when the session is itself a child
-	Children  []childNode `json:"children"`
-	Truncated bool        `json:"truncated"` // more than childrenPanelLimit
+	Session string `json:"session"`
+	Parent  string `json:"parent,omitempty"` // when the session is itself a child
+	// JobState is the session's own child job's state, when it is a child:
+	// a final one means it takes no more messages.
+	JobState  store.JobState `json:"job_state,omitempty"`
+	Children  []childNode    `json:"children"`
+	Truncated bool           `json:"truncated"` // more than childrenPanelLimit
 }
 
 // childNode is one child agent.
@@ -62,6 +65,14 @@ func (b *browser) handleChildren(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := childrenView{Session: id, Parent: sess.ParentID}
+	if sess.ParentID != "" {
+		j, err := b.Store.ChildJobOf(r.Context(), id)
+		if err != nil && !errors.Is(err, store.ErrNoJob) {
+			storeError(w, err)
+			return
+		}
+		out.JobState = j.State
+	}
 	left := childrenPanelLimit
 	kids, err := b.childNodes(r.Context(), id, &left, 0)
 	if err != nil {

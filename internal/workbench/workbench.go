@@ -44,8 +44,10 @@ type Config struct {
 	// Sandbox is what every worker and command of the workbench runs without (see
 	// kernel.Sandbox): the daemon hides its data directory and, as root, drops the uid.
 	Sandbox kernel.Sandbox
-	// SandboxSummary says what Sandbox enforces here (status, doctor).
+	// SandboxSummary says what Sandbox enforces here (doctor --verbose,
+	// status --json); SandboxBrief in one short line (status, doctor).
 	SandboxSummary string
+	SandboxBrief   string
 	Artifacts      *artifacts.Store
 	Log            *slog.Logger
 	// Observe, if set, is told of worker starts and resets (for metrics).

@@ -405,6 +405,12 @@ function noticeText(r, c) {
   return null;
 }
 
+// compactionMeasure is a compaction's one measure, worded as klbr-core
+// compact and tail word it (history.Measure).
+function compactionMeasure(c) {
+  return `context about ${c.tokens_before} → ${c.tokens_after} tokens (estimated)`;
+}
+
 // A compaction: a collapsible summary block with what it covers and how to
 // read the originals (they are never changed).
 function renderCompacted(r, c) {
@@ -412,7 +418,7 @@ function renderCompacted(r, c) {
   e.appendChild(meta(r));
   const d = el("details", "summary-block");
   const head = `context compacted: ${c.summary} (${c.kind}) replaces ${c.items} records (items ${c.first_item}–${c.last_item})` +
-    `, about ${c.tokens_before} → ${c.tokens_after} tokens` + (c.attempts ? `, ${c.attempts} summarizer request${c.attempts === 1 ? "" : "s"}` : "");
+    `; ${compactionMeasure(c)}` + (c.attempts ? `, ${c.attempts} summarizer request${c.attempts === 1 ? "" : "s"}` : "");
   d.appendChild(el("summary", "", head));
   d.appendChild(el("div", "text", c.text ?? ""));
   if (c.problems) d.appendChild(el("div", "held-reason", c.problems.join("; ")));

@@ -294,7 +294,7 @@ function convDivider(e) {
     const d = el("details", "summary-block");
     d.open = !!e.open;
     d.addEventListener("toggle", () => { e.open = d.open; conv.list.changed(e); });
-    d.appendChild(el("summary", "rule", `context compacted — ${c.items} earlier records summarized (${c.tokens_before} → ${c.tokens_after} tokens)`));
+    d.appendChild(el("summary", "rule", `context compacted — ${c.items} earlier records summarized; ${compactionMeasure(c)}`));
     d.appendChild(renderMarkdown(c.text ?? ""));
     d.appendChild(el("div", "meta", `originals: klbr-core history children ${c.summary}`));
     box.appendChild(d);

@@ -597,6 +597,27 @@ function drawChild(n) {
   return d;
 }
 
+// showParent names a child's parent in the header and, once the child has
+// finished, stops its message box from inviting messages nobody reads.
+function showParent(v) {
+  if (!v.parent) return;
+  $("#f-parent").hidden = false;
+  const a = $("#h-parent");
+  a.textContent = v.parent;
+  a.href = `/?session=${encodeURIComponent(v.parent)}`;
+  const box = $("#composer");
+  if (["succeeded", "failed", "cancelled", "unknown"].includes(v.job_state)) {
+    box.disabled = true;
+    box.placeholder = `This child agent has finished (${v.job_state}); it reads no more messages. Write to its parent, ${v.parent}.`;
+  }
+}
+
+// refreshParent reads whether this page's session is a child, whatever the
+// panels show.
+async function refreshParent() {
+  try { showParent(await getJSON(`/v2/children?session=${encodeURIComponent(SESSION)}`)); } catch (e) { /* the children panel says why */ }
+}
+
 async function refreshChildren() {
   const box = $("#children");
   let v;
@@ -605,6 +626,7 @@ async function refreshChildren() {
     return;
   }
   box.replaceChildren();
+  showParent(v);
   if (v.parent) {
     const p = el("p", "meta child-parent", `${SESSION} is a child agent of `);
     const a = el("a", "mono", v.parent);
@@ -709,4 +731,5 @@ function setupPanels() {
   setView(view);
   setInterval(() => { if (conn.caughtUp) refreshPanels(); }, 15000);
   refreshPanels();
+  refreshParent();
 }

@@ -30,6 +30,32 @@ class DiscordTest(peer.HostRequestsTest):
         self.assertEqual(reqs, [("discord.current", {}), ("discord.send", {"conversation": "d2", "text": "hi there"})])
         self.assertEqual(v, "('<Conversation d2 dm 1 pending>', '<Receipt send #7 in d2: confirmed, message 555>', True, True)")
 
+    def test_current_without_await_as_seed_004_writes_it(self):
+        # conversation = discord.current(); await conversation.history(...); await conversation.send(...)
+        conv = {"alias": "d2", "key": "discord:20", "kind": "dm", "channel_id": "20", "pending": 1}
+        hist = {"conversation": "d2", "messages": []}
+        rc = {"effect_id": 7, "kind": "send", "state": "confirmed", "conversation": "d2", "message_id": "555", "item_id": 3}
+        v, reqs = self.value("conversation = discord.current()\nrecent = await conversation.history(limit=20)\n"
+                             "receipt = await conversation.send('oh, that makes sense', source_item=3)\n"
+                             "(repr(conversation), recent, receipt.delivered)",
+                             [ok(conv), ok(hist), ok(rc)])
+        self.assertEqual(reqs, [("discord.current", {}), ("discord.history", {"conversation": "d2", "limit": 20}),
+                                ("discord.send", {"conversation": "d2", "text": "oh, that makes sense", "item_id": 3})])
+        self.assertEqual(v, "('<Conversation d2 dm 1 pending>', [], True)")
+
+    def test_current_awaited_twice_asks_once(self):
+        conv = {"alias": "d1", "kind": "dm"}
+        v, reqs = self.value("c = discord.current()\nc2 = await c\n(c2 is c, c.alias, (await c).alias)", [ok(conv)])
+        self.assertEqual(reqs, [("discord.current", {})])
+        self.assertEqual(v, "(True, 'd1', 'd1')")
+
+    def test_item_and_source_item_disagree(self):
+        v, reqs = self.value("c = discord.conversation('d1')\ntry:\n    await c.send('x', item=3, source_item=4)\n"
+                             "except TypeError as e:\n    r = str(e)\nr", [])
+        self.assertEqual(reqs, [])
+        self.assertIn("source_item", v)
+        self.assertIn("item=", v)
+
     def test_failed_and_unknown_receipts_are_not_delivered(self):
         failed = {"effect_id": 8, "kind": "send", "state": "failed", "conversation": "d1", "error_code": "http_403",
                   "error": "Missing Access"}

@@ -1,13 +1,15 @@
 """``klbr.discord``: take part in Discord through the host's outbox.
 
-- ``await discord.current()``: the one Discord conversation of this cell's
+- ``discord.current()``: the one Discord conversation of this cell's
   attention frame (HostError ``ambiguous`` or ``no_conversation`` otherwise).
+  Use it directly (the host is asked at its first use) or await it.
 - ``await discord.conversations()``: every known conversation (aliases d1, d2, ...).
 - ``discord.conversation("d2")``: a handle by alias, for proactive messages.
 - ``await conversation.history(limit=20, before=None, after=None)``: a bounded
   backread. Reading is not accepting work: nothing becomes an input or item.
 - ``await conversation.send(text, reply_to=None, item=None, files=None)``:
-  returns a Receipt; ``files`` are workspace paths (at most 10, 10 MiB).
+  returns a Receipt (``source_item=`` is another name for ``item=``);
+  ``files`` are workspace paths (at most 10, 10 MiB).
   Only ``receipt.delivered`` (state ``confirmed``) means it was said;
   ``pending``/``attempting``/``unknown`` are not delivery, ``failed`` is not.
 - ``await conversation.react(message_id, emoji)``: a reaction (Receipt). It
@@ -348,17 +350,23 @@ class Conversation:
         r = await request("discord.history", args)
         return [Message(m) for m in r.get("messages", [])]
 
-    async def send(self, text, reply_to=None, item=None, files=None):
+    async def send(self, text, reply_to=None, item=None, files=None, source_item=None):
         """Say ``text`` here. Returns a Receipt: check ``receipt.delivered``.
-        ``reply_to`` forces a reply to that message; ``item`` names the
-        attention item this answers (it must be in this conversation; omitted,
-        the host infers it only from this cell's own frame). ``files`` are
-        paths of files in the workspace, or Attachments of items (passed on),
-        at most 10 and 10 MiB together, as Discord takes them from a bot; they
-        go with the message. The host copies workspace files when you send
-        (links are not followed), so later changes do not matter."""
+        ``reply_to`` forces a reply to that message; ``item`` (or its other
+        name, ``source_item``) names the attention item this answers (it must
+        be in this conversation; omitted, the host infers it only from this
+        cell's own frame). ``files`` are paths of files in the workspace, or
+        Attachments of items (passed on), at most 10 and 10 MiB together, as
+        Discord takes them from a bot; they go with the message. The host
+        copies workspace files when you send (links are not followed), so
+        later changes do not matter."""
         if not isinstance(text, str) or not text:
             raise TypeError("send() takes a non-empty str")
+        if source_item is not None:
+            if item is not None and _item_id(item) != _item_id(source_item):
+                raise TypeError("send() got item= and source_item= naming different items; "
+                                "they are one argument: pass item= only")
+            item = source_item
         args = {"conversation": self.alias, "text": text}
         if reply_to is not None:
             args["reply_to"] = _check_id("reply_to", getattr(reply_to, "id", reply_to))
@@ -394,10 +402,54 @@ def _item_id(item):
     return v
 
 
-async def current():
-    """The one Discord conversation of this cell's attention frame. Raises
-    HostError (``ambiguous``, ``no_conversation``) rather than guess."""
-    return Conversation(await request("discord.current", {}))
+class _Current(Conversation):
+    """``discord.current()``: the one conversation of this cell's attention
+    frame, asked of the host once, at the first use or ``await``."""
+
+    __slots__ = ("_asked",)
+
+    def __init__(self):
+        super().__init__({})
+        self._asked = False
+
+    async def _ask(self):
+        if not self._asked:
+            Conversation.__init__(self, await request("discord.current", {}))
+            self._asked = True
+        return self
+
+    def __await__(self):
+        return self._ask().__await__()
+
+    def __repr__(self):
+        if not self._asked:
+            return "<Conversation current (the host is asked at the first use)>"
+        return super().__repr__()
+
+    async def history(self, limit=20, before=None, after=None):
+        await self._ask()
+        return await super().history(limit=limit, before=before, after=after)
+
+    async def send(self, text, reply_to=None, item=None, source_item=None):
+        await self._ask()
+        return await super().send(text, reply_to=reply_to, item=item, source_item=source_item)
+
+    async def items(self, status=("pending", "seen"), limit=50):
+        await self._ask()
+        return await super().items(status=status, limit=limit)
+
+    async def react(self, message_id, emoji):
+        await self._ask()
+        return await super().react(message_id, emoji)
+
+
+def current():
+    """The one Discord conversation of this cell's attention frame: use it
+    as it is (``c = discord.current(); await c.send(...)``) or await it
+    (``c = await discord.current()``). The host is asked once, at the first
+    use; it raises HostError (``ambiguous``, ``no_conversation``) rather
+    than guess."""
+    return _Current()
 
 
 async def conversations():
