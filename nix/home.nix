@@ -277,6 +277,9 @@ in
             "KLBR_INGRESS_SOCKET=%t/klbr/ingress.sock"
           ];
           ExecStart = "${cfg.package}/bin/klbr-discord";
+          # systemctl --user reload klbr-discord: SIGHUP rereads the
+          # channel filter (channels, ingest, include_bots) from klbr.toml.
+          ExecReload = "${pkgs.coreutils}/bin/kill -HUP $MAINPID";
           Restart = "on-failure";
           RestartSec = "5s";
           MemoryDenyWriteExecute = true;

@@ -99,6 +99,7 @@ func writeUserUnits(t *testing.T, ev *homeEval, dir, stub string) []string {
 			}
 			text := strings.ReplaceAll(renderUnit(sections), "/nix/store/11111111111111111111111111111111-klbr/bin/klbr-core", stub)
 			text = strings.ReplaceAll(text, "/nix/store/11111111111111111111111111111111-klbr/bin/klbr-discord", stub)
+			text = strings.ReplaceAll(text, "/nix/store/33333333333333333333333333333333-coreutils/bin/kill", "/bin/kill")
 			file := name + suffix
 			if err := os.WriteFile(filepath.Join(dir, file), []byte(text), 0o644); err != nil {
 				t.Fatal(err)
