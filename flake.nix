@@ -46,6 +46,18 @@
           services.klbr-worker.package = lib.mkDefault self.packages.${pkgs.stdenv.hostPlatform.system}.default;
         };
 
+      # services.klbr for Home Manager: klbr-core (and klbr-discord) as
+      # systemd user services, on a machine one does not administer
+      # (docs/deploy.md, "Without root: Home Manager"). Same settings as
+      # nixosModules.default.
+      homeManagerModules.default =
+        { lib, pkgs, ... }:
+        {
+          imports = [ ./nix/home.nix ];
+          services.klbr.package = lib.mkDefault self.packages.${pkgs.stdenv.hostPlatform.system}.default;
+        };
+      homeManagerModules.klbr = self.homeManagerModules.default;
+
       checks = forAllSystems (pkgs: {
         # The build: go build with the vendored modules, units installed,
         # klbr-core wrapped with the pinned Python.

@@ -26,8 +26,8 @@ let
     ;
 
   cfg = config.services.klbr;
-  settingsFormat = pkgs.formats.toml { };
-  configFile = settingsFormat.generate "klbr.toml" cfg.settings;
+  settingsLib = import ./settings.nix { inherit lib pkgs; };
+  configFile = settingsLib.format.generate "klbr.toml" cfg.settings;
 
   # Where klbr-core-control.socket puts the operator socket (%t/klbr/control.sock).
   controlSocket = "/run/klbr/control.sock";
@@ -74,50 +74,8 @@ in
       '';
     };
 
-    settings = mkOption {
-      description = ''
-        klbr.toml (model routes, Discord, worker limits), written to the Nix
-        store and named by `KLBR_CONFIG`; see docs/operating.md. klbr-core
-        refuses keys it does not know. Secrets never go here: name an
-        environment variable (`api_key_env`) or a file (`api_key_file`, e.g. a
-        credential from `services.klbr.credentials`).
-      '';
-      default = { };
-      example = literalExpression ''
-        {
-          agent.route = "main";
-          routes.main = {
-            url = "http://localhost:8001/v1";
-            model = "local";
-            api_key_file = "/run/credentials/klbr-core.service/openai-key";
-          };
-          limits = { memory_max = "4G"; tasks_max = 512; cpu_quota = "200%"; };
-          # Traces of every attempt to Grafana Tempo's OTLP/HTTP port
-          # (docs/operating.md, "Traces"); left out, nothing is traced.
-          telemetry.otlp_endpoint = "http://127.0.0.1:4318";
-        }
-      '';
-      type = types.submodule {
-        freeformType = settingsFormat.type;
-        options.limits = {
-          memory_max = mkOption {
-            type = types.strMatching "[0-9]+[KMGT]?";
-            default = "2G";
-            description = "MemoryMax= of each worker scope (base 1024 suffixes K, M, G, T).";
-          };
-          tasks_max = mkOption {
-            type = types.ints.between 1 100000;
-            default = 256;
-            description = "TasksMax= of each worker scope.";
-          };
-          cpu_quota = mkOption {
-            type = types.strMatching "[0-9]+%";
-            default = "200%";
-            description = "CPUQuota= of each worker scope (100% is one CPU).";
-          };
-        };
-      };
-    };
+    # The settings type nix/home.nix has too.
+    settings = settingsLib.mkOption { credentialDir = "/run/credentials/klbr-core.service"; };
 
     credentials = mkOption {
       type = types.attrsOf types.externalPath;
@@ -228,6 +186,16 @@ in
           assertion = lib.all credentialName (lib.attrNames cfg.credentials);
           message = "services.klbr.credentials: names may hold only letters, digits, '_', '.' and '-'.";
         }
+        (settingsLib.storeAssertion {
+          prefix = "services.klbr";
+          inherit (cfg) settings;
+          files = {
+            "services.klbr.discord.tokenFile" = cfg.discord.tokenFile;
+          }
+          // lib.mapAttrs' (
+            name: path: lib.nameValuePair "services.klbr.credentials.${name}" path
+          ) cfg.credentials;
+        })
         {
           assertion = !(cfg.credentials ? discord-token);
           message = "services.klbr.credentials: discord-token is klbr-discord's; set services.klbr.discord.tokenFile instead.";

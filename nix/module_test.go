@@ -313,6 +313,38 @@ func TestModuleEvaluates(t *testing.T) {
 		}
 	})
 
+	t.Run("no secret file in the Nix store", func(t *testing.T) {
+		// A string under /nix/store, and a Nix path literal (copied into the
+		// store when klbr.toml is written), in each secret key of
+		// klbr.toml: each is named in one failed assertion.
+		ev := mustEval(t, ni, lib, `{ services.klbr = { enable = true; settings = {
+			routes.main = { url = "http://localhost:8001/v1"; model = "m"; api_key_file = "/nix/store/33333333333333333333333333333333-key"; };
+			discord.token_file = ./module_test.go;
+			hosts.gpu = { ssh = "klbr@gpu"; identity_file = "/nix/store/44444444444444444444444444444444-id"; known_hosts_file = "/nix/store/55555555555555555555555555555555-known"; };
+		}; }; }`)
+		if len(ev.FailedAssertions) != 1 {
+			t.Fatalf("failed assertions = %q, want the one for secrets in the store", ev.FailedAssertions)
+		}
+		msg := ev.FailedAssertions[0]
+		for _, want := range []string{"services.klbr.settings.routes.main.api_key_file", "services.klbr.settings.discord.token_file",
+			"services.klbr.settings.hosts.gpu.identity_file", "Nix store"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("the assertion does not name %s:\n%s", want, msg)
+			}
+		}
+		if strings.Contains(msg, "known_hosts_file") {
+			t.Errorf("a host's public key is not a secret, but the assertion names it:\n%s", msg)
+		}
+		// Secrets outside the store pass.
+		ev = mustEval(t, ni, lib, `{ services.klbr = { enable = true; settings = {
+			routes.main = { url = "http://localhost:8001/v1"; model = "m"; api_key_file = "/run/credentials/klbr-core.service/key"; };
+			hosts.gpu = { ssh = "klbr@gpu"; identity_file = "/run/secrets/id"; known_hosts_file = "/nix/store/55555555555555555555555555555555-known"; };
+		}; }; }`)
+		if len(ev.FailedAssertions) != 0 {
+			t.Errorf("failed assertions for secrets outside the store: %q", ev.FailedAssertions)
+		}
+	})
+
 	t.Run("limits are checked", func(t *testing.T) {
 		for _, bad := range []string{`memory_max = "2 GB"`, `tasks_max = 0`, `cpu_quota = "2"`} {
 			ev, errText := evalModule(t, ni, lib, `{ services.klbr = { enable = true; settings.limits.`+bad+`; }; }`)

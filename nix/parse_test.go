@@ -36,7 +36,7 @@ func nixFiles(t *testing.T) []string {
 func TestNixFilesParse(t *testing.T) {
 	ni := requireTool(t, "nix-instantiate", "nix-bin")
 	files := nixFiles(t)
-	for _, want := range []string{"flake.nix", "nix/package.nix", "nix/module.nix", "nix/worker.nix", "nix/test.nix"} {
+	for _, want := range []string{"flake.nix", "nix/package.nix", "nix/module.nix", "nix/worker.nix", "nix/home.nix", "nix/settings.nix", "nix/test.nix"} {
 		found := false
 		for _, f := range files {
 			found = found || strings.HasSuffix(f, "/"+want)

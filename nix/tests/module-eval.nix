@@ -22,39 +22,7 @@
 let
   # What the module uses of pkgs: formats.toml, git, and pkgs.klbr as the
   # package option's default.
-  tomlValue =
-    with lib.types;
-    nullOr (oneOf [
-      bool
-      int
-      float
-      str
-      path
-      (attrsOf tomlValue)
-      (listOf tomlValue)
-    ])
-    // {
-      description = "TOML value";
-    };
-  stubPkgs = {
-    formats.toml =
-      { }:
-      {
-        type = tomlValue;
-        generate = name: value: "/nix/store/00000000000000000000000000000000-${name}";
-      };
-    git = {
-      type = "derivation";
-      name = "git";
-      outPath = "/nix/store/22222222222222222222222222222222-git";
-    };
-    klbr = {
-      type = "derivation";
-      name = "klbr";
-      outPath = "/nix/store/11111111111111111111111111111111-klbr";
-      hasDiscord = true;
-    };
-  };
+  stubPkgs = import ./stub-pkgs.nix { inherit lib; };
 
   freeform = lib.mkOption {
     type = lib.types.anything;
