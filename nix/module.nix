@@ -240,16 +240,18 @@ in
       systemd.sockets.klbr-core.wantedBy = [ "sockets.target" ];
       systemd.sockets.klbr-core-control = {
         wantedBy = [ "sockets.target" ];
-        # Mode 0600 as shipped: the service user and root.
+        # The service user and root only.
         socketConfig = {
+          SocketMode = "0600";
           SocketUser = cfg.user;
           SocketGroup = cfg.group;
         };
       };
       systemd.sockets.klbr-core-ingress = {
         wantedBy = [ "sockets.target" ];
-        # Mode 0660 as shipped: klbr-discord reaches it through the group.
+        # klbr-discord reaches it through the group.
         socketConfig = {
+          SocketMode = "0660";
           SocketUser = cfg.user;
           SocketGroup = cfg.ingressGroup;
         };

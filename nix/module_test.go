@@ -215,10 +215,11 @@ func TestModuleEvaluates(t *testing.T) {
 				t.Errorf("%s.socket wantedBy = %q, want sockets.target", name, got)
 			}
 		}
-		for name, group := range map[string]string{"klbr-core-control": "klbr", "klbr-core-ingress": "klbr-ingress"} {
+		for name, want := range map[string][2]string{"klbr-core-control": {"klbr", "0600"}, "klbr-core-ingress": {"klbr-ingress", "0660"}} {
 			sock := ev.Systemd.Sockets[name]
-			if get(sock, "socketConfig", "SocketUser") != "klbr" || get(sock, "socketConfig", "SocketGroup") != group {
-				t.Errorf("%s.socket socketConfig = %v, want user klbr, group %s", name, sock["socketConfig"], group)
+			if get(sock, "socketConfig", "SocketUser") != "klbr" || get(sock, "socketConfig", "SocketGroup") != want[0] ||
+				get(sock, "socketConfig", "SocketMode") != want[1] {
+				t.Errorf("%s.socket socketConfig = %v, want user klbr, group %s, mode %s", name, sock["socketConfig"], want[0], want[1])
 			}
 		}
 		core := ev.Systemd.Services["klbr-core"]
