@@ -21,7 +21,7 @@ type proof struct {
 }
 
 // proofRef matches the proofs in a row's last cell.
-var proofRef = regexp.MustCompile("`((?:internal|cmd|nix|python|behavior)/[A-Za-z0-9_/-]+\\.(?:Test|Fuzz|Benchmark)[A-Za-z0-9_]+|py:[A-Za-z0-9_./-]+::[A-Za-z0-9_]+)`")
+var proofRef = regexp.MustCompile("`((?:(?:internal|cmd|nix|python|behavior)/[A-Za-z0-9_/-]+|nix)\\.(?:Test|Fuzz|Benchmark)[A-Za-z0-9_]+|py:[A-Za-z0-9_./-]+::[A-Za-z0-9_]+)`")
 
 // rows reads the table under "## Every host operation on what a cell
 // controls" and returns each row's proofs.
