@@ -87,6 +87,7 @@ type Agents struct {
 	cfg Config
 
 	kick chan struct{} // a spawn: the wall time sweep looks again
+	res  reservations  // budget.usd's requests in flight (Reserve)
 	stop chan struct{}
 	done chan struct{}
 }
@@ -97,7 +98,8 @@ func New(cfg Config) *Agents {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	a := &Agents{cfg: cfg, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	a := &Agents{cfg: cfg, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		res: reservations{by: map[string]float64{}, changed: make(chan struct{})}}
 	if cfg.Jobs != nil {
 		cfg.Jobs.SetChildCancel(a.Cancel)
 	}

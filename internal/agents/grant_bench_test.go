@@ -99,3 +99,52 @@ func BenchmarkCheck(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReserve is what budget.usd's reservation adds to a child's
+// model request: Check alone (the baseline) beside Check, Reserve and the
+// release, in a chain whose every child has a budget.usd, at depths 1
+// and 4.
+func BenchmarkReserve(b *testing.B) {
+	for _, depth := range []int{1, 4} {
+		st, err := store.Open(context.Background(), b.TempDir(), store.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { st.Close() })
+		if err := st.Write(context.Background(), func(tx *store.Tx) error { _, err := tx.EnsureSession("default"); return err }); err != nil {
+			b.Fatal(err)
+		}
+		m := jobs.New(jobs.Config{Store: st})
+		b.Cleanup(m.Close)
+		a := New(Config{Store: st, Jobs: m})
+		s := "default"
+		for range depth {
+			j, err := call(b, a, s, "agents.spawn", `{"task":"t","budget":{"tokens":1000000,"usd":100}}`)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s = store.ChildSessionID(j.ID)
+			recordSteps(b, st, s, 10, 10)
+		}
+		ctx := context.Background()
+		b.Run(fmt.Sprintf("baseline-check/depth=%d", depth), func(b *testing.B) {
+			for range b.N {
+				if err := a.Check(ctx, s); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("check+reserve/depth=%d", depth), func(b *testing.B) {
+			for range b.N {
+				if err := a.Check(ctx, s); err != nil {
+					b.Fatal(err)
+				}
+				release, err := a.Reserve(ctx, s, 0.01)
+				if err != nil {
+					b.Fatal(err)
+				}
+				release()
+			}
+		})
+	}
+}

@@ -158,6 +158,21 @@ func (d *daemon) spendWarning(cap string, used, limit float64) {
 	})
 }
 
+// treeReserve reserves a child's request against the budget.usd above it
+// (agents.Reserve) at its largest cost: the prompt's estimate and
+// agent.reserve_output_tokens at the dearest priced route (any route of
+// the chain may answer it).
+func (d *daemon) treeReserve(cfg *config.Config) func(context.Context, string, provider.Request) (func(), error) {
+	prices, out := spend.PricesOf(&cfg.File), cfg.File.Agent.Reserve()
+	return func(ctx context.Context, session string, req provider.Request) (func(), error) {
+		prompt, usd := spend.EstimatePrompt(req), 0.0
+		for route := range prices {
+			usd = max(usd, prices.Bound(route, prompt, out))
+		}
+		return d.agents.Reserve(ctx, session, usd)
+	}
+}
+
 // metered wraps a route's client with the spend meter (when there is one).
 func metered(mtr *spend.Meter, route string, c provider.Completer) provider.Completer {
 	if mtr == nil {

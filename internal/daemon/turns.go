@@ -91,15 +91,17 @@ func (d *daemon) startAgent(ctx context.Context, cfg *config.Config, resume map[
 	// [agents] model_slots: children never take the last model request slot.
 	slots := turn.NewSlots(cfg.File.Agents.Resolved().ModelSlots)
 	var check func(context.Context, string) error
+	var reserve func(context.Context, string, provider.Request) (func(), error)
 	if d.agents != nil {
 		check = d.agents.Check // a child's budget, before each of its requests
+		reserve = d.treeReserve(cfg)
 	}
 	tracer, err := d.startTracing(ctx, cfg)
 	if err != nil {
 		return false, err
 	}
 	loop := turn.New(turn.Config{
-		Slots: slots, Check: check, Tracer: tracer,
+		Slots: slots, Check: check, Reserve: reserve, Tracer: tracer,
 		Store: d.store, Sessions: d.sessions, Bench: d.bench, Planner: d.hooks, Policy: d.hooks, Model: model, Route: a.Route,
 		URL: route.URL, ModelName: route.Model,
 		Prompt: releasePrompt(d.releases.Tree), Index: d.skillIndex, Maintenance: d.maintenanceSkill, Deltas: d.deltas, Clock: d.clock, Log: d.log.With("component", "turn"),

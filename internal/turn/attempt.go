@@ -190,9 +190,21 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 				return r.finish(a, store.AttemptInterrupted, "no model request: "+err.Error())
 			}
 		}
+		reserved := func() {}
+		if child && cfg.Reserve != nil {
+			rel, err := cfg.Reserve(ctx, r.session, provider.Request{Messages: msgs, Tools: []provider.Tool{provider.PythonTool(toolDescription)}})
+			if err != nil {
+				if ctx.Err() != nil {
+					return r.finish(a, store.AttemptInterrupted, interruption(err, ctx))
+				}
+				return r.finish(a, store.AttemptInterrupted, "no model request: "+err.Error())
+			}
+			reserved = rel
+		}
 		phase, end := pre.phase(ctx)
 		release, err := r.slot(phase, child)
 		if err != nil {
+			reserved()
 			cause := context.Cause(phase)
 			end()
 			return r.finish(a, store.AttemptInterrupted, interruption(cause, ctx))
@@ -210,6 +222,7 @@ func (r *runner) steps(ctx context.Context, a *attempt) error {
 			}
 		}
 		stepID, err := r.recordStep(ctx, a, started, resp, reqErr, cause, raw)
+		reserved() // the step, and its ledger row, is committed
 		if err != nil {
 			return err
 		}

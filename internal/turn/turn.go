@@ -121,6 +121,12 @@ type Config struct {
 	// from being sent and ends the attempt with it (the checker has ended
 	// the child and stopped its session, saying why: a spent budget).
 	Check func(ctx context.Context, session string) error
+	// Reserve, if set, is asked after Check before each model request of a
+	// child agent's session, with the request as it will be sent: it
+	// reserves its largest cost against the budgets above the child
+	// (waiting while they are reserved in full) and release is called
+	// once the request's step is recorded. An error is Check's.
+	Reserve func(ctx context.Context, session string, req provider.Request) (release func(), err error)
 	// Slots, if set, bounds the model requests in flight ([agents]
 	// model_slots): a child's request waits for a slot, a root's always
 	// finds one that children cannot take.
