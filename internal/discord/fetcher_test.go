@@ -24,7 +24,7 @@ func dmWith(id, content string, atts ...map[string]any) map[string]any {
 	return m
 }
 
-func fetchState(t *testing.T, c *core, msg, id string) store.AttachmentTarget {
+func fetchState(t testing.TB, c *core, msg, id string) store.AttachmentTarget {
 	t.Helper()
 	a, err := c.store.AttachmentTarget(context.Background(), session.DefaultID, msg, id)
 	if err != nil {
