@@ -16,8 +16,9 @@ import (
 // catchUp reads one page of a channel's history after the message after
 // ("": the newest page), and queues what passes the filter for admission,
 // oldest first: admission dedupes by source key, so a message the gateway
-// delivers too is admitted once. full says a page was not enough (a gap
-// notice is queued). The watch learns the newest id read.
+// delivers too is admitted once, and one the flood limiter refused live
+// stays refused (its burst's notice names it). full says a page was not
+// enough (a gap notice is queued). The watch learns the newest id read.
 func (t *transport) catchUp(ctx context.Context, c ingressapi.ConversationRef, after string, nonEssentialCall bool, while string) (admitted int, full bool, err error) {
 	rctx := ctx
 	if nonEssentialCall {
@@ -47,7 +48,7 @@ func (t *transport) catchUp(ctx context.Context, c ingressapi.ConversationRef, a
 			obj["guild_id"], _ = json.Marshal(c.GuildID)
 			data, _ = json.Marshal(obj)
 		}
-		if m, err := Normalize(data, f); err == nil {
+		if m, err := Normalize(data, f); err == nil && !t.flood.refused(m.MessageID) {
 			msgs = append(msgs, m)
 		}
 	}

@@ -24,7 +24,7 @@ func dmWith(id, content string, atts ...map[string]any) map[string]any {
 	return m
 }
 
-func fetchState(t *testing.T, c *core, msg, id string) store.AttachmentTarget {
+func fetchState(t testing.TB, c *core, msg, id string) store.AttachmentTarget {
 	t.Helper()
 	a, err := c.store.AttachmentTarget(context.Background(), session.DefaultID, msg, id)
 	if err != nil {
@@ -55,9 +55,10 @@ func outcome(t *testing.T, c *core, msg, id string) (state, code, sha string) {
 }
 
 // Attachments are fetched apart from admission: an image, an expired link
-// the REST API refreshes, a 60 MB file, a link that never answers and a link
-// whose file is gone each end fetched or with a recorded failure, and the
-// message after them is admitted while the stalled fetch still hangs.
+// the REST API refreshes, a 60 MB file, a link that never answers, a link
+// whose file is gone and a 60 MB file announced as 1 KB each end fetched or
+// with a recorded failure, and the message after them is admitted while the
+// stalled fetch still hangs.
 func TestAttachmentsAreFetchedApartFromAdmission(t *testing.T) {
 	dir := t.TempDir()
 	c := startCore(t, dir)
@@ -83,14 +84,18 @@ func TestAttachmentsAreFetchedApartFromAdmission(t *testing.T) {
 	gone := fake.Attachment("35", "20", "2005", "gone.txt", "text/plain", []byte("gone"), -time.Minute)
 	fake.Forget("20", "2005", "gone.txt")
 	fake.Dispatch("MESSAGE_CREATE", dmWith("2005", "gone", gone))
-	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("2006", "20", "", "5", "and after all that"))
+	// A 60 MB file announced as 1 KB: the bytes, not the announcement, meet the cap.
+	liar := fake.GeneratedAttachment("36", "20", "2006", "liar.bin", "", 60<<20, time.Hour)
+	liar["size"] = 1024
+	fake.Dispatch("MESSAGE_CREATE", dmWith("2006", "small, honest", liar))
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("2007", "20", "", "5", "and after all that"))
 
-	waitFor(t, "the message after the attachments", func() bool { return len(pending(t, c)) == 6 })
+	waitFor(t, "the message after the attachments", func() bool { return len(pending(t, c)) == 7 })
 	if st := fetchState(t, c, "2004", "34"); st.State != store.AttachmentPending {
 		t.Fatalf("the stalled fetch ended (%s) before the next message was admitted: admission waited on it", st.State)
 	}
 
-	for _, id := range []struct{ msg, att string }{{"2001", "31"}, {"2002", "32"}, {"2003", "33"}, {"2004", "34"}, {"2005", "35"}} {
+	for _, id := range []struct{ msg, att string }{{"2001", "31"}, {"2002", "32"}, {"2003", "33"}, {"2004", "34"}, {"2005", "35"}, {"2006", "36"}} {
 		waitFor(t, "attachment "+id.att+" to settle", func() bool { return fetchState(t, c, id.msg, id.att).State != store.AttachmentPending })
 	}
 	want := map[string][2]string{
@@ -99,8 +104,9 @@ func TestAttachmentsAreFetchedApartFromAdmission(t *testing.T) {
 		"33": {store.AttachmentFailed, "too_large"},
 		"34": {store.AttachmentFailed, "timeout"},
 		"35": {store.AttachmentFailed, "expired"},
+		"36": {store.AttachmentFailed, "too_large"},
 	}
-	msgs := map[string]string{"31": "2001", "32": "2002", "33": "2003", "34": "2004", "35": "2005"}
+	msgs := map[string]string{"31": "2001", "32": "2002", "33": "2003", "34": "2004", "35": "2005", "36": "2006"}
 	for id, w := range want {
 		state, code, sha := outcome(t, c, msgs[id], id)
 		if state != w[0] || code != w[1] {

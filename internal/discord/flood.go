@@ -23,7 +23,8 @@ import (
 // operator (discord.operator_user_id) is never limited, and DMs go through a
 // lane of their own to admission, so a flood in a guild channel never delays
 // a DM. Backfills (start, deaf recovery, thread read-back) are bounded by
-// their page and are not limited.
+// their page and are not limited, but a message the limiter refused live
+// stays refused when a backfill reads it again.
 
 // FloodLimits bounds the admission of live messages.
 type FloodLimits struct {
@@ -119,6 +120,17 @@ func (f *flood) allow(m ingressapi.Message) (ok, first bool) {
 	f.decided[m.MessageID] = ok
 	f.order = append(f.order, m.MessageID)
 	return ok, true
+}
+
+// refused reports whether the limiter refused message id (among the latest
+// decisions it remembers). A backfill skips such a message: the burst's
+// notice names it already, and reading it back from history must not let
+// a flood past the limit a page at a time.
+func (f *flood) refused(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ok, seen := f.decided[id]
+	return seen && !ok
 }
 
 func (f *flood) decideLocked(m ingressapi.Message) bool {

@@ -27,6 +27,7 @@ var cdnKey = []byte("discordtest-cdn-key")
 // CDN is the state of the fake's CDN, under Fake.mu.
 type cdn struct {
 	files     map[string][]byte // by path
+	generated map[string]int64  // by path: files made on the fly, of this size
 	refreshes int
 	fetches   map[string]int // GETs by path
 }
@@ -50,6 +51,28 @@ func (f *Fake) AttachmentOfSize(id, channel, message, filename, contentType stri
 	a["size"] = size
 	return a
 }
+
+// GeneratedAttachment is Attachment for a file of size bytes the CDN makes
+// as it serves it (Pattern repeated), so the fake holds none of it: what a
+// process measuring its own memory needs.
+func (f *Fake) GeneratedAttachment(id, channel, message, filename, contentType string, size int64, ttl time.Duration) map[string]any {
+	path := "/attachments/" + channel + "/" + message + "/" + url.PathEscape(filename)
+	f.mu.Lock()
+	f.cdn.files[path] = nil
+	f.cdn.generated[path] = size
+	f.mu.Unlock()
+	return map[string]any{"id": id, "filename": filename, "content_type": contentType, "size": size,
+		"url": f.sign(path, time.Now().Add(ttl)), "proxy_url": f.sign(path, time.Now().Add(ttl))}
+}
+
+// Pattern is the 32 KiB block a generated attachment repeats.
+var Pattern = func() []byte {
+	b := make([]byte, 32<<10)
+	for i := range b {
+		b[i] = byte(i*7 + i>>8)
+	}
+	return b
+}()
 
 func (f *Fake) sign(path string, expires time.Time) string {
 	ex := strconv.FormatInt(expires.Unix(), 16)
@@ -77,6 +100,7 @@ func (f *Fake) serveCDN(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.cdn.fetches[path]++
 	body, ok := f.cdn.files[path]
+	generated := f.cdn.generated[path]
 	stall := f.OnCDN
 	f.mu.Unlock()
 	if stall != nil {
@@ -91,8 +115,19 @@ func (f *Fake) serveCDN(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Forbidden", http.StatusForbidden)
 		return
 	}
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.Header().Set("Content-Type", "application/octet-stream")
+	if generated > 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(generated, 10))
+		for generated > 0 {
+			n := min(generated, int64(len(Pattern)))
+			if _, err := w.Write(Pattern[:n]); err != nil {
+				return
+			}
+			generated -= n
+		}
+		return
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	for len(body) > 0 {
 		n := min(len(body), 32<<10)
 		if _, err := w.Write(body[:n]); err != nil {
@@ -149,5 +184,7 @@ func (f *Fake) refreshURLs(w http.ResponseWriter, r *http.Request) {
 func (f *Fake) Forget(channel, message, filename string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.cdn.files, "/attachments/"+channel+"/"+message+"/"+url.PathEscape(filename))
+	path := "/attachments/" + channel + "/" + message + "/" + url.PathEscape(filename)
+	delete(f.cdn.files, path)
+	delete(f.cdn.generated, path)
 }

@@ -90,7 +90,7 @@ func New(botID string) *Fake {
 	f := &Fake{BotID: botID, conns: map[*websocket.Conn]bool{}, nextID: 900000000000000000, posted: map[string][]map[string]any{},
 		threads: map[string]*thread{}, reqs: reqState{counts: map[string]int{}, buckets: map[string]*bucket{}},
 		ix:  ixState{dms: map[string]string{}, byID: map[string]*Interaction{}},
-		cdn: cdn{files: map[string][]byte{}, fetches: map[string]int{}}}
+		cdn: cdn{files: map[string][]byte{}, generated: map[string]int64{}, fetches: map[string]int{}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v9/gateway/", f.gateway) // discordgo asks with a trailing slash
 	mux.HandleFunc("GET /api/v9/gateway", f.gateway)
