@@ -183,9 +183,9 @@ func remoteChildLab(t *testing.T) (*hosttest.Host, string) {
 // lab (h) and down (h's address, a port nobody listens on).
 func startRemoteChildAgent(t *testing.T, h *hosttest.Host, model *modeltest.Server, ws string) (*agent, string) {
 	t.Helper()
-	hostTOML := fmt.Sprintf("\n[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\n"+
+	hostTOML := fmt.Sprintf("\n[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\nmanager = %q\n"+
 		"[hosts.down]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\n",
-		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir,
+		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir, h.Manager,
 		fmt.Sprintf("%s@%s:%d", h.User, h.Addr, h.Port+1), h.IdentityFile, h.KnownHostsFile)
 	requirePython(t)
 	data, env := instance(t)

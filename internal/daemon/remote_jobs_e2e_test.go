@@ -28,8 +28,8 @@ func TestRemoteJobWhileItsHostIsDown(t *testing.T) {
 			"await runtime.wait(None)", "echo run >> "+started+"; while [ ! -e "+gate+" ]; do sleep 0.1; done; echo done")}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "c2", Code: "await runtime.wait(None)"}}},
 	)
-	hostTOML := fmt.Sprintf("[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\n",
-		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir)
+	hostTOML := fmt.Sprintf("[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\nmanager = %q\n",
+		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir, h.Manager)
 	a := startAgentTOML(t, "", route("main", model, "")+hostTOML)
 	a.send("start it")
 	a.eventually("the job runs on the host", func() bool {

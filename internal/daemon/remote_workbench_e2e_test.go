@@ -94,8 +94,8 @@ func TestRemoteWorkbenchLostWithItsConnection(t *testing.T) {
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "c3", Code: "print('x is', globals().get('x'))"}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "c4", Code: "await runtime.wait(None)"}}},
 	)
-	hostTOML := fmt.Sprintf("[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\n",
-		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir)
+	hostTOML := fmt.Sprintf("[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\nmanager = %q\n",
+		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir, h.Manager)
 	a := startAgentTOML(t, "", route("main", model, "")+hostTOML, "KLBR_REMOTE_PLACEMENT=lab")
 	a.send("first")
 	a.eventually("the session waits", func() bool { return model.Count() == 2 && a.session().State == store.StateWaiting })
