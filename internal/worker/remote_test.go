@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -202,6 +203,76 @@ func BenchmarkRemoteRoundtrip(b *testing.B) {
 		w, _ := startRemote(b, e, gen)
 		defer w.Kill()
 		roundtrip(b, w)
+	})
+	b.Run("op=ssh-echo", func(b *testing.B) {
+		// The SSH path alone: 64 bytes to `cat` in a unit of the host (its
+		// stdin and stdout the session's, as the workbench's are) and back,
+		// over the one connection: core → ssh master → TCP → sshd → pipe.
+		cmd, err := e.Pipe(ctx, "lab", hosts.Unit{Name: "klbr-echo-1.service", Argv: []string{"cat"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { in.Close(); cmd.Wait() }()
+		msg, buf := make([]byte, 64), make([]byte, 64)
+		for b.Loop() {
+			if _, err := in.Write(msg); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(out, buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("op=link-rtt-tcp", func(b *testing.B) {
+		// A TCP echo on the host (Nagle off both ends): 64 bytes there and
+		// back over the link, as the SSH connection's packets go.
+		echo := h.Enter("python3", "-c", `import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 7778))
+s.listen(1)
+c, _ = s.accept()
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while True:
+    d = c.recv(64)
+    if not d:
+        break
+    c.sendall(d)`)
+		if err := echo.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { echo.Process.Kill(); echo.Wait() }()
+		var c net.Conn
+		var err error
+		for i := 0; ; i++ { // until the echo listens
+			if c, err = net.Dial("tcp", net.JoinHostPort(h.Addr, "7778")); err == nil {
+				break
+			} else if i > 100 {
+				b.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		defer c.Close()
+		msg, buf := make([]byte, 64), make([]byte, 64)
+		for b.Loop() {
+			if _, err := c.Write(msg); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 	b.Run("op=link-rtt", func(b *testing.B) {
 		// A UDP echo on the host: one datagram there and back over its link
