@@ -20,7 +20,8 @@ import (
 // started again, the job ends with its output, and the agent is woken once.
 func TestRemoteJobWhileItsHostIsDown(t *testing.T) {
 	h := hosttest.Start(t)
-	gate, started := filepath.Join(h.Dir, "gate"), filepath.Join(h.Dir, "started")
+	h.InstallKernel(t) // a job runs confined, under the host's klbr-kernel
+	gate, started := filepath.Join(h.Shared, "gate"), filepath.Join(h.Shared, "started")
 	model := modeltest.New()
 	defer model.Close()
 	model.Then(

@@ -68,6 +68,10 @@ type Host struct {
 	// WorkDir is a directory for the host's work (the machine's /root is
 	// shared with the lab: tests keep off it).
 	WorkDir string
+	// Shared is a directory of the machine that a job on the host can
+	// write and the test read (in /dev/shm: a job's /tmp is its own, and a
+	// confined job writes nothing else outside its directory but /dev).
+	Shared string
 	// BinDir is on the PATH of every SSH session on the host (the lab
 	// shares the machine's /usr and /root, whose shell profile may put
 	// more before it): a test puts the host's klbr-kernel there.
@@ -93,6 +97,11 @@ func Start(t testing.TB) *Host {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	shared, err := os.MkdirTemp("/dev/shm", "klbr-host-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
 	net, release, err := claimSubnet()
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +110,7 @@ func Start(t testing.TB) *Host {
 	h := &Host{Name: "lab", Addr: fmt.Sprintf("10.77.%d.2", net), Gw: fmt.Sprintf("10.77.%d.1", net),
 		Port: Port, User: User, Dir: dir, IdentityFile: filepath.Join(dir, "id_ed25519"),
 		KnownHostsFile: filepath.Join(dir, "known_hosts"), HostKeyFile: filepath.Join(dir, "ssh_host_ed25519_key"),
-		SSHDLog: filepath.Join(dir, "sshd.log"), WorkDir: filepath.Join(dir, "work"), BinDir: filepath.Join(dir, "bin"), veth: fmt.Sprintf("klbrh%d", net)}
+		SSHDLog: filepath.Join(dir, "sshd.log"), WorkDir: filepath.Join(dir, "work"), Shared: shared, BinDir: filepath.Join(dir, "bin"), veth: fmt.Sprintf("klbrh%d", net)}
 	for _, d := range []string{h.WorkDir, h.BinDir} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			t.Fatal(err)

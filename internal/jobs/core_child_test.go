@@ -300,12 +300,13 @@ func markStart(path string) string {
 func TestRemoteDispatchSurvivesSIGKILL(t *testing.T) {
 	const rounds = 20
 	h := hosttest.Start(t)
+	h.InstallKernel(t) // a job runs confined, under the host's klbr-kernel
 	l := newCoreLab(t, h)
-	starts := filepath.Join(h.Dir, "starts")
+	starts := filepath.Join(h.Shared, "starts")
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	t.Logf("seed %d", seed)
-	ended := filepath.Join(h.Dir, "ended")
+	ended := filepath.Join(h.Shared, "ended")
 	var ids []int64
 	at := map[string]int{}
 	for i := range rounds {
@@ -383,8 +384,9 @@ func TestRemoteDispatchSurvivesSIGKILL(t *testing.T) {
 // process of it on the host are stopped.
 func TestRemoteJobReattachedAfterSIGKILL(t *testing.T) {
 	h := hosttest.Start(t)
+	h.InstallKernel(t) // a job runs confined, under the host's klbr-kernel
 	l := newCoreLab(t, h)
-	starts := filepath.Join(h.Dir, "starts")
+	starts := filepath.Join(h.Shared, "starts")
 	l.start()
 	id := l.run("sh", "-c", markStart(starts)+"; echo before; sleep 3; echo after; exit 5")
 	unit := UnitName(id, 1)

@@ -83,7 +83,8 @@ func poll(t *testing.T, what string, limit time.Duration, cond func() bool) {
 // not run again.
 func TestRemoteJobWhileTheLinkIsDown(t *testing.T) {
 	h := hosttest.Start(t)
-	starts := filepath.Join(h.Dir, "starts")
+	h.InstallKernel(t) // a job runs confined, under the host's klbr-kernel
+	starts := filepath.Join(h.Shared, "starts")
 	m, eng := labManager(t, h, map[string]hosts.Host{"lab": {MaxJobs: 4}})
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
@@ -107,7 +108,7 @@ func TestRemoteJobWhileTheLinkIsDown(t *testing.T) {
 	t.Run("reattached when the link is back", func(t *testing.T) {
 		// The command waits for a file the test makes once the link is
 		// back: it runs all the while the host is away.
-		gate := filepath.Join(h.Dir, "gate")
+		gate := filepath.Join(h.Shared, "gate")
 		j := run(m, "sh", "-c", markStart(starts)+"; echo before; while [ ! -e "+gate+" ]; do sleep 0.1; done; echo after; exit 4")
 		unit := strings.TrimSuffix(UnitName(j.ID, 1), ".service")
 		poll(t, "the unit runs", time.Minute, func() bool { return startsOf(t, starts)[unit] == 1 })
@@ -147,7 +148,7 @@ func TestRemoteJobWhileTheLinkIsDown(t *testing.T) {
 
 	t.Run("a host that does not come back: unknown under manual after its grace", func(t *testing.T) {
 		m, _ := labManager(t, h, map[string]hosts.Host{"lab": {MaxJobs: 4, DownGrace: 3 * time.Second}})
-		starts := filepath.Join(h.Dir, "starts2") // this manager's job ids start at 1 again
+		starts := filepath.Join(h.Shared, "starts2") // this manager's job ids start at 1 again
 		j := run(m, "sh", "-c", markStart(starts)+"; sleep 1009")
 		unit := strings.TrimSuffix(UnitName(j.ID, 1), ".service")
 		poll(t, "the unit runs", time.Minute, func() bool { return startsOf(t, starts)[unit] == 1 })
