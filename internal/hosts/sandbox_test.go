@@ -85,6 +85,12 @@ func TestConfinedJobReachesOnlyItsOwnDirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(h.WorkDir, "cache", "0123", "tree"), []byte("cached\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A file of another program of the host in its /tmp (the harness's work
+	// root is under /tmp too, as a host's work_dir may be).
+	if err := os.WriteFile("/tmp/klbr-host-tmp-912", []byte("host-tmp\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove("/tmp/klbr-host-tmp-912")
 	const victim, thief = "klbr-job-911-1.service", "klbr-job-912-1.service"
 	if _, err := e.Start(ctx, "lab", Unit{Name: victim, Confine: true, Argv: []string{"sh", "-c", "echo victim-secret > secret; exec sleep 60"}}); err != nil {
 		t.Fatal(err)
@@ -119,6 +125,7 @@ func TestConfinedJobReachesOnlyItsOwnDirectory(t *testing.T) {
 		"cat "+filepath.Join(victimDir, "secret")+" 2>/dev/null && echo LEAK:victim",
 		"cat "+filepath.Join(h.WorkDir, "cache", "0123", "tree")+" 2>/dev/null && echo LEAK:cache",
 		"ls -A \"$HOME\" 2>/dev/null | grep -q . && echo LEAK:home",
+		"cat /tmp/klbr-host-tmp-912 2>/dev/null && echo LEAK:host-tmp",
 		"(echo x > /tmp/klbr-leak-912) 2>/dev/null && echo LEAK:write-tmp",
 		"(echo x > /var/tmp/klbr-leak-912) 2>/dev/null && echo LEAK:write-var-tmp",
 		"echo x > \"$TMPDIR/t\" && echo tmp-ok",

@@ -89,8 +89,11 @@ func (c *conn) workRoot() string {
 // socket and bus) are gone, since through them (the login's own manager,
 // or a polkit rule for klbr-* units) a job could start a unit of its
 // choosing, outside its containment; and it has no capabilities, so that a
-// job of a root login cannot undo any of it.
-const containment = `-p "TemporaryFileSystem=$HOME $r" -p "BindPaths=$d" ` +
+// job of a root login cannot undo any of it. Its /tmp and /var/tmp are its
+// own (PrivateTmp): the host's temporary files are out of its sight, and a
+// work root under /tmp costs klbr-kernel's Landlock rules a handful of
+// entries there to grant around it, not one per file of the host's /tmp.
+const containment = `-p "TemporaryFileSystem=$HOME $r" -p "BindPaths=$d" -p PrivateTmp=yes ` +
 	`-p "InaccessiblePaths=-/run/dbus -/var/run/dbus -/run/systemd/private -/run/user/$(id -u)" ` +
 	`-p CapabilityBoundingSet= -p AmbientCapabilities=`
 
@@ -134,8 +137,11 @@ func (e *Engine) Start(ctx context.Context, host string, u Unit) (existed bool, 
 	}
 	// Confined, klbr-kernel goes before the program with its sandbox
 	// (Landlock, no capabilities), which the environment crosses by name.
-	check, prep, kern := "", "", ""
+	// The kernel is bound back read-only: the unit's /tmp is its own, and
+	// the host's klbr-kernel may live under the host's /tmp (a test host).
+	check, prep, kern, bind := "", "", "", ""
 	if u.Confine {
+		bind = ` -p "BindReadOnlyPaths=$k"`
 		check = `k=$(command -v klbr-kernel) || { echo no-kernel; exit 0; }
 `
 		prep = `mkdir -p -- "$d/tmp" || fail
@@ -164,7 +170,7 @@ rm -rf -- "$d" && mkdir -m 700 -- "$d" || exit 1
 %s: > "$r/.$u.started" || fail
 %s %s %s -p "WorkingDirectory=$d" -p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output" -- %s %s || { s=$?; rm -rf -- "$d" "$r/.$u.started"; exit $s; }
 echo started
-`, Quote(u.Name), c.workRoot(), Quote(u.Name), check, prep, strings.Join(quoted, " "), c.identity(), containment, kern, strings.Join(argv, " "))
+`, Quote(u.Name), c.workRoot(), Quote(u.Name), check, prep, strings.Join(quoted, " "), c.identity(), containment+bind, kern, strings.Join(argv, " "))
 	var out bytes.Buffer
 	if err := c.run(ctx, script, &limited{w: &out, n: 4096}); err != nil {
 		return false, err
@@ -474,7 +480,7 @@ func (e *Engine) Pipe(ctx context.Context, host string, u Unit) (*exec.Cmd, erro
 	if u.Confine {
 		confine = `mkdir -p -- "$c" "$d/tmp"
 set -- --deny "$r" --deny "$HOME/.ssh" --ro "$c" --rw "$d" --tmp "$d/tmp" --drop-caps`
-		props = containment + ` -p "BindReadOnlyPaths=$c"`
+		props = containment + ` -p "BindReadOnlyPaths=$c" -p "BindReadOnlyPaths=$p"`
 	}
 	if u.Workspace != "" {
 		if !u.Confine {

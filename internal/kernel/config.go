@@ -21,10 +21,10 @@ const (
 // Config is what the command line says.
 type Config struct {
 	ProtocolFD int // -1: none
-	// ProtocolStdio carries the protocol over the kernel's own stdin and stdout: the
-	// kernel makes the socket the child gets as fd 3 and copies between the two (a worker
-	// on another host, whose only channel is an SSH session). The child's stdout goes to
-	// the kernel's stderr.
+	// ProtocolStdio carries the protocol over the kernel's own stdin and stdout (a worker
+	// on another host, whose only channel is an SSH session): the child reads it from fd
+	// 3, the kernel's stdin, and writes it to fd 4, the kernel's stdout. The child's
+	// stdout goes to the kernel's stderr.
 	ProtocolStdio bool
 	GoAheadFD     int           // -1: none
 	Deadline      time.Duration // 0: none
@@ -45,7 +45,7 @@ func ParseArgs(args []string) (Config, error) {
 	fs := flag.NewFlagSet("klbr-kernel", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.IntVar(&cfg.ProtocolFD, "protocol-fd", -1, "inherited fd of the protocol socket; the child gets it as fd 3")
-	fs.BoolVar(&cfg.ProtocolStdio, "protocol-stdio", false, "carry the protocol over stdin/stdout; the child gets a socket as fd 3")
+	fs.BoolVar(&cfg.ProtocolStdio, "protocol-stdio", false, "carry the protocol over stdin/stdout; the child reads it from fd 3 and writes it to fd 4")
 	fs.IntVar(&cfg.GoAheadFD, "go-ahead-fd", -1, "inherited fd to read one go-ahead byte from before starting")
 	fs.DurationVar(&cfg.Deadline, "deadline", 0, "kill the tree this long after the child started (0: never)")
 	fs.Int64Var(&cfg.RlimitAS, "rlimit-as", 0, "RLIMIT_AS (bytes) for the child (0: none)")

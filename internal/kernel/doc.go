@@ -31,10 +31,12 @@
 //     kernel at start (and what the kernel keeps is close-on-exec), so nothing else reaches
 //     the child. The kernel closes its own copy of the protocol socket once the child runs:
 //     the core sees EOF on the socket as soon as the child (and anything it passed the socket
-//     to) is gone. With --protocol-stdio instead, the kernel makes that socket itself and
-//     copies between it and its own stdin and stdout (the core's end travels over an SSH
-//     session to a worker host); the child's stdout then goes to the kernel's stderr, and the
-//     end of the kernel's stdin is the end of the protocol stream.
+//     to) is gone. With --protocol-stdio instead (the core's end travels over an SSH
+//     session to a worker host), the child reads the protocol from fd 3, the kernel's own
+//     stdin, and writes it to fd 4 (KLBR_PROTOCOL_OUT_FD=4 in its environment), the
+//     kernel's own stdout: nothing copies in between. The kernel points its stdin and stdout
+//     at /dev/null once the child runs; the child's stdout goes to the kernel's stderr, and
+//     the end of the kernel's stdin is the end of the protocol stream.
 //  5. ARGV runs in its own process group, with PDEATHSIG=SIGKILL towards the kernel. SIGTERM
 //     and SIGINT sent to the kernel are forwarded to that group. SIGINT is only forwarded
 //     (Python turns it into KeyboardInterrupt); after a forwarded SIGTERM the child has a

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -48,8 +49,6 @@ type kernel struct {
 	self   int
 	ppid   int  // the parent at start; a different getppid() means it died
 	killed bool // the kernel has SIGKILLed the tree (grace over, parent gone)
-	// drained is closed once --protocol-stdio's socket has been copied to stdout to its end.
-	drained chan struct{}
 }
 
 // parentGone reports whether the process that started the kernel has died (the kernel was
@@ -134,7 +133,6 @@ func (k *kernel) run(args []string) int {
 		k.log.Printf("killed %d leftover process(es) of the tree", n)
 	}
 	_ = cmd.Process.Release()
-	k.drain()
 
 	switch {
 	case deadlineFired:
@@ -210,12 +208,9 @@ func (k *kernel) start(cfg Config) (cmd *exec.Cmd, code int, ok bool) {
 		cmd.ExtraFiles = []*os.File{proto} // fd 3 in the child
 	}
 	if cfg.ProtocolStdio {
-		var err error
-		if proto, err = k.bridgeStdio(); err != nil {
-			k.log.Print(err)
-			return nil, ExitKernel, false
-		}
-		cmd.ExtraFiles = []*os.File{proto}
+		cmd.ExtraFiles = stdioProtocol()
+		cmd.Env = append(slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "KLBR_PROTOCOL_OUT_FD=") }),
+			"KLBR_PROTOCOL_OUT_FD="+strconv.Itoa(stdioOutFD))
 		cmd.Stdout = os.Stderr // stdout is the protocol's now
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -223,6 +218,11 @@ func (k *kernel) start(cfg Config) (cmd *exec.Cmd, code int, ok bool) {
 	if proto != nil {
 		// The child has its own copy; ours would keep the socket open after the child died.
 		proto.Close()
+	}
+	if cfg.ProtocolStdio && err == nil {
+		if rerr := releaseStdio(); rerr != nil {
+			k.log.Print(rerr)
+		}
 	}
 	if err != nil {
 		k.log.Printf("start %q: %v", cfg.Argv[0], err)

@@ -2,46 +2,36 @@ package kernel
 
 import (
 	"fmt"
-	"io"
 	"os"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// bridgeStdio makes the protocol socket of --protocol-stdio: it returns the child's end
-// and copies, until either side ends, the kernel's stdin to the socket and the socket to
-// the kernel's stdout. The end of stdin (the core went away) shuts the socket's write side,
-// which the worker reads as the end of the stream and exits 0; the end of the socket (every
-// copy of the child's end closed) closes stdout.
-func (k *kernel) bridgeStdio() (*os.File, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("protocol socket: %w", err)
-	}
-	ours := os.NewFile(uintptr(fds[0]), "protocol-bridge")
-	child := os.NewFile(uintptr(fds[1]), "protocol")
-	go func() {
-		_, _ = io.Copy(ours, os.Stdin)
-		_ = unix.Shutdown(fds[0], unix.SHUT_WR)
-	}()
-	k.drained = make(chan struct{})
-	go func() {
-		_, _ = io.Copy(os.Stdout, ours)
-		os.Stdout.Close()
-		close(k.drained)
-	}()
-	return child, nil
+// stdioOutFD is the child's descriptor for writing the protocol under --protocol-stdio
+// (KLBR_PROTOCOL_OUT_FD); it reads the protocol from fd 3.
+const stdioOutFD = 4
+
+// stdioProtocol is what the child of --protocol-stdio gets as fds 3 and 4: the kernel's own
+// stdin and stdout, the very pipes the core's SSH session handed it, so that nothing copies
+// between them (a copy here was one more process to wake each way of every frame on a
+// worker host).
+func stdioProtocol() []*os.File {
+	return []*os.File{os.Stdin, os.Stdout}
 }
 
-// drain waits a little for the last frames of the child to reach stdout before the kernel
-// exits.
-func (k *kernel) drain() {
-	if k.drained == nil {
-		return
+// releaseStdio points the kernel's own stdin and stdout at /dev/null once the child holds
+// them: the core then reads the end of the stream as soon as the child (and anything it
+// passed the descriptors to) is gone, as with --protocol-fd.
+func releaseStdio() error {
+	null, err := unix.Open(os.DevNull, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("protocol: open %s: %w", os.DevNull, err)
 	}
-	select {
-	case <-k.drained:
-	case <-time.After(time.Second):
+	defer unix.Close(null)
+	for _, fd := range []int{0, 1} {
+		if err := unix.Dup3(null, fd, 0); err != nil {
+			return fmt.Errorf("protocol: release fd %d: %w", fd, err)
+		}
 	}
+	return nil
 }

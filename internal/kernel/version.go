@@ -13,8 +13,9 @@ import (
 // go-ahead byte, the protocol fd as fd 3, the exit statuses). A klbr-core
 // reaching a worker host runs that host's klbr-kernel only when the host's
 // says the same number; a change that an older core or kernel would
-// misread raises it.
-const Protocol = 1
+// misread raises it. 2: under --protocol-stdio the child reads fd 3 and writes fd 4
+// (KLBR_PROTOCOL_OUT_FD), the kernel's own stdin and stdout, where 1 gave it one socket.
+const Protocol = 2
 
 // versionArg makes klbr-kernel print its version line and exit.
 const versionArg = "--version"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -170,8 +171,10 @@ print("caps", [l for l in open("/proc/self/status") if l.startswith("CapEff")][0
 
 // BenchmarkRemoteRoundtrip: the round trip of the cell `x = 1` in a local
 // workbench and in one on the lab host (over its SSH connection), side by
-// side, and the link's round trip (a TCP connect to the host's sshd: one
-// SYN, one SYN-ACK) for the goal remote ≤ local + 2 × link RTT.
+// side, for the goal remote ≤ local + 2 × link RTT; beside them what the
+// remote one is made of: 64 bytes to `cat` in a unit of the host and back
+// over the same connection (the SSH path alone, no klbr code), and the
+// link's round trip (a TCP echo, and a UDP one, on the host).
 func BenchmarkRemoteRoundtrip(b *testing.B) {
 	h, e := remoteLab(b)
 	ctx := context.Background()
@@ -202,6 +205,80 @@ func BenchmarkRemoteRoundtrip(b *testing.B) {
 		w, _ := startRemote(b, e, gen)
 		defer w.Kill()
 		roundtrip(b, w)
+	})
+	b.Run("op=ssh-echo", func(b *testing.B) {
+		// The SSH path alone: 64 bytes to `cat` in a unit of the host (its
+		// stdin and stdout the session's, as the workbench's are) and back,
+		// over the one connection: core → ssh master → TCP → sshd → pipe.
+		cmd, err := e.Pipe(ctx, "lab", hosts.Unit{Name: "klbr-echo-1.service", Argv: []string{"cat"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { in.Close(); cmd.Wait() }()
+		msg, buf := make([]byte, 64), make([]byte, 64)
+		for b.Loop() {
+			if _, err := in.Write(msg); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(out, buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("op=link-rtt-tcp", func(b *testing.B) {
+		// A TCP echo on the host (Nagle off both ends): 64 bytes there and
+		// back over the link, as the SSH connection's packets go. It listens
+		// on a port of its own choosing and says which.
+		echo := h.Enter("python3", "-c", `import socket, sys
+s = socket.socket()
+s.bind(("0.0.0.0", 0))
+s.listen(1)
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while True:
+    d = c.recv(64)
+    if not d:
+        break
+    c.sendall(d)`)
+		port, err := echo.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := echo.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { echo.Process.Kill(); echo.Wait() }()
+		line := make([]byte, 16)
+		n, err := port.Read(line)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := net.Dial("tcp", net.JoinHostPort(h.Addr, strings.TrimSpace(string(line[:n]))))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		msg, buf := make([]byte, 64), make([]byte, 64)
+		for b.Loop() {
+			if _, err := c.Write(msg); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 	b.Run("op=link-rtt", func(b *testing.B) {
 		// A UDP echo on the host: one datagram there and back over its link

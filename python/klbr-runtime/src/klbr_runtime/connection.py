@@ -48,8 +48,9 @@ class ProtocolError(Exception):
 
 
 class Connection:
-    def __init__(self, fd, role, session, generation, skills_revision=""):
-        self.fd = fd
+    def __init__(self, fd, role, session, generation, skills_revision="", out_fd=None):
+        self.fd = fd  # frames are read from fd and written to out_fd (the same by default)
+        self.out_fd = fd if out_fd is None else out_fd
         self.role = role
         self.session = session
         self.generation = generation
@@ -83,7 +84,7 @@ class Connection:
     def _write(self, data):
         try:
             with self._lock:
-                framing.write_all(self.fd, data)
+                framing.write_all(self.out_fd, data)
         except OSError as e:
             self.host_gone(f"writing to the protocol socket failed: {e}")
 

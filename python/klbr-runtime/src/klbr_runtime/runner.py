@@ -35,11 +35,21 @@ def connect(environ=os.environ):
         os.fstat(fd)
     except (ValueError, OSError) as e:
         _fail(f"KLBR_PROTOCOL_FD {environ.get('KLBR_PROTOCOL_FD', '3')!r} is not an open descriptor: {e}")
+    # Under klbr-kernel --protocol-stdio (a worker host) the stream comes in on
+    # fd and goes out on another descriptor: the kernel's stdin and stdout.
+    out_fd = fd
+    if environ.get("KLBR_PROTOCOL_OUT_FD"):
+        try:
+            out_fd = int(environ["KLBR_PROTOCOL_OUT_FD"])
+            os.fstat(out_fd)
+        except (ValueError, OSError) as e:
+            _fail(f"KLBR_PROTOCOL_OUT_FD {environ['KLBR_PROTOCOL_OUT_FD']!r} is not an open descriptor: {e}")
     # Children a cell starts must not hold the protocol socket open: the host
     # sees EOF only when every copy is closed.
-    os.set_inheritable(fd, False)
-    os.set_blocking(fd, True)
-    return Connection(fd, role, session, generation, environ.get("KLBR_SKILLS_REVISION", ""))
+    for d in {fd, out_fd}:
+        os.set_inheritable(d, False)
+        os.set_blocking(d, True)
+    return Connection(fd, role, session, generation, environ.get("KLBR_SKILLS_REVISION", ""), out_fd=out_fd)
 
 
 def start_reader(conn, dispatch, name="klbr-reader"):
