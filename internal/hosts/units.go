@@ -88,7 +88,13 @@ func (c *conn) workRoot() string {
 // socket are gone, since through them (and the login's polkit rule for
 // klbr-* units) a job could start a unit of its choosing; and it has no
 // capabilities, so that a job of a root login cannot undo any of it.
+// klbr-kernel's Landlock leaves /dev writable for the devices, so two
+// more: /dev is mounted read-only (a device node opens for writing on a
+// read-only mount: GPUs work; a root login's job makes no file there), and
+// /dev/shm, which every login may write, is a tmpfs of the unit's own
+// (world-writable and sticky as the host's), not a place its jobs share.
 const containment = `-p "TemporaryFileSystem=$HOME $r" -p "BindPaths=$d" ` +
+	`-p "ReadOnlyPaths=/dev" -p "TemporaryFileSystem=/dev/shm:mode=1777,nosuid,nodev" ` +
 	`-p "InaccessiblePaths=-/run/dbus -/var/run/dbus -/run/systemd/private" ` +
 	`-p CapabilityBoundingSet= -p AmbientCapabilities=`
 
