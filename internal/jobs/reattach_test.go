@@ -2,10 +2,7 @@ package jobs
 
 import (
 	"context"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -73,7 +70,7 @@ func TestRemoteJobReattach(t *testing.T) {
 	// writes no file outside its own directory, and its /dev/shm is its
 	// own; its network is the host's.)
 	seen := startsListener(t, h.Gw)
-	mark := "echo started > /dev/tcp/" + h.Gw + "/" + seen.port
+	mark := "echo started > /dev/tcp/" + seen.host + "/" + seen.port
 	untilActive := func(unit string) {
 		t.Helper()
 		for deadline := time.Now().Add(30 * time.Second); ; {
@@ -159,40 +156,4 @@ func TestRemoteJobReattach(t *testing.T) {
 			t.Fatalf("the command started %d times", strings.Count(b, "started"))
 		}
 	})
-}
-
-// starts collects what every connection to a TCP port of the test's side
-// of the host's link sends.
-type starts struct {
-	port string
-	mu   sync.Mutex
-	b    strings.Builder // guarded by mu
-}
-
-func (s *starts) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-func (s *starts) Reset()         { s.mu.Lock(); defer s.mu.Unlock(); s.b.Reset() }
-
-func startsListener(t *testing.T, addr string) *starts {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	s := &starts{port: port}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			b, _ := io.ReadAll(io.LimitReader(c, 1024))
-			c.Close()
-			s.mu.Lock()
-			s.b.Write(b)
-			s.mu.Unlock()
-		}
-	}()
-	return s
 }

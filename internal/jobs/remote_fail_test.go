@@ -22,6 +22,7 @@ import (
 // hs (their Target, keys and work directory filled in from h).
 func labManager(t *testing.T, h *hosttest.Host, hs map[string]hosts.Host) (*Manager, *hosts.Engine) {
 	t.Helper()
+	h.InstallKernel(t) // every job on a host runs under it
 	tg, err := config.ParseSSHTarget(h.SSH())
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ func poll(t *testing.T, what string, limit time.Duration, cond func() bool) {
 // not run again.
 func TestRemoteJobWhileTheLinkIsDown(t *testing.T) {
 	h := hosttest.Start(t)
-	starts := filepath.Join(h.Dir, "starts")
+	starts := startsListener(t, h.Gw)
 	m, eng := labManager(t, h, map[string]hosts.Host{"lab": {MaxJobs: 4}})
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
@@ -147,7 +148,7 @@ func TestRemoteJobWhileTheLinkIsDown(t *testing.T) {
 
 	t.Run("a host that does not come back: unknown under manual after its grace", func(t *testing.T) {
 		m, _ := labManager(t, h, map[string]hosts.Host{"lab": {MaxJobs: 4, DownGrace: 3 * time.Second}})
-		starts := filepath.Join(h.Dir, "starts2") // this manager's job ids start at 1 again
+		starts := startsListener(t, h.Gw) // this manager's job ids start at 1 again
 		j := run(m, "sh", "-c", markStart(starts)+"; sleep 1009")
 		unit := strings.TrimSuffix(UnitName(j.ID, 1), ".service")
 		poll(t, "the unit runs", time.Minute, func() bool { return startsOf(t, starts)[unit] == 1 })
