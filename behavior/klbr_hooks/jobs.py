@@ -2,8 +2,11 @@
 
 Input: ``{"kind", "spec", "schedule", "recovery", "running"}`` (``running``:
 jobs running now). Answer: ``{"admit": bool, "priority": int (-100..100),
-"reason": str}``. Among jobs due at the same time the higher priority starts
-first; a refusal fails the ``jobs.run`` / ``jobs.schedule`` call with the reason.
+"reason": str}``, and optionally ``"host": "NAME"`` or ``"label:L"`` to send
+the job (a command, a routine's runs, a child agent) to that worker host instead
+of where it asked (``spec["host"]``; leave the key out to keep it). Among jobs
+due at the same time the higher priority starts first; a refusal fails the
+``jobs.run`` / ``jobs.schedule`` call with the reason.
 """
 
 from ._shape import integer, mapping, one_of

@@ -304,8 +304,16 @@ func (a *Agents) spawn(ctx context.Context, session, release string, r worker.Re
 	if err := checkHostWorkspace(args); err != nil {
 		return nil, err
 	}
-	if c.Priority, err = a.plan(ctx, session, args); err != nil {
+	var planHost *string
+	if c.Priority, planHost, err = a.plan(ctx, session, args); err != nil {
 		return nil, err
+	}
+	if planHost != nil {
+		// job.plan sends the child to a host: checked as a spawn's host=.
+		args.Host = *planHost
+		if err := checkHostWorkspace(args); err != nil {
+			return nil, &worker.RequestError{Code: "refused", Message: fmt.Sprintf("agents.spawn: job.plan chose host %q: %v", *planHost, err)}
+		}
 	}
 	place, made, err := a.place(ctx, session, args.Workspace, args.Host)
 	if err != nil {
@@ -407,29 +415,30 @@ type PlanSpec struct {
 	Budget    json.RawMessage `json:"budget"`
 	Delegate  []string        `json:"delegate"`
 	Depth     int             `json:"depth"` // the child's: a root's children are at 1
+	Host      string          `json:"host"`  // as asked (host= or its profile's); "": here
 }
 
-// plan asks job.plan about a spawn; it returns the priority it gave, or
-// the refusal.
-func (a *Agents) plan(ctx context.Context, session string, args spawnArgs) (int, error) {
+// plan asks job.plan about a spawn; it returns the priority it gave and
+// the host it chose (nil: none), or the refusal.
+func (a *Agents) plan(ctx context.Context, session string, args spawnArgs) (int, *string, error) {
 	if a.cfg.Plan == nil {
-		return 0, nil
+		return 0, nil, nil
 	}
 	depth, _, err := a.cfg.Store.Depth(ctx, session)
 	if err != nil {
-		return 0, &worker.RequestError{Code: "failed", Message: err.Error()}
+		return 0, nil, &worker.RequestError{Code: "failed", Message: err.Error()}
 	}
 	running, err := a.cfg.Store.Jobs(ctx, store.JobFilter{Session: session, Kind: jobs.KindChild, State: store.JobRunning, Limit: 1000})
 	if err != nil {
-		return 0, &worker.RequestError{Code: "failed", Message: err.Error()}
+		return 0, nil, &worker.RequestError{Code: "failed", Message: err.Error()}
 	}
 	spec, _ := json.Marshal(PlanSpec{Task: args.Task, Refs: nonNil(args.Refs), Profile: args.Profile, Workspace: args.Workspace,
-		Budget: args.Budget, Delegate: nonNil(args.Delegate), Depth: depth + 1})
+		Budget: args.Budget, Delegate: nonNil(args.Delegate), Depth: depth + 1, Host: args.Host})
 	p := a.cfg.Plan(ctx, session, jobs.PlanInput{Kind: jobs.KindChild, Spec: spec, Recovery: "resume", Running: len(running)})
 	if !p.Admit {
-		return 0, &worker.RequestError{Code: "refused", Message: "agents.spawn: refused by job.plan: " + p.Reason}
+		return 0, nil, &worker.RequestError{Code: "refused", Message: "agents.spawn: refused by job.plan: " + p.Reason}
 	}
-	return p.Priority, nil
+	return p.Priority, p.Host, nil
 }
 
 func nonNil(s []string) []string {

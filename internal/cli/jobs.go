@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -109,9 +110,9 @@ func jobCommand(g *globals, use, short string, call func(*localclient.Client, co
 }
 
 // jobLineFormat lays out jobLine; jobHeader names its columns.
-const jobLineFormat = "%-6v %-8s %-10s %-10s %-19s  %s  %s"
+const jobLineFormat = "%-6v %-8s %-10s %-10s %-10s %-19s  %s  %s"
 
-var jobHeader = strings.TrimRight(fmt.Sprintf(jobLineFormat, "ID", "KIND", "STATE", "SESSION", "WHEN", "WHAT", "NOTE"), " ")
+var jobHeader = strings.TrimRight(fmt.Sprintf(jobLineFormat, "ID", "KIND", "STATE", "SESSION", "WHERE", "WHEN", "WHAT", "NOTE"), " ")
 
 func jobLine(j store.Job) string {
 	when := j.CreatedAt
@@ -125,7 +126,31 @@ func jobLine(j store.Job) string {
 	case j.Error != "":
 		extra = oneLine(j.Error, 60)
 	}
-	return strings.TrimRight(fmt.Sprintf(jobLineFormat, j.ID, j.Kind, j.State, j.Session, when.Local().Format(time.DateTime), jobWhat(j), extra), " ")
+	return strings.TrimRight(fmt.Sprintf(jobLineFormat, j.ID, j.Kind, j.State, j.Session, jobWhere(j), when.Local().Format(time.DateTime), jobWhat(j), extra), " ")
+}
+
+// jobWhere says where a job runs: the worker host its attempt was sent to,
+// else the host (or "label:L") its spec asks for, for a job not placed yet,
+// else "here" (klbr-core's machine).
+func jobWhere(j store.Job) string {
+	if j.Host != "" {
+		return j.Host
+	}
+	var spec struct {
+		Host      string `json:"host"`
+		Workspace struct {
+			Host string `json:"host"`
+		} `json:"workspace"`
+	}
+	if json.Unmarshal(j.Spec, &spec) == nil {
+		switch {
+		case spec.Host != "":
+			return oneLine(spec.Host, 40)
+		case spec.Workspace.Host != "":
+			return oneLine(spec.Workspace.Host, 40)
+		}
+	}
+	return "here"
 }
 
 func jobWhat(j store.Job) string {
@@ -177,6 +202,9 @@ func oneLine(s string, max int) string {
 func printJob(g *globals, j store.Job) {
 	w := g.env.Stdout
 	fmt.Fprintf(w, "job %d: %s, %s (session %s, recovery %s, runs %d)\n", j.ID, j.Kind, j.State, j.Session, j.Recovery, j.Runs)
+	if where := jobWhere(j); where != "here" {
+		fmt.Fprintf(w, "host: %s\n", where)
+	}
 	fmt.Fprintf(w, "spec: %s\n", plainJSON(j.Spec))
 	if j.Schedule != nil {
 		fmt.Fprintf(w, "schedule: %s (tz %s)\n", plainJSON(j.Schedule), j.TZ)

@@ -34,9 +34,9 @@ func TestJobsCommands(t *testing.T) {
 	started := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	running := store.Job{ID: 3, Kind: "command", Session: "default", State: store.JobRunning, Recovery: "manual", Runs: 1,
 		Spec: json.RawMessage(`{"argv":["sh","-c","make test 2>&1 | tail"]}`), CreatedAt: started, StartedAt: &started,
-		OutputPreview: "compiling\n"}
+		OutputPreview: "compiling\n", Host: "gpu"}
 	pending := store.Job{ID: 4, Kind: "routine", Session: "default", State: store.JobPending, Recovery: "retry_safe",
-		Spec: json.RawMessage(`{"entry":"klbr_skills.remind:say"}`), Schedule: json.RawMessage(`{"at":1893553445000}`), TZ: "UTC",
+		Spec: json.RawMessage(`{"entry":"klbr_skills.remind:say","host":"label:big"}`), Schedule: json.RawMessage(`{"at":1893553445000}`), TZ: "UTC",
 		NextDue: &due, CreatedAt: started}
 	var seen []string
 	mux := http.NewServeMux()
@@ -87,15 +87,21 @@ func TestJobsCommands(t *testing.T) {
 		t.Errorf("query %q", seen[0])
 	}
 	lines := strings.Split(strings.TrimSpace(list), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID     KIND     STATE") || !strings.Contains(lines[0], "WHAT") ||
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID     KIND     STATE      SESSION    WHERE") || !strings.Contains(lines[0], "WHAT") ||
 		!strings.HasPrefix(lines[1], "4 ") || !strings.Contains(lines[1], "due ") || !strings.Contains(lines[2], "make test 2>&1 | tail") {
 		t.Errorf("list:\n%s", list)
+	}
+	// Where each runs: the host its attempt went to, the host a pending
+	// job asks for.
+	if !strings.Contains(lines[1], " default    label:big ") || !strings.Contains(lines[2], " default    gpu ") {
+		t.Errorf("the list does not say where each job runs:\n%s", list)
 	}
 	var js api.Jobs
 	if err := json.Unmarshal([]byte(run("jobs", "--json")), &js); err != nil || len(js.Jobs) != 2 {
 		t.Errorf("--json: %v %+v", err, js)
 	}
 	if show := run("jobs", "show", "3"); !strings.Contains(show, "job 3: command, running") || !strings.Contains(show, "compiling") ||
+		!strings.Contains(show, "\nhost: gpu\n") ||
 		!strings.Contains(show, `"make test 2>&1 | tail"`) {
 		t.Errorf("show:\n%s", show)
 	}
@@ -103,7 +109,7 @@ func TestJobsCommands(t *testing.T) {
 		t.Errorf("cancel: %s", c)
 	}
 	st := run("status")
-	for _, want := range []string{"jobs: 1 running · next wakeup", "make", "waiting for host gpu, down since",
+	for _, want := range []string{"jobs: 1 running · next wakeup", "make", " default    gpu ", "waiting for host gpu, down since",
 		"host gpu: DOWN since " + started.Local().Format(time.DateTime) + ": host gpu: host unreachable: timed out · jobs 1/4",
 		"host big: up · jobs 0/2", "host spare: not contacted since the start",
 		"workbench of default: generation 3 LOST at " + started.Local().Format(time.DateTime)} {

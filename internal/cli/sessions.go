@@ -115,6 +115,9 @@ func printNode(w io.Writer, n *SessionNode, depth int) {
 	line := fmt.Sprintf("%s%s  %s", strings.Repeat("  ", depth), n.ID, n.State)
 	if j := n.Job; j != nil {
 		line += fmt.Sprintf("  job %d %s", j.ID, j.State)
+		if where := jobWhere(*j); where != "here" {
+			line += " on host " + where
+		}
 		if j.Error != "" {
 			line += ": " + j.Error
 		}

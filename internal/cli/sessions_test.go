@@ -25,7 +25,8 @@ func TestSessionTree(t *testing.T) {
 		{Session: store.Session{ID: "other", State: store.StateReady}},
 	}
 	js := []store.Job{
-		{ID: 2, Kind: "child", Session: "child-1", State: store.JobRunning, Spec: json.RawMessage(`{"session":"child-2","delegate":["discord.send"]}`)},
+		{ID: 2, Kind: "child", Session: "child-1", State: store.JobRunning, Host: "gpu",
+			Spec: json.RawMessage(`{"session":"child-2","delegate":["discord.send"],"workspace":{"mode":"worktree","kind":"copy","host":"gpu"}}`)},
 		{ID: 1, Kind: "child", Session: "default", State: store.JobSucceeded, Spec: json.RawMessage(`{"session":"child-1"}`),
 			Result: json.RawMessage(`{ "widgets": 3 }`)},
 		{ID: 3, Kind: "command", Session: "default", State: store.JobRunning, Spec: json.RawMessage(`{"argv":["true"]}`)},
@@ -43,7 +44,7 @@ func TestSessionTree(t *testing.T) {
 	}
 	want := "default  waiting\n" +
 		"  child-1  waiting  job 1 succeeded  used 1234 tokens, 3 model requests (1334 tokens, 4 model requests with its children)  budget {\"tokens\":5000}  result {\"widgets\":3}\n" +
-		"    child-2  running  job 2 running  used 100 tokens, 1 model requests  speaks discord.send\n" +
+		"    child-2  running  job 2 running on host gpu  used 100 tokens, 1 model requests  speaks discord.send\n" +
 		"other  ready\n"
 	if b.String() != want {
 		t.Fatalf("printed\n%s\nwant\n%s", b.String(), want)

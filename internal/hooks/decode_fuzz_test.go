@@ -6,6 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/klbr-dev/klbr/internal/jobs"
 	"github.com/klbr-dev/klbr/internal/store"
 )
 
@@ -17,6 +18,7 @@ func FuzzHookAnswers(f *testing.F) {
 	f.Add([]byte(`{"decision":"wait","seconds":-1}`))
 	f.Add([]byte(`{"additions":["a","b"],"parts":["x"],"text":"t"}`))
 	f.Add([]byte(`[1,2]`))
+	f.Add([]byte(`{"admit":true,"priority":1,"reason":"r","host":"label:gpu"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if a, err := decodeAnswer(data); err == nil {
 			if len(a.Commands) > MaxCommands || len(a.State) > store.MaxHookState || (a.State != nil && !json.Valid(a.State)) {
@@ -33,6 +35,10 @@ func FuzzHookAnswers(f *testing.F) {
 			if n.Seconds != nil && (*n.Seconds <= 0 || *n.Seconds > MaxNextWait) {
 				t.Fatalf("accepted a wait of %v s", *n.Seconds)
 			}
+		}
+		var jp jobs.Plan
+		if decodeJobPlan(data, &jp) == nil && jp.Host != nil && (*jp.Host == "" || len(*jp.Host) > MaxPlanHost || !utf8.ValidString(*jp.Host)) {
+			t.Fatalf("job.plan: accepted host %q", *jp.Host)
 		}
 		decodeVerdict(SlotExecutionReview, data)
 	})

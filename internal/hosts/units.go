@@ -93,7 +93,13 @@ func (c *conn) workRoot() string {
 // own (PrivateTmp): the host's temporary files are out of its sight, and a
 // work root under /tmp costs klbr-kernel's Landlock rules a handful of
 // entries there to grant around it, not one per file of the host's /tmp.
+// klbr-kernel's Landlock leaves /dev writable for the devices, so two
+// more: /dev is mounted read-only (a device node opens for writing on a
+// read-only mount: GPUs work; a root login's job makes no file there), and
+// /dev/shm, which every login may write, is a tmpfs of the unit's own
+// (world-writable and sticky as the host's), not a place its jobs share.
 const containment = `-p "TemporaryFileSystem=$HOME $r" -p "BindPaths=$d" -p PrivateTmp=yes ` +
+	`-p "ReadOnlyPaths=/dev" -p "TemporaryFileSystem=/dev/shm:mode=1777,nosuid,nodev" ` +
 	`-p "InaccessiblePaths=-/run/dbus -/var/run/dbus -/run/systemd/private -/run/user/$(id -u)" ` +
 	`-p CapabilityBoundingSet= -p AmbientCapabilities=`
 

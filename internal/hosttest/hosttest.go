@@ -421,13 +421,3 @@ func (h *Host) InstallKernel(t testing.TB) {
 		t.Fatal(err)
 	}
 }
-
-// Shared returns a path that a confined job on the host may write and the
-// test reads, for markers and gates: a confined job writes only its own
-// directory and /dev (Landlock), and the lab shares the machine's
-// /dev/shm. The file is removed when the test ends.
-func (h *Host) Shared(t testing.TB, name string) string {
-	p := filepath.Join("/dev/shm", "klbr-"+filepath.Base(h.Dir)+"-"+name)
-	t.Cleanup(func() { os.Remove(p) })
-	return p
-}

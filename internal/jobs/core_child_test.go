@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -125,6 +127,7 @@ type coreChild struct {
 
 func newCoreLab(t *testing.T, h *hosttest.Host) *coreLab {
 	t.Helper()
+	h.InstallKernel(t) // every job on a host runs under it
 	data := t.TempDir()
 	st, err := store.Open(t.Context(), data, store.Options{})
 	if err != nil {
@@ -272,24 +275,60 @@ func (l *coreLab) until(what string, limit time.Duration, cond func() bool) {
 	}
 }
 
-// startsOf reads the marker file each unit run appends its unit name to.
-func startsOf(t *testing.T, path string) map[string]int {
+// startsOf counts the unit names the marks of s carry.
+func startsOf(t *testing.T, s *starts) map[string]int {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
 	n := map[string]int{}
-	for _, l := range strings.Fields(string(b)) {
+	for _, l := range strings.Fields(s.String()) {
 		n[l]++
 	}
 	return n
 }
 
-// markStart is the shell command that appends the unit's own name (from its
-// control group) to path: one line is one start of that unit, ever.
-func markStart(path string) string {
-	return "grep -o 'klbr-job-[0-9]*-[0-9]*' /proc/self/cgroup | head -n 1 >> " + path
+// markStart is the shell command that sends the unit's own name (from its
+// control group) to s: one line is one start of that unit, ever. (A
+// confined job writes no file outside its own directory; its network is
+// the host's.)
+func markStart(s *starts) string {
+	return "grep -o 'klbr-job-[0-9]*-[0-9]*' /proc/self/cgroup | head -n 1 | " +
+		"python3 -c 'import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2]))).sendall(sys.stdin.buffer.read())' " +
+		s.host + " " + s.port
+}
+
+// starts collects what every connection to a TCP port of the test's side
+// of the host's link sends.
+type starts struct {
+	host, port string
+	mu         sync.Mutex
+	b          strings.Builder // guarded by mu
+}
+
+func (s *starts) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+func (s *starts) Reset()         { s.mu.Lock(); defer s.mu.Unlock(); s.b.Reset() }
+
+func startsListener(t *testing.T, addr string) *starts {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	s := &starts{host: addr, port: port}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			b, _ := io.ReadAll(io.LimitReader(c, 1024))
+			c.Close()
+			s.mu.Lock()
+			s.b.Write(b)
+			s.mu.Unlock()
+		}
+	}()
+	return s
 }
 
 // SIGKILL klbr-core 20 times at random points of remote dispatches (and of
@@ -301,11 +340,11 @@ func TestRemoteDispatchSurvivesSIGKILL(t *testing.T) {
 	h := hosttest.Start(t)
 	h.InstallKernel(t)
 	l := newCoreLab(t, h)
-	starts := h.Shared(t, "starts")
+	starts := startsListener(t, h.Gw)
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	t.Logf("seed %d", seed)
-	ended := h.Shared(t, "ended")
+	ended := startsListener(t, h.Gw)
 	var ids []int64
 	at := map[string]int{}
 	for i := range rounds {
@@ -385,7 +424,7 @@ func TestRemoteJobReattachedAfterSIGKILL(t *testing.T) {
 	h := hosttest.Start(t)
 	h.InstallKernel(t)
 	l := newCoreLab(t, h)
-	starts := h.Shared(t, "starts")
+	starts := startsListener(t, h.Gw)
 	l.start()
 	id := l.run("sh", "-c", markStart(starts)+"; echo before; sleep 3; echo after; exit 5")
 	unit := UnitName(id, 1)

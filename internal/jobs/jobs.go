@@ -127,6 +127,10 @@ type Plan struct {
 	Admit    bool   `json:"admit"`
 	Priority int    `json:"priority"`
 	Reason   string `json:"reason"`
+	// Host, when set, is the worker host job.plan sends the job to: a
+	// [hosts.NAME] or "label:L", in place of the one it asked for (or
+	// none). nil leaves the job where it asked to run.
+	Host *string `json:"host,omitempty"`
 }
 
 // ErrRefused wraps a job.plan refusal.

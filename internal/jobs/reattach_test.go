@@ -2,8 +2,6 @@ package jobs
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -67,16 +65,17 @@ func TestRemoteJobReattach(t *testing.T) {
 		c.eng.Close()
 		c.st.Close()
 	}
-	// Each start of the command adds a line to a file outside its unit's
-	// directory: one line is one start, ever. A confined job writes only
-	// its own directory and /dev (Landlock): the file is in /dev/shm.
-	starts := filepath.Join("/dev/shm", "klbr-starts-"+filepath.Base(h.Dir))
-	t.Cleanup(func() { os.Remove(starts) })
+	// Each start of the command says "started" to a listener of the test
+	// across the host's link: one line is one start, ever. (A confined job
+	// writes no file outside its own directory, and its /dev/shm is its
+	// own; its network is the host's.)
+	seen := startsListener(t, h.Gw)
+	mark := "echo started > /dev/tcp/" + seen.host + "/" + seen.port
 	untilActive := func(unit string) {
 		t.Helper()
 		for deadline := time.Now().Add(30 * time.Second); ; {
 			if out, _ := h.Enter("systemctl", "is-active", unit).Output(); strings.TrimSpace(string(out)) == "active" {
-				if b, _ := os.ReadFile(starts); len(b) > 0 {
+				if seen.String() != "" {
 					return
 				}
 			}
@@ -88,10 +87,10 @@ func TestRemoteJobReattach(t *testing.T) {
 	}
 
 	t.Run("stopped and started again: reattached, finished, recorded once, started once", func(t *testing.T) {
-		os.Remove(starts)
+		seen.Reset()
 		c := start()
 		j, err := c.m.Run(ctx, RunRequest{Session: "default", Spec: CommandSpec{Host: "lab",
-			Argv: []string{"sh", "-c", "echo started >> " + starts + "; sleep 2; echo finished"}}})
+			Argv: []string{"bash", "-c", mark + "; sleep 2; echo finished"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,8 +109,8 @@ func TestRemoteJobReattach(t *testing.T) {
 		if err != nil || j.State != store.JobSucceeded || strings.TrimSpace(j.OutputPreview) != "started\nfinished" && strings.TrimSpace(j.OutputPreview) != "finished" || j.Runs != 1 {
 			t.Fatalf("job %s %q runs %d, output %q (%v)", j.State, j.Error, j.Runs, j.OutputPreview, err)
 		}
-		if b, _ := os.ReadFile(starts); string(b) != "started\n" {
-			t.Fatalf("the command started %d times: %q", strings.Count(string(b), "started"), b)
+		if b := seen.String(); b != "started\n" {
+			t.Fatalf("the command started %d times: %q", strings.Count(b, "started"), b)
 		}
 		notices := 0
 		page, err := c.st.Records(ctx, "default", 0, 1000)
@@ -132,10 +131,10 @@ func TestRemoteJobReattach(t *testing.T) {
 	})
 
 	t.Run("a unit gone when klbr-core comes back: manual ends unknown, not run again", func(t *testing.T) {
-		os.Remove(starts)
+		seen.Reset()
 		c := start()
 		j, err := c.m.Run(ctx, RunRequest{Session: "default", Spec: CommandSpec{Host: "lab",
-			Argv: []string{"sh", "-c", "echo started >> " + starts + "; sleep 1000"}}})
+			Argv: []string{"bash", "-c", mark + "; sleep 1000"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,8 +152,8 @@ func TestRemoteJobReattach(t *testing.T) {
 		if err != nil || j.State != store.JobUnknown || !strings.Contains(j.Error, "is gone from host lab") || j.Runs != 1 {
 			t.Fatalf("job %s %q runs %d (%v); want unknown, its unit gone", j.State, j.Error, j.Runs, err)
 		}
-		if b, _ := os.ReadFile(starts); string(b) != "started\n" {
-			t.Fatalf("the command started %d times", strings.Count(string(b), "started"))
+		if b := seen.String(); b != "started\n" {
+			t.Fatalf("the command started %d times", strings.Count(b, "started"))
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 // hs (their Target, keys and work directory filled in from h).
 func labManager(t *testing.T, h *hosttest.Host, hs map[string]hosts.Host) (*Manager, *hosts.Engine) {
 	t.Helper()
+	h.InstallKernel(t) // every job on a host runs under it
 	tg, err := config.ParseSSHTarget(h.SSH())
 	if err != nil {
 		t.Fatal(err)
@@ -82,8 +84,7 @@ func poll(t *testing.T, what string, limit time.Duration, cond func() bool) {
 // not run again.
 func TestRemoteJobWhileTheLinkIsDown(t *testing.T) {
 	h := hosttest.Start(t)
-	h.InstallKernel(t)
-	starts := h.Shared(t, "starts")
+	starts := startsListener(t, h.Gw)
 	m, eng := labManager(t, h, map[string]hosts.Host{"lab": {MaxJobs: 4}})
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
@@ -107,8 +108,11 @@ func TestRemoteJobWhileTheLinkIsDown(t *testing.T) {
 	t.Run("reattached when the link is back", func(t *testing.T) {
 		// The command waits for a file the test makes once the link is
 		// back: it runs all the while the host is away.
-		gate := h.Shared(t, "gate")
-		j := run(m, "sh", "-c", markStart(starts)+"; echo before; while [ ! -e "+gate+" ]; do sleep 0.1; done; echo after; exit 4")
+		// The gate is made in the unit's own directory, its working
+		// directory: a confined job sees neither the host's /tmp nor its
+		// /dev/shm.
+		j := run(m, "sh", "-c", markStart(starts)+"; echo before; while [ ! -e gate ]; do sleep 0.1; done; echo after; exit 4")
+		gate := filepath.Join(h.WorkDir, UnitName(j.ID, 1), "gate")
 		unit := strings.TrimSuffix(UnitName(j.ID, 1), ".service")
 		poll(t, "the unit runs", time.Minute, func() bool { return startsOf(t, starts)[unit] == 1 })
 		h.SetLink(t, false)
@@ -147,7 +151,7 @@ func TestRemoteJobWhileTheLinkIsDown(t *testing.T) {
 
 	t.Run("a host that does not come back: unknown under manual after its grace", func(t *testing.T) {
 		m, _ := labManager(t, h, map[string]hosts.Host{"lab": {MaxJobs: 4, DownGrace: 3 * time.Second}})
-		starts := h.Shared(t, "starts2") // this manager's job ids start at 1 again
+		starts := startsListener(t, h.Gw) // this manager's job ids start at 1 again
 		j := run(m, "sh", "-c", markStart(starts)+"; sleep 1009")
 		unit := strings.TrimSuffix(UnitName(j.ID, 1), ".service")
 		poll(t, "the unit runs", time.Minute, func() bool { return startsOf(t, starts)[unit] == 1 })

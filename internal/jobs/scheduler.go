@@ -211,6 +211,11 @@ func (m *Manager) submit(ctx context.Context, nj store.NewJob) (store.Job, error
 			return store.Job{}, fmt.Errorf("%w by job.plan: %s", ErrRefused, p.Reason)
 		}
 		nj.Priority = p.Priority
+		if p.Host != nil {
+			if err := m.planHost(&nj, *p.Host); err != nil {
+				return store.Job{}, err
+			}
+		}
 	}
 	var id int64
 	if err := m.cfg.Store.Write(ctx, func(tx *store.Tx) (err error) {

@@ -42,6 +42,7 @@ type childNode struct {
 	StateReason string             `json:"state_reason,omitempty"`
 	Job         int64              `json:"job"`
 	JobState    store.JobState     `json:"job_state"`
+	Host        string             `json:"host,omitempty"` // the worker host it works on; "": here
 	Task        string             `json:"task"`
 	Budget      json.RawMessage    `json:"budget"`
 	Usage       store.Usage        `json:"usage"`
@@ -109,6 +110,7 @@ func (b *browser) childNodes(ctx context.Context, parent string, left *int, dept
 			return nil, err
 		default:
 			n.Job, n.JobState, n.Error, n.StartedAt, n.FinishedAt = j.ID, j.State, j.Error, j.StartedAt, j.FinishedAt
+			n.Host = j.Host
 			if len(j.Budget) > 0 {
 				n.Budget = j.Budget
 			}

@@ -398,6 +398,13 @@ async function showDiff(from, to) {
 
 const JOB_CLASS = { succeeded: "ok", failed: "warn", unknown: "warn", cancelled: "", pending: "live", running: "live" };
 
+// jobWhere is where a job runs: the worker host its attempt went to, the
+// host (or label:L) a job not placed yet asks for, or "here".
+function jobWhere(j) {
+  const spec = j.spec || {};
+  return j.host || spec.host || (spec.workspace && spec.workspace.host) || "here";
+}
+
 function jobTitle(j) {
   const spec = j.spec || {};
   if (Array.isArray(spec.argv)) return spec.argv.join(" ");
@@ -420,6 +427,9 @@ async function refreshJobs() {
     s.appendChild(el("span", "mono", `job ${j.id}`));
     s.appendChild(badge(j.state, JOB_CLASS[j.state] || ""));
     s.appendChild(el("span", "job-title", `${j.kind} · ${jobTitle(j)}`));
+    const where = jobWhere(j);
+    s.appendChild(el("span", "meta job-where", where === "here" ? "here" : `on ${where}`));
+    d.dataset.where = where;
     d.appendChild(s);
     const dl = el("dl", "kv");
     const row = (k, val) => { if (val !== undefined && val !== null && val !== "") { dl.appendChild(el("dt", "", k)); dl.appendChild(el("dd", "mono", String(val))); } };
@@ -558,6 +568,7 @@ function drawChild(n) {
   d.dataset.session = n.session;
   d.dataset.state = n.state;
   d.dataset.jobState = n.job_state || "";
+  d.dataset.where = n.host || "here";
   const head = el("div", "child-head");
   const a = el("a", "mono child-link", n.session);
   a.href = `/?session=${encodeURIComponent(n.session)}`;
@@ -578,6 +589,7 @@ function drawChild(n) {
   const dl = el("dl", "kv");
   const row = (k, val) => { dl.appendChild(el("dt", "", k)); dl.appendChild(el("dd", "mono", String(val))); };
   if (n.job) row("job", n.job);
+  row("where", n.host ? `host ${n.host}` : "here");
   const budget = n.budget && typeof n.budget === "object" && Object.keys(n.budget).length ? JSON.stringify(n.budget) : "none asked";
   row("budget", budget);
   row("used", `${n.usage.tokens} tokens · ${plural(n.usage.model_requests, "model request")}`);
