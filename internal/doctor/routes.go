@@ -45,9 +45,10 @@ func checkRoutes(ctx context.Context, cfg *config.Config, lookup func(string) (s
 			label += " (" + role[name] + ")"
 		}
 		c := checkRoute(ctx, label, r, lookup)
-		if r.Seed != "" && name != f.Agent.Route && !c.OK {
-			// A seed fallback that does not answer is expected on most
-			// machines: worth a look, never a failure.
+		if r.Seed != "" && !c.OK {
+			// A seed default nobody chose that does not answer is a
+			// warning, as no route at all was: serve starts, inputs are
+			// kept, and the line says what to start or configure.
 			c.OK, c.Warn = true, true
 		}
 		if role[name] == "" {
