@@ -238,10 +238,13 @@ func TestNewcomerPath(t *testing.T) {
 	if err := json.Unmarshal([]byte(in.must("status", "--json")), &st); err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Sessions) != 1 || st.Sessions[0].ID != "default" || st.Sessions[0].Pending != 1 || st.PID != srv.cmd.Process.Pid {
+	// No route is configured: the agent runs on the seed defaults
+	// (localhost:8001…), takes the input and retries while nothing answers.
+	if len(st.Sessions) != 1 || st.Sessions[0].ID != "default" || st.PID != srv.cmd.Process.Pid ||
+		(st.Sessions[0].Pending != 1 && st.Sessions[0].State != "running") || !strings.Contains(st.Agent, "using seed defaults http://localhost:8001/v1") {
 		t.Fatalf("status: %+v", st)
 	}
-	if out := in.must("status", "default"); !strings.Contains(out, "default") || !strings.Contains(out, "ready") {
+	if out := in.must("status", "default"); !strings.Contains(out, "default") {
 		t.Fatalf("status default: %s", out)
 	}
 	if out := in.must("doctor"); !strings.Contains(out, fmt.Sprintf("held by klbr-core pid %d", srv.cmd.Process.Pid)) {
@@ -252,9 +255,9 @@ func TestNewcomerPath(t *testing.T) {
 	}
 	_, metrics := get(t, srv.url+"metrics")
 	for _, want := range []string{
-		`klbr_inbox_pending_inputs{session="default",source_kind="operator"} 1`,
+		// Pending or taken by the agent on the seed defaults: either way counted.
+		`klbr_inbox_pending_inputs{session="default",source_kind="operator"}`,
 		`klbr_admissions_total{result="accepted",source_kind="operator"} 1`,
-		`klbr_inbox_oldest_pending_age_seconds{session="default",source_kind="operator"}`,
 		`klbr_sqlite_info{`, `klbr_build_info{`,
 	} {
 		if !strings.Contains(metrics, want) {
@@ -280,7 +283,14 @@ func TestNewcomerPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.must("send", "default", "second")
-	line, err := bufio.NewReader(fout).ReadString('\n')
+	// The agent's notices (it runs on the seed defaults) may come first.
+	fr := bufio.NewReader(fout)
+	var line string
+	for i := 0; i < 20 && !strings.Contains(line, `"text":"second"`); i++ {
+		if line, err = fr.ReadString('\n'); err != nil {
+			break
+		}
+	}
 	if err != nil || !strings.Contains(line, `"text":"second"`) {
 		t.Fatalf("follow: %q %v", line, err)
 	}

@@ -11,8 +11,8 @@ import (
 
 // One number per thing: tail prints each record under the ref history read
 // takes (e123), and --since takes it; jobs show prints a ref history read
-// returns the job's output from; send says on stderr that nobody will answer
-// while the agent has no route.
+// returns the job's output from; with no route configured, the serve banner,
+// status and send name the seed defaults in force and what answers there.
 func TestOneNumberPerThing(t *testing.T) {
 	in := newInstance(t)
 	in.must("init")
@@ -22,8 +22,18 @@ func TestOneNumberPerThing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("send: %v %s", err, errOut)
 	}
-	if !strings.Contains(errOut, "nobody will answer") || !strings.Contains(errOut, "route") {
-		t.Errorf("send with no route: stdout %q, stderr %q; want a warning that nobody will answer", out, errOut)
+	if !strings.Contains(errOut, "no route configured: it answers only if an OpenAI-compatible server runs at http://localhost:8001/v1") {
+		t.Errorf("send with no route: stdout %q, stderr %q; want a warning naming the seed default", out, errOut)
+	}
+	if st := in.must("status"); !strings.Contains(st, "no route configured: using seed defaults http://localhost:8001/v1") {
+		t.Errorf("status with no route: %s", st)
+	}
+	if st := in.must("status", "--json"); !strings.Contains(st, `"agent": "route main (the server's model), fallback seed-8002, seed-8003 — no route configured: using seed defaults http://localhost:8001/v1`) {
+		t.Errorf("status --json with no route: %s", st)
+	}
+	if !strings.Contains(srv.log(), "klbr-core: no route configured: using seed defaults http://localhost:8001/v1") ||
+		!strings.Contains(srv.log(), "start an OpenAI-compatible server on localhost:8001") {
+		t.Errorf("serve's banner with no route:\n%s", srv.log())
 	}
 	var rec struct{ ID, Seq int64 }
 	if err := json.Unmarshal([]byte(inputLines(t, in.must("tail", "default", "--json"))[0]), &rec); err != nil {

@@ -97,18 +97,19 @@ func (m *modules) addPackage(root, dir string) error {
 	return nil
 }
 
-// addManaged offers skill id's directory as klbr_skills.<id> when it holds
-// an __init__.py: its top-level regular .py files, within the bounds of a
-// release. Anything that does not fit refuses the module with the reason.
-func (m *modules) addManaged(root, id, dir string) {
-	if fi, err := os.Lstat(filepath.Join(dir, "__init__.py")); err != nil || !fi.Mode().IsRegular() {
+// addManaged offers skill id's directory of fsys as klbr_skills.<id> when
+// it holds an __init__.py: its top-level regular .py files, within the
+// bounds of a release. Anything that does not fit refuses the module with
+// the reason. fsys follows no link (see LoadSkills).
+func (m *modules) addManaged(fsys fs.FS, root, id string) {
+	if fi, err := fs.Stat(fsys, id+"/__init__.py"); err != nil || !fi.Mode().IsRegular() {
 		return
 	}
 	if !moduleName.MatchString(id) {
 		m.refused[id] = fmt.Sprintf("%s: %q carries Python but is not a Python identifier (klbr_skills.<id> must be importable)", root, id)
 		return
 	}
-	ents, err := os.ReadDir(dir)
+	ents, err := fs.ReadDir(fsys, id)
 	if err != nil {
 		m.refused[id] = fmt.Sprintf("%s: %v", root, err)
 		return
@@ -122,7 +123,7 @@ func (m *modules) addManaged(root, id, dir string) {
 			m.refused[id] = fmt.Sprintf("%s: %s is not a regular file with an allowed name", root, e.Name())
 			return
 		}
-		b, err := readBounded(filepath.Join(dir, e.Name()))
+		b, err := fs.ReadFile(fsys, id+"/"+e.Name())
 		if err == nil && len(files) >= MaxTreeFiles {
 			err = fmt.Errorf("over %d files", MaxTreeFiles)
 		}

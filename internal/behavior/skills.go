@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/klbr-dev/klbr/internal/celltree"
 )
 
 // SkillRoot is one place skills are read from: builtin (the active
@@ -22,6 +23,21 @@ type SkillRoot struct {
 	// offers (the release's). Without it, a skill directory of this root that
 	// holds an __init__.py is itself the module klbr_skills.<id> (managed).
 	Package string `json:"package,omitempty"`
+}
+
+// SkillRoots are where a session's skills are read from, in order: a
+// release tree's skills/ and klbr_skills/ ("builtin"; none when tree is
+// ""), the operator's KLBR_SKILLS_DIR when set, then <dataDir>/skills
+// ("managed"). They are one namespace: an id in two is refused in both.
+func SkillRoots(tree, skillsDir, dataDir string) []SkillRoot {
+	var roots []SkillRoot
+	if tree != "" {
+		roots = append(roots, SkillRoot{Name: "builtin", Dir: filepath.Join(tree, "skills"), Package: filepath.Join(tree, "klbr_skills")})
+	}
+	if skillsDir != "" {
+		roots = append(roots, SkillRoot{Name: "KLBR_SKILLS_DIR", Dir: skillsDir})
+	}
+	return append(roots, SkillRoot{Name: "managed", Dir: filepath.Join(dataDir, "skills")})
 }
 
 // SkillSet is what one workbench generation is offered: read and validated
@@ -58,11 +74,20 @@ func LoadSkills(roots []SkillRoot) (SkillSet, error) {
 			}
 		}
 		set.Roots = append(set.Roots, r.Dir)
-		ents, err := os.ReadDir(r.Dir)
+		// A skills directory may be one a cell writes (<data>/skills, an
+		// operator's KLBR_SKILLS_DIR): it is read beneath its descriptor with
+		// no link followed, every file bounded (internal/celltree).
+		root, err := celltree.Open(r.Dir)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
+			return set, fmt.Errorf("skills: %w", err)
+		}
+		fsys := root.FS(MaxFileBytes)
+		ents, err := fs.ReadDir(fsys, ".")
+		if err != nil {
+			root.Close()
 			return set, fmt.Errorf("skills: %w", err)
 		}
 		for _, e := range ents {
@@ -70,7 +95,7 @@ func LoadSkills(roots []SkillRoot) (SkillSet, error) {
 			if !e.IsDir() || strings.HasPrefix(id, ".") {
 				continue
 			}
-			body, err := readSkill(filepath.Join(r.Dir, id, "SKILL.md"), id)
+			body, err := readSkill(fsys, id)
 			switch {
 			case err != nil:
 				set.Refused[id] = fmt.Sprintf("%s: %v", r.Name, err)
@@ -83,9 +108,10 @@ func LoadSkills(roots []SkillRoot) (SkillSet, error) {
 				from[id] = r.Name
 			}
 			if r.Package == "" && from[id] == r.Name {
-				mods.addManaged(r.Name, id, filepath.Join(r.Dir, id))
+				mods.addManaged(fsys, r.Name, id)
 			}
 		}
+		root.Close()
 	}
 	mods.finish(&set)
 	ids := make([]string, 0, len(set.Skills))
@@ -112,22 +138,21 @@ func LoadSkills(roots []SkillRoot) (SkillSet, error) {
 	return set, nil
 }
 
-func readSkill(path, id string) (string, error) {
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return "", fmt.Errorf("no SKILL.md")
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("SKILL.md is not a regular file")
-	}
-	if fi.Size() > MaxFileBytes {
-		return "", fmt.Errorf("SKILL.md is over %d bytes", MaxFileBytes)
-	}
+// readSkill reads <id>/SKILL.md of fsys: a regular file (no link) within
+// MaxFileBytes whose first non-empty line is "# <id>".
+func readSkill(fsys fs.FS, id string) (string, error) {
 	if !skillID.MatchString(id) {
 		return "", fmt.Errorf("%q is not a valid skill id", id)
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
+	b, err := fs.ReadFile(fsys, id+"/SKILL.md")
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("no SKILL.md")
+	case errors.Is(err, celltree.ErrTooLarge):
+		return "", fmt.Errorf("SKILL.md is over %d bytes", MaxFileBytes)
+	case errors.Is(err, celltree.ErrLink), errors.Is(err, celltree.ErrNotRegular), errors.Is(err, celltree.ErrHardLink):
+		return "", fmt.Errorf("SKILL.md is not a regular file: %w", err)
+	case err != nil:
 		return "", err
 	}
 	for _, line := range strings.Split(string(b), "\n") {

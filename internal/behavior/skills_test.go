@@ -56,3 +56,61 @@ func TestIndexIsBounded(t *testing.T) {
 		t.Fatalf("index of %d bytes, unbounded or uncounted:\n%s", len(idx), idx[len(idx)-200:])
 	}
 }
+
+// A skills directory a cell can write (managed, or the operator's
+// KLBR_SKILLS_DIR inside the workspace) is read with no link followed: a
+// linked skill directory is not offered, a linked or hard-linked SKILL.md or
+// __init__.py is refused, never read through.
+func TestLoadSkillsFollowsNoLink(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	write := func(root, rel, body string) {
+		t.Helper()
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(outside, "linked/SKILL.md", "# linked\nfrom outside\n")
+	write(outside, "secret.md", "# hard\nthe host's secret\n")
+	write(outside, "inner.md", "# inner\nfrom outside\n")
+	write(outside, "mod.py", "SECRET = 1\n")
+	write(dir, "plain/SKILL.md", "# plain\nfine\n")
+	write(dir, "inner/.keep", "")
+	write(dir, "hard/.keep", "")
+	write(dir, "mod/SKILL.md", "# mod\nwith code\n")
+	if err := os.Symlink(filepath.Join(outside, "linked"), filepath.Join(dir, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(outside, "inner.md"), filepath.Join(dir, "inner", "SKILL.md")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(filepath.Join(outside, "secret.md"), filepath.Join(dir, "hard", "SKILL.md")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(outside, "mod.py"), filepath.Join(dir, "mod", "__init__.py")); err != nil {
+		t.Fatal(err)
+	}
+	set, err := LoadSkills([]SkillRoot{{Name: "KLBR_SKILLS_DIR", Dir: dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(set.Skills) != 2 || set.Skills["plain"] == "" || set.Skills["mod"] == "" {
+		t.Fatalf("offered: %v", set.Skills)
+	}
+	for _, id := range []string{"inner", "hard"} {
+		if set.Refused[id] == "" {
+			t.Errorf("%s not refused: %v", id, set.Refused)
+		}
+	}
+	if len(set.Modules) != 0 {
+		t.Fatalf("a linked __init__.py made a module: %v", set.Modules)
+	}
+	for id, body := range set.Skills {
+		if strings.Contains(body, "outside") || strings.Contains(body, "secret") {
+			t.Fatalf("%s read through a link: %q", id, body)
+		}
+	}
+}

@@ -90,6 +90,13 @@ func nobodyAnswers(st api.Status, session string) []string {
 	if why, ok := strings.CutPrefix(st.Agent, "not running: "); ok {
 		out = append(out, "nobody will answer: the agent is not running ("+why+")")
 	}
+	if _, seed, ok := strings.Cut(st.Agent, " — no route configured: "); ok {
+		// The seed's default routes are in force: whether anything answers
+		// there is the operator's to check.
+		seed = strings.TrimPrefix(seed, "using seed defaults ")
+		out = append(out, "no route configured: it answers only if an OpenAI-compatible server runs at "+seed+
+			"; `klbr-core doctor` checks whether one answers")
+	}
 	if st.Spend != nil {
 		for _, h := range st.Spend.Held {
 			if h.Session == session {

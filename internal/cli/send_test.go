@@ -80,6 +80,8 @@ func TestSendSaysWhenNobodyAnswers(t *testing.T) {
 		{"running", api.Status{Agent: "route local (m)"}, nil},
 		{"no route", api.Status{Agent: "not running: no [routes.local] in klbr.toml; inputs are admitted and kept"},
 			[]string{"nobody will answer: the agent is not running (no [routes.local]"}},
+		{"seed defaults", api.Status{Agent: "route main (the server's model), fallback seed-8002, seed-8003 — no route configured: using seed defaults http://localhost:8001/v1 (then …); configure [routes.main] in /d/klbr.toml to choose"},
+			[]string{"no route configured: it answers only if an OpenAI-compatible server runs at http://localhost:8001/v1", "[routes.main] in /d/klbr.toml", "klbr-core doctor"}},
 		{"spend cap", api.Status{Agent: "route local (m)", Spend: &spend.State{Held: []spend.Hold{{Session: "default", Cap: "daily_usd", Resets: resets}}}},
 			[]string{"nobody will answer until", "held at the daily_usd spend cap"}},
 		{"another session's cap", api.Status{Agent: "route local (m)", Spend: &spend.State{Held: []spend.Hold{{Session: "other", Cap: "daily_usd", Resets: resets}}}}, nil},

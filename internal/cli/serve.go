@@ -61,6 +61,9 @@ func newServe(g *globals) *cobra.Command {
 				Hangup:  hup,
 				Ready: func(a daemon.Addrs) {
 					fmt.Fprintf(g.env.Stderr, "klbr-core is serving: open http://%s/ (`klbr-core open` prints the URL with your operator token) — operator socket %s; Ctrl-C drains, twice stops now\n", a.HTTP, a.Control)
+					if note := cfg.File.SeedNote(cfg.Paths.ConfigFile); note != "" {
+						fmt.Fprintf(g.env.Stderr, "klbr-core: %s; nothing answering there? start an OpenAI-compatible server on localhost:8001 (`klbr-core doctor` checks)\n", note)
+					}
 				},
 			})
 		},

@@ -66,6 +66,7 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 	data, err := readFile(paths.ConfigFile)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && !explicitConfig:
+		cfg.File.applySeed(paths.ConfigFile)
 		return cfg, nil
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("config file %s (named by %s) does not exist", paths.ConfigFile, EnvConfig)
@@ -75,6 +76,7 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 	if cfg.File, err = Parse(paths.ConfigFile, data); err != nil {
 		return nil, err
 	}
+	cfg.File.applySeed(paths.ConfigFile)
 	cfg.FileLoaded, cfg.Digest = true, Digest(data)
 	return cfg, nil
 }
@@ -137,6 +139,7 @@ func (c *Config) Reread() (*Config, error) {
 	data, err := readFile(c.Paths.ConfigFile)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && !c.FileLoaded:
+		next.File.applySeed(c.Paths.ConfigFile)
 		return next, nil
 	case err != nil:
 		return nil, fmt.Errorf("read config file: %w", err)
@@ -144,6 +147,7 @@ func (c *Config) Reread() (*Config, error) {
 	if next.File, err = Parse(c.Paths.ConfigFile, data); err != nil {
 		return nil, err
 	}
+	next.File.applySeed(c.Paths.ConfigFile)
 	next.FileLoaded, next.Digest = true, Digest(data)
 	return next, nil
 }

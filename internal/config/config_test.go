@@ -72,8 +72,10 @@ func TestLoadDefaults(t *testing.T) {
 	if cfg.FileLoaded {
 		t.Error("FileLoaded = true without a file")
 	}
-	if !reflect.DeepEqual(cfg.File, Defaults()) {
-		t.Errorf("File = %+v, want Defaults()", cfg.File)
+	wantFile := Defaults()
+	wantFile.applySeed(cfg.Paths.ConfigFile) // no route configured: the seed's (seed_test.go)
+	if !reflect.DeepEqual(cfg.File, wantFile) {
+		t.Errorf("File = %+v, want Defaults() with the seed routes", cfg.File)
 	}
 }
 
@@ -1148,11 +1150,19 @@ stream_usage = false
 	}
 }
 
-// A set KLBR_SKILLS_DIR is refused with where skills live, never silently ignored.
-func TestSkillsDirRefused(t *testing.T) {
-	_, err := Load(envMap(map[string]string{"HOME": "/home/u", "KLBR_DATA_DIR": "/d", "KLBR_SKILLS_DIR": "/sk"}))
-	if err == nil || !strings.Contains(err.Error(), "KLBR_SKILLS_DIR") || !strings.Contains(err.Error(), "/d/skills") ||
-		!strings.Contains(err.Error(), "active behavior release") {
-		t.Fatalf("err = %v, want a refusal naming where skills live", err)
+// A set KLBR_SKILLS_DIR (seed 000) is honored: an absolute path the skills
+// are also read from; unset, nothing is read from the workspace.
+func TestSkillsDirHonored(t *testing.T) {
+	cfg, err := Load(envMap(map[string]string{"HOME": "/home/u", "KLBR_DATA_DIR": "/d", "KLBR_WORKSPACE": "/w", "KLBR_SKILLS_DIR": "sk"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	if cfg.Paths.SkillsDir != filepath.Join(wd, "sk") {
+		t.Fatalf("SkillsDir = %q, want %q", cfg.Paths.SkillsDir, filepath.Join(wd, "sk"))
+	}
+	cfg, err = Load(envMap(map[string]string{"HOME": "/home/u", "KLBR_DATA_DIR": "/d", "KLBR_WORKSPACE": "/w"}))
+	if err != nil || cfg.Paths.SkillsDir != "" {
+		t.Fatalf("unset: SkillsDir = %q, %v; want none (<workspace>/skills is not read implicitly)", cfg.Paths.SkillsDir, err)
 	}
 }

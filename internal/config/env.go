@@ -42,7 +42,13 @@ type Paths struct {
 	IngressSocket string // KLBR_INGRESS_SOCKET, default <DataDir>/ingress.sock
 	BehaviorDir   string // KLBR_BEHAVIOR_DIR, default "" (meaning: the embedded tree)
 	RuntimeDir    string // KLBR_RUNTIME_DIR, default "" (meaning: the embedded runtime)
-	Python        string // KLBR_PYTHON as given, default "python3" (unresolved; see ResolvePython)
+	// SkillsDir is KLBR_SKILLS_DIR, default "" (meaning: none). When set,
+	// skill ids are also read from it, in the one namespace of the
+	// release's and the managed skills, with no more trust than a managed
+	// skill. Unset, <workspace>/skills is NOT read: the workspace is the
+	// cells' to write, and it would let any write there define skill ids.
+	SkillsDir string
+	Python    string // KLBR_PYTHON as given, default "python3" (unresolved; see ResolvePython)
 }
 
 // resolvePaths reads Paths from the environment through lookup. Relative
@@ -93,13 +99,7 @@ func resolvePaths(lookup func(string) (string, bool)) (p Paths, explicitConfig b
 	p.IngressSocket = abs(EnvIngressSocket, orDefault(env(EnvIngressSocket), filepath.Join(p.DataDir, "ingress.sock")))
 	p.BehaviorDir = abs(EnvBehaviorDir, env(EnvBehaviorDir))
 	p.RuntimeDir = abs(EnvRuntimeDir, env(EnvRuntimeDir))
-	if v := env(EnvSkillsDir); v != "" {
-		// Refused, never silently ignored: skills are not read from a directory of the
-		// workspace but from the active release and the data directory.
-		return Paths{}, false, fmt.Errorf("%s=%q is not used and is refused: builtin skills live in the active "+
-			"behavior release (skills/<id>/SKILL.md and klbr_skills/, changed with behavior.draft/publish/activate), "+
-			"the agent's own skills in %s; unset %s", EnvSkillsDir, v, filepath.Join(p.DataDir, "skills"), EnvSkillsDir)
-	}
+	p.SkillsDir = abs(EnvSkillsDir, env(EnvSkillsDir))
 	p.Python = orDefault(env(EnvPython), DefaultPython)
 	if err != nil {
 		return Paths{}, false, err

@@ -33,6 +33,10 @@ type File struct {
 	Storage Storage `toml:"storage"`
 	// Telemetry is the [telemetry] section: traces (telemetry.go).
 	Telemetry Telemetry `toml:"telemetry"`
+
+	// SeedRoutes is set when no route was configured and the seed's
+	// default routes are in force (seed.go); never read from the file.
+	SeedRoutes bool `toml:"-"`
 }
 
 // Retention is the [retention] section. Zero keeps everything (the
@@ -207,7 +211,11 @@ func (a Agent) Reserve() int {
 // endpoint and how to talk to it.
 type Route struct {
 	URL   string `toml:"url"`   // required; http or https, with a host
-	Model string `toml:"model"` // required
+	Model string `toml:"model"` // required ("" only on a seed default route: the server's own model)
+
+	// Seed, on a seed default route only (seed.go), says what to start or
+	// configure when nothing answers there; never read from the file.
+	Seed string `toml:"-"`
 
 	// The API key comes from an environment variable or a file (e.g. a
 	// systemd credential), never from this file. Both are optional; at most

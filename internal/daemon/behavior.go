@@ -76,7 +76,7 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 		return p.Dir, err
 	}
 	d.bench.SetOps("discord.", agents.Guard(d.store, dops))
-	d.bench.SetSkills(d.skillsFor(cfg.Paths.DataDir, rel))
+	d.bench.SetSkills(d.skillsFor(cfg.Paths, rel))
 	svc := d.behavior
 	d.bench.SetCrashed(func(session string, pin store.Pin, reason string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -109,14 +109,14 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 }
 
 // skillRoots are where a release's skills are read from: its own skills/
-// and klbr_skills/, then the managed skills of <data>/skills.
-func skillRoots(dataDir string, rel *behavior.Releases, release string) []behavior.SkillRoot {
-	var roots []behavior.SkillRoot
+// and klbr_skills/, the operator's KLBR_SKILLS_DIR when set, then the
+// managed skills of <data>/skills.
+func skillRoots(paths config.Paths, rel *behavior.Releases, release string) []behavior.SkillRoot {
+	tree := ""
 	if release != "" {
-		tree := rel.Tree(release)
-		roots = append(roots, behavior.SkillRoot{Name: "builtin", Dir: filepath.Join(tree, "skills"), Package: filepath.Join(tree, "klbr_skills")})
+		tree = rel.Tree(release)
 	}
-	return append(roots, behavior.SkillRoot{Name: "managed", Dir: filepath.Join(dataDir, "skills")})
+	return behavior.SkillRoots(tree, paths.SkillsDir, paths.DataDir)
 }
 
 // skillIndex is the bounded skill index of the contract message of a
@@ -126,13 +126,13 @@ func skillRoots(dataDir string, rel *behavior.Releases, release string) []behavi
 // model request.
 func (d *daemon) skillIndex(release string) string {
 	managed := filepath.Join(d.cfg.Paths.DataDir, "skills")
-	key := release + "\x00" + treeSignature(managed)
+	key := release + "\x00" + treeSignature(managed) + "\x00" + treeSignature(d.cfg.Paths.SkillsDir)
 	d.indexMu.Lock()
 	defer d.indexMu.Unlock()
 	if d.indexKey == key {
 		return d.index
 	}
-	set, err := behavior.LoadSkills(skillRoots(d.cfg.Paths.DataDir, d.releases, release))
+	set, err := behavior.LoadSkills(skillRoots(d.cfg.Paths, d.releases, release))
 	if err != nil {
 		return "## Skill index\n\n(the skills could not be read: " + err.Error() + ")"
 	}
@@ -167,7 +167,7 @@ func treeSignature(dir string) string {
 // maintenanceSkill is the body of the maintenance skill offered with
 // release, which a maintenance turn carries.
 func (d *daemon) maintenanceSkill(_ context.Context, release string) (string, error) {
-	set, err := behavior.LoadSkills(skillRoots(d.cfg.Paths.DataDir, d.releases, release))
+	set, err := behavior.LoadSkills(skillRoots(d.cfg.Paths, d.releases, release))
 	if err != nil {
 		return "", err
 	}
@@ -184,7 +184,7 @@ func (d *daemon) maintenanceSkill(_ context.Context, release string) (string, er
 // logSkills logs the skill index of the default release at start: the ids
 // offered, the modules and the refusals.
 func (d *daemon) logSkills(release string) {
-	set, err := behavior.LoadSkills(skillRoots(d.cfg.Paths.DataDir, d.releases, release))
+	set, err := behavior.LoadSkills(skillRoots(d.cfg.Paths, d.releases, release))
 	if err != nil {
 		d.log.Error("skills cannot be read", "error", err)
 		return
@@ -208,7 +208,8 @@ func (d *daemon) logSkills(release string) {
 // skillsFor reads a session's skills when a workbench generation starts:
 // builtin ones from its active release, managed ones from <data>/skills (an
 // id in both is refused), written once per revision under <data>/runtime.
-func (d *daemon) skillsFor(dataDir string, rel *behavior.Releases) workbench.SkillsFunc {
+func (d *daemon) skillsFor(paths config.Paths, rel *behavior.Releases) workbench.SkillsFunc {
+	dataDir := paths.DataDir
 	return func(ctx context.Context, session, release string) (behavior.SkillSet, string, error) {
 		if release == "" {
 			sess, err := d.store.Session(ctx, session)
@@ -217,7 +218,7 @@ func (d *daemon) skillsFor(dataDir string, rel *behavior.Releases) workbench.Ski
 			}
 			release = sess.PolicyRevision
 		}
-		set, err := behavior.LoadSkills(skillRoots(dataDir, rel, release))
+		set, err := behavior.LoadSkills(skillRoots(paths, rel, release))
 		if err != nil {
 			return set, "", err
 		}

@@ -120,7 +120,7 @@ func (d *daemon) applyRoutes(nf config.File, out *api.Reloaded) error {
 	a := nf.Agent
 	d.turnLoop().Reconfigure(turn.Live{Route: a.Route, URL: route.URL, ModelName: route.Model,
 		QuietAmbient: !nf.Discord.AmbientWake, Budgets: budgets(a), Vision: vision(nf)})
-	d.setAgent(agentLine(a, route))
+	d.setAgent(agentLine(a, route, nf.SeedNote(d.cfg.Paths.ConfigFile)))
 	if !reflect.DeepEqual(old.Routes, nf.Routes) {
 		out.Applied = append(out.Applied, "routes: "+routesDiff(old.Routes, nf.Routes))
 	}
@@ -181,10 +181,17 @@ func budgets(a config.Agent) turn.Budgets {
 }
 
 // agentLine is the agent's state as status, doctor and the browser show it.
-func agentLine(a config.Agent, route config.Route) string {
-	s := fmt.Sprintf("route %s (%s)", a.Route, route.Model)
+func agentLine(a config.Agent, route config.Route, seed string) string {
+	model := route.Model
+	if model == "" {
+		model = "the server's model"
+	}
+	s := fmt.Sprintf("route %s (%s)", a.Route, model)
 	if len(a.Fallback) > 0 {
 		s += ", fallback " + strings.Join(a.Fallback, ", ")
+	}
+	if seed != "" { // the seed's default routes are in force
+		s += " — " + seed
 	}
 	return s
 }

@@ -137,7 +137,11 @@ func (d *daemon) startAgent(ctx context.Context, cfg *config.Config, resume map[
 		return out
 	})
 	m.PrepareSummary(compactorRoute(a))
-	d.setAgent(agentLine(a, route))
+	seed := cfg.File.SeedNote(cfg.Paths.ConfigFile)
+	if seed != "" {
+		d.log.Warn(seed)
+	}
+	d.setAgent(agentLine(a, route, seed))
 	sessions, err := d.store.Sessions(ctx)
 	if err != nil {
 		return true, err

@@ -22,6 +22,10 @@ func checkRoutes(ctx context.Context, cfg *config.Config, lookup func(string) (s
 			Fix: "add a route (docs/agent.md, \"Model routes\")"})
 		return
 	}
+	if note := f.SeedNote(cfg.Paths.ConfigFile); note != "" {
+		add(Check{Name: "route", OK: true, Warn: true, Detail: note,
+			Fix: fmt.Sprintf("to choose the model, add [routes.%s] (url, model) to %s (docs/agent.md, \"Model routes\")", f.Agent.Route, cfg.Paths.ConfigFile)})
+	}
 	role := map[string]string{f.Agent.Route: "agent route"}
 	for i, n := range f.Agent.Fallback {
 		role[n] = fmt.Sprintf("fallback %d", i+1)
@@ -41,6 +45,12 @@ func checkRoutes(ctx context.Context, cfg *config.Config, lookup func(string) (s
 			label += " (" + role[name] + ")"
 		}
 		c := checkRoute(ctx, label, r, lookup)
+		if r.Seed != "" && !c.OK {
+			// A seed default nobody chose that does not answer is a
+			// warning, as no route at all was: serve starts, inputs are
+			// kept, and the line says what to start or configure.
+			c.OK, c.Warn = true, true
+		}
 		if role[name] == "" {
 			// Nothing sends to it: what its server does is worth a look,
 			// never a failure.
@@ -77,6 +87,10 @@ func checkRoute(ctx context.Context, label string, r config.Route, lookup func(s
 		c.Detail = fmt.Sprintf("%s: %s (%s) answers, but does not list models at %s/models; the model is not checked", label, r.URL, d, strings.TrimRight(r.URL, "/"))
 		c.Fix = "if requests fail with 404, check that url is the API's base (…/v1)"
 		return c
+	case pe != nil && (pe.Kind == provider.KindNetwork || pe.Kind == provider.KindTimeout) && r.Seed != "":
+		c.Detail = fmt.Sprintf("%s: nothing answers at %s (a seed default)", label, r.URL)
+		c.Fix = r.Seed
+		return c
 	case pe != nil && (pe.Kind == provider.KindNetwork || pe.Kind == provider.KindTimeout):
 		c.Detail = fmt.Sprintf("%s: the server does not answer: %v", label, err)
 		c.Fix = "start the model server, or correct the route's url"
@@ -84,6 +98,12 @@ func checkRoute(ctx context.Context, label string, r config.Route, lookup func(s
 	default:
 		c.OK, c.Warn = true, true
 		c.Detail = fmt.Sprintf("%s: could not read the model list: %v", label, err)
+		return c
+	}
+	if r.Model == "" { // a seed default: the request names no model
+		c.OK = true
+		c.Detail = fmt.Sprintf("%s: %s answers (%s); a seed default, the request names no model: the server's own answers (it lists: %s)",
+			label, r.URL, d, strings.Join(models[:min(len(models), 8)], ", "))
 		return c
 	}
 	if slices.Contains(models, r.Model) {

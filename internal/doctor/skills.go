@@ -37,15 +37,16 @@ func checkSkills(paths config.Paths, add func(Check)) {
 		add(Check{Name: "skills", Detail: fmt.Sprintf("read %s: %v", from, err)})
 		return
 	}
-	set, err := behavior.LoadSkills([]behavior.SkillRoot{
-		{Name: "builtin", Dir: filepath.Join(tmp, "skills"), Package: filepath.Join(tmp, "klbr_skills")},
-		{Name: "managed", Dir: filepath.Join(paths.DataDir, "skills")},
-	})
+	set, err := behavior.LoadSkills(behavior.SkillRoots(tmp, paths.SkillsDir, paths.DataDir))
 	if err != nil {
-		add(Check{Name: "skills", Detail: err.Error(), Fix: "check the permissions of " + filepath.Join(paths.DataDir, "skills")})
+		fix := "check the permissions of " + filepath.Join(paths.DataDir, "skills")
+		if paths.SkillsDir != "" {
+			fix += " and of " + paths.SkillsDir + " (KLBR_SKILLS_DIR)"
+		}
+		add(Check{Name: "skills", Detail: err.Error(), Fix: fix})
 		return
 	}
-	add(Check{Name: "skills", OK: true, Detail: describeSkills(set, from) + " (a session's own release: below)"})
+	add(Check{Name: "skills", OK: true, Detail: describeSkills(set, from, paths.SkillsDir) + " (a session's own release: below)"})
 	ids := make([]string, 0, len(set.Refused))
 	for id := range set.Refused {
 		ids = append(ids, id)
@@ -57,7 +58,7 @@ func checkSkills(paths config.Paths, add func(Check)) {
 	}
 }
 
-func describeSkills(set behavior.SkillSet, from string) string {
+func describeSkills(set behavior.SkillSet, from, skillsDir string) string {
 	ids := make([]string, 0, len(set.Skills))
 	for id := range set.Skills {
 		ids = append(ids, id)
@@ -69,6 +70,9 @@ func describeSkills(set behavior.SkillSet, from string) string {
 	}
 	sort.Strings(mods)
 	d := fmt.Sprintf("%d offered (%s and managed): %s", len(ids), from, strings.Join(ids, ", "))
+	if skillsDir != "" {
+		d = fmt.Sprintf("%d offered (%s, KLBR_SKILLS_DIR %s and managed): %s", len(ids), from, skillsDir, strings.Join(ids, ", "))
+	}
 	if len(mods) > 0 {
 		d += "; modules: " + strings.Join(mods, ", ")
 	}
@@ -105,15 +109,12 @@ func checkReleaseSkills(ctx context.Context, paths config.Paths, add func(Check)
 			who += fmt.Sprintf(" and %d more", len(ss)-4)
 		}
 		tree := filepath.Join(paths.DataDir, "releases", id, "tree")
-		set, err := behavior.LoadSkills([]behavior.SkillRoot{
-			{Name: "builtin", Dir: filepath.Join(tree, "skills"), Package: filepath.Join(tree, "klbr_skills")},
-			{Name: "managed", Dir: filepath.Join(paths.DataDir, "skills")},
-		})
+		set, err := behavior.LoadSkills(behavior.SkillRoots(tree, paths.SkillsDir, paths.DataDir))
 		if err != nil {
 			add(Check{Name: "skills", OK: true, Warn: true, Detail: fmt.Sprintf("release %.12s (session %s): %v", id, who, err),
 				Fix: "run `klbr-core check`: it verifies the releases"})
 			continue
 		}
-		add(Check{Name: "skills", OK: true, Detail: fmt.Sprintf("release %.12s (session %s): %s", id, who, describeSkills(set, "the release"))})
+		add(Check{Name: "skills", OK: true, Detail: fmt.Sprintf("release %.12s (session %s): %s", id, who, describeSkills(set, "the release", paths.SkillsDir))})
 	}
 }

@@ -90,7 +90,9 @@ func (c *Client) requestBody(req Request) ([]byte, error) {
 		body = map[string]any{}
 	}
 	maps.Copy(body, c.cache)
-	body["model"] = c.route.Model
+	if c.route.Model != "" { // "" on a seed default route: the server's own model
+		body["model"] = c.route.Model
+	}
 	body["messages"] = replay(c.dialect, withoutImages(c.route, req.Messages))
 	if len(req.Tools) > 0 {
 		body["tools"] = req.Tools

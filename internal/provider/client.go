@@ -68,7 +68,9 @@ type Client struct {
 // New returns a Client for route, reading its API key once. The route is
 // expected to have passed config validation; New checks only what it needs.
 func New(route config.Route, opts Options) (*Client, error) {
-	if route.URL == "" || route.Model == "" {
+	// Only a seed default route (config.SeedURLs) goes without a model
+	// name: the server's own model answers.
+	if route.URL == "" || (route.Model == "" && route.Seed == "") {
 		return nil, errors.New("provider: route needs url and model")
 	}
 	if _, ok := config.CacheRetentions(route.CacheProfile); !ok && route.CacheProfile != "" {
@@ -268,7 +270,11 @@ func (c *Client) transportError(ctx, rctx context.Context, err error, doing stri
 		return &Error{Kind: KindTimeout, Msg: fmt.Sprintf("%s: no complete response within %s", doing, c.timeout),
 			err: context.DeadlineExceeded}
 	}
-	return &Error{Kind: KindNetwork, Msg: doing + ": " + c.redact.clean(err.Error())}
+	msg := doing + ": " + c.redact.clean(err.Error())
+	if c.route.Seed != "" {
+		msg += "; " + c.route.Seed // what to start or configure
+	}
+	return &Error{Kind: KindNetwork, Msg: msg}
 }
 
 func intAttr(p *int) any {

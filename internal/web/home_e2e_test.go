@@ -183,10 +183,11 @@ func TestBrowserConversation(t *testing.T) {
 	t.Logf("input to echo: %.1f ms", echo)
 }
 
-// The banner says in words why no one answers: a klbr-core without a model
-// route; then a paused session, with the Start that undoes it.
+// The banner says in words why no one answers: a klbr-core whose agent
+// names routes that are not defined (a fallback named, so the seed defaults
+// do not apply); then a paused session, with the Start that undoes it.
 func TestBrowserBanners(t *testing.T) {
-	c := startCoreConf(t, "[agent]\nroute = \"main\"\n")
+	c := startCoreConf(t, "[agent]\nroute = \"main\"\nfallback = [\"spare\"]\n")
 	ctx := browserCtx(t)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
