@@ -22,20 +22,22 @@ import (
 func TestStopLeavesRemoteJobsAndStopsRemoteWorkers(t *testing.T) {
 	h := hosttest.Start(t)
 	h.InstallKernel(t)
-	// The job may write only its own directory there (Landlock); it reads
-	// the gate from anywhere.
-	gate, started := filepath.Join(h.Dir, "gate"), filepath.Join(h.WorkDir, "klbr-job-1-1.service", "started")
+	// The job may write only its own directory there (Landlock), and sees
+	// neither the host's /tmp nor its /dev/shm: the gate is made in its
+	// directory too.
+	dir := filepath.Join(h.WorkDir, "klbr-job-1-1.service")
+	gate, started := filepath.Join(dir, "gate"), filepath.Join(dir, "started")
 	model := modeltest.New()
 	defer model.Close()
 	model.Then(
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "c1", Code: fmt.Sprintf("j = await jobs.run(['sh', '-c', %q], host='lab')\n"+
-			"await runtime.wait(None)", "echo run; echo run >> started; while [ ! -e "+gate+" ]; do sleep 0.1; done; echo done")}}},
+			"await runtime.wait(None)", "echo run; echo run >> started; while [ ! -e gate ]; do sleep 0.1; done; echo done")}}},
 	)
 	model.Otherwise(func(int) modeltest.Reply {
 		return modeltest.Reply{Calls: []modeltest.Call{{Code: "await runtime.wait(None)"}}}
 	})
-	hostTOML := fmt.Sprintf("[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\n",
-		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir)
+	hostTOML := fmt.Sprintf("[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\nmanager = %q\n",
+		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir, h.Manager)
 	a := startAgentTOML(t, "", route("main", model, "")+hostTOML, "KLBR_REMOTE_PLACEMENT=lab")
 	a.send("start it")
 	a.eventually("the job runs on the host", func() bool {
