@@ -175,12 +175,15 @@ func TestCoreKilledWhileMessagesArrive(t *testing.T) {
 	defer fake.Close()
 	startTransport(t, fake, a.data)
 	a.eventually("the gateway session", fake.Connected)
+	// Sixty messages in about 600 ms, from four authors in three channels:
+	// 15 an author and 20 a channel stay within the flood limiter's bursts
+	// (20 and 60), so every one of them is for admission.
 	const n = 60
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
 		for i := range n {
-			fake.Dispatch("MESSAGE_CREATE", discordtest.Message(fmt.Sprint(20000+i), fmt.Sprint(10+i%3), "7", "5", fmt.Sprint("m", i)))
+			fake.Dispatch("MESSAGE_CREATE", discordtest.Message(fmt.Sprint(20000+i), fmt.Sprint(10+i%3), "7", fmt.Sprint(5+i%4), fmt.Sprint("m", i)))
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()

@@ -43,6 +43,16 @@ class DiscordTest(peer.HostRequestsTest):
                                 ("discord.send", {"conversation": "d2", "text": "oh, that makes sense", "item_id": 3})])
         self.assertEqual(v, "('<Conversation d2 dm 1 pending>', [], True)")
 
+    def test_current_sends_files(self):
+        # discord.current() is a conversation like any other: files= goes through.
+        conv = {"alias": "d2", "key": "discord:20", "kind": "dm", "channel_id": "20", "pending": 1}
+        rc = {"effect_id": 7, "kind": "send", "state": "confirmed", "conversation": "d2", "message_id": "555"}
+        v, reqs = self.value("c = await discord.current()\nr = await c.send('logs', files=['/w/report.txt'])\nr.delivered",
+                             [ok(conv), ok(rc)])
+        self.assertEqual(reqs, [("discord.current", {}),
+                                ("discord.send", {"conversation": "d2", "text": "logs", "files": ["/w/report.txt"]})])
+        self.assertEqual(v, "True")
+
     def test_current_awaited_twice_asks_once(self):
         conv = {"alias": "d1", "kind": "dm"}
         v, reqs = self.value("c = discord.current()\nc2 = await c\n(c2 is c, c.alias, (await c).alias)", [ok(conv)])

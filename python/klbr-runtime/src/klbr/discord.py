@@ -430,9 +430,9 @@ class _Current(Conversation):
         await self._ask()
         return await super().history(limit=limit, before=before, after=after)
 
-    async def send(self, text, reply_to=None, item=None, source_item=None):
+    async def send(self, text, reply_to=None, item=None, files=None, source_item=None):
         await self._ask()
-        return await super().send(text, reply_to=reply_to, item=item, source_item=source_item)
+        return await super().send(text, reply_to=reply_to, item=item, files=files, source_item=source_item)
 
     async def items(self, status=("pending", "seen"), limit=50):
         await self._ask()
