@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -46,12 +47,17 @@ type Config struct {
 	Window int
 	// Handshake bounds the exchange of hellos on a new connection; 0: 10 s.
 	Handshake time.Duration
+	// Keepalive: each side sends at least this often (an ack, when it has nothing else),
+	// and drops a connection that has been silent for three times as long, so that a link
+	// that went down unnoticed by the transport counts as detached; 0: 5 s.
+	Keepalive time.Duration
 }
 
 // Stream is one resumable stream.
 type Stream struct {
 	window    int
 	handshake time.Duration
+	keepalive time.Duration
 	listener  bool
 
 	mu   sync.Mutex
@@ -69,6 +75,7 @@ type Stream struct {
 	recv     uint64 // positions received: bytes, and the end
 	inEnd    bool
 	ackWrote uint64 // the last count written in an ack (current connection)
+	ping     bool   // the writer owes a keepalive
 
 	err      error // the stream is over
 	conn     io.Closer
@@ -78,7 +85,10 @@ type Stream struct {
 
 // New makes a stream.
 func New(cfg Config) *Stream {
-	s := &Stream{window: cfg.Window, handshake: cfg.Handshake, listener: cfg.Listener, detached: time.Now()}
+	s := &Stream{window: cfg.Window, handshake: cfg.Handshake, keepalive: cfg.Keepalive, listener: cfg.Listener, detached: time.Now()}
+	if s.keepalive <= 0 {
+		s.keepalive = 5 * time.Second
+	}
 	if s.window <= 0 {
 		s.window = 1 << 20
 	}
@@ -264,7 +274,12 @@ func (s *Stream) Attach(c io.ReadWriteCloser) error {
 		defer close(wrote)
 		s.writeLoop(c, gen, peer.recv, mine.recv)
 	}()
-	err = s.readLoop(c, gen)
+	var heard atomic.Int64
+	heard.Store(time.Now().UnixNano())
+	quiet := make(chan struct{})
+	go s.watch(c, gen, &heard, quiet)
+	err = s.readLoop(c, gen, &heard)
+	close(quiet)
 	s.mu.Lock()
 	if s.gen == gen {
 		s.conn = nil
@@ -363,7 +378,31 @@ func (s *Stream) fail(err error) {
 	s.cond.Broadcast()
 }
 
-func (s *Stream) readLoop(c io.Reader, gen uint64) error {
+// watch pokes the writer every keepalive (it sends an ack when it has nothing else) and
+// closes c once nothing was heard for three keepalives.
+func (s *Stream) watch(c io.Closer, gen uint64, heard *atomic.Int64, quiet <-chan struct{}) {
+	t := time.NewTicker(s.keepalive)
+	defer t.Stop()
+	for {
+		select {
+		case <-quiet:
+			return
+		case <-t.C:
+		}
+		if time.Since(time.Unix(0, heard.Load())) > 3*s.keepalive {
+			c.Close()
+			return
+		}
+		s.mu.Lock()
+		if s.gen == gen {
+			s.ping = true
+			s.cond.Broadcast()
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *Stream) readLoop(c io.Reader, gen uint64, heard *atomic.Int64) error {
 	br := bufio.NewReaderSize(c, 64<<10)
 	buf := make([]byte, MaxFrame)
 	for {
@@ -371,6 +410,7 @@ func (s *Stream) readLoop(c io.Reader, gen uint64) error {
 		if err != nil {
 			return err
 		}
+		heard.Store(time.Now().UnixNano())
 		s.mu.Lock()
 		if s.gen != gen {
 			err := s.err
@@ -430,7 +470,7 @@ func (s *Stream) writeLoop(c io.WriteCloser, gen, from, acked uint64) {
 	buf := make([]byte, 0, MaxFrame+32)
 	for {
 		s.mu.Lock()
-		for s.gen == gen && s.err == nil && !(pos < s.sent || (s.closing && pos == s.sent) || s.recv > acked) {
+		for s.gen == gen && s.err == nil && !(pos < s.sent || (s.closing && pos == s.sent) || s.recv > acked || s.ping) {
 			s.cond.Wait()
 		}
 		if s.gen != gen || s.err != nil {
@@ -439,7 +479,8 @@ func (s *Stream) writeLoop(c io.WriteCloser, gen, from, acked uint64) {
 		}
 		buf = buf[:0]
 		ackTo := acked
-		if s.recv > acked {
+		if s.recv > acked || s.ping {
+			s.ping = false
 			buf = appendCount(buf, frameAck, s.recv)
 			ackTo = s.recv
 		}

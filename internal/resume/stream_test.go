@@ -272,3 +272,25 @@ func TestGap(t *testing.T) {
 		t.Fatalf("a count past what was sent: %v", err)
 	}
 }
+
+// TestSilentLinkDetaches: a connection over which nothing arrives any more (a link that
+// went down without the transport noticing) is dropped after three keepalives, so the
+// stream counts as detached.
+func TestSilentLinkDetaches(t *testing.T) {
+	socks := newSockets(t)
+	srv := New(Config{Listener: true, Keepalive: 20 * time.Millisecond})
+	a, b := socks.pair()
+	defer b.Close()
+	// b answers the hello and then says nothing: a peer behind a dead link.
+	go func() {
+		b.Write(hello{}.encode())
+		io.Copy(io.Discard, b)
+	}()
+	err := srv.Attach(a)
+	if err == nil || srv.Err() != nil {
+		t.Fatalf("attach: %v, stream: %v", err, srv.Err())
+	}
+	if _, ok := srv.Detached(); !ok {
+		t.Fatal("the stream is attached to a silent connection")
+	}
+}
