@@ -20,6 +20,9 @@ const Protocol = 2
 // versionArg makes klbr-kernel print its version line and exit.
 const versionArg = "--version"
 
+// attachArg is the relay mode: klbr-kernel --attach PATH (see attach).
+const attachArg = "--attach"
+
 // VersionLine is what `klbr-kernel --version` prints:
 // "klbr-kernel VERSION protocol N".
 func VersionLine() string {
