@@ -16,6 +16,9 @@ const (
 	ExitNotPlaced = 125 // the go-ahead pipe was closed without a byte
 	ExitCannotRun = 126 // ARGV exists but could not be executed
 	ExitNotFound  = 127 // ARGV was not found
+	// ExitNoListener (--attach): no kernel listens on the socket (it has not started yet,
+	// or it has ended).
+	ExitNoListener = 69
 )
 
 // Config is what the command line says.

@@ -119,6 +119,9 @@ func attach(path string) int {
 	c, err := net.Dial("unix", path)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "klbr-kernel: attach: %v\n", err)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
+			return ExitNoListener
+		}
 		return ExitKernel
 	}
 	done := make(chan struct{}, 2)

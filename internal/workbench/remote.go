@@ -206,7 +206,7 @@ func (r *Remote) prepare(ctx context.Context, spec *worker.Spec, runtimeSrc, ws 
 	// directory there, or the child's copy.
 	spec.Placer, spec.Workspace = nil, ""
 	u := hosts.WorkerUnit{Engine: r.Hosts, Host: r.Host,
-		Name: hosts.WorkerUnitName(spec.Role, spec.Session, spec.Generation)}
+		Name: hosts.WorkerUnitName(spec.Role, spec.Session, spec.Generation), Kernel: spec.Kernel}
 	if ws != "" {
 		spec.Workspace, u.Workspace = ws, path.Base(ws)
 	}
