@@ -128,6 +128,7 @@ func (w *Worker) keepAttached(r Resumable, st *resume.Stream, fromKernel <-chan 
 	giveUp := r.Grace() + 30*time.Second
 	pause := 50 * time.Millisecond
 	var why error
+	quiet := false // a failed attempt was logged since the last connection
 	for {
 		select {
 		case <-fromKernel:
@@ -157,7 +158,7 @@ func (w *Worker) keepAttached(r Resumable, st *resume.Stream, fromKernel <-chan 
 				began := time.Now()
 				err = st.Attach(c)
 				if time.Since(began) > 2*time.Second {
-					pause = 50 * time.Millisecond
+					pause, quiet = 50*time.Millisecond, false
 				}
 				if cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == kernel.ExitNoListener && st.ID() != (resume.ID{}) {
 					// The connection works and the kernel this stream was
@@ -168,8 +169,9 @@ func (w *Worker) keepAttached(r Resumable, st *resume.Stream, fromKernel <-chan 
 				}
 			}
 		}
-		if err != nil && st.Err() == nil {
-			w.log.Info("worker: the remote connection ended; attaching again", "error", err)
+		if err != nil && st.Err() == nil && !quiet {
+			w.log.Info("worker: the remote connection ended; attaching again until the host's down grace has passed", "error", err)
+			quiet = true
 		}
 		select {
 		case <-fromKernel:
