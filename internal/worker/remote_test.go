@@ -53,6 +53,21 @@ func remoteLab(t testing.TB) (*hosttest.Host, *hosts.Engine) {
 // session s1's workbench on the lab host.
 func startRemote(t testing.TB, e *hosts.Engine, gen int64) (*Worker, int64) {
 	t.Helper()
+	return startRemoteAs(t, e, gen, func(u hosts.WorkerUnit) Remote { return u })
+}
+
+// pipeUnit hides a WorkerUnit's Resumable side: its worker is the piped
+// SSH session of before (systemd-run --pipe, --protocol-stdio), the
+// baseline of the benchmark.
+type pipeUnit struct{ u hosts.WorkerUnit }
+
+func (p pipeUnit) Command(ctx context.Context, argv, env []string) (*exec.Cmd, error) {
+	return p.u.Command(ctx, argv, env)
+}
+func (p pipeUnit) Stop(ctx context.Context) error { return p.u.Stop(ctx) }
+
+func startRemoteAs(t testing.TB, e *hosts.Engine, gen int64, as func(hosts.WorkerUnit) Remote) (*Worker, int64) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tree, err := hosts.PackTree(env.Runtime)
@@ -70,7 +85,7 @@ func startRemote(t testing.TB, e *hosts.Engine, gen int64) (*Worker, int64) {
 	unit := hosts.WorkerUnitName(RoleWorkbench, "s1", gen)
 	w, err := Start(ctx, Spec{Role: RoleWorkbench, Session: "s1", Generation: gen,
 		Kernel: "klbr-kernel", Python: "python3", RuntimeSrc: src, Artifacts: store,
-		Remote: hosts.WorkerUnit{Engine: e, Host: "lab", Name: unit}, InterruptGrace: 500 * time.Millisecond})
+		Remote: as(hosts.WorkerUnit{Engine: e, Host: "lab", Name: unit}), InterruptGrace: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -315,6 +330,12 @@ func BenchmarkRemoteRoundtrip(b *testing.B) {
 	b.Run("place=remote", func(b *testing.B) {
 		gen++
 		w, _ := startRemote(b, e, gen)
+		defer w.Kill()
+		roundtrip(b, w)
+	})
+	b.Run("place=remote-pipe", func(b *testing.B) {
+		gen++
+		w, _ := startRemoteAs(b, e, gen, func(u hosts.WorkerUnit) Remote { return pipeUnit{u} })
 		defer w.Kill()
 		roundtrip(b, w)
 	})
