@@ -76,6 +76,8 @@ type Stream struct {
 	inEnd    bool
 	ackWrote uint64 // the last count written in an ack (current connection)
 	ping     bool   // the writer owes a keepalive
+	ackDue   bool   // an ack of what arrived is due even without data to carry it
+	ackTimer bool   // a timer will set ackDue
 
 	err      error // the stream is over
 	conn     io.Closer
@@ -221,6 +223,8 @@ func (s *Stream) Abort(err error) {
 	end := time.Now().Add(time.Second)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.ackDue = true
+	s.cond.Broadcast()
 	for s.conn != nil && s.err == nil && s.ackWrote < s.recv && time.Now().Before(end) {
 		s.cond.Wait()
 	}
@@ -452,15 +456,40 @@ func (s *Stream) take(gen uint64, f frame) error {
 		}
 		s.in = append(s.in, f.data...)
 		s.recv += uint64(len(f.data))
+		s.delayAck()
 	case frameFin:
 		if s.inEnd || f.n != s.recv {
 			return fmt.Errorf("%w: end at %d, expected %d", errProtocol, f.n, s.recv)
 		}
 		s.inEnd = true
 		s.recv++
+		s.ackDue = true
 	}
 	s.cond.Broadcast()
 	return nil
+}
+
+// ackDelay is how long an ack may wait for data to ride on: a request's answer
+// usually follows within it, and carries the ack in the same write.
+const ackDelay = 5 * time.Millisecond
+
+// delayAck makes an ack due after ackDelay, or now once a quarter of the window is
+// unacknowledged; s.mu is held.
+func (s *Stream) delayAck() {
+	if s.recv-s.ackWrote >= uint64(s.window/4) {
+		s.ackDue = true
+		return
+	}
+	if s.ackTimer {
+		return
+	}
+	s.ackTimer = true
+	time.AfterFunc(ackDelay, func() {
+		s.mu.Lock()
+		s.ackTimer, s.ackDue = false, true
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
 }
 
 // writeLoop sends, from position from, what this side has and the peer has not, and acks
@@ -470,7 +499,7 @@ func (s *Stream) writeLoop(c io.WriteCloser, gen, from, acked uint64) {
 	buf := make([]byte, 0, MaxFrame+32)
 	for {
 		s.mu.Lock()
-		for s.gen == gen && s.err == nil && !(pos < s.sent || (s.closing && pos == s.sent) || s.recv > acked || s.ping) {
+		for s.gen == gen && s.err == nil && !(pos < s.sent || (s.closing && pos == s.sent) || (s.recv > acked && s.ackDue) || s.ping) {
 			s.cond.Wait()
 		}
 		if s.gen != gen || s.err != nil {
@@ -480,7 +509,7 @@ func (s *Stream) writeLoop(c io.WriteCloser, gen, from, acked uint64) {
 		buf = buf[:0]
 		ackTo := acked
 		if s.recv > acked || s.ping {
-			s.ping = false
+			s.ping, s.ackDue = false, false
 			buf = appendCount(buf, frameAck, s.recv)
 			ackTo = s.recv
 		}
