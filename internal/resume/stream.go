@@ -250,12 +250,18 @@ func (s *Stream) Attach(c io.ReadWriteCloser) error {
 		c.Close()
 		return s.err
 	}
-	if s.conn != nil {
-		s.conn.Close()
-		s.conn = nil
-		s.detached = time.Now()
+	// A dialer's new connection displaces the old one at once. A listener's
+	// displaces it only once its hello names this stream: a stranger (a
+	// cell of the worker connecting to its own socket, say) never cuts the
+	// peer's connection.
+	if !s.listener {
+		if s.conn != nil {
+			s.conn.Close()
+			s.conn = nil
+			s.detached = time.Now()
+		}
+		s.gen++
 	}
-	s.gen++
 	gen := s.gen
 	mine := hello{id: s.id, recv: s.recv}
 	s.mu.Unlock()
@@ -266,6 +272,19 @@ func (s *Stream) Attach(c io.ReadWriteCloser) error {
 		return fmt.Errorf("resume: handshake: %w", err)
 	}
 	s.mu.Lock()
+	if s.listener && s.err == nil {
+		if err := s.checkStranger(peer); err != nil {
+			s.mu.Unlock()
+			c.Close()
+			return err
+		}
+		if s.conn != nil {
+			s.conn.Close()
+			s.conn = nil
+		}
+		s.gen++
+		gen = s.gen
+	}
 	if err := s.admit(gen, peer, c); err != nil {
 		s.mu.Unlock()
 		c.Close()
@@ -331,11 +350,8 @@ func (s *Stream) admit(gen uint64, peer hello, c io.Closer) error {
 		end++
 	}
 	if s.listener {
-		if peer.id != s.id && peer.id != (ID{}) {
-			return fmt.Errorf("%w: it knows stream %s, this is %s", ErrStranger, peer.id, s.id)
-		}
-		if peer.id == (ID{}) && (s.recv > 0 || s.acked > 0) {
-			return ErrStranger
+		if err := s.checkStranger(peer); err != nil {
+			return err
 		}
 	} else {
 		if s.known && peer.id != s.id {
@@ -352,6 +368,18 @@ func (s *Stream) admit(gen uint64, peer hello, c io.Closer) error {
 	s.conn = c
 	s.ackWrote = s.recv
 	s.cond.Broadcast()
+	return nil
+}
+
+// checkStranger refuses, on a listener, a peer that is not this stream's:
+// one that knows another stream, or a new one once the stream has history.
+func (s *Stream) checkStranger(peer hello) error {
+	if peer.id != s.id && peer.id != (ID{}) {
+		return fmt.Errorf("%w: it knows stream %s, this is %s", ErrStranger, peer.id, s.id)
+	}
+	if peer.id == (ID{}) && (s.recv > 0 || s.acked > 0) {
+		return ErrStranger
+	}
 	return nil
 }
 
@@ -445,8 +473,16 @@ func (s *Stream) take(gen uint64, f frame) error {
 		}
 		s.ack(f.n)
 	case frameData:
-		if s.inEnd || f.n != s.recv {
+		if s.inEnd || f.n > s.recv {
 			return fmt.Errorf("%w: data at %d, expected %d", errProtocol, f.n, s.recv)
+		}
+		// A replay from a count this side sent before the old connection
+		// delivered more: skip what arrived already.
+		if skip := s.recv - f.n; skip > 0 {
+			if skip >= uint64(len(f.data)) {
+				return nil
+			}
+			f.data = f.data[skip:]
 		}
 		for len(s.in)+len(f.data) > s.window && len(s.in) > 0 && s.gen == gen && s.err == nil {
 			s.cond.Wait()
@@ -458,6 +494,9 @@ func (s *Stream) take(gen uint64, f frame) error {
 		s.recv += uint64(len(f.data))
 		s.delayAck()
 	case frameFin:
+		if s.inEnd && f.n+1 == s.recv {
+			return nil // a replay of the end
+		}
 		if s.inEnd || f.n != s.recv {
 			return fmt.Errorf("%w: end at %d, expected %d", errProtocol, f.n, s.recv)
 		}

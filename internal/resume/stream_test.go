@@ -231,7 +231,8 @@ func TestRestartedFarEnd(t *testing.T) {
 	}
 }
 
-// TestStranger: a listener with history refuses a dialer that is new to it, and goes on.
+// TestStranger: a listener with history refuses a dialer that is new to it, and goes on;
+// the stranger does not cut the attached peer's connection.
 func TestStranger(t *testing.T) {
 	socks := newSockets(t)
 	srv := New(Config{Listener: true})
@@ -241,12 +242,25 @@ func TestStranger(t *testing.T) {
 	go func() { attach(socks, srv, cli, stop); close(first) }()
 	cli.Write([]byte("a"))
 	io.ReadFull(srv, make([]byte, 1))
+	a, b := socks.pair()
+	go func() {
+		b.Write(hello{}.encode())
+		io.Copy(io.Discard, b)
+	}()
+	if err := srv.Attach(a); !errors.Is(err, ErrStranger) || srv.Err() != nil {
+		t.Fatalf("listener: %v, stream %v", err, srv.Err())
+	}
+	b.Close()
+	// The peer's connection is still the attached one.
+	if _, detached := srv.Detached(); detached {
+		t.Fatal("a stranger cut the peer's connection")
+	}
+	cli.Write([]byte("b"))
+	if _, err := io.ReadFull(srv, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
 	close(stop)
 	<-first
-	errSrv, _ := attach(socks, srv, New(Config{}), nil)
-	if !errors.Is(errSrv, ErrStranger) || srv.Err() != nil {
-		t.Fatalf("listener: %v, stream %v", errSrv, srv.Err())
-	}
 }
 
 // TestGap: a peer whose count is below what it acknowledged cannot be replayed to.
