@@ -116,13 +116,10 @@ func (k *kernel) drainListen() {
 // socket of a --listen kernel (the far end of an SSH session). It exits when either side
 // ends.
 func attach(path string) int {
-	c, err := net.Dial("unix", path)
+	c, code, err := dialNoFollow(path)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "klbr-kernel: attach: %v\n", err)
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
-			return ExitNoListener
-		}
-		return ExitKernel
+		return code
 	}
 	done := make(chan struct{}, 2)
 	go func() {
@@ -136,4 +133,35 @@ func attach(path string) int {
 	<-done
 	c.Close()
 	return 0
+}
+
+// dialNoFollow connects to the socket at path, which must be a socket itself, never a
+// symbolic link: the unit's directory is writable by its cells, and the relay runs outside
+// the unit's containment, so a link there must not make it connect elsewhere (the login's
+// service manager, another unit's socket). The socket is opened O_PATH|O_NOFOLLOW, checked,
+// and connected to through /proc/self/fd, so the inode checked is the one connected to.
+func dialNoFollow(path string) (net.Conn, int, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, ExitNoListener, fmt.Errorf("%s: %w", path, err)
+		}
+		return nil, ExitKernel, fmt.Errorf("%s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, ExitKernel, fmt.Errorf("%s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, ExitKernel, fmt.Errorf("%s is not a socket (mode %#o): refusing it", path, st.Mode)
+	}
+	c, err := net.Dial("unix", fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		if errors.Is(err, unix.ECONNREFUSED) {
+			return nil, ExitNoListener, fmt.Errorf("%s: %w", path, err)
+		}
+		return nil, ExitKernel, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, 0, nil
 }

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -90,4 +92,55 @@ for line in f:
 		t.Fatalf("stderr does not say why: %s", stderr.String())
 	}
 	s.Close()
+}
+
+// TestAttachRefusesALink: the unit's directory is writable by its cells; a protocol.sock
+// that is a symbolic link (to the login's service manager, to another unit's socket) is
+// refused by the relay, which never connects to what it names.
+func TestAttachRefusesALink(t *testing.T) {
+	dir := t.TempDir()
+	other := filepath.Join(dir, "other.sock")
+	l, err := net.Listen("unix", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	link := filepath.Join(dir, "protocol.sock")
+	if err := os.Symlink(other, link); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(kernelBin, "--attach", link).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != ExitKernel {
+		t.Fatalf("attach through a link: %v %s", err, out)
+	}
+	select {
+	case <-accepted:
+		t.Fatal("the relay connected to the socket a link named")
+	default:
+	}
+	// A real socket at the path is reached.
+	os.Remove(link)
+	l2, err := net.Listen("unix", link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	go func() {
+		if c, err := l2.Accept(); err == nil {
+			c.Write([]byte("hi"))
+			c.Close()
+		}
+	}()
+	out, err = exec.Command(kernelBin, "--attach", link).Output()
+	if err != nil || string(out) != "hi" {
+		t.Fatalf("attach to a socket: %q %v", out, err)
+	}
 }
