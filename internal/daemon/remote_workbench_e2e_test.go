@@ -70,13 +70,13 @@ func TestRemoteWorkbenchPlacement(t *testing.T) {
 }
 
 // The root's workbench runs on the host, and the host's link goes down
-// between cells: the worker's protocol stream was its SSH session, which
-// ends, so the generation is lost and cannot be reattached (docs/hosts.md).
-// The state is honest: before the next cell the session gets a
-// kernel.reset notice that says the workbench on host lab was lost and
-// why, status says so, the next cell runs in a new generation (a variable
-// of the old one is gone, and the cell says so), and the lost generation's
-// unit does not linger on the host.
+// between cells for longer than the host's down grace: the kernel on the
+// host ends the generation (its unit goes), and when the host answers again
+// klbr-core learns that the worker is gone (docs/hosts.md). The state is
+// honest: before the next cell the session gets a kernel.reset notice that
+// says the workbench on host lab was lost and why, status says so, the next
+// cell runs in a new generation (a variable of the old one is gone, and the
+// cell says so), and the lost generation's unit does not linger on the host.
 func TestRemoteWorkbenchLostWithItsConnection(t *testing.T) {
 	h := hosttest.Start(t)
 	b, err := os.ReadFile(filepath.Join(kernelDir(t), "klbr-kernel"))
@@ -94,7 +94,7 @@ func TestRemoteWorkbenchLostWithItsConnection(t *testing.T) {
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "c3", Code: "print('x is', globals().get('x'))"}}},
 		modeltest.Reply{Calls: []modeltest.Call{{ID: "c4", Code: "await runtime.wait(None)"}}},
 	)
-	hostTOML := fmt.Sprintf("[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\nmanager = %q\n",
+	hostTOML := fmt.Sprintf("[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\nmanager = %q\ndown_grace_seconds = 2\n",
 		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir, h.Manager)
 	a := startAgentTOML(t, "", route("main", model, "")+hostTOML, "KLBR_REMOTE_PLACEMENT=lab")
 	a.send("first")
@@ -104,18 +104,25 @@ func TestRemoteWorkbenchLostWithItsConnection(t *testing.T) {
 	}
 	h.SetLink(t, false)
 	t.Cleanup(func() { h.SetLink(t, true) })
-	// The worker's SSH session (a client of klbr-core's connection) ends
-	// once the connection is given up (ServerAlive: about 15 s).
-	session := func() bool {
-		return exec.Command("pgrep", "-f", "ControlMaster=no.*klbr-workbench-default-1[.]service").Run() == nil
-	}
-	for deadline := time.Now().Add(2 * time.Minute); session(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the workbench's SSH session outlived the link for 2 minutes\n%s", a.d)
+	// The kernel on the host hears nothing (three keepalives: 15 s), waits
+	// its grace, and ends the generation: the unit goes.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		units, err := h.Units("klbr-workbench-*")
+		if err == nil && len(units) == 0 {
+			break
 		}
-		time.Sleep(50 * time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatalf("the workbench's unit outlived the link and its grace for 2 minutes: %v %v\n%s", units, err, a.d)
+		}
 	}
 	h.SetLink(t, true)
+	// The host answers again: klbr-core finds no kernel behind the unit's
+	// socket, and the worker is gone.
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(a.d.String(), "the remote worker is gone"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("klbr-core did not learn that the generation ended\n%s", a.d)
+		}
+	}
 	a.send("second")
 	a.eventually("the second turn waits", func() bool { return model.Count() == 4 && a.session().State == store.StateWaiting })
 	if !a.cellSaid("default", "x is None") {
@@ -149,5 +156,64 @@ func TestRemoteWorkbenchLostWithItsConnection(t *testing.T) {
 			t.Fatalf("workbench units on the host: %v %v; want only generation 2", units, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The root's workbench runs on the host, and the host's link goes down
+// between cells, long enough for klbr-core to give its SSH connection up;
+// it returns within the host's down grace: the worker is reattached over a
+// new connection, not restarted. A variable of the first cell is there in
+// the next, no kernel.reset notice, nothing lost in status, and one unit on
+// the host.
+func TestRemoteWorkbenchReattachedAfterADrop(t *testing.T) {
+	h := hosttest.Start(t)
+	b, err := os.ReadFile(filepath.Join(kernelDir(t), "klbr-kernel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.BinDir, "klbr-kernel"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "c1", Code: "x = 41\nprint('set')"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "c2", Code: "await runtime.wait(None)"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "c3", Code: "print('x is', globals().get('x'))"}}},
+		modeltest.Reply{Calls: []modeltest.Call{{ID: "c4", Code: "await runtime.wait(None)"}}},
+	)
+	hostTOML := fmt.Sprintf("[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\nmanager = %q\ndown_grace_seconds = 120\n",
+		h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir, h.Manager)
+	a := startAgentTOML(t, "", route("main", model, "")+hostTOML, "KLBR_REMOTE_PLACEMENT=lab")
+	a.send("first")
+	a.eventually("the session waits", func() bool { return model.Count() == 2 && a.session().State == store.StateWaiting })
+	if !a.cellSaid("default", "set") {
+		t.Fatalf("the first cell did not run\n%s", a.dump())
+	}
+	h.SetLink(t, false)
+	t.Cleanup(func() { h.SetLink(t, true) })
+	// klbr-core's SSH master gives the connection up after about 15 s.
+	master := func() bool {
+		return exec.Command("pgrep", "-f", "ControlPersist=no -- "+h.Addr+"$").Run() == nil
+	}
+	for deadline := time.Now().Add(2 * time.Minute); master(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the SSH master outlived the link for 2 minutes\n%s", a.d)
+		}
+	}
+	h.SetLink(t, true)
+	a.send("second")
+	a.eventually("the second turn waits", func() bool { return model.Count() == 4 && a.session().State == store.StateWaiting })
+	if !a.cellSaid("default", "x is 41") {
+		t.Fatalf("the cell after the drop did not run in the same generation\n%s\n%s", a.dump(), a.d)
+	}
+	if resets := a.kinds(store.LaneNotice, "kernel.reset"); len(resets) != 0 {
+		t.Fatalf("kernel.reset notices after a reattach: %v", resets)
+	}
+	if st, err := a.c.Status(t.Context()); err != nil || len(st.WorkbenchLost) != 0 {
+		t.Fatalf("status: %+v %v; want nothing lost", st.WorkbenchLost, err)
+	}
+	if units, err := h.Units("klbr-workbench-*"); err != nil || len(units) != 1 || units[0] != "klbr-workbench-default-1.service" {
+		t.Fatalf("workbench units on the host: %v %v; want generation 1 only", units, err)
 	}
 }

@@ -460,23 +460,77 @@ true
 // (exit status 75): the name is the worker's identity, one generation each.
 // The session is not tied to ctx beyond the connect: stop it with Stop.
 func (e *Engine) Pipe(ctx context.Context, host string, u Unit) (*exec.Cmd, error) {
+	c, script, err := e.workerScript(host, u, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.connect(ctx); err != nil {
+		return nil, err
+	}
+	return c.session(context.Background(), script), nil
+}
+
+// Serve starts u on host as a plain transient service (no --pipe) whose
+// program, klbr-kernel, listens on the unit's protocol socket
+// (WORK_DIR/<unit>/protocol.sock: --listen) for the connections Attach
+// makes; its output goes to WORK_DIR/<unit>/output. The unit lives under
+// the host's systemd independent of any SSH session, and is unloaded when
+// its program ends (--collect). A unit of u's name that exists already is
+// refused.
+func (e *Engine) Serve(ctx context.Context, host string, u Unit) error {
+	c, script, err := e.workerScript(host, u, true)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, script, io.Discard)
+}
+
+// Attach returns the command, a session of the host's one connection
+// (connected first, again if it dropped), that relays its stdin and stdout
+// to unit's protocol socket (kernel --attach): one connection of the
+// unit's resumable protocol stream. kernel is looked up on the login's PATH.
+func (e *Engine) Attach(ctx context.Context, host, unit, kernel string) (*exec.Cmd, error) {
 	c, err := e.conn(host)
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckUnitName(u.Name); err != nil {
+	if err := CheckUnitName(unit); err != nil {
 		return nil, err
+	}
+	if err := c.connect(ctx); err != nil {
+		return nil, err
+	}
+	return c.session(context.Background(), "exec "+Quote(kernel)+" --attach "+c.workDir(unit)+"/protocol.sock"), nil
+}
+
+// workerScript is the script that starts u: piped (systemd-run --pipe
+// --wait, the session's stdin and stdout the unit's) or, with serve, as a
+// service listening on its protocol socket.
+func (e *Engine) workerScript(host string, u Unit, serve bool) (*conn, string, error) {
+	c, err := e.conn(host)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := CheckUnitName(u.Name); err != nil {
+		return nil, "", err
 	}
 	if len(u.Argv) == 0 || u.Argv[0] == "" {
-		return nil, errors.New("hosts: a unit needs a program")
+		return nil, "", errors.New("hosts: a unit needs a program")
 	}
-	quoted, err := c.runArgs(u, "--pipe", "--wait", "--collect")
+	extra, listen := []string{"--pipe", "--wait", "--collect"}, ""
+	if serve {
+		extra, listen = []string{"--collect"}, `-p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output"`
+	}
+	quoted, err := c.runArgs(u, extra...)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	argv := make([]string, len(u.Argv)-1)
 	for i, a := range u.Argv[1:] {
 		argv[i] = Quote(a)
+	}
+	if serve {
+		argv = append([]string{`--listen "$d/protocol.sock"`}, argv...)
 	}
 	// Confined, the unit gets a job's containment (its own mount namespace:
 	// an empty home and work root with its directory bound back, no bus, no
@@ -490,10 +544,10 @@ set -- --deny "$r" --deny "$HOME/.ssh" --ro "$c" --rw "$d" --tmp "$d/tmp" --drop
 	}
 	if u.Workspace != "" {
 		if !u.Confine {
-			return nil, errors.New("hosts: a workspace is for a confined unit")
+			return nil, "", errors.New("hosts: a workspace is for a confined unit")
 		}
 		if err := CheckWorkspaceName(u.Workspace); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		confine = `w="$r"/` + Quote(u.Workspace) + `
 [ -d "$w" ] || { echo "klbr: the workspace $w is not on the host" >&2; exit 66; }
@@ -511,13 +565,10 @@ p=$(command -v -- %s) || { echo "klbr: %s is not on the PATH of $(id -un) on the
 mkdir -p -- "$d" && chmod 700 -- "$d"
 set --
 %s
-exec %s %s %s -p "WorkingDirectory="%s -- "$p" "$@" %s
+exec %s %s %s %s -p "WorkingDirectory="%s -- "$p" "$@" %s
 `, Quote(u.Name), c.workRoot(), Quote(u.Name), Quote(u.Argv[0]), Quote(u.Argv[0]), confine,
-		strings.Join(quoted, " "), c.identity(), props, wd, strings.Join(argv, " "))
-	if err := c.connect(ctx); err != nil {
-		return nil, err
-	}
-	return c.session(context.Background(), script), nil
+		strings.Join(quoted, " "), c.identity(), props, listen, wd, strings.Join(argv, " "))
+	return c, script, nil
 }
 
 // Units lists the units on host whose names match prefix* (a klbr unit

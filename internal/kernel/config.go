@@ -16,6 +16,9 @@ const (
 	ExitNotPlaced = 125 // the go-ahead pipe was closed without a byte
 	ExitCannotRun = 126 // ARGV exists but could not be executed
 	ExitNotFound  = 127 // ARGV was not found
+	// ExitNoListener (--attach): no kernel listens on the socket (it has not started yet,
+	// or it has ended).
+	ExitNoListener = 69
 )
 
 // Config is what the command line says.
@@ -26,10 +29,15 @@ type Config struct {
 	// 3, the kernel's stdin, and writes it to fd 4, the kernel's stdout. The child's
 	// stdout goes to the kernel's stderr.
 	ProtocolStdio bool
-	GoAheadFD     int           // -1: none
-	Deadline      time.Duration // 0: none
-	KeepEnv       []string      // extra variable names to pass through
-	Argv          []string      // the child's argv, at least one element
+	// Listen carries the protocol over connections to a Unix socket at this path, one at
+	// a time, as a stream that survives their drops (internal/resume); with no connection
+	// for Grace the tree is killed. The child's stdout goes to the kernel's stderr.
+	Listen    string
+	Grace     time.Duration
+	GoAheadFD int           // -1: none
+	Deadline  time.Duration // 0: none
+	KeepEnv   []string      // extra variable names to pass through
+	Argv      []string      // the child's argv, at least one element
 	// RlimitAS and RlimitNproc (0: none) are set as hard limits on the child, not on the
 	// kernel: placement's rlimit mode passes them (placement.Placer.KernelArgs).
 	RlimitAS    int64
@@ -46,6 +54,14 @@ func ParseArgs(args []string) (Config, error) {
 	fs.SetOutput(io.Discard)
 	fs.IntVar(&cfg.ProtocolFD, "protocol-fd", -1, "inherited fd of the protocol socket; the child gets it as fd 3")
 	fs.BoolVar(&cfg.ProtocolStdio, "protocol-stdio", false, "carry the protocol over stdin/stdout; the child reads it from fd 3 and writes it to fd 4")
+	fs.Func("listen", "carry the protocol over connections to a Unix socket at this path (resumable); the child gets a socket as fd 3", func(s string) error {
+		if !strings.HasPrefix(s, "/") {
+			return fmt.Errorf("%q is not an absolute path", s)
+		}
+		cfg.Listen = s
+		return nil
+	})
+	fs.DurationVar(&cfg.Grace, "grace", 2*time.Minute, "with --listen: end the generation after this long without a connection")
 	fs.IntVar(&cfg.GoAheadFD, "go-ahead-fd", -1, "inherited fd to read one go-ahead byte from before starting")
 	fs.DurationVar(&cfg.Deadline, "deadline", 0, "kill the tree this long after the child started (0: never)")
 	fs.Int64Var(&cfg.RlimitAS, "rlimit-as", 0, "RLIMIT_AS (bytes) for the child (0: none)")
@@ -97,6 +113,12 @@ func ParseArgs(args []string) (Config, error) {
 	}
 	if cfg.ProtocolStdio && cfg.ProtocolFD != -1 {
 		return Config{}, errors.New("usage: --protocol-stdio and --protocol-fd exclude each other")
+	}
+	if cfg.Listen != "" && (cfg.ProtocolStdio || cfg.ProtocolFD != -1) {
+		return Config{}, errors.New("usage: --listen excludes --protocol-stdio and --protocol-fd")
+	}
+	if cfg.Grace <= 0 {
+		return Config{}, fmt.Errorf("usage: --grace %s: must be positive", cfg.Grace)
 	}
 	if cfg.GoAheadFD != -1 && cfg.GoAheadFD < 3 {
 		return Config{}, fmt.Errorf("usage: --go-ahead-fd %d: must be 3 or above", cfg.GoAheadFD)

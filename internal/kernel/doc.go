@@ -3,10 +3,11 @@
 //
 // # Contract
 //
-//	klbr-kernel [--protocol-fd N | --protocol-stdio] [--go-ahead-fd M] [--deadline DURATION] [--keep-env NAME]...
+//	klbr-kernel [--protocol-fd N | --protocol-stdio | --listen SOCK [--grace D]] [--go-ahead-fd M] [--deadline DURATION] [--keep-env NAME]...
 //	            [--rlimit-as BYTES] [--rlimit-nproc N]
 //	            [--deny PATH]... [--ro PATH]... [--rw PATH]... [--tmp DIR]
 //	            [--uid UID --gid GID] [--drop-caps] -- ARGV...
+//	klbr-kernel --attach SOCK (relays stdin and stdout to a --listen kernel's socket)
 //	klbr-kernel --version     (prints "klbr-kernel VERSION protocol N"; see [Protocol])
 //
 // What it does, in order:
@@ -36,7 +37,12 @@
 //     stdin, and writes it to fd 4 (KLBR_PROTOCOL_OUT_FD=4 in its environment), the
 //     kernel's own stdout: nothing copies in between. The kernel points its stdin and stdout
 //     at /dev/null once the child runs; the child's stdout goes to the kernel's stderr, and
-//     the end of the kernel's stdin is the end of the protocol stream.
+//     the end of the kernel's stdin is the end of the protocol stream. With --listen SOCK (a
+//     worker on a host, in a plain service unit) the kernel listens on SOCK (0600) and
+//     carries the protocol as a resumable stream (internal/resume) over one connection at a
+//     time, which klbr-core makes through an SSH session running klbr-kernel --attach SOCK:
+//     a dropped connection loses no byte and doubles none when the next one attaches; with
+//     no connection for --grace (default 2m) the tree is killed as on SIGUSR1 (exit 137).
 //  5. ARGV runs in its own process group, with PDEATHSIG=SIGKILL towards the kernel. SIGTERM
 //     and SIGINT sent to the kernel are forwarded to that group. SIGINT is only forwarded
 //     (Python turns it into KeyboardInterrupt); after a forwarded SIGTERM the child has a

@@ -37,6 +37,9 @@ func Main(args []string) int {
 	if len(args) > 0 && args[0] == execLimitedArg {
 		return execLimited(args[1:])
 	}
+	if len(args) == 2 && args[0] == attachArg {
+		return attach(args[1])
+	}
 	if len(args) == 1 && args[0] == versionArg {
 		return printVersion(os.Stdout)
 	}
@@ -47,8 +50,9 @@ func Main(args []string) int {
 type kernel struct {
 	log    *log.Logger
 	self   int
-	ppid   int  // the parent at start; a different getppid() means it died
-	killed bool // the kernel has SIGKILLed the tree (grace over, parent gone)
+	ppid   int       // the parent at start; a different getppid() means it died
+	killed bool      // the kernel has SIGKILLed the tree (grace over, parent gone)
+	listen *listener // --listen
 }
 
 // parentGone reports whether the process that started the kernel has died (the kernel was
@@ -133,6 +137,7 @@ func (k *kernel) run(args []string) int {
 		k.log.Printf("killed %d leftover process(es) of the tree", n)
 	}
 	_ = cmd.Process.Release()
+	k.drainListen()
 
 	switch {
 	case deadlineFired:
@@ -212,6 +217,15 @@ func (k *kernel) start(cfg Config) (cmd *exec.Cmd, code int, ok bool) {
 		cmd.Env = append(slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "KLBR_PROTOCOL_OUT_FD=") }),
 			"KLBR_PROTOCOL_OUT_FD="+strconv.Itoa(stdioOutFD))
 		cmd.Stdout = os.Stderr // stdout is the protocol's now
+	}
+	if cfg.Listen != "" {
+		var err error
+		if proto, err = k.bridgeListen(cfg.Listen, cfg.Grace); err != nil {
+			k.log.Print(err)
+			return nil, ExitKernel, false
+		}
+		cmd.ExtraFiles = []*os.File{proto}
+		cmd.Stdout = os.Stderr
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	err := cmd.Start()

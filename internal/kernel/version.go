@@ -15,10 +15,15 @@ import (
 // says the same number; a change that an older core or kernel would
 // misread raises it. 2: under --protocol-stdio the child reads fd 3 and writes fd 4
 // (KLBR_PROTOCOL_OUT_FD), the kernel's own stdin and stdout, where 1 gave it one socket.
-const Protocol = 2
+// 3: --listen SOCK --grace D and --attach SOCK (a resumable protocol stream, which a
+// klbr-core of protocol 3 uses for every worker on a host).
+const Protocol = 3
 
 // versionArg makes klbr-kernel print its version line and exit.
 const versionArg = "--version"
+
+// attachArg is the relay mode: klbr-kernel --attach PATH (see attach).
+const attachArg = "--attach"
 
 // VersionLine is what `klbr-kernel --version` prints:
 // "klbr-kernel VERSION protocol N".

@@ -38,9 +38,9 @@ type Remote struct {
 	lost   map[string]Lost // the last generation lost, by session
 }
 
-// Lost is a remote generation that ended unasked: its SSH session ended
-// (the connection dropped, or the unit was stopped on the host), and its
-// Python state with it.
+// Lost is a remote generation that ended unasked: its connection did not
+// return within the host's down grace (its kernel there ended it), or the
+// unit was stopped on the host; its Python state went with it.
 type Lost struct {
 	Session    string    `json:"session"`
 	Generation int64     `json:"generation"`
@@ -59,12 +59,12 @@ func (r *Remote) noteLost(session string, gen int64, reason string) {
 
 // remoteLost records that session's remote worker w died between cells:
 // a kernel.reset notice with the reason, which the session sees before its
-// next cell, and the loss for status. The worker is not reattached: its
-// protocol stream was the SSH session that ended (see docs/hosts.md).
+// next cell, and the loss for status. A dropped connection alone does not
+// get here: the worker is reattached when it returns (see docs/hosts.md).
 func (m *Manager) remoteLost(ctx context.Context, session string, w *worker.Worker) error {
-	why := "its SSH session ended"
+	why := "its worker ended"
 	if err := w.Err(); err != nil {
-		why += " (" + err.Error() + ")"
+		why = err.Error()
 	}
 	if d := strings.TrimSpace(w.Diagnostics()); d != "" {
 		if len(d) > 500 {
@@ -206,7 +206,7 @@ func (r *Remote) prepare(ctx context.Context, spec *worker.Spec, runtimeSrc, ws 
 	// directory there, or the child's copy.
 	spec.Placer, spec.Workspace = nil, ""
 	u := hosts.WorkerUnit{Engine: r.Hosts, Host: r.Host,
-		Name: hosts.WorkerUnitName(spec.Role, spec.Session, spec.Generation)}
+		Name: hosts.WorkerUnitName(spec.Role, spec.Session, spec.Generation), Kernel: spec.Kernel}
 	if ws != "" {
 		spec.Workspace, u.Workspace = ws, path.Base(ws)
 	}

@@ -438,9 +438,10 @@ func (m *Manager) ensureWorker(ctx context.Context, sessionID string, b *bench) 
 		select {
 		case <-b.w.Dead():
 			if m.remoteFor(sessionID) {
-				// A remote worker dies between cells when its SSH session
-				// ends (the connection dropped): its Python state is gone,
-				// and the session is told so before the next cell runs.
+				// A remote worker dies between cells when its connection
+				// did not return within the host's down grace: its Python
+				// state is gone, and the session is told so before the
+				// next cell runs.
 				if err := m.remoteLost(ctx, sessionID, b.w); err != nil {
 					return nil, err
 				}

@@ -190,6 +190,10 @@ func (w *Worker) Kill() {
 
 func (w *Worker) kill() {
 	defer close(w.killed)
+	if w.stream != nil {
+		w.killRemote()
+		return
+	}
 	if w.cmd == nil || w.cmd.Process == nil {
 		return
 	}

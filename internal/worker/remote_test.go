@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -52,6 +53,21 @@ func remoteLab(t testing.TB) (*hosttest.Host, *hosts.Engine) {
 // session s1's workbench on the lab host.
 func startRemote(t testing.TB, e *hosts.Engine, gen int64) (*Worker, int64) {
 	t.Helper()
+	return startRemoteAs(t, e, gen, func(u hosts.WorkerUnit) Remote { return u })
+}
+
+// pipeUnit hides a WorkerUnit's Resumable side: its worker is the piped
+// SSH session of before (systemd-run --pipe, --protocol-stdio), the
+// baseline of the benchmark.
+type pipeUnit struct{ u hosts.WorkerUnit }
+
+func (p pipeUnit) Command(ctx context.Context, argv, env []string) (*exec.Cmd, error) {
+	return p.u.Command(ctx, argv, env)
+}
+func (p pipeUnit) Stop(ctx context.Context) error { return p.u.Stop(ctx) }
+
+func startRemoteAs(t testing.TB, e *hosts.Engine, gen int64, as func(hosts.WorkerUnit) Remote) (*Worker, int64) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tree, err := hosts.PackTree(env.Runtime)
@@ -69,7 +85,7 @@ func startRemote(t testing.TB, e *hosts.Engine, gen int64) (*Worker, int64) {
 	unit := hosts.WorkerUnitName(RoleWorkbench, "s1", gen)
 	w, err := Start(ctx, Spec{Role: RoleWorkbench, Session: "s1", Generation: gen,
 		Kernel: "klbr-kernel", Python: "python3", RuntimeSrc: src, Artifacts: store,
-		Remote: hosts.WorkerUnit{Engine: e, Host: "lab", Name: unit}, InterruptGrace: 500 * time.Millisecond})
+		Remote: as(hosts.WorkerUnit{Engine: e, Host: "lab", Name: unit}), InterruptGrace: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -155,17 +171,128 @@ print("caps", [l for l in open("/proc/self/status") if l.startswith("CapEff")][0
 		t.Fatalf("a new generation kept the old heap: %+v", o)
 	}
 
-	// klbr-core's end (its SSH session killed, nothing stopped): the
-	// kernel reads the end of its stdin, the worker exits, the unit goes.
-	syscall.Kill(-w2.cmd.Process.Pid, syscall.SIGKILL)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	// klbr-core's connection to the unit dropped (its SSH session killed,
+	// nothing stopped): the unit runs on under the host's systemd, the worker
+	// is reattached over a new session and keeps its heap.
+	run(t, w2, "e5", "y = 5")
+	killChildren(t, "--attach")
+	if o := run(t, w2, "e6", "y + 1"); o.Status != "ok" || o.Value == nil || *o.Value != "6" {
+		t.Fatalf("after its session was killed, the worker was not reattached: %+v\n%s", o, w2.Diagnostics())
+	}
+	if units, err := h.Units("klbr-workbench-*"); err != nil || len(units) != 1 {
+		t.Fatalf("units on the host after the reattach: %v %v", units, err)
+	}
+}
+
+// killChildren SIGKILLs this test's child processes whose command line
+// contains pattern (never another test's).
+func killChildren(t testing.TB, pattern string) int {
+	t.Helper()
+	out, _ := exec.Command("pgrep", "-P", strconv.Itoa(os.Getpid()), "-f", "--", pattern).Output()
+	n := 0
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no child process matches %q", pattern)
+	}
+	return n
+}
+
+func children(pattern string) bool {
+	return exec.Command("pgrep", "-P", strconv.Itoa(os.Getpid()), "-f", "--", pattern).Run() == nil
+}
+
+// TestRemoteWorkbenchReattached: the host's link goes down while a cell
+// runs, long enough for the SSH connection to be given up on both sides;
+// when it returns, the worker is reattached, not restarted: the cell
+// finishes with its whole output, and a variable set before the drop is
+// still there. A killed SSH master is made again the same way.
+func TestRemoteWorkbenchReattached(t *testing.T) {
+	h, e := remoteLab(t)
+	w, _ := startRemote(t, e, 1)
+	run(t, w, "e1", "x = 41")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	type result struct {
+		o   *Outcome
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		o, err := w.Execute(ctx, "e2", "import time\nfor i in range(30):\n    print('tick', i, flush=True)\n    time.sleep(1)\nprint('done', x)", nil)
+		res <- result{o, err}
+	}()
+	time.Sleep(2 * time.Second)
+	h.SetLink(t, false)
+	t.Cleanup(func() { h.SetLink(t, true) })
+	// The master gives the connection up after about 15 s of silence.
+	for deadline := time.Now().Add(time.Minute); children("ControlPersist=no"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the SSH master outlived the link for a minute")
+		}
+	}
+	h.SetLink(t, true)
+	r := <-res
+	if r.err != nil || r.o == nil || r.o.Status != "ok" {
+		t.Fatalf("the cell across the drop: %+v %v\n%s", r.o, r.err, w.Diagnostics())
+	}
+	out := text(r.o)
+	for i := range 30 {
+		if strings.Count(out, fmt.Sprintf("tick %d\n", i)) != 1 {
+			t.Fatalf("tick %d is not in the output exactly once:\n%s", i, out)
+		}
+	}
+	if !strings.Contains(out, "done 41") {
+		t.Fatalf("the cell across the drop did not finish in its generation:\n%s", out)
+	}
+	if o := run(t, w, "e3", "x + 1"); o.Status != "ok" || o.Value == nil || *o.Value != "42" {
+		t.Fatalf("x after the link returned: %+v", o)
+	}
+	killChildren(t, "ControlPersist=no")
+	if o := run(t, w, "e4", "x + 2"); o.Status != "ok" || o.Value == nil || *o.Value != "43" {
+		t.Fatalf("x after the master was killed: %+v\n%s", o, w.Diagnostics())
+	}
+}
+
+// TestRemoteWorkbenchGraceOver: a link that does not return within the
+// host's down grace ends the generation on the host (its unit is gone), and
+// when the host answers again the worker says it is dead and why: never a
+// silent new generation under the old one's name.
+func TestRemoteWorkbenchGraceOver(t *testing.T) {
+	h, e := remoteLab(t)
+	tg, _ := config.ParseSSHTarget(h.SSH())
+	e2, err := hosts.New(hosts.Config{Hosts: map[string]hosts.Host{"lab": {Name: "lab", Target: tg, IdentityFile: h.IdentityFile,
+		KnownHostsFile: h.KnownHostsFile, MaxJobs: 2, MemoryMaxBytes: 1 << 30, TasksMax: 256, CPUQuotaPct: 200,
+		Wall: time.Hour, WorkDir: h.WorkDir, DownGrace: 2 * time.Second}}, ConnectTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e2.Close)
+	e.Close()
+	w, _ := startRemote(t, e2, 1)
+	run(t, w, "e1", "x = 41")
+	h.SetLink(t, false)
+	t.Cleanup(func() { h.SetLink(t, true) })
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		units, err := h.Units("klbr-workbench-*")
 		if err == nil && len(units) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the unit outlived its SSH session: %v %v", units, err)
+			t.Fatalf("the unit outlived its grace without a connection: %v %v", units, err)
 		}
+	}
+	h.SetLink(t, true)
+	select {
+	case <-w.Dead():
+	case <-time.After(45 * time.Second):
+		t.Fatal("the worker did not learn that its generation ended")
+	}
+	if err := w.Err(); err == nil || !strings.Contains(err.Error(), "has ended") {
+		t.Fatalf("the worker's end says %v", err)
 	}
 }
 
@@ -203,6 +330,12 @@ func BenchmarkRemoteRoundtrip(b *testing.B) {
 	b.Run("place=remote", func(b *testing.B) {
 		gen++
 		w, _ := startRemote(b, e, gen)
+		defer w.Kill()
+		roundtrip(b, w)
+	})
+	b.Run("place=remote-pipe", func(b *testing.B) {
+		gen++
+		w, _ := startRemoteAs(b, e, gen, func(u hosts.WorkerUnit) Remote { return pipeUnit{u} })
 		defer w.Kill()
 		roundtrip(b, w)
 	})

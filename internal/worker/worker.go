@@ -27,6 +27,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/kernel"
 	"github.com/klbr-dev/klbr/internal/placement"
+	"github.com/klbr-dev/klbr/internal/resume"
 )
 
 // Roles.
@@ -155,7 +156,8 @@ type Worker struct {
 	exitErr  error         // set before exited closes
 	requests chan *Frame
 	stopOnce sync.Once
-	stopping atomic.Bool // Stop was called: the end of the stream is expected
+	stopping atomic.Bool    // Stop was called: the end of the stream is expected
+	stream   *resume.Stream // a resumable remote worker's protocol stream
 	killOnce sync.Once
 	killed   chan struct{} // closed once the tree is gone and the placement released
 	wg       sync.WaitGroup
