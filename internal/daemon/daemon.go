@@ -457,11 +457,11 @@ func (d *daemon) drain(timeout time.Duration, stopNow <-chan struct{}, ls *liste
 	if d.jobs != nil {
 		d.jobs.Close() // every local job's tree is killed (the next start reconciles them by policy); a job on a worker host runs on and is reattached at the next start
 	}
+	if d.bench != nil {
+		d.bench.Close() // a workbench on a worker host is a unit that outlives its connection: its stop goes over the host's connection, so before that closes
+	}
 	if d.hosts != nil {
 		d.hosts.Close() // the SSH connections; units of jobs run on under their hosts' systemd
-	}
-	if d.bench != nil {
-		d.bench.Close()
 	}
 	if d.observers != nil {
 		d.observers.Close() // a delivery in flight stays pending: retried at the next start
