@@ -167,7 +167,7 @@ func restartNeeded(old config.File, agent *config.File, nf config.File) []string
 	od, nd := old.Discord, nf.Discord
 	od.AmbientWake, nd.AmbientWake = false, false
 	od.PendingAgingSeconds, nd.PendingAgingSeconds = 0, 0
-	add(!reflect.DeepEqual(od, nd), "[discord] channels, ingest, include_bots, token and API: klbr-discord's own: SIGHUP to it applies the channel filter (systemctl kill -s HUP klbr-discord), its token and API take a restart")
+	add(!reflect.DeepEqual(od, nd), "[discord] channels, ingest, include_bots, token and API: klbr-discord's own: SIGHUP to it applies the channel filter (systemctl reload klbr-discord), its token and API take a restart")
 	return out
 }
 
