@@ -1,12 +1,16 @@
 package hosts
 
 import (
+	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/hosttest"
 )
 
 // cfgHost is a host that is never dialled: the test reads the engine's
@@ -97,5 +101,64 @@ func TestReconfigureHosts(t *testing.T) {
 	}
 	if h, _, err := e.Reserve("b"); err != nil || h != "b" {
 		t.Fatalf("reserve on the host added back: %q %v", h, err)
+	}
+}
+
+// Reconfigure against a real host: a change that keeps the ssh settings
+// keeps the connection (no new dial); a removed host's running unit is
+// still watched to its end and collected, while new work is refused; a
+// changed identity closes the connection and the next command dials anew.
+func TestReconfigureRealHost(t *testing.T) {
+	h := hosttest.Start(t)
+	e := labEngine(t, h, nil)
+	ctx := ctxT(t)
+	const unit = "klbr-job-9-1.service"
+	if _, err := e.Start(ctx, "lab", Unit{Name: unit, Description: "test", Argv: []string{"sh", "-c", "sleep 2; echo finished"}}); err != nil {
+		t.Fatal(err)
+	}
+	if e.Dials() != 1 {
+		t.Fatalf("%d dials after the first start", e.Dials())
+	}
+	lab, _ := e.Host("lab")
+	more := lab
+	more.MaxJobs = 5
+	if c := e.Reconfigure(map[string]Host{"lab": more}); !slices.Equal(c.Changed, []string{"lab"}) {
+		t.Fatalf("changes = %+v", c)
+	}
+	if st, err := e.State(ctx, "lab", unit); err != nil || !st[0].Exists() || e.Dials() != 1 {
+		t.Fatalf("state after a max_jobs change: %+v %v, %d dials (want the connection kept)", st, err, e.Dials())
+	}
+	// Removed: no new work, the running unit is still watched.
+	if c := e.Reconfigure(map[string]Host{}); !slices.Equal(c.Removed, []string{"lab"}) {
+		t.Fatalf("changes = %+v", c)
+	}
+	if _, _, err := e.Reserve("lab"); !errors.Is(err, ErrUnknownHost) {
+		t.Fatalf("reserve on the removed host: %v", err)
+	}
+	if st := waitEnded(t, e, unit); func() int { c, _ := st.Outcome(); return c }() != 0 {
+		t.Fatalf("the removed host's unit: %+v", st)
+	}
+	var out bytes.Buffer
+	if _, err := e.Output(ctx, "lab", unit, 1<<20, &out); err != nil || !strings.Contains(out.String(), "finished") {
+		t.Fatalf("output of the removed host's unit: %q %v", out.String(), err)
+	}
+	if err := e.Collect(ctx, "lab", unit); err != nil {
+		t.Fatal(err)
+	}
+	// Back with another identity file (the same key): a new connection.
+	key, err := os.ReadFile(lab.IdentityFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := more
+	other.IdentityFile = filepath.Join(t.TempDir(), "id")
+	if err := os.WriteFile(other.IdentityFile, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.Reconfigure(map[string]Host{"lab": other}); !slices.Equal(c.Added, []string{"lab"}) {
+		t.Fatalf("changes = %+v", c)
+	}
+	if _, err := e.State(ctx, "lab", unit); err != nil || e.Dials() != 2 {
+		t.Fatalf("state with the new identity: %v, %d dials (want a second)", err, e.Dials())
 	}
 }
