@@ -318,6 +318,12 @@ in
         serviceConfig = {
           DynamicUser = true;
           SupplementaryGroups = [ cfg.ingressGroup ];
+          # systemctl reload klbr-discord: SIGHUP rereads the channel
+          # filter; NixOS has no /bin/kill, the shipped unit's.
+          ExecReload = [
+            ""
+            "${pkgs.coreutils}/bin/kill -HUP $MAINPID"
+          ];
           # Replace the shipped /etc/klbr/discord-token with the option's file.
           LoadCredential = [
             ""

@@ -299,6 +299,11 @@ func TestModuleEvaluates(t *testing.T) {
 		if got := strList(get(d, "serviceConfig", "LoadCredential")); !slices.Equal(got, []string{"", "discord-token:/run/secrets/discord"}) {
 			t.Errorf("LoadCredential = %q, want the shipped one reset, then discord-token from tokenFile", got)
 		}
+		// systemctl reload klbr-discord: the shipped /bin/kill (none on
+		// NixOS) replaced by coreutils' kill sending SIGHUP.
+		if rl := strList(get(d, "serviceConfig", "ExecReload")); len(rl) != 2 || rl[0] != "" || !strings.HasSuffix(rl[1], "-coreutils/bin/kill -HUP $MAINPID") {
+			t.Errorf("klbr-discord.service ExecReload = %q, want the shipped one replaced by coreutils' kill -HUP $MAINPID", rl)
+		}
 		if get(d, "serviceConfig", "DynamicUser") != true || !slices.Equal(strList(get(d, "serviceConfig", "SupplementaryGroups")), []string{"klbr-ingress"}) {
 			t.Errorf("klbr-discord serviceConfig = %v, want a dynamic user in the ingress group", d["serviceConfig"])
 		}

@@ -14,7 +14,8 @@ func newReload(g *globals) *cobra.Command {
 		Use:   "reload",
 		Short: "Reread klbr.toml in the running daemon and apply what can change live (as SIGHUP does)",
 		Long: "Rereads klbr.toml: routes, the agent's route and fallbacks, its budgets, [spend] caps and\n" +
-			"[discord] ambient_wake apply at once, to the next model request. Settings that need a restart\n" +
+			"[discord] ambient_wake apply at once, to the next model request; [hosts] and [retention] apply at once\n" +
+			"too (a removed host takes no new job). Settings that need a restart\n" +
 			"are named. A file that does not parse is refused with the parser's error and the running\n" +
 			"configuration stays. klbr-discord reads its own [discord] settings: SIGHUP to it applies its channel\n" +
 			"filter (channels, ingest, include_bots); its token and API take a restart.",

@@ -41,7 +41,11 @@ func (d *daemon) GC(ctx context.Context) (datadir.GCResult, error) {
 		}
 		arts = a
 	}
-	res, err := datadir.Collect(ctx, d.store, d.cfg.File.Retention, d.clock(), datadir.GCOptions{Artifacts: arts, Freed: d.disk.Removed})
+	// The [retention] in force: a reload changes it for the next run.
+	d.reloadMu.Lock()
+	retention := d.file.Retention
+	d.reloadMu.Unlock()
+	res, err := datadir.Collect(ctx, d.store, retention, d.clock(), datadir.GCOptions{Artifacts: arts, Freed: d.disk.Removed})
 	d.disk.Refresh()
 	return res, err
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/config"
+	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/localapi"
 	"github.com/klbr-dev/klbr/internal/provider"
 	"github.com/klbr-dev/klbr/internal/spend"
@@ -22,7 +23,8 @@ import (
 
 // Reload rereads klbr.toml (klbr-core reload, SIGHUP) and applies what can
 // change while sessions run: the routes, the agent's route and fallbacks,
-// its budgets, the [spend] caps and [discord] ambient_wake. The next model
+// its budgets, the [spend] caps, [discord] ambient_wake, the worker hosts
+// (hosts.Engine.Reconfigure) and [retention] (the next gc). The next model
 // request plans with the new routes; a request in flight finishes on its
 // route. Everything else that changed is named in the answer's Restart.
 // A file that does not parse, or whose agent route cannot be built, is
@@ -38,6 +40,13 @@ func (d *daemon) Reload(ctx context.Context) (api.Reloaded, error) {
 		return api.Reloaded{}, fmt.Errorf("%w: %w", localapi.ErrConfigRefused, err)
 	}
 	nf := next.File
+	var newHosts map[string]hosts.Host
+	if d.hosts != nil {
+		if newHosts, err = hosts.FromConfig(nf); err != nil {
+			d.log.Error("reload refused: [hosts] cannot be used; the running configuration stays", "error", err)
+			return api.Reloaded{}, fmt.Errorf("%w: %w", localapi.ErrConfigRefused, err)
+		}
+	}
 	select {
 	case <-d.closing:
 		return api.Reloaded{}, fmt.Errorf("%w: klbr-core is draining; the next start reads klbr.toml", localapi.ErrConfigRefused)
@@ -72,7 +81,12 @@ func (d *daemon) Reload(ctx context.Context) (api.Reloaded, error) {
 	if d.turnLoop() != nil {
 		agentFile = &d.agentFile
 	}
-	out.Restart = restartNeeded(d.cfg.File, agentFile, nf)
+	out.Restart = restartNeeded(d.cfg.File, agentFile, nf, d.hosts != nil)
+	if d.hosts != nil {
+		if c := d.hosts.Reconfigure(newHosts); !c.Empty() {
+			out.Applied = append(out.Applied, hostsApplied(c))
+		}
+	}
 	if d.spendMeter() != nil && agentFile != nil && !reflect.DeepEqual(spendCaps(old.Spend), spendCaps(nf.Spend)) {
 		caps, err := d.store.SpendCaps(ctx)
 		if err != nil {
@@ -139,8 +153,9 @@ func (d *daemon) applyRoutes(nf config.File, out *api.Reloaded) error {
 // restartNeeded names what changed between the file klbr-core started with
 // (old), the one its agent started with (agent; nil while the agent does
 // not run) and nf, that only a restart (of klbr-core, or of klbr-discord)
-// applies.
-func restartNeeded(old config.File, agent *config.File, nf config.File) []string {
+// applies. hostsLive: klbr-core runs a hosts engine, which takes [hosts]
+// changes live.
+func restartNeeded(old config.File, agent *config.File, nf config.File, hostsLive bool) []string {
 	out := []string{}
 	add := func(changed bool, what string) {
 		if changed {
@@ -157,7 +172,7 @@ func restartNeeded(old config.File, agent *config.File, nf config.File) []string
 		add(a.Telemetry != nf.Telemetry, "[telemetry]: the trace exporter is made when the agent starts")
 	}
 	add(old.Agent.Host != nf.Agent.Host, "agent.host: where the workbench runs is fixed at the start")
-	add(!reflect.DeepEqual(old.Hosts, nf.Hosts), "[hosts]: the worker hosts' connections are made at the start")
+	add(!hostsLive && len(nf.Hosts) > 0, "[hosts]: klbr-core started with no worker hosts; the first ones take a restart")
 	add(!reflect.DeepEqual(old.Limits, nf.Limits), "[limits]: the workers' scopes are set at the start")
 	add(!reflect.DeepEqual(old.Jobs, nf.Jobs), "[jobs]")
 	add(!reflect.DeepEqual(old.Agents, nf.Agents), "[agents]: child agents' limits and model slots")
@@ -167,7 +182,7 @@ func restartNeeded(old config.File, agent *config.File, nf config.File) []string
 	od, nd := old.Discord, nf.Discord
 	od.AmbientWake, nd.AmbientWake = false, false
 	od.PendingAgingSeconds, nd.PendingAgingSeconds = 0, 0
-	add(!reflect.DeepEqual(od, nd), "[discord] channels, ingest, include_bots, token and API: klbr-discord's own: SIGHUP to it applies the channel filter (systemctl kill -s HUP klbr-discord), its token and API take a restart")
+	add(!reflect.DeepEqual(od, nd), "[discord] channels, ingest, include_bots, token and API: klbr-discord's own: SIGHUP to it applies the channel filter (systemctl reload klbr-discord), its token and API take a restart")
 	return out
 }
 
@@ -194,6 +209,20 @@ func agentLine(a config.Agent, route config.Route, seed string) string {
 		s += " — " + seed
 	}
 	return s
+}
+
+// hostsApplied says what a reload changed of the worker hosts.
+func hostsApplied(c hosts.Changes) string {
+	var parts []string
+	for _, p := range []struct {
+		what  string
+		names []string
+	}{{"added", c.Added}, {"changed", c.Changed}, {"removed (no new work; running jobs finish)", c.Removed}} {
+		if len(p.names) > 0 {
+			parts = append(parts, p.what+" "+strings.Join(p.names, ", "))
+		}
+	}
+	return "[hosts]: " + strings.Join(parts, "; ")
 }
 
 func planString(p []string) string { return strings.Join(p, ", then ") }

@@ -178,3 +178,60 @@ func TestReloadStartsTheAgent(t *testing.T) {
 	a.send("after")
 	a.eventually("the next input is answered", func() bool { return model.Count() == 2 })
 }
+
+// A reload changes the worker hosts live: a host added is listed at once,
+// a removed one is no longer listed and a new job there is refused naming
+// it, and the answer says so; nothing about [hosts] waits for a restart.
+// The hosts are never dialled (port 1 refuses at once).
+func TestReloadChangesTheHosts(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	model.Then(modeltest.Reply{Calls: []modeltest.Call{{ID: "c1", Code: "try:\n    await jobs.run(['true'], host='b')\n" +
+		"except Exception as e:\n    print('refused' + ':', str(e).replace('\"', ''))\nawait runtime.wait(None)"}}}, waitReply)
+	dir := t.TempDir()
+	id, kh := filepath.Join(dir, "id"), filepath.Join(dir, "known_hosts")
+	for _, f := range []string{id, kh} {
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	host := func(name string) string {
+		return fmt.Sprintf("\n[hosts.%s]\nssh = \"klbr@127.0.0.1:1\"\nidentity_file = %q\nknown_hosts_file = %q\n", name, id, kh)
+	}
+	a := startAgentTOML(t, "", route("main", model, "")+host("a")+host("b"))
+	hostNames := func() []string {
+		st, err := a.c.Status(t.Context())
+		if err != nil || st.Jobs == nil {
+			t.Fatalf("status: %+v %v", st, err)
+		}
+		var out []string
+		for _, h := range st.Jobs.Hosts {
+			out = append(out, h.Name)
+		}
+		return out
+	}
+	if got := hostNames(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("hosts at the start: %v", got)
+	}
+	a.writeConfig("[agent]\nroute = \"main\"\nretry_backoff_ms = 50\n\n" + route("main", model, "") + host("a") + host("c"))
+	got, err := a.c.Reload(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied := strings.Join(got.Applied, "\n"); !strings.Contains(applied, "[hosts]: added c") || !strings.Contains(applied, "removed") || !strings.Contains(applied, " b") {
+		t.Fatalf("reload applied %q, want c added and b removed", got.Applied)
+	}
+	for _, r := range got.Restart {
+		if strings.Contains(r, "[hosts]") {
+			t.Fatalf("reload names [hosts] as needing a restart: %q", got.Restart)
+		}
+	}
+	if got := hostNames(); !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("hosts after the reload: %v, want a and c", got)
+	}
+	a.send("run it on b")
+	a.eventually("the job on b is refused", func() bool { return a.cellSaid("default", "refused: ") })
+	if !a.cellSaid("default", "no such host: b (the hosts are a, c)") {
+		t.Fatalf("the refusal does not name b and the hosts there are:\n%s", a.dump())
+	}
+}

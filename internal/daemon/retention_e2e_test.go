@@ -278,3 +278,53 @@ func TestHistoryRetentionSurvivesSIGKILL(t *testing.T) {
 	}
 	t.Logf("%d of %d kills landed after some batches had committed; %d records collected in all", midway, rounds, total)
 }
+
+// [retention] applies at a reload: the running daemon's gc collects under
+// the file in force, not the one it started with. Started keeping every
+// original, a gc of aged, summarized history collects nothing; after a
+// reload to history_days = 1 the next gc collects.
+func TestRetentionChangesAtReload(t *testing.T) {
+	model := modeltest.New()
+	defer model.Close()
+	var step, stop atomic.Int32
+	model.Otherwise(func(int) modeltest.Reply {
+		n := step.Add(1)
+		if stop.Load() != 0 && n >= stop.Load() {
+			return modeltest.Reply{Text: "done", Calls: []modeltest.Call{{ID: fmt.Sprintf("w%d", n), Code: "await runtime.wait(None, reason='done')"}}}
+		}
+		return modeltest.Reply{Text: fmt.Sprintf("step %d", n),
+			Calls: []modeltest.Call{{ID: fmt.Sprintf("c%d", n), Code: fmt.Sprintf("print('orig%dmark', 'x' * 300)", n)}}}
+	})
+	model.ToolFree(func(modeltest.Request) modeltest.Reply {
+		return modeltest.Reply{Text: "The agent printed numbered marks."}
+	})
+	stop.Store(80)
+	agentToml := "context_budget_tokens = 6000\nmax_steps = 1000\n"
+	a := startAgent(t, model, agentToml)
+	a.send("print marks, one cell at a time")
+	a.eventually("the session waits", a.state(store.StateWaiting))
+	if len(a.kinds(store.LaneNotice, "context.compacted")) == 0 {
+		t.Fatal("no compaction: nothing for retention to collect")
+	}
+	ageHistory(t, a.data, 72*time.Hour)
+	res, err := a.c.GC(t.Context())
+	if err != nil || res.History.Records != 0 {
+		t.Fatalf("gc with no history_days: %+v %v", res.History, err)
+	}
+
+	a.writeConfig(fmt.Sprintf("[agent]\nroute = \"main\"\nretry_backoff_ms = 50\n%s\n[routes.main]\nurl = %q\nmodel = \"fake\"\ntimeout_seconds = 30\n\n[retention]\nhistory_days = 1\n",
+		agentToml, model.URL()))
+	got, err := a.c.Reload(t.Context())
+	if err != nil || !strings.Contains(strings.Join(got.Applied, "\n"), "[retention]") {
+		t.Fatalf("reload: %+v %v", got, err)
+	}
+	for _, r := range got.Restart {
+		if strings.Contains(r, "retention") {
+			t.Fatalf("reload names [retention] as needing a restart: %q", got.Restart)
+		}
+	}
+	res, err = a.c.GC(t.Context())
+	if err != nil || res.History.Records == 0 {
+		t.Fatalf("gc after the reload to history_days = 1: %+v %v", res.History, err)
+	}
+}

@@ -101,9 +101,14 @@ type Engine struct {
 	ownDir     bool
 	dials      atomic.Int64
 
-	mu     sync.Mutex // guards closed; each conn guards its own fields
+	mu     sync.Mutex // guards closed, conns, retired, socks; each conn guards its own fields
 	closed bool
-	conns  map[string]*conn // fixed at New
+	conns  map[string]*conn // the configured hosts (Reconfigure replaces them)
+	// retired are hosts a Reconfigure removed: no new work goes there,
+	// but the units already running are still watched, stopped and
+	// collected through their connection.
+	retired map[string]*conn
+	socks   int // control sockets made by Reconfigure, for their names
 }
 
 // New returns an Engine; nothing connects until a host is used.
@@ -117,7 +122,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{cfg: cfg, conns: map[string]*conn{}}
+	e := &Engine{cfg: cfg, conns: map[string]*conn{}, retired: map[string]*conn{}}
 	// A socket path is at most 107 bytes, and ssh adds a 17-byte suffix
 	// while it creates one.
 	longest := 0
@@ -153,8 +158,9 @@ func (e *Engine) Close() {
 		return
 	}
 	e.closed = true
+	all := slices.Concat(slices.Collect(maps.Values(e.conns)), slices.Collect(maps.Values(e.retired)))
 	e.mu.Unlock()
-	for _, c := range e.conns {
+	for _, c := range all {
 		c.close()
 	}
 	if e.ownDir {
@@ -166,11 +172,17 @@ func (e *Engine) Close() {
 func (e *Engine) Dials() int64 { return e.dials.Load() }
 
 // Names lists the hosts, sorted.
-func (e *Engine) Names() []string { return slices.Sorted(maps.Keys(e.conns)) }
+func (e *Engine) Names() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Sorted(maps.Keys(e.conns))
+}
 
 // Host returns the named host.
 func (e *Engine) Host(name string) (Host, bool) {
+	e.mu.Lock()
 	c, ok := e.conns[name]
+	e.mu.Unlock()
 	if !ok {
 		return Host{}, false
 	}
@@ -202,9 +214,16 @@ func (e *Engine) Matches(sel string) []string {
 }
 
 func (e *Engine) candidates(sel string) ([]*conn, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.candidatesLocked(sel)
+}
+
+// candidatesLocked is candidates with e.mu held.
+func (e *Engine) candidatesLocked(sel string) ([]*conn, error) {
 	if label, ok := strings.CutPrefix(sel, "label:"); ok {
 		var out []*conn
-		for _, name := range e.Names() {
+		for _, name := range slices.Sorted(maps.Keys(e.conns)) {
 			if c := e.conns[name]; slices.Contains(c.h.Labels, label) {
 				out = append(out, c)
 			}
@@ -216,7 +235,7 @@ func (e *Engine) candidates(sel string) ([]*conn, error) {
 	}
 	c, ok := e.conns[sel]
 	if !ok {
-		names := e.Names()
+		names := slices.Sorted(maps.Keys(e.conns))
 		if len(names) == 0 {
 			return nil, fmt.Errorf("%w: %q: klbr.toml defines no [hosts.NAME]", ErrUnknownHost, sel)
 		}
@@ -229,7 +248,9 @@ func (e *Engine) candidates(sel string) ([]*conn, error) {
 // label and the most room that is up (one that is down only when none is
 // up). release gives the slot back.
 func (e *Engine) Reserve(sel string) (host string, release func(), err error) {
-	cs, err := e.candidates(sel)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cs, err := e.candidatesLocked(sel)
 	if err != nil {
 		return "", nil, err
 	}
@@ -253,13 +274,25 @@ func (e *Engine) Reserve(sel string) (host string, release func(), err error) {
 	best.reserved++
 	best.mu.Unlock()
 	var once sync.Once
-	return best.h.Name, func() {
-		once.Do(func() {
-			best.mu.Lock()
-			best.reserved--
-			best.mu.Unlock()
-		})
-	}, nil
+	name := best.h.Name
+	return name, func() { once.Do(func() { e.release(name) }) }, nil
+}
+
+// release gives back a slot on the named host: on its connection now,
+// which a Reconfigure may have replaced (the count moves with it).
+func (e *Engine) release(name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, ok := e.conns[name]
+	if !ok {
+		c, ok = e.retired[name]
+	}
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	c.reserved--
+	c.mu.Unlock()
 }
 
 // Status is what klbr-core knows of a host without asking it.
@@ -277,8 +310,10 @@ type Status struct {
 
 // Statuses returns every host's status, by name.
 func (e *Engine) Statuses() []Status {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	var out []Status
-	for _, name := range e.Names() {
+	for _, name := range slices.Sorted(maps.Keys(e.conns)) {
 		c := e.conns[name]
 		c.mu.Lock()
 		s := Status{Name: name, SSH: fmt.Sprintf("%s@%s", c.h.Target.User, c.h.Target.KnownHostsName()),
@@ -296,12 +331,14 @@ func (e *Engine) Statuses() []Status {
 
 func (e *Engine) conn(name string) (*conn, error) {
 	e.mu.Lock()
-	closed := e.closed
-	e.mu.Unlock()
-	if closed {
+	defer e.mu.Unlock()
+	if e.closed {
 		return nil, errors.New("hosts: closed")
 	}
 	c, ok := e.conns[name]
+	if !ok {
+		c, ok = e.retired[name] // its running units are still watched
+	}
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownHost, name)
 	}

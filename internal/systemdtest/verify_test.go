@@ -114,7 +114,7 @@ func TestUnitsContract(t *testing.T) {
 			"ExecReload=/usr/bin/klbr-core reload\n"},
 			[]string{"[Install]", "MemoryDenyWriteExecute="}, 3},
 		{"klbr-discord.service", []string{"Requires=klbr-core-ingress.socket\n", "LoadCredential=discord-token:",
-			"ExecStart=/usr/bin/klbr-discord\n"}, nil, 1},
+			"ExecStart=/usr/bin/klbr-discord\n", "ExecReload=/bin/kill -HUP $MAINPID\n"}, nil, 1},
 		{"klbr.slice", []string{"[Slice]\n"}, nil, 0},
 	} {
 		t.Run(tc.unit, func(t *testing.T) {
