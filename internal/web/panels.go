@@ -182,27 +182,40 @@ func decodeMark(body []byte) (markRequest, error) {
 	return m, nil
 }
 
+// pageAction checks what every action the page posts must be: from this
+// page's own origin (or with the bearer token), JSON, naming a positive
+// integer in the path value param; it reads the body, at most max bytes
+// (decoders refuse what is longer). On a refusal it has answered, and ok
+// is false.
+func (b *browser) pageAction(w http.ResponseWriter, r *http.Request, what, param string, max int64) (id int64, body []byte, ok bool) {
+	if r.Header.Get("Origin") == "" && presentedBearer(r) == "" || !originOK(r) {
+		b.refuse(w, r, http.StatusForbidden, what+" without this page's Origin")
+		return 0, nil, false
+	}
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		jsonError(w, http.StatusUnsupportedMediaType, api.CodeInvalid, "send JSON")
+		return 0, nil, false
+	}
+	id, err := strconv.ParseInt(r.PathValue(param), 10, 64)
+	if err != nil || id < 1 {
+		jsonError(w, http.StatusBadRequest, api.CodeInvalid, param+" must be a positive integer")
+		return 0, nil, false
+	}
+	body, err = io.ReadAll(io.LimitReader(r.Body, max+1))
+	if err != nil {
+		jsonError(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+		return 0, nil, false
+	}
+	return id, body, true
+}
+
 // handleMark records the operator's decision on an attention item (the
 // operator API's mark; decision origin "operator"). Pending reopens an
 // acted or ignored item. A browser must send it from this page's own
 // origin, as JSON: no other page can make it.
 func (b *browser) handleMark(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Origin") == "" && presentedBearer(r) == "" || !originOK(r) {
-		b.refuse(w, r, http.StatusForbidden, "mark without this page's Origin")
-		return
-	}
-	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		jsonError(w, http.StatusUnsupportedMediaType, api.CodeInvalid, "send JSON")
-		return
-	}
-	id, err := strconv.ParseInt(r.PathValue("item"), 10, 64)
-	if err != nil || id < 1 {
-		jsonError(w, http.StatusBadRequest, api.CodeInvalid, "item must be a positive integer")
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxMarkBody+1))
-	if err != nil {
-		jsonError(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+	id, body, ok := b.pageAction(w, r, "mark", "item", MaxMarkBody)
+	if !ok {
 		return
 	}
 	req, err := decodeMark(body)

@@ -10,9 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -72,22 +70,8 @@ func decodeDecide(body []byte) (string, error) {
 // browser must send it from this page's own origin, as JSON.
 func (b *browser) handleDecide(release bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Origin") == "" && presentedBearer(r) == "" || !originOK(r) {
-			b.refuse(w, r, http.StatusForbidden, "a held effect's decision without this page's Origin")
-			return
-		}
-		if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-			jsonError(w, http.StatusUnsupportedMediaType, api.CodeInvalid, "send JSON")
-			return
-		}
-		id, err := strconv.ParseInt(r.PathValue("effect"), 10, 64)
-		if err != nil || id < 1 {
-			jsonError(w, http.StatusBadRequest, api.CodeInvalid, "effect must be a positive integer")
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, MaxDecideBody+1))
-		if err != nil {
-			jsonError(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+		id, body, ok := b.pageAction(w, r, "a held effect's decision", "effect", MaxDecideBody)
+		if !ok {
 			return
 		}
 		note, err := decodeDecide(body)
