@@ -139,7 +139,16 @@ func TestAttachRefusesALink(t *testing.T) {
 			c.Close()
 		}
 	}()
-	out, err = exec.Command(kernelBin, "--attach", link).Output()
+	// The relay ends when either side does (a relay whose SSH session is
+	// gone has nothing to carry; the stream replays what was unread), so
+	// its stdin stays open until the socket's side has ended.
+	cmd := exec.Command(kernelBin, "--attach", link)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	out, err = cmd.Output()
 	if err != nil || string(out) != "hi" {
 		t.Fatalf("attach to a socket: %q %v", out, err)
 	}
