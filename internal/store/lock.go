@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -58,6 +59,43 @@ func lockDir(dir string) (*dirLock, error) {
 }
 
 var errLocked = errors.New("locked")
+
+// deadOwnerWait bounds how long Open waits for a lock whose recorded owner
+// is dead: a process that klbr-core was starting when it was killed holds
+// the descriptor from its fork until its exec closes it (close-on-exec).
+const deadOwnerWait = 5 * time.Second
+
+// lockDirAfterDeadOwner takes the lock; while another holds it whose
+// recorded owner on this host has died, it tries again for deadOwnerWait,
+// since only a child that owner was starting can still hold it, and not
+// for long. A living owner is answered errLocked at once.
+func lockDirAfterDeadOwner(ctx context.Context, dir string) (*dirLock, error) {
+	deadline := time.Now().Add(deadOwnerWait)
+	for {
+		lock, err := lockDir(dir)
+		if !errors.Is(err, errLocked) || time.Now().After(deadline) || !ownerDead(ctx, dir) {
+			return lock, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// ownerDead reports whether the owner the store records ran on this host
+// and no process of its pid exists any more.
+func ownerDead(ctx context.Context, dir string) bool {
+	o := readOwner(ctx, dir)
+	if o == nil || o.PID <= 0 {
+		return false
+	}
+	if host, _ := os.Hostname(); host != o.Host {
+		return false
+	}
+	return errors.Is(unix.Kill(o.PID, 0), unix.ESRCH)
+}
 
 func (l *dirLock) release() error {
 	if l == nil || l.f == nil {

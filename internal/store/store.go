@@ -93,7 +93,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	lock, err := lockDir(dir)
+	lock, err := lockDirAfterDeadOwner(ctx, dir)
 	if errors.Is(err, errLocked) {
 		return nil, &HeldError{Dir: dir, Owner: readOwner(ctx, dir)}
 	}
