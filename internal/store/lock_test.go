@@ -45,7 +45,7 @@ func TestOpenWaitsOutALockItsDeadOwnerLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { time.Sleep(300 * time.Millisecond); held.release() }()
+	go func(l *dirLock) { time.Sleep(300 * time.Millisecond); l.release() }(held)
 	s, err = Open(context.Background(), dir, Options{})
 	if err != nil {
 		t.Fatalf("Open after the dead owner's lock was let go: %v", err)
@@ -54,11 +54,11 @@ func TestOpenWaitsOutALockItsDeadOwnerLeft(t *testing.T) {
 
 	// A living owner: refused at once, naming it.
 	setOwnerPID(t, dir, os.Getpid())
-	held, err = lockDir(dir)
+	living, err := lockDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer held.release()
+	defer living.release()
 	start := time.Now()
 	_, err = Open(context.Background(), dir, Options{})
 	if !errors.Is(err, ErrHeld) || time.Since(start) > 2*time.Second {
