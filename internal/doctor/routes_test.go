@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/klbr-dev/klbr/internal/citest"
 )
 
 // A route nothing uses (not the agent's, a fallback, the summary route or
@@ -54,7 +56,7 @@ func TestDoctorNamesTheSeedDefaults(t *testing.T) {
 	for _, port := range []string{"8001", "8002", "8003"} {
 		if c, err := net.Dial("tcp", "localhost:"+port); err == nil {
 			c.Close()
-			t.Skip("something listens on localhost:" + port + " (a seed default)")
+			citest.SkipOrFail(t, "something listens on localhost:"+port+" (a seed default): this test needs nothing there")
 		}
 	}
 	data := t.TempDir()
