@@ -586,6 +586,31 @@ func TestRestartedTransportBackfillsKnownConversations(t *testing.T) {
 	}
 }
 
+// A message written before our newest send in a conversation, which no
+// transport got admitted (klbr-discord stopped with it still queued), is
+// read back by the next transport: our own sends never move the backfill's
+// cursor. The one-hour soak lost DMs this way: the cursor was our reply's id.
+func TestBackfillReadsBehindOurOwnNewestSend(t *testing.T) {
+	c := startCore(t, t.TempDir())
+	fake := discordtest.New("99")
+	defer fake.Close()
+	stop := runTransportStoppable(t, fake, c.socket, nil)
+	waitFor(t, "the gateway session", fake.Connected)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("10001", "20", "", "5", "hello"))
+	waitFor(t, "the first dm", func() bool { return len(pending(t, c)) == 1 })
+	// The reply's id (the fake's, 9000…) is newer than 10002's.
+	e := enqueueSend(t, c, "d1", "reply/1", "hi", 0)
+	if got := settled(t, c, e.ID); got.State != store.EffectConfirmed {
+		t.Fatalf("the reply: %+v", got)
+	}
+	stop()
+	waitFor(t, "the gateway closed", func() bool { return !fake.Connected() })
+
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("10002", "20", "", "5", "written before the reply, never admitted"))
+	runTransport(t, fake, c.socket)
+	waitFor(t, "the message behind our reply", func() bool { return len(pending(t, c)) == 2 })
+}
+
 // Discord refuses content over 2,000 code points with 50035 (an invalid
 // form body): the effect fails with the field's own reason, and nothing was
 // delivered. 2,000 CJK characters (6,000 bytes) are accepted.

@@ -123,6 +123,9 @@ type ConversationRef struct {
 	GuildID       string `json:"guild_id,omitempty"`
 	ParentID      string `json:"parent_id,omitempty"`
 	Name          string `json:"name,omitempty"`
+	// LastMessageID is what a restarted transport reads history after: the
+	// newest message admitted from the conversation (never one of our own
+	// sends, which can be newer than a message not yet admitted).
 	LastMessageID string `json:"last_message_id,omitempty"`
 }
 
