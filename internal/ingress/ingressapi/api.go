@@ -116,13 +116,14 @@ type HelloResponse struct {
 // FenceHeader carries a transport's fencing token.
 const FenceHeader = "X-Klbr-Fence"
 
-// ConversationRef is a known conversation and the newest message id the core has of it.
+// ConversationRef is a known conversation and where a restarted transport
+// reads its history from.
 type ConversationRef struct {
-	ChannelID     string `json:"channel_id"`
-	Kind          string `json:"kind"`
-	GuildID       string `json:"guild_id,omitempty"`
-	ParentID      string `json:"parent_id,omitempty"`
-	Name          string `json:"name,omitempty"`
+	ChannelID string `json:"channel_id"`
+	Kind      string `json:"kind"`
+	GuildID   string `json:"guild_id,omitempty"`
+	ParentID  string `json:"parent_id,omitempty"`
+	Name      string `json:"name,omitempty"`
 	// LastMessageID is what a restarted transport reads history after: the
 	// newest message admitted from the conversation (never one of our own
 	// sends, which can be newer than a message not yet admitted).
