@@ -277,6 +277,7 @@ func (s *Server) discordMessage(m ingressapi.Message) store.DiscordMessage {
 	return store.DiscordMessage{
 		Session: s.cfg.Session, MessageID: m.MessageID, ChannelID: m.ChannelID, ChannelKind: m.ChannelKind, GuildID: m.GuildID,
 		ParentID: m.ParentID, ChannelName: m.ChannelName, AuthorID: m.AuthorID, Mode: m.Mode, ReplyTo: m.ReplyTo, Attachments: att,
+		OutOfOrder: m.OutOfOrder,
 	}
 }
 

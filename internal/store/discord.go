@@ -63,6 +63,9 @@ type DiscordMessage struct {
 	ChannelName string
 	AuthorID    string
 	Mode        string // dm, mention, ambient, gap
+	// OutOfOrder: older messages of the channel may not be admitted yet;
+	// the message does not move the backfill cursor (last_inbound_id).
+	OutOfOrder  bool
 	ReplyTo     string
 	Attachments json.RawMessage // metadata only; nil means none
 }
@@ -81,14 +84,25 @@ func (t *Tx) RecordDiscordMessage(a Admitted, m DiscordMessage) (DiscordAdmitted
 	var out DiscordAdmitted
 	if a.Duplicate {
 		var item sql.NullInt64
-		err := t.queryRow(`SELECT c.alias, a.id FROM discord_messages m
+		var conv int64
+		err := t.queryRow(`SELECT c.id, c.alias, a.id FROM discord_messages m
 			JOIN discord_conversations c ON c.id = m.conversation_id
 			LEFT JOIN attention_items a ON a.input_id = m.input_id
-			WHERE m.input_id = ?`, a.InputID).Scan(&out.Conversation, &item)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			WHERE m.input_id = ?`, a.InputID).Scan(&conv, &out.Conversation, &item)
+		if errors.Is(err, sql.ErrNoRows) {
+			return out, nil
+		}
+		if err != nil {
 			return out, fmt.Errorf("discord message: %w", err)
 		}
 		out.ItemID = item.Int64
+		// A catch-up reading a message admitted live (out of order) puts it
+		// in order now.
+		if m.Mode != "gap" && !m.OutOfOrder {
+			if err := t.advance(conv, m.MessageID, true); err != nil {
+				return out, err
+			}
+		}
 		return out, nil
 	}
 	conv, err := t.ensureConversation(m.ChannelID, m.ChannelKind, m.GuildID, m.ParentID, m.ChannelName)
@@ -105,7 +119,7 @@ func (t *Tx) RecordDiscordMessage(a Admitted, m DiscordMessage) (DiscordAdmitted
 		return out, fmt.Errorf("discord message: %w", err)
 	}
 	if m.Mode != "gap" {
-		if err := t.advance(conv.ID, m.MessageID, true); err != nil {
+		if err := t.advance(conv.ID, m.MessageID, !m.OutOfOrder); err != nil {
 			return out, err
 		}
 	}

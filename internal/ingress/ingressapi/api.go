@@ -55,6 +55,10 @@ type Message struct {
 	ReplyTo     string       `json:"reply_to,omitempty"`
 	OccurredAt  time.Time    `json:"occurred_at"`
 	Attachments []Attachment `json:"attachments,omitempty"`
+	// OutOfOrder says older messages of the channel may still be on their
+	// way (a catch-up of it has not been admitted yet): the message is
+	// admitted but does not move the conversation's backfill cursor.
+	OutOfOrder bool `json:"out_of_order,omitempty"`
 }
 
 // Attachment is attachment metadata; the bytes are fetched later, bounded,
