@@ -86,6 +86,7 @@ for line in f:
 		}
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
+		<-exited // its stderr is written
 		t.Fatalf("the kernel outlived its grace without a connection; stderr %s", stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "no connection for 2s") {
