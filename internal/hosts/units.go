@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/klbr-dev/klbr/internal/kernel"
 )
 
 // Unit is a transient service to start on a host.
@@ -477,13 +479,35 @@ func (e *Engine) Pipe(ctx context.Context, host string, u Unit) (*exec.Cmd, erro
 // the host's systemd independent of any SSH session, and is unloaded when
 // its program ends (--collect). A unit of u's name that exists already is
 // refused.
+//
+// The host's klbr-kernel must speak this klbr-core's protocol: one that
+// does not (an older release) is refused before anything starts, with
+// ErrKernelProtocol, its version and the fix.
 func (e *Engine) Serve(ctx context.Context, host string, u Unit) error {
 	c, script, err := e.workerScript(host, u, true)
 	if err != nil {
 		return err
 	}
-	return c.run(ctx, script, io.Discard)
+	var out bytes.Buffer
+	err = c.run(ctx, script, &limited{w: &out, n: 512})
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == exitOtherProtocol {
+		line, _, _ := strings.Cut(out.String(), "\n")
+		path, kv, _ := strings.Cut(line, " ")
+		ver, proto, _ := kernel.ParseVersionLine(kv)
+		p := kernelProblem(path, ver, proto)
+		if p == nil { // the line says this protocol after all: not a shell's glob of it
+			p = &Problem{What: fmt.Sprintf("the host's klbr-kernel (%s) says %q", path, kv), Fix: "install the same klbr release on the host as here"}
+		}
+		return fmt.Errorf("host %s: start %s: %w: %s; %s", host, u.Name, ErrKernelProtocol, p.What, p.Fix)
+	}
+	return err
 }
+
+// exitOtherProtocol is the exit status of Serve's script when the host's
+// klbr-kernel does not say this klbr-core's protocol (it prints where the
+// kernel is and what it said first).
+const exitOtherProtocol = 76
 
 // Attach returns the command, a session of the host's one connection
 // (connected first, again if it dropped), that relays its stdin and stdout
@@ -517,9 +541,15 @@ func (e *Engine) workerScript(host string, u Unit, serve bool) (*conn, string, e
 	if len(u.Argv) == 0 || u.Argv[0] == "" {
 		return nil, "", errors.New("hosts: a unit needs a program")
 	}
-	extra, listen := []string{"--pipe", "--wait", "--collect"}, ""
+	extra, listen, check := []string{"--pipe", "--wait", "--collect"}, "", ""
 	if serve {
 		extra, listen = []string{"--collect"}, `-p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output"`
+		// --listen is protocol 3's: a kernel of another protocol is
+		// refused here, before a unit exists, not after a handshake's
+		// timeout.
+		check = fmt.Sprintf(`v=$("$p" --version 2>/dev/null </dev/null | head -n 1 | head -c 200)
+case "$v" in "klbr-kernel "*" protocol %d") ;; *) printf '%%s %%s\n' "$p" "$v"; exit %d;; esac
+`, kernel.Protocol, exitOtherProtocol)
 	}
 	quoted, err := c.runArgs(u, extra...)
 	if err != nil {
@@ -562,11 +592,11 @@ d="$r"/%s
 c="$r"/cache
 if [ "$(systemctl show --property=LoadState --value -- "$u")" != not-found ]; then echo "klbr: $u exists on the host already" >&2; exit 75; fi
 p=$(command -v -- %s) || { echo "klbr: %s is not on the PATH of $(id -un) on the host" >&2; exit 127; }
-mkdir -p -- "$d" && chmod 700 -- "$d"
+%smkdir -p -- "$d" && chmod 700 -- "$d"
 set --
 %s
 exec %s %s %s %s -p "WorkingDirectory="%s -- "$p" "$@" %s
-`, Quote(u.Name), c.workRoot(), Quote(u.Name), Quote(u.Argv[0]), Quote(u.Argv[0]), confine,
+`, Quote(u.Name), c.workRoot(), Quote(u.Name), Quote(u.Argv[0]), Quote(u.Argv[0]), check, confine,
 		strings.Join(quoted, " "), c.identity(), props, listen, wd, strings.Join(argv, " "))
 	return c, script, nil
 }
