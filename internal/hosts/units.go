@@ -404,6 +404,34 @@ if [ -f "$f" ]; then wc -c < "$f"; head -c %d -- "$f"; else echo 0; fi
 	return n, nil
 }
 
+// Tail returns the last n bytes (at most 1 MiB) of a unit's output (its
+// stdout and stderr) on host: a worker's last words. The file is in the
+// unit's own directory, which its programs may write: it is read only
+// when it is a regular file, never through a link a program of the unit
+// put in its place (O_NOFOLLOW, O_NONBLOCK: no fifo stalls the read).
+// Nothing (no error) when there is no such file.
+func (e *Engine) Tail(ctx context.Context, host, unit string, n int) ([]byte, error) {
+	c, err := e.conn(host)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckUnitName(unit); err != nil {
+		return nil, err
+	}
+	n = max(0, min(n, 1<<20))
+	script := fmt.Sprintf(`f=%s/output
+[ -f "$f" ] && [ ! -L "$f" ] || exit 0
+s=$(stat -c %%s -- "$f") || exit 0
+k=0; [ "$s" -gt %d ] && k=$((s - %d))
+exec dd if="$f" iflag=nofollow,nonblock,skip_bytes,count_bytes skip="$k" count=%d bs=65536 status=none
+`, c.workDir(unit), n, n, n)
+	var out bytes.Buffer
+	if err := c.run(ctx, script, &limited{w: &out, n: n}); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
 // headerWriter passes on everything after the first line, which it keeps.
 type headerWriter struct {
 	w    io.Writer

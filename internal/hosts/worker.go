@@ -79,6 +79,13 @@ func (u WorkerUnit) Command(ctx context.Context, argv, env []string) (*exec.Cmd,
 	return u.Engine.Pipe(ctx, u.Host, u.unit(argv, env))
 }
 
+// Tail returns the last n bytes of the unit's output on the host (its
+// kernel's and Python's stderr): a dead worker's last words
+// (worker.Tailer).
+func (u WorkerUnit) Tail(ctx context.Context, n int) ([]byte, error) {
+	return u.Engine.Tail(ctx, u.Host, u.Name, n)
+}
+
 // Stop stops the unit and removes its directory on the host.
 func (u WorkerUnit) Stop(ctx context.Context) error {
 	return u.Engine.Collect(ctx, u.Host, u.Name)

@@ -36,6 +36,36 @@ type Resumable interface {
 	Grace() time.Duration
 }
 
+// Tailer is a Remote that can read the end of its unit's output on the
+// host (its kernel's and Python's stderr go there, not here): a worker that
+// died there has its last words added to its diagnostics, as a local
+// worker's stderr is.
+type Tailer interface {
+	Tail(ctx context.Context, n int) ([]byte, error)
+}
+
+// lastWordsBytes is how much of a dead remote worker's output is fetched.
+const lastWordsBytes = 4 << 10
+
+// lastWords adds the end of the remote unit's output to the diagnostics,
+// unless the worker is being killed (its unit stopped on purpose).
+func (w *Worker) lastWords() {
+	t, ok := w.spec.Remote.(Tailer)
+	if !ok || w.dropping.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tail, err := t.Tail(ctx, lastWordsBytes)
+	if err != nil {
+		w.log.Info("worker: read the remote worker's last output", "error", err)
+		return
+	}
+	if len(tail) > 0 {
+		fmt.Fprintf(w.diag, "\n[the worker's output on its host, last %d bytes]\n%s", len(tail), tail)
+	}
+}
+
 // spawnRemote starts the worker on another host: the local command (an SSH
 // session) gets the protocol socket as its stdin and stdout, and klbr-kernel
 // --protocol-stdio on the far side hands the stream to Python as fd 3. The
@@ -69,6 +99,7 @@ func (w *Worker) spawnRemote(ctx context.Context, workerEnd *os.File) error {
 // killRemote stops the remote unit (the host's systemd kills every process
 // of it), then ends the local session.
 func (w *Worker) killRemote() {
+	w.dropping.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := w.spec.Remote.Stop(ctx); err != nil {
@@ -144,6 +175,7 @@ func (w *Worker) keepAttached(r Resumable, st *resume.Stream, fromKernel <-chan 
 		}
 		if since, detached := st.Detached(); detached && time.Since(since) > giveUp {
 			why = fmt.Errorf("no connection to the host for %s: the host's kernel has ended the generation", giveUp.Round(time.Second))
+			w.markDead(fmt.Errorf("%w: %v", ErrDead, why)) // before the stream's end says only EOF
 			st.Abort(why)
 			break
 		}
@@ -164,6 +196,7 @@ func (w *Worker) keepAttached(r Resumable, st *resume.Stream, fromKernel <-chan 
 					// The connection works and the kernel this stream was
 					// attached to no longer listens: it has ended.
 					why = errors.New("the worker's kernel on the host has ended (no one listens on its protocol socket)")
+					w.markDead(fmt.Errorf("%w: %v", ErrDead, why))
 					st.Abort(why)
 					break
 				}
@@ -180,8 +213,9 @@ func (w *Worker) keepAttached(r Resumable, st *resume.Stream, fromKernel <-chan 
 		pause = min(2*pause, time.Second)
 	}
 	w.log.Warn("worker: the remote worker is gone", "why", why)
+	w.markDead(fmt.Errorf("%w: %v", ErrDead, why))
+	w.lastWords() // Execute's deathReason waits for exited
 	w.exitErr = why
 	close(w.exited)
-	w.markDead(fmt.Errorf("%w: %v", ErrDead, why))
 	go w.Kill() // stops the unit
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,5 +62,39 @@ func TestRemoteWorkbenchOldKernel(t *testing.T) {
 				t.Fatalf("units on the host after the refusal: %v %v", units, err)
 			}
 		})
+	}
+}
+
+// A remote worker that dies leaves its last words (its stderr, in its
+// unit's output file on the host) where a local worker's go: in the dead
+// cell's outcome and the worker's diagnostics. The file is the cell's to
+// write: one it replaced with a link to a file out of its reach (another
+// job's) is not read through the link.
+func TestRemoteWorkbenchLastWords(t *testing.T) {
+	h, e := remoteLab(t)
+	w, _ := startRemote(t, e, 1)
+	o := run(t, w, "e1", "import os\nos.write(2, b'last words: the reactor is on fire\\n')\nos._exit(3)")
+	if !o.Reset || o.Error == nil || !strings.Contains(o.Error.Message, "the reactor is on fire") {
+		t.Fatalf("the dead cell's outcome does not carry the worker's last words: %+v %+v", o, o.Error)
+	}
+	if !strings.Contains(w.Diagnostics(), "the reactor is on fire") {
+		t.Fatalf("the worker's diagnostics do not carry its last words:\n%s", w.Diagnostics())
+	}
+
+	other := filepath.Join(h.WorkDir, "klbr-job-9-1.service")
+	if err := os.MkdirAll(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(other, "secret")
+	if err := os.WriteFile(secret, []byte("s3cr3t of another job\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w2, _ := startRemote(t, e, 2)
+	o = run(t, w2, "e2", fmt.Sprintf("import os\nos.write(2, b'swapping\\n')\nos.unlink('output')\nos.symlink(%q, 'output')\nos._exit(4)", secret))
+	if !o.Reset || o.Error == nil {
+		t.Fatalf("the cell did not end its worker: %+v", o)
+	}
+	if strings.Contains(o.Error.Message, "s3cr3t") || strings.Contains(w2.Diagnostics(), "s3cr3t") {
+		t.Fatalf("the last words were read through the cell's link to another job's file:\n%s\n%s", o.Error.Message, w2.Diagnostics())
 	}
 }

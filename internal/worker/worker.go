@@ -158,6 +158,7 @@ type Worker struct {
 	stopOnce sync.Once
 	stopping atomic.Bool    // Stop was called: the end of the stream is expected
 	stream   *resume.Stream // a resumable remote worker's protocol stream
+	dropping atomic.Bool    // Kill is stopping the remote unit: its end needs no last words
 	killOnce sync.Once
 	killed   chan struct{} // closed once the tree is gone and the placement released
 	wg       sync.WaitGroup
