@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -77,9 +79,6 @@ func (w *Worker) spawnRemote(ctx context.Context, workerEnd *os.File) error {
 	if s.NoSite {
 		site = "-S"
 	}
-	if r, ok := s.Remote.(Resumable); ok {
-		return w.spawnResumable(ctx, r, workerEnd, site)
-	}
 	argv := []string{s.Kernel, "--protocol-stdio", "--", s.Python, site, "-m", "klbr_runtime"}
 	cmd, err := s.Remote.Command(ctx, argv, w.env())
 	if err != nil {
@@ -123,33 +122,68 @@ func (w *Worker) killRemote() {
 // kernel ended it, or the worker was killed), or no connection could be made
 // for the unit's grace and a little more (the kernel has ended the
 // generation by then).
-func (w *Worker) spawnResumable(ctx context.Context, r Resumable, workerEnd *os.File, site string) error {
+func (w *Worker) spawnResumable(ctx context.Context, r Resumable) error {
 	s := w.spec
+	site := "-s"
+	if s.NoSite {
+		site = "-S"
+	}
 	argv := []string{s.Kernel, "--grace", r.Grace().String(), "--", s.Python, site, "-m", "klbr_runtime"}
+	st := resume.New(resume.Config{})
+	sc := &streamConn{st: st, ended: make(chan struct{})}
+	w.conn = sc
 	if err := r.Serve(ctx, argv, w.env()); err != nil {
-		w.conn.Close()
+		st.Close()
 		return fmt.Errorf("worker: start the remote unit: %w", err)
 	}
-	fc, err := net.FileConn(workerEnd)
-	if err != nil {
-		w.conn.Close()
-		return fmt.Errorf("worker: %w", err)
-	}
-	st := resume.New(resume.Config{})
 	w.stream = st
-	fromKernel := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(st, fc)
-		_ = st.CloseWrite()
-	}()
-	go func() {
-		_, _ = io.Copy(fc, st)
-		fc.Close()
-		close(fromKernel)
-	}()
-	go w.keepAttached(r, st, fromKernel)
+	go w.keepAttached(r, st, sc.ended)
 	return w.greet(ctx)
 }
+
+// streamConn is a resumable worker's stream as its protocol connection: the
+// worker's frames go into the stream and come out of it with no socket and
+// no copying goroutine between (each would cost a wake-up a frame).
+type streamConn struct {
+	st     *resume.Stream
+	closed atomic.Bool
+	once   sync.Once
+	ended  chan struct{} // closed once Read met the stream's end or failure
+}
+
+func (c *streamConn) Read(p []byte) (int, error) {
+	n, err := c.st.Read(p)
+	if err != nil {
+		if c.closed.Load() {
+			return n, net.ErrClosed
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			c.once.Do(func() { close(c.ended) })
+		}
+	}
+	return n, err
+}
+
+func (c *streamConn) Write(p []byte) (int, error) {
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	return c.st.Write(p)
+}
+
+// Close ends what the worker sends (the kernel's Python reads its end) and
+// wakes a waiting Read, which returns net.ErrClosed; the stream itself
+// goes on until the kernel ends it or the worker is killed.
+func (c *streamConn) Close() error {
+	if !c.closed.Swap(true) {
+		_ = c.st.CloseWrite()
+		_ = c.st.SetReadDeadline(time.Now())
+	}
+	return nil
+}
+
+func (c *streamConn) SetReadDeadline(t time.Time) error  { return c.st.SetReadDeadline(t) }
+func (c *streamConn) SetWriteDeadline(t time.Time) error { return c.st.SetWriteDeadline(t) }
 
 // keepAttached makes connections for st until it is over, then marks the
 // worker exited.
