@@ -471,6 +471,7 @@ func (e *Engine) Collect(ctx context.Context, host, unit string) error {
 	if err := CheckUnitName(unit); err != nil {
 		return err
 	}
+	c.unforward(unit)
 	script := fmt.Sprintf(`u=%s
 systemctl stop -- "$u" 2>/dev/null
 systemctl reset-failed -- "$u" 2>/dev/null

@@ -2,7 +2,9 @@ package hosts
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -51,6 +53,18 @@ func (u WorkerUnit) Attach(ctx context.Context) (*exec.Cmd, error) {
 		k = "klbr-kernel"
 	}
 	return u.Engine.Attach(ctx, u.Host, u.Name, k)
+}
+
+// Forward is one connection to the unit's protocol socket forwarded by the
+// host's connection itself, with no relay process (worker.Forwarder); nil
+// and no error when it cannot be forwarded to (ErrNoForward): Attach
+// reaches it.
+func (u WorkerUnit) Forward(ctx context.Context) (net.Conn, error) {
+	c, err := u.Engine.Forward(ctx, u.Host, u.Name)
+	if errors.Is(err, ErrNoForward) {
+		return nil, nil
+	}
+	return c, err
 }
 
 // Grace is how long the unit's kernel waits for a connection: the host's

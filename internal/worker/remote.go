@@ -185,6 +185,57 @@ func (c *streamConn) Close() error {
 func (c *streamConn) SetReadDeadline(t time.Time) error  { return c.st.SetReadDeadline(t) }
 func (c *streamConn) SetWriteDeadline(t time.Time) error { return c.st.SetWriteDeadline(t) }
 
+// Forwarder is a Resumable whose unit's socket its host's connection can
+// reach with no relay process (hosts.WorkerUnit: OpenSSH's stream-local
+// forwarding to the kernel's handle on its socket). A nil connection with
+// no error says it cannot be forwarded to: Attach reaches it.
+type Forwarder interface {
+	Forward(ctx context.Context) (net.Conn, error)
+}
+
+// heardConn notes whether anything arrived on its connection.
+type heardConn struct {
+	io.ReadWriteCloser
+	heard atomic.Bool
+}
+
+func (c *heardConn) Read(p []byte) (int, error) {
+	n, err := c.ReadWriteCloser.Read(p)
+	if n > 0 && !c.heard.Load() {
+		c.heard.Store(true)
+	}
+	return n, err
+}
+
+// dial makes one connection to the unit's socket: forwarded by the host's
+// connection when r can (cmd nil), else, or with relay, through a session
+// running the relay (klbr-kernel --attach), whose exit status cmd holds
+// once the connection has ended.
+func (w *Worker) dial(r Resumable, relay bool) (*heardConn, *exec.Cmd, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if f, ok := r.(Forwarder); ok && !relay {
+		c, err := f.Forward(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if c != nil {
+			return &heardConn{ReadWriteCloser: c}, nil, nil
+		}
+	}
+	cmd, err := r.Attach(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd.Stderr = w.diag
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	c, err := resume.StartCommand(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &heardConn{ReadWriteCloser: c}, cmd, nil
+}
+
 // keepAttached makes connections for st until it is over, then marks the
 // worker exited.
 func (w *Worker) keepAttached(r Resumable, st *resume.Stream, fromKernel <-chan struct{}) {
@@ -193,7 +244,9 @@ func (w *Worker) keepAttached(r Resumable, st *resume.Stream, fromKernel <-chan 
 	giveUp := r.Grace() + 30*time.Second
 	pause := 50 * time.Millisecond
 	var why error
-	quiet := false // a failed attempt was logged since the last connection
+	quiet := false     // a failed attempt was logged since the last connection
+	relayNext := false // the next attempt goes through the relay
+	misses := 0        // times the relay reached the kernel a forward did not
 	for {
 		select {
 		case <-fromKernel:
@@ -213,27 +266,36 @@ func (w *Worker) keepAttached(r Resumable, st *resume.Stream, fromKernel <-chan 
 			st.Abort(why)
 			break
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		cmd, err := r.Attach(ctx)
-		cancel()
+		c, cmd, err := w.dial(r, relayNext || misses >= 3)
 		if err == nil {
-			cmd.Stderr = w.diag
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-			var c io.ReadWriteCloser
-			if c, err = resume.StartCommand(cmd); err == nil {
-				began := time.Now()
-				err = st.Attach(c)
-				if time.Since(began) > 2*time.Second {
-					pause, quiet = 50*time.Millisecond, false
+			began := time.Now()
+			err = st.Attach(c)
+			if time.Since(began) > 2*time.Second {
+				pause, quiet = 50*time.Millisecond, false
+			}
+			switch {
+			case cmd == nil && c.heard.Load():
+				relayNext, misses = false, 0
+			case cmd == nil:
+				// The forward reached no kernel: the relay says whether
+				// one still listens (and reaches it where the host's sshd
+				// does not forward).
+				relayNext = true
+			case relayNext && c.heard.Load():
+				relayNext = false
+				if misses++; misses == 3 {
+					w.log.Info("worker: the host does not forward to the worker's socket; its connections go through the relay")
 				}
-				if cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == kernel.ExitNoListener && st.ID() != (resume.ID{}) {
-					// The connection works and the kernel this stream was
-					// attached to no longer listens: it has ended.
-					why = errors.New("the worker's kernel on the host has ended (no one listens on its protocol socket)")
-					w.markDead(fmt.Errorf("%w: %v", ErrDead, why))
-					st.Abort(why)
-					break
-				}
+			default:
+				relayNext = false
+			}
+			if cmd != nil && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == kernel.ExitNoListener && st.ID() != (resume.ID{}) {
+				// The connection works and the kernel this stream was
+				// attached to no longer listens: it has ended.
+				why = errors.New("the worker's kernel on the host has ended (no one listens on its protocol socket)")
+				w.markDead(fmt.Errorf("%w: %v", ErrDead, why))
+				st.Abort(why)
+				break
 			}
 		}
 		if err != nil && st.Err() == nil && !quiet {
