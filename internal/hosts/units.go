@@ -381,7 +381,8 @@ func (e *Engine) Stop(ctx context.Context, host, unit string) error {
 }
 
 // Output copies the first max bytes of a unit's output (its stdout and
-// stderr) to w and returns the output's whole size.
+// stderr) to w and returns the output's whole size; a unit that put
+// something else than a regular file in its output's place has none.
 func (e *Engine) Output(ctx context.Context, host, unit string, max int64, w io.Writer) (int64, error) {
 	c, err := e.conn(host)
 	if err != nil {
@@ -390,8 +391,11 @@ func (e *Engine) Output(ctx context.Context, host, unit string, max int64, w io.
 	if err := CheckUnitName(unit); err != nil {
 		return 0, err
 	}
+	// The file is in the unit's own directory, which its programs may
+	// write: it is read only when it is a regular file, never through a
+	// link put in its place (O_NOFOLLOW; O_NONBLOCK: no fifo stalls it).
 	script := fmt.Sprintf(`f=%s/output
-if [ -f "$f" ]; then wc -c < "$f"; head -c %d -- "$f"; else echo 0; fi
+if [ -f "$f" ] && [ ! -L "$f" ]; then stat -c %%s -- "$f"; exec dd if="$f" iflag=nofollow,nonblock,count_bytes count=%d bs=65536 status=none; else echo 0; fi
 `, c.workDir(unit), max)
 	hw := &headerWriter{w: w}
 	if err := c.run(ctx, script, hw); err != nil {
