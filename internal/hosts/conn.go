@@ -21,15 +21,17 @@ type conn struct {
 	h    Host
 	sock string
 
-	dial sync.Mutex // held while connecting: one connect at a time
+	dial     sync.Mutex // held while connecting: one connect at a time
+	fwdSetup sync.Mutex // held while a forward is set up or cancelled
 
-	mu       sync.Mutex // guards master, exited, reserved, lastErr, since, tried
+	mu       sync.Mutex // guards master, exited, reserved, lastErr, since, tried, fwds
 	master   *exec.Cmd
 	exited   chan struct{} // closed when master exits
 	reserved int
 	lastErr  error
 	since    time.Time // when lastErr began: the host's down since then
 	tried    bool
+	fwds     map[string]forward // by unit: its socket forwarded by master
 }
 
 // Error kinds of a host.

@@ -153,3 +153,29 @@ func TestParseUnits(t *testing.T) {
 		t.Fatalf("%+v", got)
 	}
 }
+
+// FuzzParseHandle: the forward's handle comes from the host (a session's
+// output): only one /proc/PID/fd/N line is taken, nothing else.
+func FuzzParseHandle(f *testing.F) {
+	for _, s := range []string{"/proc/123/fd/7\n", "", "/proc/1/fd/3", "/run/user/0/bus\n", "/proc/123/fd/7\n/proc/9/fd/1\n", "/proc/0/fd/1\n", "/proc/12/root/x\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, out string) {
+		p, ok := parseHandle(out)
+		if ok && (!strings.HasPrefix(p, "/proc/") || strings.ContainsAny(p, "\n.") || len(p) > 32) {
+			t.Fatalf("parseHandle(%q) took %q", out, p)
+		}
+	})
+}
+
+func TestParseHandle(t *testing.T) {
+	for out, want := range map[string]string{
+		"/proc/123/fd/7\n": "/proc/123/fd/7", "/proc/1/fd/3": "/proc/1/fd/3",
+		"": "", "/run/user/0/bus\n": "", "/proc/123/fd/7\n/proc/9/fd/1\n": "", "/proc/0/fd/1\n": "", "/proc/12/root/x\n": "",
+		"/proc/12/fd/../../1/root\n": "",
+	} {
+		if got, ok := parseHandle(out); got != want || ok != (want != "") {
+			t.Errorf("parseHandle(%q) = %q, %v; want %q", out, got, ok, want)
+		}
+	}
+}

@@ -100,6 +100,7 @@ type Engine struct {
 	controlDir string
 	ownDir     bool
 	dials      atomic.Int64
+	fwdSeq     atomic.Int64 // names the local sockets of forwards
 
 	mu     sync.Mutex // guards closed, conns, retired, socks; each conn guards its own fields
 	closed bool

@@ -3,6 +3,7 @@ package hosts
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -55,6 +56,10 @@ type UnitLine struct {
 // transient service.
 const MinSystemd = 240
 
+// ErrKernelProtocol says the host's klbr-kernel speaks another protocol
+// than this klbr-core (or says none): nothing was started.
+var ErrKernelProtocol = errors.New("klbr-kernel protocol mismatch")
+
 // Problem is one finding of Check: what is wrong, and what to do.
 type Problem struct {
 	What string `json:"what"`
@@ -85,14 +90,26 @@ func (i Info) Problems() []Problem {
 	case i.Kernel == "":
 		out = append(out, Problem{What: "no klbr-kernel on the login's PATH (jobs, routines and cells run under it there)",
 			Fix: "install klbr on the host (NixOS: services.klbr-worker.enable) so that klbr-kernel is on the PATH of " + strings.SplitN(i.SSH, "@", 2)[0]})
-	case i.KernelProtocol == 0:
-		out = append(out, Problem{What: "the host's klbr-kernel (" + i.Kernel + ") does not say its protocol (klbr-kernel --version)",
-			Fix: "install the same klbr release on the host as here"})
-	case i.KernelProtocol != kernel.Protocol:
-		out = append(out, Problem{What: fmt.Sprintf("the host's klbr-kernel %s speaks protocol %d, this klbr-core %d", i.KernelVersion, i.KernelProtocol, kernel.Protocol),
-			Fix: "install the same klbr release on the host as here"})
+	default:
+		if p := kernelProblem(i.Kernel, i.KernelVersion, i.KernelProtocol); p != nil {
+			out = append(out, *p)
+		}
 	}
 	return out
+}
+
+// kernelProblem says what is wrong with the host's klbr-kernel at path,
+// whose --version said version and protocol (0: it said none); nil: it
+// speaks this klbr-core's protocol.
+func kernelProblem(path, version string, protocol int) *Problem {
+	const fix = "install the same klbr release on the host as here (NixOS: the same flake revision for services.klbr-worker)"
+	switch {
+	case protocol == 0:
+		return &Problem{What: "the host's klbr-kernel (" + path + ") does not say its protocol (klbr-kernel --version)", Fix: fix}
+	case protocol != kernel.Protocol:
+		return &Problem{What: fmt.Sprintf("the host's klbr-kernel %s speaks protocol %d, this klbr-core %d", version, protocol, kernel.Protocol), Fix: fix}
+	}
+	return nil
 }
 
 // userManagerProblems says what keeps the login's user manager from

@@ -170,3 +170,39 @@ func TestConfinedJobNeedsKlbrKernel(t *testing.T) {
 		t.Fatal("the unit was started without klbr-kernel")
 	}
 }
+
+// A job's output file is in its own directory, which it may write: one it
+// replaced with a link to a file out of its reach (another job's) is not
+// read through the link when its output is brought back.
+func TestJobOutputIsNotReadThroughALink(t *testing.T) {
+	h := hosttest.Start(t)
+	h.InstallKernel(t)
+	e := labEngine(t, h, nil)
+	ctx := ctxT(t)
+	other := filepath.Join(h.WorkDir, "klbr-job-921-1.service")
+	if err := os.MkdirAll(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(other, "secret")
+	if err := os.WriteFile(secret, []byte("s3cr3t of another job\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const u = "klbr-job-922-1.service"
+	if _, err := e.Start(ctx, "lab", Unit{Name: u, Confine: true, Argv: []string{"sh", "-c", "echo before; rm -f output; ln -s " + secret + " output"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitEnded(t, e, u)
+	if _, err := os.Readlink(filepath.Join(h.WorkDir, u, "output")); err != nil {
+		t.Fatalf("the job did not put its link: %v", err)
+	}
+	var out strings.Builder
+	if _, err := e.Output(ctx, "lab", u, 1<<16, &out); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "s3cr3t") {
+		t.Fatalf("the job's output was read through its link to another job's file: %q", out.String())
+	}
+	if err := e.Collect(ctx, "lab", u); err != nil {
+		t.Fatal(err)
+	}
+}

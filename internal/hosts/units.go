@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/klbr-dev/klbr/internal/kernel"
 )
 
 // Unit is a transient service to start on a host.
@@ -379,7 +381,8 @@ func (e *Engine) Stop(ctx context.Context, host, unit string) error {
 }
 
 // Output copies the first max bytes of a unit's output (its stdout and
-// stderr) to w and returns the output's whole size.
+// stderr) to w and returns the output's whole size; a unit that put
+// something else than a regular file in its output's place has none.
 func (e *Engine) Output(ctx context.Context, host, unit string, max int64, w io.Writer) (int64, error) {
 	c, err := e.conn(host)
 	if err != nil {
@@ -388,8 +391,11 @@ func (e *Engine) Output(ctx context.Context, host, unit string, max int64, w io.
 	if err := CheckUnitName(unit); err != nil {
 		return 0, err
 	}
+	// The file is in the unit's own directory, which its programs may
+	// write: it is read only when it is a regular file, never through a
+	// link put in its place (O_NOFOLLOW; O_NONBLOCK: no fifo stalls it).
 	script := fmt.Sprintf(`f=%s/output
-if [ -f "$f" ]; then wc -c < "$f"; head -c %d -- "$f"; else echo 0; fi
+if [ -f "$f" ] && [ ! -L "$f" ]; then stat -c %%s -- "$f"; exec dd if="$f" iflag=nofollow,nonblock,count_bytes count=%d bs=65536 status=none; else echo 0; fi
 `, c.workDir(unit), max)
 	hw := &headerWriter{w: w}
 	if err := c.run(ctx, script, hw); err != nil {
@@ -400,6 +406,34 @@ if [ -f "$f" ]; then wc -c < "$f"; head -c %d -- "$f"; else echo 0; fi
 		return 0, fmt.Errorf("host %s: output size of %s: %q", host, unit, hw.head)
 	}
 	return n, nil
+}
+
+// Tail returns the last n bytes (at most 1 MiB) of a unit's output (its
+// stdout and stderr) on host: a worker's last words. The file is in the
+// unit's own directory, which its programs may write: it is read only
+// when it is a regular file, never through a link a program of the unit
+// put in its place (O_NOFOLLOW, O_NONBLOCK: no fifo stalls the read).
+// Nothing (no error) when there is no such file.
+func (e *Engine) Tail(ctx context.Context, host, unit string, n int) ([]byte, error) {
+	c, err := e.conn(host)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckUnitName(unit); err != nil {
+		return nil, err
+	}
+	n = max(0, min(n, 1<<20))
+	script := fmt.Sprintf(`f=%s/output
+[ -f "$f" ] && [ ! -L "$f" ] || exit 0
+s=$(stat -c %%s -- "$f") || exit 0
+k=0; [ "$s" -gt %d ] && k=$((s - %d))
+exec dd if="$f" iflag=nofollow,nonblock,skip_bytes,count_bytes skip="$k" count=%d bs=65536 status=none
+`, c.workDir(unit), n, n, n)
+	var out bytes.Buffer
+	if err := c.run(ctx, script, &limited{w: &out, n: n}); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }
 
 // headerWriter passes on everything after the first line, which it keeps.
@@ -441,6 +475,7 @@ func (e *Engine) Collect(ctx context.Context, host, unit string) error {
 	if err := CheckUnitName(unit); err != nil {
 		return err
 	}
+	c.unforward(unit)
 	script := fmt.Sprintf(`u=%s
 systemctl stop -- "$u" 2>/dev/null
 systemctl reset-failed -- "$u" 2>/dev/null
@@ -477,13 +512,35 @@ func (e *Engine) Pipe(ctx context.Context, host string, u Unit) (*exec.Cmd, erro
 // the host's systemd independent of any SSH session, and is unloaded when
 // its program ends (--collect). A unit of u's name that exists already is
 // refused.
+//
+// The host's klbr-kernel must speak this klbr-core's protocol: one that
+// does not (an older release) is refused before anything starts, with
+// ErrKernelProtocol, its version and the fix.
 func (e *Engine) Serve(ctx context.Context, host string, u Unit) error {
 	c, script, err := e.workerScript(host, u, true)
 	if err != nil {
 		return err
 	}
-	return c.run(ctx, script, io.Discard)
+	var out bytes.Buffer
+	err = c.run(ctx, script, &limited{w: &out, n: 512})
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == exitOtherProtocol {
+		line, _, _ := strings.Cut(out.String(), "\n")
+		path, kv, _ := strings.Cut(line, " ")
+		ver, proto, _ := kernel.ParseVersionLine(kv)
+		p := kernelProblem(path, ver, proto)
+		if p == nil { // the line says this protocol after all: not a shell's glob of it
+			p = &Problem{What: fmt.Sprintf("the host's klbr-kernel (%s) says %q", path, kv), Fix: "install the same klbr release on the host as here"}
+		}
+		return fmt.Errorf("host %s: start %s: %w: %s; %s", host, u.Name, ErrKernelProtocol, p.What, p.Fix)
+	}
+	return err
 }
+
+// exitOtherProtocol is the exit status of Serve's script when the host's
+// klbr-kernel does not say this klbr-core's protocol (it prints where the
+// kernel is and what it said first).
+const exitOtherProtocol = 76
 
 // Attach returns the command, a session of the host's one connection
 // (connected first, again if it dropped), that relays its stdin and stdout
@@ -517,9 +574,15 @@ func (e *Engine) workerScript(host string, u Unit, serve bool) (*conn, string, e
 	if len(u.Argv) == 0 || u.Argv[0] == "" {
 		return nil, "", errors.New("hosts: a unit needs a program")
 	}
-	extra, listen := []string{"--pipe", "--wait", "--collect"}, ""
+	extra, listen, check := []string{"--pipe", "--wait", "--collect"}, "", ""
 	if serve {
 		extra, listen = []string{"--collect"}, `-p "StandardOutput=append:$d/output" -p "StandardError=append:$d/output"`
+		// --listen is protocol 3's: a kernel of another protocol is
+		// refused here, before a unit exists, not after a handshake's
+		// timeout.
+		check = fmt.Sprintf(`v=$("$p" --version 2>/dev/null </dev/null | head -n 1 | head -c 200)
+case "$v" in "klbr-kernel "*" protocol %d") ;; *) printf '%%s %%s\n' "$p" "$v"; exit %d;; esac
+`, kernel.Protocol, exitOtherProtocol)
 	}
 	quoted, err := c.runArgs(u, extra...)
 	if err != nil {
@@ -562,11 +625,11 @@ d="$r"/%s
 c="$r"/cache
 if [ "$(systemctl show --property=LoadState --value -- "$u")" != not-found ]; then echo "klbr: $u exists on the host already" >&2; exit 75; fi
 p=$(command -v -- %s) || { echo "klbr: %s is not on the PATH of $(id -un) on the host" >&2; exit 127; }
-mkdir -p -- "$d" && chmod 700 -- "$d"
+%smkdir -p -- "$d" && chmod 700 -- "$d"
 set --
 %s
 exec %s %s %s %s -p "WorkingDirectory="%s -- "$p" "$@" %s
-`, Quote(u.Name), c.workRoot(), Quote(u.Name), Quote(u.Argv[0]), Quote(u.Argv[0]), confine,
+`, Quote(u.Name), c.workRoot(), Quote(u.Name), Quote(u.Argv[0]), Quote(u.Argv[0]), check, confine,
 		strings.Join(quoted, " "), c.identity(), props, listen, wd, strings.Join(argv, " "))
 	return c, script, nil
 }

@@ -2,7 +2,9 @@ package hosts
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -53,6 +55,18 @@ func (u WorkerUnit) Attach(ctx context.Context) (*exec.Cmd, error) {
 	return u.Engine.Attach(ctx, u.Host, u.Name, k)
 }
 
+// Forward is one connection to the unit's protocol socket forwarded by the
+// host's connection itself, with no relay process (worker.Forwarder); nil
+// and no error when it cannot be forwarded to (ErrNoForward): Attach
+// reaches it.
+func (u WorkerUnit) Forward(ctx context.Context) (net.Conn, error) {
+	c, err := u.Engine.Forward(ctx, u.Host, u.Name)
+	if errors.Is(err, ErrNoForward) {
+		return nil, nil
+	}
+	return c, err
+}
+
 // Grace is how long the unit's kernel waits for a connection: the host's
 // down_grace_seconds, or DefaultWorkerGrace.
 func (u WorkerUnit) Grace() time.Duration {
@@ -77,6 +91,13 @@ var plainName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
 // stdin and stdout the unit's.
 func (u WorkerUnit) Command(ctx context.Context, argv, env []string) (*exec.Cmd, error) {
 	return u.Engine.Pipe(ctx, u.Host, u.unit(argv, env))
+}
+
+// Tail returns the last n bytes of the unit's output on the host (its
+// kernel's and Python's stderr): a dead worker's last words
+// (worker.Tailer).
+func (u WorkerUnit) Tail(ctx context.Context, n int) ([]byte, error) {
+	return u.Engine.Tail(ctx, u.Host, u.Name, n)
 }
 
 // Stop stops the unit and removes its directory on the host.

@@ -40,7 +40,9 @@
 //     the end of the kernel's stdin is the end of the protocol stream. With --listen SOCK (a
 //     worker on a host, in a plain service unit) the kernel listens on SOCK (0600) and
 //     carries the protocol as a resumable stream (internal/resume) over one connection at a
-//     time, which klbr-core makes through an SSH session running klbr-kernel --attach SOCK:
+//     time, which klbr-core makes through its SSH connection: forwarded by the host's sshd to
+//     /proc/PID/fd/N, the kernel's own O_PATH handle on SOCK (a link a cell puts at SOCK is
+//     never what it names), or through a session running klbr-kernel --attach SOCK, the relay:
 //     a dropped connection loses no byte and doubles none when the next one attaches; with
 //     no connection for --grace (default 2m) the tree is killed as on SIGUSR1 (exit 137).
 //  5. ARGV runs in its own process group, with PDEATHSIG=SIGKILL towards the kernel. SIGTERM

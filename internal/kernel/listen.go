@@ -20,6 +20,12 @@ type listener struct {
 	stream *resume.Stream
 	l      net.Listener
 	path   string
+	// handle is the socket's own inode, opened O_PATH without following a
+	// link: /proc/PID/fd/N of this process names this socket and nothing
+	// else, whatever is put at path later (the unit's directory is its
+	// cells' to write), so a host's sshd may forward klbr-core's
+	// connections there itself, with no relay process (hosts.Forward).
+	handle *os.File
 	grace  time.Duration
 	// fromChild is closed once the child's end of the socket has been copied into the
 	// stream to its end.
@@ -47,8 +53,25 @@ func (k *kernel) bridgeListen(path string, grace time.Duration) (*os.File, error
 		child.Close()
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
+	hfd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	var st unix.Stat_t
+	if err == nil {
+		if err = unix.Fstat(hfd, &st); err == nil && st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+			err = fmt.Errorf("not the socket just made (mode %#o)", st.Mode)
+		}
+		if err != nil {
+			unix.Close(hfd)
+		}
+	}
+	if err != nil {
+		l.Close()
+		ours.Close()
+		child.Close()
+		return nil, fmt.Errorf("listen on %s: hold the socket: %w", path, err)
+	}
 	s := resume.New(resume.Config{Listener: true})
-	ln := &listener{stream: s, l: l, path: path, grace: grace, fromChild: make(chan struct{}), stop: make(chan struct{})}
+	ln := &listener{stream: s, l: l, path: path, handle: os.NewFile(uintptr(hfd), path), grace: grace,
+		fromChild: make(chan struct{}), stop: make(chan struct{})}
 	k.listen = ln
 	go func() {
 		for {
@@ -108,6 +131,7 @@ func (k *kernel) drainListen() {
 	case <-time.After(time.Second):
 	}
 	ln.l.Close()
+	ln.handle.Close()
 	_ = os.Remove(ln.path)
 	ln.stream.Close()
 }

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -152,5 +154,74 @@ func TestAttachRefusesALink(t *testing.T) {
 	out, err = cmd.Output()
 	if err != nil || string(out) != "hi" {
 		t.Fatalf("attach to a socket: %q %v", out, err)
+	}
+}
+
+// TestListenHandle: a --listen kernel holds its socket's own inode (O_PATH): the one entry
+// of /proc/PID/fd that names the socket reaches the kernel, and still does once a cell has
+// put a link to another socket at the socket's path; the other socket is never reached.
+func TestListenHandle(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "protocol.sock")
+	cmd := exec.Command(kernelBin, "--listen", sock, "--grace", "30s", "--", py, "-c", "import time; time.sleep(60)")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var handle string
+	for deadline := time.Now().Add(10 * time.Second); handle == ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no entry of the kernel's /proc/PID/fd names its socket")
+		}
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", cmd.Process.Pid))
+		for _, e := range ents {
+			p := fmt.Sprintf("/proc/%d/fd/%s", cmd.Process.Pid, e.Name())
+			if target, err := os.Readlink(p); err == nil && target == sock {
+				handle = p
+			}
+		}
+	}
+	hello := func() string {
+		c, err := net.Dial("unix", handle)
+		if err != nil {
+			t.Fatalf("connect through %s: %v", handle, err)
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b := make([]byte, 8)
+		if _, err := io.ReadFull(c, b); err != nil {
+			t.Fatalf("read the hello through %s: %v", handle, err)
+		}
+		return string(b)
+	}
+	if h := hello(); h != "KLBRRS01" {
+		t.Fatalf("through the handle: %q, want the kernel's hello", h)
+	}
+	decoy, err := net.Listen("unix", filepath.Join(dir, "decoy.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer decoy.Close()
+	reached := make(chan struct{}, 1)
+	go func() {
+		if c, err := decoy.Accept(); err == nil {
+			reached <- struct{}{}
+			c.Close()
+		}
+	}()
+	if err := os.Rename(sock, filepath.Join(dir, "moved.sock")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "decoy.sock"), sock); err != nil {
+		t.Fatal(err)
+	}
+	if h := hello(); h != "KLBRRS01" {
+		t.Fatalf("through the handle after the link: %q, want the kernel's hello", h)
+	}
+	select {
+	case <-reached:
+		t.Fatal("the handle reached the socket the link names")
+	default:
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,6 +84,10 @@ type Stream struct {
 	conn     io.Closer
 	gen      uint64 // bumped at every attach and detach
 	detached time.Time
+
+	readBy, writeBy time.Time   // Read's and Write's deadlines (zero: none)
+	alarm           *time.Timer // wakes the waiters at alarmAt, for the deadlines
+	alarmAt         time.Time
 }
 
 // New makes a stream.
@@ -118,11 +123,14 @@ func (s *Stream) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	n := 0
 	for len(p) > 0 {
-		for s.err == nil && !s.closing && len(s.out) >= s.window {
+		for s.err == nil && !s.closing && len(s.out) >= s.window && !s.passed(s.writeBy) {
 			s.cond.Wait()
 		}
 		if s.err != nil {
 			return n, s.err
+		}
+		if len(s.out) >= s.window && !s.closing {
+			return n, os.ErrDeadlineExceeded
 		}
 		if s.closing {
 			return n, ErrClosed
@@ -140,7 +148,7 @@ func (s *Stream) Write(p []byte) (int, error) {
 func (s *Stream) Read(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for len(s.in) == 0 && !s.inEnd && s.err == nil {
+	for len(s.in) == 0 && !s.inEnd && s.err == nil && !s.passed(s.readBy) {
 		s.cond.Wait()
 	}
 	if len(s.in) > 0 {
@@ -155,7 +163,61 @@ func (s *Stream) Read(p []byte) (int, error) {
 	if s.inEnd {
 		return 0, io.EOF
 	}
+	if s.err == nil {
+		return 0, os.ErrDeadlineExceeded
+	}
 	return 0, s.err
+}
+
+// SetReadDeadline makes a Read that has nothing to return by t fail with
+// os.ErrDeadlineExceeded (a net.Error whose Timeout is true); zero: no
+// deadline. It applies to a Read already waiting too.
+func (s *Stream) SetReadDeadline(t time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.readBy = t
+	s.cond.Broadcast()
+	return nil
+}
+
+// SetWriteDeadline makes a Write that is still blocked (the window full)
+// at t fail with os.ErrDeadlineExceeded, having written part of its bytes
+// (it says how many); zero: no deadline.
+func (s *Stream) SetWriteDeadline(t time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writeBy = t
+	s.cond.Broadcast()
+	return nil
+}
+
+// passed reports whether deadline t has passed; when it has not, the
+// waiters are woken at t to look again. s.mu is held.
+func (s *Stream) passed(t time.Time) bool {
+	if t.IsZero() {
+		return false
+	}
+	d := time.Until(t)
+	if d <= 0 {
+		return true
+	}
+	if s.alarmAt.IsZero() || t.Before(s.alarmAt) {
+		s.alarmAt = t
+		if s.alarm == nil {
+			s.alarm = time.AfterFunc(d, s.ring)
+		} else {
+			s.alarm.Reset(d)
+		}
+	}
+	return false
+}
+
+// ring wakes every waiter (a deadline may have passed).
+func (s *Stream) ring() {
+	s.mu.Lock()
+	s.alarmAt = time.Time{}
+	s.cond.Broadcast()
+	s.mu.Unlock()
 }
 
 // CloseWrite ends what this side sends: the peer reads io.EOF after the last byte.

@@ -62,6 +62,10 @@ func (r *Remote) noteLost(session string, gen int64, reason string) {
 // next cell, and the loss for status. A dropped connection alone does not
 // get here: the worker is reattached when it returns (see docs/hosts.md).
 func (m *Manager) remoteLost(ctx context.Context, session string, w *worker.Worker) error {
+	select {
+	case <-w.Exited(): // its last words on the host have been fetched
+	case <-time.After(10 * time.Second):
+	}
 	why := "its worker ended"
 	if err := w.Err(); err != nil {
 		why = err.Error()

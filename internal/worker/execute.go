@@ -101,9 +101,13 @@ func (w *Worker) finishOutput(ex *execution) Output {
 
 // deathReason says why the worker died, as far as the host can tell.
 func (w *Worker) deathReason() string {
+	wait := time.Second
+	if w.spec.Remote != nil {
+		wait = 10 * time.Second // its last words are fetched from the host first
+	}
 	select {
 	case <-w.exited:
-	case <-time.After(time.Second):
+	case <-time.After(wait):
 	}
 	reason := "the worker died"
 	if w.exitErr != nil {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +38,36 @@ type Resumable interface {
 	Grace() time.Duration
 }
 
+// Tailer is a Remote that can read the end of its unit's output on the
+// host (its kernel's and Python's stderr go there, not here): a worker that
+// died there has its last words added to its diagnostics, as a local
+// worker's stderr is.
+type Tailer interface {
+	Tail(ctx context.Context, n int) ([]byte, error)
+}
+
+// lastWordsBytes is how much of a dead remote worker's output is fetched.
+const lastWordsBytes = 4 << 10
+
+// lastWords adds the end of the remote unit's output to the diagnostics,
+// unless the worker is being killed (its unit stopped on purpose).
+func (w *Worker) lastWords() {
+	t, ok := w.spec.Remote.(Tailer)
+	if !ok || w.dropping.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tail, err := t.Tail(ctx, lastWordsBytes)
+	if err != nil {
+		w.log.Info("worker: read the remote worker's last output", "error", err)
+		return
+	}
+	if len(tail) > 0 {
+		fmt.Fprintf(w.diag, "\n[the worker's output on its host, last %d bytes]\n%s", len(tail), tail)
+	}
+}
+
 // spawnRemote starts the worker on another host: the local command (an SSH
 // session) gets the protocol socket as its stdin and stdout, and klbr-kernel
 // --protocol-stdio on the far side hands the stream to Python as fd 3. The
@@ -46,9 +78,6 @@ func (w *Worker) spawnRemote(ctx context.Context, workerEnd *os.File) error {
 	site := "-s"
 	if s.NoSite {
 		site = "-S"
-	}
-	if r, ok := s.Remote.(Resumable); ok {
-		return w.spawnResumable(ctx, r, workerEnd, site)
 	}
 	argv := []string{s.Kernel, "--protocol-stdio", "--", s.Python, site, "-m", "klbr_runtime"}
 	cmd, err := s.Remote.Command(ctx, argv, w.env())
@@ -69,6 +98,7 @@ func (w *Worker) spawnRemote(ctx context.Context, workerEnd *os.File) error {
 // killRemote stops the remote unit (the host's systemd kills every process
 // of it), then ends the local session.
 func (w *Worker) killRemote() {
+	w.dropping.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := w.spec.Remote.Stop(ctx); err != nil {
@@ -92,32 +122,118 @@ func (w *Worker) killRemote() {
 // kernel ended it, or the worker was killed), or no connection could be made
 // for the unit's grace and a little more (the kernel has ended the
 // generation by then).
-func (w *Worker) spawnResumable(ctx context.Context, r Resumable, workerEnd *os.File, site string) error {
+func (w *Worker) spawnResumable(ctx context.Context, r Resumable) error {
 	s := w.spec
+	site := "-s"
+	if s.NoSite {
+		site = "-S"
+	}
 	argv := []string{s.Kernel, "--grace", r.Grace().String(), "--", s.Python, site, "-m", "klbr_runtime"}
+	st := resume.New(resume.Config{})
+	sc := &streamConn{st: st, ended: make(chan struct{})}
+	w.conn = sc
 	if err := r.Serve(ctx, argv, w.env()); err != nil {
-		w.conn.Close()
+		st.Close()
 		return fmt.Errorf("worker: start the remote unit: %w", err)
 	}
-	fc, err := net.FileConn(workerEnd)
-	if err != nil {
-		w.conn.Close()
-		return fmt.Errorf("worker: %w", err)
-	}
-	st := resume.New(resume.Config{})
 	w.stream = st
-	fromKernel := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(st, fc)
-		_ = st.CloseWrite()
-	}()
-	go func() {
-		_, _ = io.Copy(fc, st)
-		fc.Close()
-		close(fromKernel)
-	}()
-	go w.keepAttached(r, st, fromKernel)
+	go w.keepAttached(r, st, sc.ended)
 	return w.greet(ctx)
+}
+
+// streamConn is a resumable worker's stream as its protocol connection: the
+// worker's frames go into the stream and come out of it with no socket and
+// no copying goroutine between (each would cost a wake-up a frame).
+type streamConn struct {
+	st     *resume.Stream
+	closed atomic.Bool
+	once   sync.Once
+	ended  chan struct{} // closed once Read met the stream's end or failure
+}
+
+func (c *streamConn) Read(p []byte) (int, error) {
+	n, err := c.st.Read(p)
+	if err != nil {
+		if c.closed.Load() {
+			return n, net.ErrClosed
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			c.once.Do(func() { close(c.ended) })
+		}
+	}
+	return n, err
+}
+
+func (c *streamConn) Write(p []byte) (int, error) {
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	return c.st.Write(p)
+}
+
+// Close ends what the worker sends (the kernel's Python reads its end) and
+// wakes a waiting Read, which returns net.ErrClosed; the stream itself
+// goes on until the kernel ends it or the worker is killed.
+func (c *streamConn) Close() error {
+	if !c.closed.Swap(true) {
+		_ = c.st.CloseWrite()
+		_ = c.st.SetReadDeadline(time.Now())
+	}
+	return nil
+}
+
+func (c *streamConn) SetReadDeadline(t time.Time) error  { return c.st.SetReadDeadline(t) }
+func (c *streamConn) SetWriteDeadline(t time.Time) error { return c.st.SetWriteDeadline(t) }
+
+// Forwarder is a Resumable whose unit's socket its host's connection can
+// reach with no relay process (hosts.WorkerUnit: OpenSSH's stream-local
+// forwarding to the kernel's handle on its socket). A nil connection with
+// no error says it cannot be forwarded to: Attach reaches it.
+type Forwarder interface {
+	Forward(ctx context.Context) (net.Conn, error)
+}
+
+// heardConn notes whether anything arrived on its connection.
+type heardConn struct {
+	io.ReadWriteCloser
+	heard atomic.Bool
+}
+
+func (c *heardConn) Read(p []byte) (int, error) {
+	n, err := c.ReadWriteCloser.Read(p)
+	if n > 0 && !c.heard.Load() {
+		c.heard.Store(true)
+	}
+	return n, err
+}
+
+// dial makes one connection to the unit's socket: forwarded by the host's
+// connection when r can (cmd nil), else, or with relay, through a session
+// running the relay (klbr-kernel --attach), whose exit status cmd holds
+// once the connection has ended.
+func (w *Worker) dial(r Resumable, relay bool) (*heardConn, *exec.Cmd, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if f, ok := r.(Forwarder); ok && !relay {
+		c, err := f.Forward(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if c != nil {
+			return &heardConn{ReadWriteCloser: c}, nil, nil
+		}
+	}
+	cmd, err := r.Attach(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd.Stderr = w.diag
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	c, err := resume.StartCommand(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &heardConn{ReadWriteCloser: c}, cmd, nil
 }
 
 // keepAttached makes connections for st until it is over, then marks the
@@ -128,7 +244,9 @@ func (w *Worker) keepAttached(r Resumable, st *resume.Stream, fromKernel <-chan 
 	giveUp := r.Grace() + 30*time.Second
 	pause := 50 * time.Millisecond
 	var why error
-	quiet := false // a failed attempt was logged since the last connection
+	quiet := false     // a failed attempt was logged since the last connection
+	relayNext := false // the next attempt goes through the relay
+	misses := 0        // times the relay reached the kernel a forward did not
 	for {
 		select {
 		case <-fromKernel:
@@ -144,29 +262,40 @@ func (w *Worker) keepAttached(r Resumable, st *resume.Stream, fromKernel <-chan 
 		}
 		if since, detached := st.Detached(); detached && time.Since(since) > giveUp {
 			why = fmt.Errorf("no connection to the host for %s: the host's kernel has ended the generation", giveUp.Round(time.Second))
+			w.markDead(fmt.Errorf("%w: %v", ErrDead, why)) // before the stream's end says only EOF
 			st.Abort(why)
 			break
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		cmd, err := r.Attach(ctx)
-		cancel()
+		c, cmd, err := w.dial(r, relayNext || misses >= 3)
 		if err == nil {
-			cmd.Stderr = w.diag
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-			var c io.ReadWriteCloser
-			if c, err = resume.StartCommand(cmd); err == nil {
-				began := time.Now()
-				err = st.Attach(c)
-				if time.Since(began) > 2*time.Second {
-					pause, quiet = 50*time.Millisecond, false
+			began := time.Now()
+			err = st.Attach(c)
+			if time.Since(began) > 2*time.Second {
+				pause, quiet = 50*time.Millisecond, false
+			}
+			switch {
+			case cmd == nil && c.heard.Load():
+				relayNext, misses = false, 0
+			case cmd == nil:
+				// The forward reached no kernel: the relay says whether
+				// one still listens (and reaches it where the host's sshd
+				// does not forward).
+				relayNext = true
+			case relayNext && c.heard.Load():
+				relayNext = false
+				if misses++; misses == 3 {
+					w.log.Info("worker: the host does not forward to the worker's socket; its connections go through the relay")
 				}
-				if cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == kernel.ExitNoListener && st.ID() != (resume.ID{}) {
-					// The connection works and the kernel this stream was
-					// attached to no longer listens: it has ended.
-					why = errors.New("the worker's kernel on the host has ended (no one listens on its protocol socket)")
-					st.Abort(why)
-					break
-				}
+			default:
+				relayNext = false
+			}
+			if cmd != nil && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == kernel.ExitNoListener && st.ID() != (resume.ID{}) {
+				// The connection works and the kernel this stream was
+				// attached to no longer listens: it has ended.
+				why = errors.New("the worker's kernel on the host has ended (no one listens on its protocol socket)")
+				w.markDead(fmt.Errorf("%w: %v", ErrDead, why))
+				st.Abort(why)
+				break
 			}
 		}
 		if err != nil && st.Err() == nil && !quiet {
@@ -180,8 +309,9 @@ func (w *Worker) keepAttached(r Resumable, st *resume.Stream, fromKernel <-chan 
 		pause = min(2*pause, time.Second)
 	}
 	w.log.Warn("worker: the remote worker is gone", "why", why)
+	w.markDead(fmt.Errorf("%w: %v", ErrDead, why))
+	w.lastWords() // Execute's deathReason waits for exited
 	w.exitErr = why
 	close(w.exited)
-	w.markDead(fmt.Errorf("%w: %v", ErrDead, why))
 	go w.Kill() // stops the unit
 }

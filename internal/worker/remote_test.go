@@ -66,6 +66,22 @@ func (p pipeUnit) Command(ctx context.Context, argv, env []string) (*exec.Cmd, e
 }
 func (p pipeUnit) Stop(ctx context.Context) error { return p.u.Stop(ctx) }
 
+// relayUnit hides a WorkerUnit's Forward: each of its connections is a
+// session running the relay (klbr-kernel --attach), the way before
+// forwarding.
+type relayUnit struct{ u hosts.WorkerUnit }
+
+func (r relayUnit) Command(ctx context.Context, argv, env []string) (*exec.Cmd, error) {
+	return r.u.Command(ctx, argv, env)
+}
+func (r relayUnit) Stop(ctx context.Context) error { return r.u.Stop(ctx) }
+func (r relayUnit) Serve(ctx context.Context, argv, env []string) error {
+	return r.u.Serve(ctx, argv, env)
+}
+func (r relayUnit) Attach(ctx context.Context) (*exec.Cmd, error)   { return r.u.Attach(ctx) }
+func (r relayUnit) Grace() time.Duration                            { return r.u.Grace() }
+func (r relayUnit) Tail(ctx context.Context, n int) ([]byte, error) { return r.u.Tail(ctx, n) }
+
 func startRemoteAs(t testing.TB, e *hosts.Engine, gen int64, as func(hosts.WorkerUnit) Remote) (*Worker, int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -155,6 +171,12 @@ print("caps", [l for l in open("/proc/self/status") if l.startswith("CapEff")][0
 		t.Fatalf("host request from the remote cell: %+v %v (asked %+v)", o, err, asked)
 	}
 
+	// Its connection is forwarded by the SSH connection itself: no relay
+	// process is on the path.
+	if children("--attach") {
+		t.Fatal("a relay (klbr-kernel --attach) carries the forwarded worker's connection")
+	}
+
 	// A reset stops the remote unit; the next generation reuses the cached runtime.
 	if units, err := h.Units("klbr-workbench-*"); err != nil || len(units) != 1 || units[0] != "klbr-workbench-s1-1.service" {
 		t.Fatalf("units on the host while the worker runs: %v %v", units, err)
@@ -163,7 +185,7 @@ print("caps", [l for l in open("/proc/self/status") if l.startswith("CapEff")][0
 	if units, err := h.Units("klbr-workbench-*"); err != nil || len(units) != 0 {
 		t.Fatalf("units left on the host after the reset: %v %v", units, err)
 	}
-	w2, sent := startRemote(t, e, 2)
+	w2, sent := startRemoteAs(t, e, 2, func(u hosts.WorkerUnit) Remote { return relayUnit{u} })
 	if sent != 0 {
 		t.Fatalf("the second start sent %d runtime bytes, want 0", sent)
 	}
@@ -171,9 +193,9 @@ print("caps", [l for l in open("/proc/self/status") if l.startswith("CapEff")][0
 		t.Fatalf("a new generation kept the old heap: %+v", o)
 	}
 
-	// klbr-core's connection to the unit dropped (its SSH session killed,
-	// nothing stopped): the unit runs on under the host's systemd, the worker
-	// is reattached over a new session and keeps its heap.
+	// Through the relay: klbr-core's connection to the unit dropped (its SSH
+	// session killed, nothing stopped): the unit runs on under the host's
+	// systemd, the worker is reattached over a new session and keeps its heap.
 	run(t, w2, "e5", "y = 5")
 	killChildren(t, "--attach")
 	if o := run(t, w2, "e6", "y + 1"); o.Status != "ok" || o.Value == nil || *o.Value != "6" {
@@ -299,19 +321,25 @@ func TestRemoteWorkbenchGraceOver(t *testing.T) {
 // BenchmarkRemoteRoundtrip: the round trip of the cell `x = 1` in a local
 // workbench and in one on the lab host (over its SSH connection), side by
 // side, for the goal remote ≤ local + 2 × link RTT; beside them what the
-// remote one is made of: 64 bytes to `cat` in a unit of the host and back
+// remote one is made of: the resumable stream and the host's kernel on
+// this machine (place=local-resume, and -relay through klbr-kernel
+// --attach), the remote worker through the relay instead of the forward
+// (place=remote-relay) and piped as before the resumable stream
+// (place=remote-pipe), 64 bytes to `cat` in a unit of the host and back
 // over the same connection (the SSH path alone, no klbr code), and the
 // link's round trip (a TCP echo, and a UDP one, on the host).
 func BenchmarkRemoteRoundtrip(b *testing.B) {
 	h, e := remoteLab(b)
 	ctx := context.Background()
 	roundtrip := func(b *testing.B, w *Worker) {
-		for i := 0; b.Loop(); i++ {
+		i := 0
+		loopP50(b, func() {
+			i++
 			o, err := w.Execute(ctx, "b"+strconv.Itoa(i), "x = 1", nil)
 			if err != nil || o.Status != "ok" {
 				b.Fatalf("%+v %v", o, err)
 			}
-		}
+		})
 	}
 	b.Run("place=local", func(b *testing.B) {
 		store, err := artifacts.New(filepath.Join(b.TempDir(), "artifacts"))
@@ -326,10 +354,42 @@ func BenchmarkRemoteRoundtrip(b *testing.B) {
 		defer w.Kill()
 		roundtrip(b, w)
 	})
+	for _, direct := range []bool{true, false} {
+		// The resumable stream and klbr-kernel --listen on this machine:
+		// what the remote worker costs besides SSH and the link.
+		name := "place=local-resume"
+		if !direct {
+			name += "-relay"
+		}
+		b.Run(name, func(b *testing.B) {
+			store, err := artifacts.New(filepath.Join(b.TempDir(), "artifacts"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			lr := &localResumable{dir: b.TempDir()}
+			var r Remote = lr
+			if direct {
+				r = localDirect{lr}
+			}
+			w, err := Start(ctx, Spec{Role: RoleWorkbench, Session: "s1", Generation: 1, Kernel: env.Kernel, Python: "python3",
+				RuntimeSrc: env.Runtime, Workspace: b.TempDir(), Artifacts: store, Remote: r})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Kill()
+			roundtrip(b, w)
+		})
+	}
 	gen := int64(0)
 	b.Run("place=remote", func(b *testing.B) {
 		gen++
 		w, _ := startRemote(b, e, gen)
+		defer w.Kill()
+		roundtrip(b, w)
+	})
+	b.Run("place=remote-relay", func(b *testing.B) {
+		gen++
+		w, _ := startRemoteAs(b, e, gen, func(u hosts.WorkerUnit) Remote { return relayUnit{u} })
 		defer w.Kill()
 		roundtrip(b, w)
 	})
@@ -360,14 +420,14 @@ func BenchmarkRemoteRoundtrip(b *testing.B) {
 		}
 		defer func() { in.Close(); cmd.Wait() }()
 		msg, buf := make([]byte, 64), make([]byte, 64)
-		for b.Loop() {
+		loopP50(b, func() {
 			if _, err := in.Write(msg); err != nil {
 				b.Fatal(err)
 			}
 			if _, err := io.ReadFull(out, buf); err != nil {
 				b.Fatal(err)
 			}
-		}
+		})
 	})
 	b.Run("op=link-rtt-tcp", func(b *testing.B) {
 		// A TCP echo on the host (Nagle off both ends): 64 bytes there and
@@ -404,14 +464,14 @@ while True:
 		}
 		defer c.Close()
 		msg, buf := make([]byte, 64), make([]byte, 64)
-		for b.Loop() {
+		loopP50(b, func() {
 			if _, err := c.Write(msg); err != nil {
 				b.Fatal(err)
 			}
 			if _, err := io.ReadFull(c, buf); err != nil {
 				b.Fatal(err)
 			}
-		}
+		})
 	})
 	b.Run("op=link-rtt", func(b *testing.B) {
 		// A UDP echo on the host: one datagram there and back over its link
@@ -443,13 +503,25 @@ while True:
 			}
 		}
 		c.SetReadDeadline(time.Time{})
-		for b.Loop() {
+		loopP50(b, func() {
 			if _, err := c.Write([]byte("x")); err != nil {
 				b.Fatal(err)
 			}
 			if _, err := c.Read(buf); err != nil {
 				b.Fatal(err)
 			}
-		}
+		})
 	})
+}
+
+// loopP50 runs f b.N times and reports the median of its durations beside
+// the mean (ns/op): on a shared machine the median is the steadier figure.
+func loopP50(b *testing.B, f func()) {
+	var samples []float64
+	for b.Loop() {
+		t := time.Now()
+		f()
+		samples = append(samples, float64(time.Since(t).Nanoseconds())/1e3)
+	}
+	b.ReportMetric(median(samples), "p50-us")
 }

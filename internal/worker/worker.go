@@ -135,12 +135,20 @@ type Outcome struct {
 	Presented *string `json:"presented,omitempty"`
 }
 
+// protoConn is what the worker's protocol travels over: the socket of a
+// local or piped worker (*net.UnixConn), or a resumable worker's stream.
+type protoConn interface {
+	io.ReadWriteCloser
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}
+
 // Worker is one generation of one role of one session.
 type Worker struct {
 	spec      Spec
 	log       *slog.Logger
 	cmd       *exec.Cmd
-	conn      *net.UnixConn
+	conn      protoConn // the protocol: a socket, or a resumable stream
 	placement placement.Placement
 	hello     Frame
 	diag      *ring // recent stdout+stderr of the kernel and Python
@@ -158,6 +166,7 @@ type Worker struct {
 	stopOnce sync.Once
 	stopping atomic.Bool    // Stop was called: the end of the stream is expected
 	stream   *resume.Stream // a resumable remote worker's protocol stream
+	dropping atomic.Bool    // Kill is stopping the remote unit: its end needs no last words
 	killOnce sync.Once
 	killed   chan struct{} // closed once the tree is gone and the placement released
 	wg       sync.WaitGroup
@@ -205,6 +214,9 @@ func Start(ctx context.Context, spec Spec) (*Worker, error) {
 }
 
 func (w *Worker) spawn(ctx context.Context) error {
+	if r, ok := w.spec.Remote.(Resumable); ok {
+		return w.spawnResumable(ctx, r)
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("worker: socketpair: %w", err)
