@@ -99,12 +99,17 @@ func (t *transport) onThread(th ThreadCreate) {
 }
 
 // joinLoop joins queued threads one at a time and reads back what they
-// already hold.
+// already hold, and lists the active threads again after the gateway was
+// not heard (threads_lost.go).
 func (t *transport) joinLoop(ctx context.Context) {
 	for {
 		select {
 		case th := <-t.joins:
 			t.join(ctx, th)
+		case <-t.rediscover.wake:
+			if mark, while, ok := t.rediscover.take(); ok {
+				t.rediscoverThreads(ctx, mark, while)
+			}
 		case <-ctx.Done():
 			return
 		}
