@@ -507,10 +507,11 @@ func (t *transport) perform(ctx context.Context, e ingressapi.Effect) ingressapi
 	}
 	for {
 		var msgID string
+		var sent []ingressapi.SentFile
 		var err error
 		switch {
 		case e.Kind == "send" && files != nil:
-			msgID, err = sendUpload(t.rest, e, files)
+			msgID, sent, err = sendUpload(t.rest, e, files)
 		case e.Kind == "send":
 			msgID, err = send(t.rest, e)
 		case e.Kind == "react":
@@ -519,7 +520,7 @@ func (t *transport) perform(ctx context.Context, e ingressapi.Effect) ingressapi
 			return ingressapi.Receipt{State: "failed", ErrorCode: "unsupported", Error: "effect kind " + e.Kind}
 		}
 		if err == nil {
-			return ingressapi.Receipt{State: "confirmed", MessageID: msgID, Evidence: "response"}
+			return ingressapi.Receipt{State: "confirmed", MessageID: msgID, Evidence: "response", Files: sent}
 		}
 		ae := classify(err)
 		switch {
