@@ -145,10 +145,12 @@ type transport struct {
 	urgent     chan ingressapi.Message // DMs: admitted before the rest
 	flood      *flood
 	fetch      *fetcher
-	fetchReady sync.Once                // the fetcher starts after the first hello
-	filter     Filter                   // used only by the gateway's goroutine, but for Threads (parentsMu)
-	parentsMu  sync.Mutex               // guards filter.Threads: thread discovery adds to it
-	guilds     atomic.Pointer[[]string] // READY's guilds
+	fetchReady sync.Once  // the fetcher starts after the first hello
+	filter     Filter     // used only by the gateway's goroutine, but for Threads (parentsMu)
+	parentsMu  sync.Mutex // guards filter.Threads (thread discovery adds to it) and joinedThreads
+	// joinedThreads are the threads this transport joined (at most maxThreads).
+	joinedThreads map[string]bool
+	guilds        atomic.Pointer[[]string] // READY's guilds
 	// channels is the channel filter in force (Channels, Directed,
 	// IncludeBots), for the goroutines that read history (catchUp) and
 	// discover threads.
