@@ -214,6 +214,10 @@ func TestThreadsMadeWhileTheGatewayWasLostAreFoundAfterIt(t *testing.T) {
 			if err != nil || conv.Kind != "thread" {
 				t.Fatalf("the found thread's conversation: %+v, %v", conv, err)
 			}
+			// Once at start, once after the loss: not at every probe or resume.
+			if n := fake.Requests("GET /api/v9/guilds/7/threads/active"); n != 2 {
+				t.Fatalf("the active threads were listed %d times, want 2", n)
+			}
 		})
 	}
 }
