@@ -155,7 +155,7 @@ func TestActivateCheckSwapRollback(t *testing.T) {
 }
 
 func TestReviewFailsClosed(t *testing.T) {
-	f := newFixture(t, 300*time.Millisecond)
+	f := newFixture(t, 2*time.Second) // a fresh worker after "die" starts within it on a loaded machine
 	ctx := context.Background()
 	hooksPy := `
 import time

@@ -278,6 +278,9 @@ func TestCompactionSurvivesSIGKILL(t *testing.T) {
 	}
 	before := steps.Load()
 	a.eventually("the agent goes on", func() bool { return steps.Load() > before+20 })
+	// On a loaded machine fewer kills land after a commit; the agent goes on
+	// compacting meanwhile, and half the rounds' worth must have committed.
+	a.eventually("compactions commit", func() bool { return len(a.kinds(store.LaneNotice, "context.compacted")) >= rounds/2 })
 	if _, err := a.c.StopSession(t.Context(), "default"); err != nil {
 		t.Fatal(err)
 	}
@@ -288,9 +291,6 @@ func TestCompactionSurvivesSIGKILL(t *testing.T) {
 		if err := validSequence(req); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
-	}
-	if n := len(a.kinds(store.LaneNotice, "context.compacted")); n < rounds/2 {
-		t.Fatalf("only %d compactions committed across %d kills", n, 2*rounds)
 	}
 }
 

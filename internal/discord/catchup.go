@@ -14,12 +14,15 @@ import (
 )
 
 // catchUp reads one page of a channel's history after the message after
-// ("": the newest page), and queues what passes the filter for admission,
-// oldest first: admission dedupes by source key, so a message the gateway
-// delivers too is admitted once, and one the flood limiter refused live
-// stays refused (its burst's notice names it). full says a page was not
-// enough (a gap notice is queued). The watch learns the newest id read.
+// ("": the newest page), and admits what passes the filter, oldest first,
+// before it returns: admission dedupes by source key, so a message the
+// gateway delivers too is admitted once, and one the flood limiter refused
+// live stays refused (its burst's notice names it). Live messages of the
+// channel are out of order meanwhile. full says a page was not enough (a
+// gap notice is queued). The watch learns the newest id read.
 func (t *transport) catchUp(ctx context.Context, c ingressapi.ConversationRef, after string, nonEssentialCall bool, while string) (admitted int, full bool, err error) {
+	t.order.begin(c.ChannelID)
+	defer t.order.end(c.ChannelID)
 	rctx := ctx
 	if nonEssentialCall {
 		rctx = nonEssential(ctx)
@@ -53,8 +56,10 @@ func (t *transport) catchUp(ctx context.Context, c ingressapi.ConversationRef, a
 		}
 	}
 	sort.Slice(msgs, func(i, j int) bool { return snowflakeLess(msgs[i].MessageID, msgs[j].MessageID) })
-	for _, m := range msgs {
-		t.enqueue(ctx, m)
+	for rest := msgs; len(rest) > 0; {
+		n := min(len(rest), ingressapi.MaxBatch)
+		t.admit(ctx, rest[:n], false)
+		rest = rest[n:]
 	}
 	if len(raw) == ingressapi.MaxReadLimit && after != "" {
 		t.gaps.Add(1)

@@ -53,10 +53,14 @@ func TestAOneAuthorFloodDoesNotDelayADM(t *testing.T) {
 		cfg.Flood = FloodLimits{AuthorBurst: burst, AuthorPerMinute: 60, ChannelBurst: 1000, ChannelPerMinute: 1000, Quiet: 400 * time.Millisecond}
 		cfg.Operator = "8"
 	})
+	began := time.Now()
 	for i := range 500 {
 		fake.Dispatch("MESSAGE_CREATE", discordtest.Message(fmt.Sprint(20001+i), "50", "7", "5", fmt.Sprint("spam ", i)))
 	}
 	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("20600", "60", "", "6", "a question, in a DM"))
+	// A loaded machine takes a while to dispatch the flood: the author's
+	// bucket refills one token a second meanwhile.
+	refilled := int(time.Since(began).Seconds()) + 1
 	var before int
 	waitFor(t, "the DM", func() bool {
 		for i, p := range pending(t, c) {
@@ -67,8 +71,8 @@ func TestAOneAuthorFloodDoesNotDelayADM(t *testing.T) {
 		}
 		return false
 	})
-	if before > burst+2 {
-		t.Fatalf("%d flood messages were admitted ahead of the DM, want at most the burst (%d)", before, burst)
+	if before > burst+refilled+2 {
+		t.Fatalf("%d flood messages were admitted ahead of the DM, want at most the burst (%d) and %d refilled", before, burst, refilled)
 	}
 	// The operator is never limited.
 	for i := range 100 {

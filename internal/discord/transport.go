@@ -66,7 +66,7 @@ func Run(ctx context.Context, cfg Config) error {
 	core := ingressapi.NewClient(cfg.IngressSocket)
 	defer core.Close()
 	t := &transport{cfg: cfg, rest: rest, core: core, link: newCoreLink(cfg.Log), log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize),
-		urgent: make(chan ingressapi.Message, urgentQueue), flood: newFlood(cfg.Flood, cfg.Operator), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
+		urgent: make(chan ingressapi.Message, urgentQueue), flood: newFlood(cfg.Flood, cfg.Operator), order: newOrder(), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
 		budget: budget, watch: newWatch(), joins: make(chan ThreadCreate, threadJoinQueue), rediscover: newRediscovery(),
 		filter: Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots, Threads: map[string]string{}}}
 	t.channels.Store(&Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots})
@@ -144,6 +144,7 @@ type transport struct {
 	queue      chan ingressapi.Message
 	urgent     chan ingressapi.Message // DMs: admitted before the rest
 	flood      *flood
+	order      *order // channels whose older messages may not be admitted yet
 	fetch      *fetcher
 	fetchReady sync.Once  // the fetcher starts after the first hello
 	filter     Filter     // used only by the gateway's goroutine, but for Threads (parentsMu)
@@ -308,11 +309,19 @@ func (t *transport) admitLoop(ctx context.Context) {
 				break gather
 			}
 		}
-		t.admit(ctx, batch)
+		t.admit(ctx, batch, true)
 	}
 }
 
-func (t *transport) admit(ctx context.Context, batch []ingressapi.Message) {
+// admit admits batch, retrying until the core acknowledges it. A live
+// batch's messages of a channel with a catch-up due or running are marked
+// out of order.
+func (t *transport) admit(ctx context.Context, batch []ingressapi.Message, live bool) {
+	if live {
+		for i := range batch {
+			batch[i].OutOfOrder = t.order.outOfOrder(batch[i].ChannelID)
+		}
+	}
 	backoff := 50 * time.Millisecond
 	for {
 		resp, err := t.core.Admit(ctx, ingressapi.AdmitRequest{Messages: batch})
@@ -376,6 +385,11 @@ hello:
 		}
 		return
 	}
+	handed := make([]string, len(hello.Conversations))
+	for i, c := range hello.Conversations {
+		handed[i] = c.ChannelID
+	}
+	t.order.hello(handed)
 	t.wg.Go(func() {
 		t.backfill(ctx, hello.Conversations)
 		t.discoverOnce.Do(func() { t.discoverThreads(ctx, hello.Conversations) })
@@ -422,6 +436,9 @@ hello:
 // after the newest one it has: those that arrived while no transport was
 // connected. A full page means more may be missing, and a gap notice says so.
 // Messages in channels the core has never seen cannot be found this way.
+// Each conversation's live messages are out of order until its backfill is
+// admitted; one whose history could not be read stays so until the next
+// hello (its cursor stays where the missing messages are).
 func (t *transport) backfill(ctx context.Context, convs []ingressapi.ConversationRef) {
 	var found, channels int
 	for _, c := range convs {
@@ -429,6 +446,7 @@ func (t *transport) backfill(ctx context.Context, convs []ingressapi.Conversatio
 			return
 		}
 		if c.LastMessageID == "" || !snowflake(c.ChannelID) {
+			t.order.end(c.ChannelID)
 			continue
 		}
 		t.watch.track(c, c.LastMessageID)
@@ -437,6 +455,7 @@ func (t *transport) backfill(ctx context.Context, convs []ingressapi.Conversatio
 			t.log.Warn("backfill: reading a channel's history", "channel", c.ChannelID, "error", classify(err).Error())
 			continue
 		}
+		t.order.end(c.ChannelID)
 		if n > 0 {
 			found += n
 			channels++

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -584,6 +585,88 @@ func TestRestartedTransportBackfillsKnownConversations(t *testing.T) {
 	if !gap {
 		t.Fatal("no gap notice for the channel with more than a page of missed messages")
 	}
+}
+
+// A message written before our newest send in a conversation, which no
+// transport got admitted (klbr-discord stopped with it still queued), is
+// read back by the next transport: our own sends never move the backfill's
+// cursor. The one-hour soak lost DMs this way: the cursor was our reply's id.
+func TestBackfillReadsBehindOurOwnNewestSend(t *testing.T) {
+	c := startCore(t, t.TempDir())
+	fake := discordtest.New("99")
+	defer fake.Close()
+	stop := runTransportStoppable(t, fake, c.socket, nil)
+	waitFor(t, "the gateway session", fake.Connected)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("10001", "20", "", "5", "hello"))
+	waitFor(t, "the first dm", func() bool { return len(pending(t, c)) == 1 })
+	// The reply's id (the fake's, 9000…) is newer than 10002's.
+	e := enqueueSend(t, c, "d1", "reply/1", "hi", 0)
+	if got := settled(t, c, e.ID); got.State != store.EffectConfirmed {
+		t.Fatalf("the reply: %+v", got)
+	}
+	stop()
+	waitFor(t, "the gateway closed", func() bool { return !fake.Connected() })
+
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("10002", "20", "", "5", "written before the reply, never admitted"))
+	runTransport(t, fake, c.socket)
+	waitFor(t, "the message behind our reply", func() bool { return len(pending(t, c)) == 2 })
+}
+
+// A live message that arrives while its channel's backfill is read is
+// admitted at once but does not move the backfill cursor: a transport
+// stopped before the backfill was admitted leaves the older message for the
+// next one to read.
+func TestALiveMessageDoesNotOvertakeTheBackfill(t *testing.T) {
+	c := startCore(t, t.TempDir())
+	fake := discordtest.New("99")
+	defer fake.Close()
+	cursor := func() string {
+		t.Helper()
+		conv, err := c.store.ConversationByRef(context.Background(), "d1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conv.LastInboundID
+	}
+	stop := runTransportStoppable(t, fake, c.socket, nil)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("10001", "20", "", "5", "hello"))
+	waitFor(t, "the first dm", func() bool { return len(pending(t, c)) == 1 })
+	stop()
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("10002", "20", "", "5", "written while no transport ran"))
+
+	// The next transport's read of the DM's history hangs.
+	reading, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock() // before the fake closes: it waits for its handlers
+	fake.SetOnRequest(func(r *http.Request) int {
+		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/channels/20/messages") {
+			select {
+			case reading <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		return 0
+	})
+	stop = runTransportStoppable(t, fake, c.socket, nil)
+	select {
+	case <-reading:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the backfill never read the DM's history")
+	}
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("10003", "20", "", "5", "live, during the backfill"))
+	waitFor(t, "the live dm", func() bool { return len(pending(t, c)) == 2 })
+	if got := cursor(); got != "10001" {
+		t.Fatalf("the cursor moved to %s before the backfill was admitted, want 10001", got)
+	}
+	stop() // before the backfill was admitted
+	unblock()
+	fake.SetOnRequest(nil)
+
+	runTransport(t, fake, c.socket)
+	waitFor(t, "the message written while no transport ran", func() bool { return len(pending(t, c)) == 3 })
+	waitFor(t, "the cursor at the newest", func() bool { return cursor() == "10003" })
 }
 
 // Discord refuses content over 2,000 code points with 50035 (an invalid

@@ -277,6 +277,7 @@ func (s *Server) discordMessage(m ingressapi.Message) store.DiscordMessage {
 	return store.DiscordMessage{
 		Session: s.cfg.Session, MessageID: m.MessageID, ChannelID: m.ChannelID, ChannelKind: m.ChannelKind, GuildID: m.GuildID,
 		ParentID: m.ParentID, ChannelName: m.ChannelName, AuthorID: m.AuthorID, Mode: m.Mode, ReplyTo: m.ReplyTo, Attachments: att,
+		OutOfOrder: m.OutOfOrder,
 	}
 }
 
@@ -323,7 +324,7 @@ func (s *Server) handleHello(w http.ResponseWriter, r *http.Request) {
 	}
 	for i, c := range convs {
 		resp.Conversations[i] = ingressapi.ConversationRef{ChannelID: c.ChannelID, Kind: c.Kind, GuildID: c.GuildID, ParentID: c.ParentID,
-			Name: c.Name, LastMessageID: c.LastMessageID}
+			Name: c.Name, LastMessageID: backfillCursor(c)}
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -581,4 +582,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, ingressapi.Error{Error: ingressapi.ErrorBody{Code: code, Message: msg}})
+}
+
+// backfillCursor is the message a restarted transport reads history after:
+// the newest one admitted from the conversation, never one of our own sends
+// (a message written before our newest send may not have been admitted when
+// the last transport stopped). A conversation nothing was admitted from yet
+// (one we opened to send) reads after its newest message.
+func backfillCursor(c store.Conversation) string {
+	if c.LastInboundID != "" {
+		return c.LastInboundID
+	}
+	return c.LastMessageID
 }

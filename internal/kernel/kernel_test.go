@@ -71,8 +71,14 @@ func startTree(t *testing.T, flags []string, tail string) (*exec.Cmd, *logFile, 
 		t.Fatalf("tree script reported %d processes, want 5: %+v", len(procs), procs)
 	}
 	for _, p := range procs {
-		if p.name != "child" && !alive(p.pid, p.comm) { // the child may be past its tail already
-			t.Fatalf("%s (pid %d) is not running before the test", p.name, p.pid)
+		if p.name == "child" { // the child may be past its tail already
+			continue
+		}
+		// A loaded machine may not have run setsid's exec of sleep yet.
+		for deadline := time.Now().Add(5 * time.Second); !alive(p.pid, p.comm); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s (pid %d) is not running before the test", p.name, p.pid)
+			}
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()

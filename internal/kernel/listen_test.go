@@ -86,7 +86,8 @@ for line in f:
 		}
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
-		t.Fatal("the kernel outlived its grace without a connection")
+		<-exited // its stderr is written
+		t.Fatalf("the kernel outlived its grace without a connection; stderr %s", stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "no connection for 2s") {
 		t.Fatalf("stderr does not say why: %s", stderr.String())

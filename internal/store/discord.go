@@ -44,6 +44,10 @@ type Conversation struct {
 	ParentID      string `json:"parent_id,omitempty"`
 	Name          string `json:"name,omitempty"`
 	LastMessageID string `json:"last_message_id,omitempty"`
+	// LastInboundID is the newest message admitted from the conversation
+	// (never one of ours): what klbr-discord reads history after when it
+	// starts.
+	LastInboundID string `json:"last_inbound_id,omitempty"`
 	Pending       int64  `json:"pending"` // attention items pending or seen
 }
 
@@ -59,6 +63,9 @@ type DiscordMessage struct {
 	ChannelName string
 	AuthorID    string
 	Mode        string // dm, mention, ambient, gap
+	// OutOfOrder: older messages of the channel may not be admitted yet;
+	// the message does not move the backfill cursor (last_inbound_id).
+	OutOfOrder  bool
 	ReplyTo     string
 	Attachments json.RawMessage // metadata only; nil means none
 }
@@ -77,14 +84,25 @@ func (t *Tx) RecordDiscordMessage(a Admitted, m DiscordMessage) (DiscordAdmitted
 	var out DiscordAdmitted
 	if a.Duplicate {
 		var item sql.NullInt64
-		err := t.queryRow(`SELECT c.alias, a.id FROM discord_messages m
+		var conv int64
+		err := t.queryRow(`SELECT c.id, c.alias, a.id FROM discord_messages m
 			JOIN discord_conversations c ON c.id = m.conversation_id
 			LEFT JOIN attention_items a ON a.input_id = m.input_id
-			WHERE m.input_id = ?`, a.InputID).Scan(&out.Conversation, &item)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			WHERE m.input_id = ?`, a.InputID).Scan(&conv, &out.Conversation, &item)
+		if errors.Is(err, sql.ErrNoRows) {
+			return out, nil
+		}
+		if err != nil {
 			return out, fmt.Errorf("discord message: %w", err)
 		}
 		out.ItemID = item.Int64
+		// A catch-up reading a message admitted live (out of order) puts it
+		// in order now.
+		if m.Mode != "gap" && !m.OutOfOrder {
+			if err := t.advance(conv, m.MessageID, true); err != nil {
+				return out, err
+			}
+		}
 		return out, nil
 	}
 	conv, err := t.ensureConversation(m.ChannelID, m.ChannelKind, m.GuildID, m.ParentID, m.ChannelName)
@@ -101,7 +119,7 @@ func (t *Tx) RecordDiscordMessage(a Admitted, m DiscordMessage) (DiscordAdmitted
 		return out, fmt.Errorf("discord message: %w", err)
 	}
 	if m.Mode != "gap" {
-		if err := t.advance(conv.ID, m.MessageID); err != nil {
+		if err := t.advance(conv.ID, m.MessageID, !m.OutOfOrder); err != nil {
 			return out, err
 		}
 	}
@@ -153,16 +171,25 @@ func (t *Tx) ensureConversation(channelID, kind, guildID, parentID, name string)
 	return c, nil
 }
 
-// advance records messageID as the conversation's newest message when it is newer.
-func (t *Tx) advance(conv int64, messageID string) error {
-	var last string
-	if err := t.queryRow(`SELECT last_message_id FROM discord_conversations WHERE id = ?`, conv).Scan(&last); err != nil {
+// advance records messageID as the conversation's newest message when it
+// is newer and, for a message admitted from the conversation (inbound, not
+// one of our sends), as its newest inbound one: the backfill's cursor.
+func (t *Tx) advance(conv int64, messageID string, inbound bool) error {
+	var last, lastIn string
+	if err := t.queryRow(`SELECT last_message_id, last_inbound_id FROM discord_conversations WHERE id = ?`, conv).Scan(&last, &lastIn); err != nil {
 		return fmt.Errorf("conversation: %w", err)
 	}
-	if !SnowflakeLess(last, messageID) {
+	newer, newerIn := SnowflakeLess(last, messageID), inbound && SnowflakeLess(lastIn, messageID)
+	if !newer && !newerIn {
 		return nil
 	}
-	if _, err := t.exec(`UPDATE discord_conversations SET last_message_id = ? WHERE id = ?`, messageID, conv); err != nil {
+	if newer {
+		last = messageID
+	}
+	if newerIn {
+		lastIn = messageID
+	}
+	if _, err := t.exec(`UPDATE discord_conversations SET last_message_id = ?, last_inbound_id = ? WHERE id = ?`, last, lastIn, conv); err != nil {
 		return fmt.Errorf("conversation: %w", err)
 	}
 	return nil
@@ -177,13 +204,13 @@ func SnowflakeLess(a, b string) bool {
 	return a < b
 }
 
-const conversationSelect = `SELECT c.id, c.alias, c.kind, c.guild_id, c.channel_id, c.parent_id, c.name, c.last_message_id,
+const conversationSelect = `SELECT c.id, c.alias, c.kind, c.guild_id, c.channel_id, c.parent_id, c.name, c.last_message_id, c.last_inbound_id,
 	(SELECT count(*) FROM attention_items a WHERE a.conversation_id = c.id AND a.status IN ('pending', 'seen'))
 	FROM discord_conversations c`
 
 func scanConversation(row rowScanner) (Conversation, error) {
 	var c Conversation
-	err := row.Scan(&c.ID, &c.Alias, &c.Kind, &c.GuildID, &c.ChannelID, &c.ParentID, &c.Name, &c.LastMessageID, &c.Pending)
+	err := row.Scan(&c.ID, &c.Alias, &c.Kind, &c.GuildID, &c.ChannelID, &c.ParentID, &c.Name, &c.LastMessageID, &c.LastInboundID, &c.Pending)
 	c.Key = ConversationKey(c.ChannelID)
 	return c, err
 }

@@ -366,3 +366,43 @@ func TestHeldSendIsReleasedOnceOrDropped(t *testing.T) {
 		t.Fatal("the schema let a held effect be attempted")
 	}
 }
+
+// A conversation's backfill cursor is the newest message admitted from it,
+// in snowflake order whatever the order of admission; migration 0027 sets
+// it for conversations admitted before the column existed.
+func TestTheInboundCursorIsTheNewestAdmitted(t *testing.T) {
+	s := openTest(t, t.TempDir(), Options{})
+	mustWrite(t, s, func(tx *Tx) error { _, err := tx.EnsureSession("default"); return err })
+	admitDiscord(t, s, "1000", "900", "dm", "dm")
+	admitDiscord(t, s, "999", "900", "dm", "dm") // a backfilled older one, admitted later
+	admitDiscord(t, s, "5", "901", "channel", "ambient")
+	cursor := func(ref string) string {
+		t.Helper()
+		c, err := s.ConversationByRef(context.Background(), ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.LastInboundID
+	}
+	if got := cursor("d1"); got != "1000" {
+		t.Fatalf("cursor of d1 = %q, want 1000", got)
+	}
+	body, err := migrationFS.ReadFile("migrations/0027_discord_inbound_cursor.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, update, ok := strings.Cut(string(body), "\nUPDATE ")
+	if !ok {
+		t.Fatal("0027 has no UPDATE")
+	}
+	mustWrite(t, s, func(tx *Tx) error {
+		if _, err := tx.exec(`UPDATE discord_conversations SET last_inbound_id = ''`); err != nil {
+			return err
+		}
+		_, err := tx.exec("UPDATE " + update)
+		return err
+	})
+	if d1, d2 := cursor("d1"), cursor("d2"); d1 != "1000" || d2 != "5" {
+		t.Fatalf("after 0027's update: d1 %q d2 %q, want 1000 and 5", d1, d2)
+	}
+}

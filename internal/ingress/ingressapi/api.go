@@ -55,6 +55,10 @@ type Message struct {
 	ReplyTo     string       `json:"reply_to,omitempty"`
 	OccurredAt  time.Time    `json:"occurred_at"`
 	Attachments []Attachment `json:"attachments,omitempty"`
+	// OutOfOrder says older messages of the channel may still be on their
+	// way (a catch-up of it has not been admitted yet): the message is
+	// admitted but does not move the conversation's backfill cursor.
+	OutOfOrder bool `json:"out_of_order,omitempty"`
 }
 
 // Attachment is attachment metadata; the bytes are fetched later, bounded,
@@ -116,13 +120,17 @@ type HelloResponse struct {
 // FenceHeader carries a transport's fencing token.
 const FenceHeader = "X-Klbr-Fence"
 
-// ConversationRef is a known conversation and the newest message id the core has of it.
+// ConversationRef is a known conversation and where a restarted transport
+// reads its history from.
 type ConversationRef struct {
-	ChannelID     string `json:"channel_id"`
-	Kind          string `json:"kind"`
-	GuildID       string `json:"guild_id,omitempty"`
-	ParentID      string `json:"parent_id,omitempty"`
-	Name          string `json:"name,omitempty"`
+	ChannelID string `json:"channel_id"`
+	Kind      string `json:"kind"`
+	GuildID   string `json:"guild_id,omitempty"`
+	ParentID  string `json:"parent_id,omitempty"`
+	Name      string `json:"name,omitempty"`
+	// LastMessageID is what a restarted transport reads history after: the
+	// newest message admitted from the conversation (never one of our own
+	// sends, which can be newer than a message not yet admitted).
 	LastMessageID string `json:"last_message_id,omitempty"`
 }
 
