@@ -312,7 +312,7 @@ func (t *Tx) SettleEffect(id int64, o Outcome) (Effect, error) {
 			if err := t.queryRow(`SELECT conversation_id FROM discord_outbox WHERE id = ?`, id).Scan(&conv); err != nil {
 				return e, fmt.Errorf("settle effect %d: %w", id, err)
 			}
-			if err := t.advance(conv, o.MessageID, false); err != nil {
+			if err := t.advance(conv, o.MessageID, false, false); err != nil {
 				return e, err
 			}
 			if err := t.setAttachmentIDs(id, o.AttachmentIDs); err != nil {
