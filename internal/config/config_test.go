@@ -406,6 +406,8 @@ func TestParseErrors(t *testing.T) {
 		{"channel rate too high", "[discord]\nchannel_per_minute = 100001\n", 2, 1, "discord.channel_per_minute", "100001 is out of range 1..100000"},
 		{"operator not an id", "[discord]\noperator_user_id = \"@me\"\n", 2, 1, "discord.operator_user_id", `"@me" is not a Discord user id`},
 		{"notify held without operator", "[discord]\nnotify_held = true\n", 2, 1, "discord.notify_held", "operator_user_id is not set"},
+		{"attachment pace too slow", "[discord]\nattachment_bytes_per_second = 1024\n", 2, 1, "discord.attachment_bytes_per_second", "1024 is out of range 65536..1099511627776 (0: unpaced)"},
+		{"attachment pace past the timeout", "[discord]\nattachment_bytes_per_second = 65536\n", 2, 1, "discord.attachment_bytes_per_second", "takes 400 s, not less than attachment_timeout_seconds (60): raise the rate or the timeout"},
 
 		// limits
 		{"memory_max suffix", "[limits]\nmemory_max = \"2GB\"\n", 2, 1, "limits.memory_max", `"2GB" is not a size`},
@@ -654,6 +656,7 @@ cookie_days = 7
 			Ingest: IngestDirected, AmbientWake: false, IncludeBots: true,
 			PendingAgingSeconds: 86400, AuthorBurst: 20, AuthorPerMinute: 30, ChannelBurst: 60, ChannelPerMinute: 120,
 			AttachmentMaxBytes: 25 << 20, AttachmentTimeoutSeconds: 60, AttachmentConcurrency: 2, AttachmentBytesPerHour: 1 << 30,
+			AttachmentBytesPerSecond: DefaultAttachmentBytesPerSecond,
 		},
 		Limits:  Limits{MemoryMax: "512M", TasksMax: 100000, CPUQuota: "50%"},
 		Browser: Browser{CookieDays: 7}, Storage: Storage{WarnAt: DefaultStorageWarnAt},

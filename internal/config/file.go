@@ -281,6 +281,10 @@ type Discord struct {
 	AttachmentTimeoutSeconds int   `toml:"attachment_timeout_seconds"` // 1..3600
 	AttachmentConcurrency    int   `toml:"attachment_concurrency"`     // 1..16
 	AttachmentBytesPerHour   int64 `toml:"attachment_bytes_per_hour"`  // >= attachment_max_bytes
+	// AttachmentBytesPerSecond paces each fetch (0: unpaced), so that a
+	// large file's copying and hashing does not take the CPU from the
+	// reception of messages meanwhile.
+	AttachmentBytesPerSecond int64 `toml:"attachment_bytes_per_second"` // 0, or 64 KiB..1 TiB
 	// Floods: live messages past a per-author or per-channel rate are not
 	// admitted; one notice per burst records them.
 	AuthorBurst      int `toml:"author_burst"`       // 1..10000
@@ -348,6 +352,11 @@ const (
 )
 
 // Defaults of the fields the file leaves out.
+// DefaultAttachmentBytesPerSecond paces one attachment fetch: 16 MiB/s, a
+// 25 MiB file in about 1.6 s (docs/performance.md: a DM's reception during
+// a fetch).
+const DefaultAttachmentBytesPerSecond = 16 << 20
+
 const (
 	DefaultAgentRoute          = "main"
 	DefaultMaxSteps            = 40
@@ -394,6 +403,7 @@ func Defaults() File {
 			AttachmentTimeoutSeconds: 60,
 			AttachmentConcurrency:    2,
 			AttachmentBytesPerHour:   1 << 30,
+			AttachmentBytesPerSecond: DefaultAttachmentBytesPerSecond,
 			AuthorBurst:              20,
 			AuthorPerMinute:          30,
 			ChannelBurst:             60,

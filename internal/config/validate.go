@@ -302,6 +302,13 @@ func (v *validator) discord(d *Discord) {
 	if d.AttachmentConcurrency < 1 || d.AttachmentConcurrency > 16 {
 		v.fail("discord.attachment_concurrency", fmt.Sprintf("%d is out of range 1..16", d.AttachmentConcurrency), "discord")
 	}
+	switch r := d.AttachmentBytesPerSecond; {
+	case r != 0 && (r < 64<<10 || r > 1<<40):
+		v.fail("discord.attachment_bytes_per_second", fmt.Sprintf("%d is out of range 65536..%d (0: unpaced)", r, int64(1<<40)), "discord")
+	case r > 0 && d.AttachmentTimeoutSeconds > 0 && d.AttachmentMaxBytes/r >= int64(d.AttachmentTimeoutSeconds):
+		v.fail("discord.attachment_bytes_per_second", fmt.Sprintf("at %d bytes a second a file of attachment_max_bytes (%d) takes %d s, not less than attachment_timeout_seconds (%d): raise the rate or the timeout",
+			r, d.AttachmentMaxBytes, d.AttachmentMaxBytes/r, d.AttachmentTimeoutSeconds), "discord")
+	}
 	if d.AttachmentBytesPerHour < d.AttachmentMaxBytes {
 		v.fail("discord.attachment_bytes_per_hour", fmt.Sprintf("%d is less than attachment_max_bytes (%d): no attachment could be fetched", d.AttachmentBytesPerHour, d.AttachmentMaxBytes), "discord")
 	}

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,7 +32,7 @@ func TestACellSendsFilesFromItsWorkspace(t *testing.T) {
 		"photo = (await c.items())[0].attachments[0]\n" +
 		"r = await c.send('here are the logs', files=['report.txt', 'shot.png', photo])\n" +
 		"open('report.txt', 'w').write('changed after the send\\n')\n" +
-		"print('sent', r.state, r.delivered)\n" +
+		"print('sent', r.state, r.delivered, [(f.filename, f.size, f.attachment_id) for f in r.files])\n" +
 		"for name, fs in (('evil', ['evil.txt']), ('outside', ['../x']), ('big', ['big.bin']), ('eleven', ['report.txt'] * 11), ('forged', [discord.Attachment({'id': '1', 'alias': 'a9'}, '8601')])):\n" +
 		"    try:\n        await c.send('x', files=fs)\n    except (discord.HostError, ValueError) as e:\n        print(name, getattr(e, 'code', 'ValueError'), e)\n"
 	model.Then(
@@ -89,5 +91,24 @@ func TestACellSendsFilesFromItsWorkspace(t *testing.T) {
 		s.Files[1].Name != "shot.png" || s.Files[1].ContentType != "image/png" || len(s.Files[1].Data) != 308 ||
 		s.Files[2].Name != "photo.jpg" || string(s.Files[2].Data) != "\xff\xd8\xff\xe0 a photo" {
 		t.Fatalf("Discord got %q with %d files: %+v", s.Content, len(s.Files), s.Files)
+	}
+	// The receipt names each file with the attachment id Discord gave it,
+	// to the cell and in the stored discord.sent record.
+	want := fmt.Sprintf("[('report.txt', 10, '%[1]s0'), ('shot.png', 308, '%[1]s1'), ('photo.jpg', 12, '%[1]s2')]", s.ID)
+	if !strings.Contains(cell, want) {
+		t.Errorf("the cell's receipt does not name the files as %s:\n%s", want, cell)
+	}
+	var rec struct {
+		Files []struct {
+			Filename     string `json:"filename"`
+			Size         int64  `json:"size"`
+			AttachmentID string `json:"attachment_id"`
+		} `json:"files"`
+	}
+	sent := a.kinds(store.LaneSpeech, "discord.sent")
+	if len(sent) != 1 || json.Unmarshal(sent[0].Content, &rec) != nil || len(rec.Files) != 3 ||
+		rec.Files[0].Filename != "report.txt" || rec.Files[0].Size != 10 || rec.Files[0].AttachmentID != s.ID+"0" ||
+		rec.Files[2].Filename != "photo.jpg" || rec.Files[2].AttachmentID != s.ID+"2" {
+		t.Fatalf("the stored receipt does not name the files: %d records, %+v", len(sent), rec)
 	}
 }

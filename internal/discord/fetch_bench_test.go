@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +19,13 @@ import (
 
 // fetchBenchLimits lets a 60 MB attachment through and never runs out of
 // the hourly budget: the benchmarks measure the fetch, not its refusal.
-func fetchBenchLimits(cfg *Config) {
-	cfg.Probe.Interval = -1
-	cfg.Flood = FloodLimits{Off: true}
-	cfg.Fetch = FetchLimits{MaxBytes: 64 << 20, Timeout: 5 * time.Minute, BytesPerHour: 1 << 50}
+// rate paces each fetch (negative: unpaced, as before the pace was built).
+func fetchBenchLimits(rate int64) func(cfg *Config) {
+	return func(cfg *Config) {
+		cfg.Probe.Interval = -1
+		cfg.Flood = FloodLimits{Off: true}
+		cfg.Fetch = FetchLimits{MaxBytes: 64 << 20, Timeout: 5 * time.Minute, BytesPerHour: 1 << 50, BytesPerSecond: rate}
+	}
 }
 
 func startFetchBenchCore(b *testing.B) *core {
@@ -52,75 +56,112 @@ func settledFetch(b *testing.B, c *core, msg, id string) {
 }
 
 // BenchmarkDMDuringAttachmentFetch: the time from a DM's gateway dispatch
-// to its admission (committed in klbr-core's store), with a 25 MB
-// attachment being fetched from the fake's CDN and streamed to klbr-core at
-// that moment (fetching-25MB), against the same DM with nothing fetched
-// (idle, the baseline). The fake Discord, klbr-discord's transport (its
-// fetcher included) and a real klbr-core side (store, admission,
-// ingress.sock, artifact spool) run in one process as in production.
-// overlap is the share of rounds in which the fetch was still under way
-// when the DM was admitted (it must be 1 for the figure to mean anything);
-// fetch-ms is the fetch's own time, from its message's dispatch to its
-// artifact recorded.
+// to its admission (committed in klbr-core's store) while a 25 MB
+// attachment is being fetched from the fake's CDN and streamed to klbr-core:
+// unpaced, as before attachment_bytes_per_second (unpaced), and at the
+// default pace (paced), against the same DM with nothing fetched (idle, the
+// baseline). The fake Discord, klbr-discord's transport (its fetcher
+// included) and a real klbr-core side (store, admission, ingress.sock,
+// artifact spool) run in one process as in production, one rig unpaced and
+// one paced. Each round measures the three one after the other, so that a
+// change of the machine's load falls on all three alike; the figures are
+// medians over the rounds, and the ratios are of medians. overlap is the
+// share of fetching rounds in which the fetch was still under way when the
+// DM was admitted (it must be 1 for the figure to mean anything); fetch-ms
+// is a fetch's own time, from its message's dispatch to its artifact
+// recorded.
 func BenchmarkDMDuringAttachmentFetch(b *testing.B) {
-	for _, fetching := range []bool{false, true} {
-		name := "idle"
-		if fetching {
-			name = "fetching-25MB"
-		}
-		b.Run(name, func(b *testing.B) {
-			c := startFetchBenchCore(b)
-			fake := discordtest.New("99")
-			defer fake.Close()
-			started := make(chan struct{}, 1)
-			fake.OnCDN = func(r *http.Request) {
-				if strings.Contains(r.URL.Path, "big-") {
-					select {
-					case started <- struct{}{}:
-					default:
-					}
-				}
-			}
-			runTransportWith(b, fake, c.socket, fetchBenchLimits)
-			next := 40000000
-			var total, fetchTotal time.Duration
-			var rounds, overlapped int
-			for b.Loop() {
-				var msg, att string
-				fetchAt := time.Now()
-				if fetching {
-					next++
-					msg, att = fmt.Sprint(next), fmt.Sprint(next+500000000)
-					fake.Dispatch("MESSAGE_CREATE", dmWith(msg, "the logs",
-						fake.GeneratedAttachment(att, "20", msg, "big-"+msg+".bin", "application/octet-stream", 25<<20, time.Hour)))
-					<-started
-					// Let the first megabytes flow before the DM.
-					time.Sleep(5 * time.Millisecond)
-				}
-				before := count(pending(b, c), "discord:61")
-				next++
-				at := time.Now()
-				fake.Dispatch("MESSAGE_CREATE", discordtest.Message(fmt.Sprint(next), "61", "", "6", "a question"))
-				for count(pending(b, c), "discord:61") == before {
-					time.Sleep(200 * time.Microsecond)
-				}
-				total += time.Since(at)
-				rounds++
-				if fetching {
-					if fetchState(b, c, msg, att).State == store.AttachmentPending {
-						overlapped++
-					}
-					b.StopTimer()
-					settledFetch(b, c, msg, att)
-					fetchTotal += time.Since(fetchAt)
-					b.StartTimer()
-				}
-			}
-			b.ReportMetric(float64(total.Microseconds())/1000/float64(rounds), "dm-ms")
-			b.ReportMetric(float64(overlapped)/float64(rounds), "overlap")
-			b.ReportMetric(float64(fetchTotal.Microseconds())/1000/float64(rounds), "fetch-ms")
-		})
+	type rig struct {
+		c       *core
+		fake    *discordtest.Fake
+		started chan struct{}
 	}
+	newRig := func(rate int64) *rig {
+		r := &rig{c: startFetchBenchCore(b), fake: discordtest.New("99"), started: make(chan struct{}, 1)}
+		b.Cleanup(r.fake.Close)
+		r.fake.OnCDN = func(req *http.Request) {
+			if strings.Contains(req.URL.Path, "big-") {
+				select {
+				case r.started <- struct{}{}:
+				default:
+				}
+			}
+		}
+		runTransportWith(b, r.fake, r.c.socket, fetchBenchLimits(rate))
+		return r
+	}
+	unpaced, paced := newRig(-1), newRig(DefaultBytesPerSecond)
+	next := 40000000
+	// dm sends a DM on r (after a 25 MB attachment's fetch has started, when
+	// fetching) and returns the time to its admission, whether the fetch
+	// was still under way then, and the fetch's own time.
+	dm := func(r *rig, fetching bool) (admitted time.Duration, overlap bool, fetched time.Duration) {
+		var msg, att string
+		fetchAt := time.Now()
+		if fetching {
+			next++
+			msg, att = fmt.Sprint(next), fmt.Sprint(next+500000000)
+			r.fake.Dispatch("MESSAGE_CREATE", dmWith(msg, "the logs",
+				r.fake.GeneratedAttachment(att, "20", msg, "big-"+msg+".bin", "application/octet-stream", 25<<20, time.Hour)))
+			<-r.started
+			// Let the first megabytes flow before the DM.
+			time.Sleep(5 * time.Millisecond)
+		}
+		before := count(pending(b, r.c), "discord:61")
+		next++
+		at := time.Now()
+		r.fake.Dispatch("MESSAGE_CREATE", discordtest.Message(fmt.Sprint(next), "61", "", "6", "a question"))
+		for count(pending(b, r.c), "discord:61") == before {
+			time.Sleep(200 * time.Microsecond)
+		}
+		admitted = time.Since(at)
+		if fetching {
+			overlap = fetchState(b, r.c, msg, att).State == store.AttachmentPending
+			settledFetch(b, r.c, msg, att)
+			fetched = time.Since(fetchAt)
+		}
+		return admitted, overlap, fetched
+	}
+	var idleMS, unpacedMS, pacedMS, unpacedFetch, pacedFetch []float64
+	var fetches, overlapped int
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	for b.Loop() {
+		d, _, _ := dm(unpaced, false)
+		idleMS = append(idleMS, ms(d))
+		d, o, f := dm(unpaced, true)
+		unpacedMS, unpacedFetch = append(unpacedMS, ms(d)), append(unpacedFetch, ms(f))
+		fetches++
+		if o {
+			overlapped++
+		}
+		d, o, f = dm(paced, true)
+		pacedMS, pacedFetch = append(pacedMS, ms(d)), append(pacedFetch, ms(f))
+		fetches++
+		if o {
+			overlapped++
+		}
+	}
+	idle := median(idleMS)
+	b.ReportMetric(idle, "idle-dm-ms")
+	b.ReportMetric(median(unpacedMS), "unpaced-dm-ms")
+	b.ReportMetric(median(pacedMS), "paced-dm-ms")
+	b.ReportMetric(median(unpacedMS)/idle, "unpaced-x")
+	b.ReportMetric(median(pacedMS)/idle, "paced-x")
+	b.ReportMetric(median(unpacedFetch), "unpaced-fetch-ms")
+	b.ReportMetric(median(pacedFetch), "paced-fetch-ms")
+	b.ReportMetric(float64(overlapped)/float64(fetches), "overlap")
+}
+
+// median of xs (which it sorts).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	if n := len(xs); n%2 == 0 {
+		return (xs[n/2-1] + xs[n/2]) / 2
+	}
+	return xs[len(xs)/2]
 }
 
 // liveHeap samples the live heap (as the last collection marked it) while
@@ -168,12 +209,20 @@ func (h *liveHeap) peak() uint64 {
 // must not grow with the file. B/op counts every byte allocated, garbage
 // included.
 func BenchmarkAttachmentFetchMemory(b *testing.B) {
-	for _, size := range []int64{1 << 20, 25 << 20, 60 << 20} {
-		b.Run(fmt.Sprintf("%dMB", size>>20), func(b *testing.B) {
+	for _, v := range []struct {
+		size int64
+		rate int64
+	}{{1 << 20, -1}, {25 << 20, -1}, {60 << 20, -1}, {25 << 20, DefaultBytesPerSecond}} {
+		size := v.size
+		name := fmt.Sprintf("%dMB", size>>20)
+		if v.rate > 0 {
+			name += "-paced"
+		}
+		b.Run(name, func(b *testing.B) {
 			c := startFetchBenchCore(b)
 			fake := discordtest.New("99")
 			defer fake.Close()
-			runTransportWith(b, fake, c.socket, fetchBenchLimits)
+			runTransportWith(b, fake, c.socket, fetchBenchLimits(v.rate))
 			b.ReportAllocs()
 			next := 50000000
 			var peakTotal uint64

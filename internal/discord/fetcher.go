@@ -32,7 +32,15 @@ type FetchLimits struct {
 	Timeout      time.Duration // one fetch, refresh and upload included (0: 60 s)
 	Concurrency  int           // fetches at once (0: 2)
 	BytesPerHour int64         // fetched in any hour (0: 1 GiB)
+	// BytesPerSecond paces each fetch (0: DefaultBytesPerSecond; negative:
+	// unpaced). Copying and hashing a file takes the CPU: unpaced, a 25 MB
+	// fetch takes both cores of a small machine for tens of milliseconds,
+	// and messages arriving meanwhile wait for them (docs/performance.md).
+	BytesPerSecond int64
 }
+
+// DefaultBytesPerSecond is the pace of one fetch when FetchLimits leaves it 0.
+const DefaultBytesPerSecond = 16 << 20
 
 func (l FetchLimits) withDefaults() FetchLimits {
 	if l.MaxBytes <= 0 {
@@ -46,6 +54,9 @@ func (l FetchLimits) withDefaults() FetchLimits {
 	}
 	if l.BytesPerHour <= 0 {
 		l.BytesPerHour = 1 << 30
+	}
+	if l.BytesPerSecond == 0 {
+		l.BytesPerSecond = DefaultBytesPerSecond
 	}
 	return l
 }
@@ -184,6 +195,9 @@ func (f *fetcher) try(ctx context.Context, j fetchJob) (code, detail string) {
 	// Past the cap the core sees one byte more than it takes and records
 	// too_large itself.
 	body, size := io.Reader(io.LimitReader(resp.Body, f.lim.MaxBytes+1)), resp.ContentLength
+	if f.lim.BytesPerSecond > 0 {
+		body = newPaced(ctx, body, f.lim.BytesPerSecond)
+	}
 	_, err = f.core.UploadAttachment(ctx, j.MessageID, j.ID, body, size)
 	var se *ingressapi.StatusError
 	switch {

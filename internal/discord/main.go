@@ -50,7 +50,7 @@ func Main(ctx context.Context, args []string, lookup func(string) (string, bool)
 	err = Run(ctx, Config{Token: token, APIBase: d.APIBase, IngressSocket: cfg.Paths.IngressSocket, Channels: d.Channels,
 		Directed: d.Ingest == config.IngestDirected, IncludeBots: d.IncludeBots, Log: log, Filters: filters,
 		Fetch: FetchLimits{MaxBytes: d.AttachmentMaxBytes, Timeout: time.Duration(d.AttachmentTimeoutSeconds) * time.Second,
-			Concurrency: d.AttachmentConcurrency, BytesPerHour: d.AttachmentBytesPerHour},
+			Concurrency: d.AttachmentConcurrency, BytesPerHour: d.AttachmentBytesPerHour, BytesPerSecond: unpacedIfZero(d.AttachmentBytesPerSecond)},
 		Flood:    FloodLimits{AuthorBurst: d.AuthorBurst, AuthorPerMinute: d.AuthorPerMinute, ChannelBurst: d.ChannelBurst, ChannelPerMinute: d.ChannelPerMinute},
 		Operator: d.OperatorUserID})
 	var fe *FatalError
@@ -96,7 +96,8 @@ func reloadFilters(ctx context.Context, hup <-chan os.Signal, lookup func(string
 			restart = append(restart, "discord.api_base")
 		}
 		if d.AttachmentMaxBytes != started.AttachmentMaxBytes || d.AttachmentTimeoutSeconds != started.AttachmentTimeoutSeconds ||
-			d.AttachmentConcurrency != started.AttachmentConcurrency || d.AttachmentBytesPerHour != started.AttachmentBytesPerHour {
+			d.AttachmentConcurrency != started.AttachmentConcurrency || d.AttachmentBytesPerHour != started.AttachmentBytesPerHour ||
+			d.AttachmentBytesPerSecond != started.AttachmentBytesPerSecond {
 			restart = append(restart, "discord.attachment_*")
 		}
 		log.Info("klbr.toml reloaded: the channel filter applies from the next gateway event", "channels", len(f.Channels),
@@ -122,4 +123,13 @@ func readToken(path string, lookup func(string) (string, bool)) (string, error) 
 		return "", fmt.Errorf("token file %s does not hold one bot token", path)
 	}
 	return token, nil
+}
+
+// unpacedIfZero maps attachment_bytes_per_second = 0 (unpaced) to
+// FetchLimits' negative.
+func unpacedIfZero(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -99,6 +99,19 @@ func (w *watch) seen(channel, id string) {
 	}
 }
 
+// newestAll returns the newest message id seen of any channel.
+func (w *watch) newestAll() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var n string
+	for _, c := range w.ch {
+		if snowflakeLess(n, c.newest) {
+			n = c.newest
+		}
+	}
+	return n
+}
+
 func (w *watch) newest(channel string) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -185,6 +198,13 @@ func (t *transport) probe(ctx context.Context, gw *Gateway, p ProbeLimits) {
 	}
 	t.log.Warn("gateway: channels moved without a delivery: the connection is deaf; resuming and backfilling", "channels", chans)
 	gw.Reconnect("no events while watched channels moved")
+	mark := gaps[0].after // where the transport last heard of the deaf channels
+	for _, g := range gaps[1:] {
+		if snowflakeLess(g.after, mark) {
+			mark = g.after
+		}
+	}
+	t.rediscover.request(mark, "while the gateway connection was deaf")
 	for _, g := range gaps {
 		n, _, err := t.catchUp(ctx, g.ref, g.after, true, "while the gateway connection was deaf")
 		if err != nil {

@@ -30,3 +30,37 @@ func TestFormErrorsNamesTheField(t *testing.T) {
 		t.Fatal("a body that is not 50035 rendered field errors")
 	}
 }
+
+// FuzzParseCreated: the message Discord answers a create with is outside
+// input; reading its id and attachments never panics, and what it returns
+// fits the receipt klbr-core accepts (at most 10 files, Discord ids, names
+// of at most 255 bytes, no negative size).
+func FuzzParseCreated(f *testing.F) {
+	f.Add([]byte(`{"id":"900","attachments":[{"id":"9000","filename":"report.txt","size":10,"url":"https://cdn/x"},{"id":"9001","filename":"shot.png","size":308}]}`))
+	f.Add([]byte(`{"id":"900","attachments":[{"id":"x","filename":"a"},{"id":"1","size":-1},{"id":"123456789012345678901","filename":"b"}]}`))
+	f.Add([]byte(`{"id":"900","attachments":null}`))
+	f.Add([]byte(`{"attachments":[]}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, files, err := ParseCreated(b)
+		if err != nil {
+			return
+		}
+		if !snowflake(id) || len(files) > 10 {
+			t.Fatalf("id %q, %d files", id, len(files))
+		}
+		for _, fl := range files {
+			if !snowflake(fl.AttachmentID) || len(fl.AttachmentID) > 20 || len(fl.Filename) > 255 || fl.Size < 0 {
+				t.Fatalf("file %+v", fl)
+			}
+		}
+	})
+}
+
+func TestParseCreatedReadsTheFilesInOrder(t *testing.T) {
+	id, files, err := ParseCreated([]byte(`{"id":"900","attachments":[{"id":"9000","filename":"report.txt","size":10},{"id":"bad","filename":"x"},{"id":"9001","filename":"shot_1.png","size":308}]}`))
+	// The list ends at the one without an id: the files are named by position.
+	if err != nil || id != "900" || len(files) != 1 || files[0].AttachmentID != "9000" || files[0].Filename != "report.txt" || files[0].Size != 10 {
+		t.Fatalf("%q %+v %v", id, files, err)
+	}
+}

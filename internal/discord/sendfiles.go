@@ -90,18 +90,45 @@ func (t *transport) readUpload(ctx context.Context, e ingressapi.Effect) (*uploa
 
 var quoteEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\r", "", "\n", "")
 
-// sendUpload posts one message with its files and its stable nonce.
-func sendUpload(s *discordgo.Session, e ingressapi.Effect, u *upload) (string, error) {
+// sendUpload posts one message with its files and its stable nonce, and
+// returns the message id and its files as Discord made them.
+func sendUpload(s *discordgo.Session, e ingressapi.Effect, u *upload) (string, []ingressapi.SentFile, error) {
 	ep := discordgo.EndpointChannelMessages(e.ChannelID)
 	resp, err := s.RequestRaw(http.MethodPost, ep, u.contentType, u.body, ep, 0, discordgo.WithRetryOnRatelimit(false))
 	if err != nil {
-		return "", err
+		return "", nil, err
+	}
+	return ParseCreated(resp)
+}
+
+// ParseCreated reads the message a create answered with: its id and its
+// attachments in order (at most ingressapi.MaxSendFiles; each with a
+// Discord id, its name clipped to 255 bytes). The list ends at an attachment
+// without a valid id: a receipt names files by position.
+func ParseCreated(resp []byte) (string, []ingressapi.SentFile, error) {
+	if len(resp) > MaxResponseBytes {
+		return "", nil, fmt.Errorf("the send's answer is %d bytes, at most %d", len(resp), MaxResponseBytes)
 	}
 	var m struct {
-		ID string `json:"id"`
+		ID          string `json:"id"`
+		Attachments []struct {
+			ID       string `json:"id"`
+			Filename string `json:"filename"`
+			Size     int64  `json:"size"`
+		} `json:"attachments"`
 	}
 	if err := json.Unmarshal(resp, &m); err != nil || !snowflake(m.ID) {
-		return "", fmt.Errorf("the send's answer has no message id: %v", err)
+		return "", nil, fmt.Errorf("the send's answer has no message id: %v", err)
 	}
-	return m.ID, nil
+	var files []ingressapi.SentFile
+	for _, a := range m.Attachments {
+		if len(files) == ingressapi.MaxSendFiles {
+			break
+		}
+		if !snowflake(a.ID) || len(a.ID) > 20 || a.Size < 0 {
+			break
+		}
+		files = append(files, ingressapi.SentFile{AttachmentID: a.ID, Filename: clipBytes(a.Filename, 255), Size: a.Size})
+	}
+	return m.ID, files, nil
 }

@@ -99,12 +99,17 @@ func (t *transport) onThread(th ThreadCreate) {
 }
 
 // joinLoop joins queued threads one at a time and reads back what they
-// already hold.
+// already hold, and lists the active threads again after the gateway was
+// not heard (threads_lost.go).
 func (t *transport) joinLoop(ctx context.Context) {
 	for {
 		select {
 		case th := <-t.joins:
 			t.join(ctx, th)
+		case <-t.rediscover.wake:
+			if mark, while, ok := t.rediscover.take(); ok {
+				t.rediscoverThreads(ctx, mark, while)
+			}
 		case <-ctx.Done():
 			return
 		}
@@ -130,8 +135,9 @@ func (t *transport) join(ctx context.Context, th ThreadCreate) {
 // what came after the message after ("": the newest page) unless read is
 // false.
 func (t *transport) joinAndRead(ctx context.Context, th ThreadCreate, after string, read bool, while string) {
-	if !th.Member {
+	if !th.Member && t.joining(th.ID) {
 		if err := t.rest.ThreadJoin(th.ID, discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(true)); err != nil {
+			t.unjoin(th.ID)
 			t.log.Warn("threads: joining a thread failed; its messages are not received", "thread", th.ID, "parent", th.ParentID, "error", classify(err).Error())
 			return
 		}
@@ -145,4 +151,27 @@ func (t *transport) joinAndRead(ctx context.Context, th ThreadCreate, after stri
 	if _, _, err := t.catchUp(ctx, ref, after, true, while); err != nil {
 		t.log.Warn("threads: reading back a joined thread", "thread", th.ID, "error", classify(err).Error())
 	}
+}
+
+// joining marks thread id joined by this transport and reports whether it
+// was not yet: the THREAD_CREATE of a thread and the active list read at
+// start (or after a lost session) can both name it, and it is joined once.
+func (t *transport) joining(id string) bool {
+	t.parentsMu.Lock()
+	defer t.parentsMu.Unlock()
+	if t.joinedThreads == nil {
+		t.joinedThreads = map[string]bool{}
+	}
+	if t.joinedThreads[id] || len(t.joinedThreads) >= maxThreads {
+		return !t.joinedThreads[id] // past the bound: join again rather than never
+	}
+	t.joinedThreads[id] = true
+	return true
+}
+
+// unjoin forgets a join that failed.
+func (t *transport) unjoin(id string) {
+	t.parentsMu.Lock()
+	defer t.parentsMu.Unlock()
+	delete(t.joinedThreads, id)
 }

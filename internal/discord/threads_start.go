@@ -95,21 +95,13 @@ func (t *transport) discoverThreads(ctx context.Context, convs []ingressapi.Conv
 		if ctx.Err() != nil {
 			return
 		}
-		ep := discordgo.EndpointGuildActiveThreads(g)
-		body, err := t.rest.RequestWithBucketID(http.MethodGet, ep, nil, ep, discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(true))
-		if err != nil {
-			t.log.Warn("threads: listing a guild's active threads; threads made while klbr-discord was not running stay unread until their next THREAD_CREATE",
-				"guild", g, "error", classify(err).Error())
-			continue
-		}
-		ths, err := ParseActiveThreads(body)
-		if err != nil {
-			t.log.Warn("threads: listing a guild's active threads", "guild", g, "error", err)
+		ths, ok := t.activeThreads(ctx, g, "threads made while klbr-discord was not running stay unread until their next THREAD_CREATE")
+		if !ok {
 			continue
 		}
 		for _, th := range ths {
 			t.learnParent(th)
-			if cf := t.channels.Load(); th.Archived || len(cf.Channels) > 0 && !slices.Contains(cf.Channels, th.ParentID) {
+			if !t.watchedThread(th) {
 				continue
 			}
 			found++
@@ -129,4 +121,28 @@ func (t *transport) discoverThreads(ctx context.Context, convs []ingressapi.Conv
 	if found > 0 {
 		t.log.Info("threads: active threads under watched channels found at start", "threads", found, "joined", joined)
 	}
+}
+
+// activeThreads lists guild g's active threads (GET
+// /guilds/{id}/threads/active); a failure is logged with what it costs.
+func (t *transport) activeThreads(ctx context.Context, g, cost string) ([]ThreadCreate, bool) {
+	ep := discordgo.EndpointGuildActiveThreads(g)
+	body, err := t.rest.RequestWithBucketID(http.MethodGet, ep, nil, ep, discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(true))
+	if err != nil {
+		t.log.Warn("threads: listing a guild's active threads; "+cost, "guild", g, "error", classify(err).Error())
+		return nil, false
+	}
+	ths, err := ParseActiveThreads(body)
+	if err != nil {
+		t.log.Warn("threads: listing a guild's active threads", "guild", g, "error", err)
+		return nil, false
+	}
+	return ths, true
+}
+
+// watchedThread says whether th is one to join: not archived, under a
+// watched channel (any, when the filter names none).
+func (t *transport) watchedThread(th ThreadCreate) bool {
+	cf := t.channels.Load()
+	return !th.Archived && (len(cf.Channels) == 0 || slices.Contains(cf.Channels, th.ParentID))
 }

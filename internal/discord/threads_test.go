@@ -146,3 +146,78 @@ func runTransportStoppable(t *testing.T, fake *discordtest.Fake, socket string, 
 	waitFor(t, "the gateway session", fake.Connected)
 	return stop
 }
+
+// A thread made while the transport was not hearing the gateway (the
+// session lost between a disconnect and the new session, or a connection
+// gone deaf) announced itself to nobody: its THREAD_CREATE is gone with the
+// session. After the new session, or the deaf connection's recovery, the
+// transport asks for the guild's active threads again, joins the new one
+// and reads back what was said in it meanwhile: a mention there wakes the
+// agent. Archived threads are still never joined.
+func TestThreadsMadeWhileTheGatewayWasLostAreFoundAfterIt(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		probe ProbeLimits
+		lose  func(*discordtest.Fake)
+		back  func(*discordtest.Fake)
+	}{
+		{"session lost", ProbeLimits{Interval: -1},
+			func(f *discordtest.Fake) { f.SetUnreachable(true); f.Disconnect(true) },
+			func(f *discordtest.Fake) { f.SetUnreachable(false) }},
+		{"deaf connection", ProbeLimits{Interval: 150 * time.Millisecond, Channels: 5, Active: time.Hour, Grace: 300 * time.Millisecond},
+			func(f *discordtest.Fake) { f.SetDeaf(true) },
+			func(f *discordtest.Fake) { // the parent moves: the probe can tell
+				f.Dispatch("MESSAGE_CREATE", discordtest.Message("15030", "70", "7", "6", "anyone?"))
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startCore(t, t.TempDir())
+			fake := discordtest.New("99")
+			defer fake.Close()
+			fake.AddGuild("7")
+			runTransportWith(t, fake, c.socket, func(cfg *Config) {
+				cfg.Channels = []string{"70"}
+				cfg.Probe = tc.probe
+			})
+			fake.Dispatch("MESSAGE_CREATE", discordtest.Message("15000", "70", "7", "5", "before"))
+			waitFor(t, "the first message", func() bool { return len(pending(t, c)) == 1 })
+
+			tc.lose(fake)
+			fake.CreateThread("15010", "70", "7", false, nil)
+			mention := discordtest.Message("15011", "15010", "7", "5", "<@99> over here, in the new thread")
+			mention["mentions"] = []any{map[string]any{"id": "99"}}
+			fake.Dispatch("MESSAGE_CREATE", mention)
+			fake.CreateThread("15020", "70", "7", false, nil)
+			fake.ArchiveThread("15020")
+			tc.back(fake)
+
+			ctx := context.Background()
+			waitFor(t, "the mention in the new thread wakes the agent", func() bool {
+				items, _ := c.store.AttentionItems(ctx, "default", []string{string(store.ItemPending)}, 10)
+				return len(items) == 1 && items[0].MessageID == "15011"
+			})
+			if n := fake.ThreadJoins("15010"); n != 1 {
+				t.Fatalf("the new thread was joined %d times, want 1", n)
+			}
+			waitFor(t, "the gateway back", fake.Connected)
+			live := discordtest.Message("15012", "15010", "7", "6", "<@99> and live in the found thread")
+			live["mentions"] = []any{map[string]any{"id": "99"}}
+			fake.Dispatch("MESSAGE_CREATE", live)
+			waitFor(t, "the live mention in the found thread", func() bool {
+				items, _ := c.store.AttentionItems(ctx, "default", []string{string(store.ItemPending)}, 10)
+				return len(items) == 2
+			})
+			if n := fake.ThreadJoins("15020"); n != 0 {
+				t.Fatalf("an archived thread was joined %d times", n)
+			}
+			conv, err := c.store.ConversationByRef(ctx, "discord:15010")
+			if err != nil || conv.Kind != "thread" {
+				t.Fatalf("the found thread's conversation: %+v, %v", conv, err)
+			}
+			// Once at start, once after the loss: not at every probe or resume.
+			if n := fake.Requests("GET /api/v9/guilds/7/threads/active"); n != 2 {
+				t.Fatalf("the active threads were listed %d times, want 2", n)
+			}
+		})
+	}
+}

@@ -67,7 +67,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer core.Close()
 	t := &transport{cfg: cfg, rest: rest, core: core, link: newCoreLink(cfg.Log), log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize),
 		urgent: make(chan ingressapi.Message, urgentQueue), flood: newFlood(cfg.Flood, cfg.Operator), order: newOrder(), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
-		budget: budget, watch: newWatch(), joins: make(chan ThreadCreate, threadJoinQueue),
+		budget: budget, watch: newWatch(), joins: make(chan ThreadCreate, threadJoinQueue), rediscover: newRediscovery(),
 		filter: Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots, Threads: map[string]string{}}}
 	t.channels.Store(&Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots})
 	t.fetch = newFetcher(cfg.Fetch, core, rest, cfg.Log.With("component", "fetcher"))
@@ -88,6 +88,13 @@ func Run(ctx context.Context, cfg Config) error {
 			t.guilds.Store(&guilds)
 			t.readyOnce.Do(func() { close(t.ready) })
 			cfg.Log.Info("gateway ready", "bot_id", id)
+			if t.sessions.Load() > 0 { // a new session: the one before was lost
+				var mark string
+				if m := t.lostMark.Load(); m != nil {
+					mark = *m
+				}
+				t.rediscover.request(mark, "while the gateway session was lost")
+			}
 		},
 		Message:     t.onMessage,
 		Thread:      t.onThread,
@@ -99,7 +106,10 @@ func Run(ctx context.Context, cfg Config) error {
 				Content: "[klbr-discord] " + reason, OccurredAt: time.Now()})
 		},
 		State: func(connected, resumed bool) {
-			t.connected.Store(connected)
+			if t.connected.Swap(connected) && !connected {
+				mark := t.watch.newestAll() // where it last heard Discord
+				t.lostMark.Store(&mark)
+			}
 			switch {
 			case resumed:
 				t.resumes.Add(1)
@@ -136,10 +146,12 @@ type transport struct {
 	flood      *flood
 	order      *order // channels whose older messages may not be admitted yet
 	fetch      *fetcher
-	fetchReady sync.Once                // the fetcher starts after the first hello
-	filter     Filter                   // used only by the gateway's goroutine, but for Threads (parentsMu)
-	parentsMu  sync.Mutex               // guards filter.Threads: thread discovery adds to it
-	guilds     atomic.Pointer[[]string] // READY's guilds
+	fetchReady sync.Once  // the fetcher starts after the first hello
+	filter     Filter     // used only by the gateway's goroutine, but for Threads (parentsMu)
+	parentsMu  sync.Mutex // guards filter.Threads (thread discovery adds to it) and joinedThreads
+	// joinedThreads are the threads this transport joined (at most maxThreads).
+	joinedThreads map[string]bool
+	guilds        atomic.Pointer[[]string] // READY's guilds
 	// channels is the channel filter in force (Channels, Directed,
 	// IncludeBots), for the goroutines that read history (catchUp) and
 	// discover threads.
@@ -158,7 +170,12 @@ type transport struct {
 	budget *invalidBudget    // invalid REST answers (401/403/429) in the last 10 minutes
 	watch  *watch            // the newest message seen per active channel: the deafness probe's
 	joins  chan ThreadCreate // new threads to join
-	dms    dmChannels        // DM channels opened (the operator's, for held sends)
+	// rediscover asks joinLoop to list active threads again after the
+	// gateway was not heard; lostMark is the newest message seen when the
+	// last connection ended.
+	rediscover *rediscovery
+	lostMark   atomic.Pointer[string]
+	dms        dmChannels // DM channels opened (the operator's, for held sends)
 
 	// Gateway state, reported to the core with each claim (its /metrics).
 	connected                                  atomic.Bool
@@ -511,10 +528,11 @@ func (t *transport) perform(ctx context.Context, e ingressapi.Effect) ingressapi
 	}
 	for {
 		var msgID string
+		var sent []ingressapi.SentFile
 		var err error
 		switch {
 		case e.Kind == "send" && files != nil:
-			msgID, err = sendUpload(t.rest, e, files)
+			msgID, sent, err = sendUpload(t.rest, e, files)
 		case e.Kind == "send":
 			msgID, err = send(t.rest, e)
 		case e.Kind == "react":
@@ -523,7 +541,7 @@ func (t *transport) perform(ctx context.Context, e ingressapi.Effect) ingressapi
 			return ingressapi.Receipt{State: "failed", ErrorCode: "unsupported", Error: "effect kind " + e.Kind}
 		}
 		if err == nil {
-			return ingressapi.Receipt{State: "confirmed", MessageID: msgID, Evidence: "response"}
+			return ingressapi.Receipt{State: "confirmed", MessageID: msgID, Evidence: "response", Files: sent}
 		}
 		ae := classify(err)
 		switch {

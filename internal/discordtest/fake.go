@@ -78,11 +78,14 @@ type Fake struct {
 	cdn         cdn
 	// deaf is a connection that acknowledges heartbeats and delivers no
 	// dispatch (see SetDeaf).
-	deaf    *websocket.Conn
-	threads map[string]*thread // by id (see CreateThread)
-	guilds  []string           // READY's guilds (see AddGuild)
-	reqs    reqState
-	ix      ixState // DM channels and interactions (see Press)
+	deaf *websocket.Conn
+	// unreachable refuses gateway connections (see SetUnreachable);
+	// expired refuses the next resume (see Disconnect).
+	unreachable, expired bool
+	threads              map[string]*thread // by id (see CreateThread)
+	guilds               []string           // READY's guilds (see AddGuild)
+	reqs                 reqState
+	ix                   ixState // DM channels and interactions (see Press)
 }
 
 // New starts a fake; Close it.
@@ -133,6 +136,13 @@ func (f *Fake) gateway(w http.ResponseWriter, r *http.Request) {
 var upgrader = websocket.Upgrader{}
 
 func (f *Fake) ws(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	down := f.unreachable
+	f.mu.Unlock()
+	if down {
+		http.Error(w, "upstream connect error", http.StatusServiceUnavailable)
+		return
+	}
 	c, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return
@@ -168,6 +178,7 @@ func (f *Fake) ws(w http.ResponseWriter, r *http.Request) {
 		case 1:
 			c.WriteJSON(map[string]any{"op": 11})
 		case 2:
+			f.expired = false
 			f.sessions++
 			f.cur = c
 			f.seq++
@@ -180,6 +191,13 @@ func (f *Fake) ws(w http.ResponseWriter, r *http.Request) {
 				Seq int64 `json:"seq"`
 			}
 			json.Unmarshal(fr.D, &rs)
+			if f.expired {
+				// Discord no longer has the session: op 9, not resumable;
+				// its events are gone.
+				f.events = nil
+				c.WriteJSON(map[string]any{"op": 9, "d": false})
+				break
+			}
 			f.resumes++
 			f.cur = c
 			// Replay what the client missed, as Discord does.
@@ -213,6 +231,9 @@ func (f *Fake) Dispatch(event string, data any) bool {
 	}
 	f.seq++
 	b, _ := json.Marshal(map[string]any{"op": 0, "t": event, "s": f.seq, "d": data})
+	if f.expired {
+		return false // the session is gone: nobody receives it, nor a resume
+	}
 	if !f.subscribedLocked(event, data) {
 		return false // a thread the bot is not a member of: nothing for it
 	}
@@ -274,6 +295,33 @@ func (f *Fake) CloseGateway(code int) {
 		f.cur.Close()
 		f.cur = nil
 	}
+}
+
+// Disconnect drops the current connection without a close frame (the
+// network failed). With expire, the session expires meanwhile, as Discord's
+// do when a client stays away: events dispatched from now on are kept for
+// nobody, and the next resume is answered op 9 (invalid session, not
+// resumable), so the client identifies anew and never hears of them.
+func (f *Fake) Disconnect(expire bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if expire {
+		f.expired = true
+		f.events = nil
+	}
+	if f.cur != nil {
+		f.cur.Close()
+		f.cur = nil
+	}
+}
+
+// SetUnreachable makes the gateway refuse connections (true: 503 at the
+// WebSocket upgrade) until SetUnreachable(false): an outage between the
+// client and Discord. REST answers meanwhile.
+func (f *Fake) SetUnreachable(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unreachable = on
 }
 
 // Connected reports whether a client identified or resumed and is connected.

@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -80,4 +81,27 @@ func (s *Server) handleEffectFile(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.FormatInt(fs[n].Size, 10))
 	io.CopyBuffer(w, io.LimitReader(f, fs[n].Size), make([]byte, 32<<10))
+}
+
+// receiptFileIDs checks a receipt's files (only a confirmed one has them:
+// at most MaxSendFiles, each with a Discord id, a name of at most 255 bytes
+// and a size) and returns their attachment ids in order, or why not.
+func receiptFileIDs(r ingressapi.Receipt) ([]string, string) {
+	if len(r.Files) == 0 {
+		return nil, ""
+	}
+	if r.State != store.EffectConfirmed {
+		return nil, "files go with a confirmed receipt only"
+	}
+	if len(r.Files) > ingressapi.MaxSendFiles {
+		return nil, fmt.Sprintf("%d files; a send carries at most %d", len(r.Files), ingressapi.MaxSendFiles)
+	}
+	ids := make([]string, len(r.Files))
+	for i, f := range r.Files {
+		if !isSnowflake(f.AttachmentID) || len(f.Filename) > 255 || f.Size < 0 {
+			return nil, fmt.Sprintf("file %d: attachment_id is not a Discord id, filename is over 255 bytes or size is negative", i)
+		}
+		ids[i] = f.AttachmentID
+	}
+	return ids, ""
 }

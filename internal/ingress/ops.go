@@ -125,7 +125,7 @@ func (o *Ops) HandleRequest(ctx context.Context, r worker.Request) (json.RawMess
 		if err != nil {
 			return nil, err
 		}
-		return json.Marshal(receipt(e))
+		return o.receiptJSON(ctx, e)
 	}
 	return nil, refuse("unsupported", "%s is not a discord operation", r.Op)
 }
@@ -279,11 +279,42 @@ type Receipt struct {
 	Error          string `json:"error,omitempty"`
 	Repeat         bool   `json:"repeat,omitempty"`
 	Note           string `json:"note,omitempty"`
+	// Files a send carries, in order; AttachmentID is Discord's once it
+	// confirmed the message ("" before, or when evidence settled it).
+	Files []ReceiptFile `json:"files,omitempty"`
 }
 
-func receipt(e store.Effect) Receipt {
-	return Receipt{EffectID: e.ID, Kind: e.Kind, State: e.State, Delivered: e.State == store.EffectConfirmed, Conversation: e.Conversation,
+// ReceiptFile is a file of a send as its receipt names it.
+type ReceiptFile struct {
+	Filename     string `json:"filename"`
+	Size         int64  `json:"size"`
+	AttachmentID string `json:"attachment_id,omitempty"`
+}
+
+// receipt is what the cell is told of e, a send's files included.
+func (o *Ops) receipt(ctx context.Context, e store.Effect) (Receipt, error) {
+	r := Receipt{EffectID: e.ID, Kind: e.Kind, State: e.State, Delivered: e.State == store.EffectConfirmed, Conversation: e.Conversation,
 		MessageID: e.MessageID, ReplyReference: e.ReplyReference, ItemID: e.ItemID, ErrorCode: e.ErrorCode, Error: e.Error, Repeat: e.Repeat}
+	if e.Kind != store.EffectSend {
+		return r, nil
+	}
+	fs, err := o.store.EffectFiles(context.WithoutCancel(ctx), e.ID)
+	if err != nil {
+		return r, err
+	}
+	for _, f := range fs {
+		r.Files = append(r.Files, ReceiptFile{Filename: f.Filename, Size: f.Size, AttachmentID: f.AttachmentID})
+	}
+	return r, nil
+}
+
+// receiptJSON is the receipt of e, encoded.
+func (o *Ops) receiptJSON(ctx context.Context, e store.Effect) (json.RawMessage, error) {
+	r, err := o.receipt(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(r)
 }
 
 // Preparer is delivery.prepare (package hooks): the parts a send is made of.
@@ -451,7 +482,10 @@ func (o *Ops) enqueueAndWait(ctx context.Context, session string, n store.NewEff
 		o.server.Kick()
 		if !o.server.Connected() {
 			// It stays in the outbox until klbr-discord claims it; waiting here helps nobody.
-			r := receipt(e)
+			r, err := o.receipt(ctx, e)
+			if err != nil {
+				return nil, err
+			}
 			r.Note = "klbr-discord is not connected: the effect waits in the outbox; see it with receipt.refresh()"
 			return json.Marshal(r)
 		}
@@ -466,9 +500,9 @@ func (o *Ops) enqueueAndWait(ctx context.Context, session string, n store.NewEff
 		select {
 		case <-wake:
 		case <-timer.C:
-			return json.Marshal(receipt(e))
+			return o.receiptJSON(ctx, e)
 		case <-ctx.Done():
-			return json.Marshal(receipt(e))
+			return o.receiptJSON(ctx, e)
 		}
 		got, err := o.store.Effect(context.WithoutCancel(ctx), e.ID)
 		if err != nil {
@@ -477,7 +511,7 @@ func (o *Ops) enqueueAndWait(ctx context.Context, session string, n store.NewEff
 		got.Repeat = e.Repeat
 		e = got
 	}
-	return json.Marshal(receipt(e))
+	return o.receiptJSON(ctx, e)
 }
 
 func (o *Ops) mark(ctx context.Context, itemID int64, status, note, ref string) (json.RawMessage, error) {

@@ -75,7 +75,15 @@ func (o *Ops) sendFiles(ctx context.Context, session string, raw []json.RawMessa
 	ws := ""
 	if o.Workspace != nil {
 		var err error
-		if ws, err = o.Workspace(ctx, session); err != nil {
+		ws, err = o.Workspace(ctx, session)
+		var remote *RemoteWorkspaceError
+		if errors.As(err, &remote) {
+			if err := remoteFiles(remote, raw); err != nil {
+				return nil, err
+			}
+			ws, err = "", nil // attachments only: no workspace is read
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -135,6 +143,31 @@ func (o *Ops) sendFiles(ctx context.Context, session string, raw []json.RawMessa
 }
 
 var errFilesTooLarge = errors.New("too large")
+
+// RemoteWorkspaceError is what Ops.Workspace answers for a session whose
+// cells run on a worker host (KLBR_REMOTE_PLACEMENT, [agent] host, or a
+// child spawned there): the files its cell names are in the host's copy of
+// the workspace, and klbr-core cannot read those yet. Reading the local
+// workspace instead would send another file than the one the cell meant.
+type RemoteWorkspaceError struct{ Host string }
+
+func (e *RemoteWorkspaceError) Error() string {
+	return "the workbench runs on worker host " + e.Host
+}
+
+// remoteFiles refuses a send from a workbench on a worker host that names a
+// workspace path; attachments of messages pass.
+func remoteFiles(remote *RemoteWorkspaceError, raw []json.RawMessage) error {
+	for _, r := range raw {
+		var p string
+		if json.Unmarshal(r, &p) == nil {
+			return refuse("unsupported", "discord send: file %q: this cell runs on worker host %s, and klbr-core cannot send files from the host's copy of the workspace yet "+
+				"(it would send its own copy, which is not the file you wrote); nothing was sent. Send an attachment of a message (files=[item.attachments[0]]), "+
+				"or put the content in the text", clip(p), remote.Host)
+		}
+	}
+	return nil
+}
 
 // attachmentFile is an attachment of a message the session was shown, as a
 // file to send: its artifact, found by the digest the store recorded.

@@ -433,11 +433,16 @@ func (s *Server) handleReceipt(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, ingressapi.CodeInvalid, "error is at most 2048 bytes, error_code 64, evidence 256")
 		return
 	}
+	ids, msg := receiptFileIDs(req)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, ingressapi.CodeInvalid, msg)
+		return
+	}
 	var e store.Effect
 	// A receipt is evidence: record it even if the transport hangs up now.
 	err = s.cfg.Store.Write(context.WithoutCancel(r.Context()), func(tx *store.Tx) (err error) {
 		e, err = tx.SettleEffect(id, store.Outcome{State: req.State, MessageID: req.MessageID, ErrorCode: req.ErrorCode,
-			Error: req.Error, Evidence: req.Evidence})
+			Error: req.Error, Evidence: req.Evidence, AttachmentIDs: ids})
 		return err
 	})
 	if err != nil {

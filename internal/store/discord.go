@@ -99,7 +99,7 @@ func (t *Tx) RecordDiscordMessage(a Admitted, m DiscordMessage) (DiscordAdmitted
 		// A catch-up reading a message admitted live (out of order) puts it
 		// in order now.
 		if m.Mode != "gap" && !m.OutOfOrder {
-			if err := t.advance(conv, m.MessageID, true); err != nil {
+			if err := t.advance(conv, m.MessageID, true, true); err != nil {
 				return out, err
 			}
 		}
@@ -119,7 +119,7 @@ func (t *Tx) RecordDiscordMessage(a Admitted, m DiscordMessage) (DiscordAdmitted
 		return out, fmt.Errorf("discord message: %w", err)
 	}
 	if m.Mode != "gap" {
-		if err := t.advance(conv.ID, m.MessageID, !m.OutOfOrder); err != nil {
+		if err := t.advance(conv.ID, m.MessageID, true, !m.OutOfOrder); err != nil {
 			return out, err
 		}
 	}
@@ -173,13 +173,18 @@ func (t *Tx) ensureConversation(channelID, kind, guildID, parentID, name string)
 
 // advance records messageID as the conversation's newest message when it
 // is newer and, for a message admitted from the conversation (inbound, not
-// one of our sends), as its newest inbound one: the backfill's cursor.
-func (t *Tx) advance(conv int64, messageID string, inbound bool) error {
+// one of our sends), as its newest inbound one: the backfill's cursor. An
+// inbound message admitted out of order (not inOrder) starts a cursor the
+// conversation lacks, and moves none: without a cursor the backfill reads
+// nothing, so older messages are no more lost with it, and newer ones are
+// read.
+func (t *Tx) advance(conv int64, messageID string, inbound, inOrder bool) error {
 	var last, lastIn string
 	if err := t.queryRow(`SELECT last_message_id, last_inbound_id FROM discord_conversations WHERE id = ?`, conv).Scan(&last, &lastIn); err != nil {
 		return fmt.Errorf("conversation: %w", err)
 	}
-	newer, newerIn := SnowflakeLess(last, messageID), inbound && SnowflakeLess(lastIn, messageID)
+	newer := SnowflakeLess(last, messageID)
+	newerIn := inbound && (inOrder && SnowflakeLess(lastIn, messageID) || lastIn == "")
 	if !newer && !newerIn {
 		return nil
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 )
 
@@ -11,6 +12,9 @@ type EffectFile struct {
 	ContentType string `json:"content_type,omitempty"`
 	SHA256      string `json:"sha256"`
 	Size        int64  `json:"size"`
+	// AttachmentID is Discord's id of the file, once a send carrying it is
+	// confirmed by Discord's answer ("" before, or when evidence settled it).
+	AttachmentID string `json:"attachment_id,omitempty"`
 }
 
 // MaxEffectFiles is the most files one send carries (Discord's limit).
@@ -44,9 +48,48 @@ func (t *Tx) addEffectFiles(id int64, files []EffectFile) error {
 	return nil
 }
 
+const effectFilesQuery = `SELECT filename, content_type, sha256, size, attachment_id FROM discord_effect_files WHERE effect_id = ? ORDER BY position`
+
 // EffectFiles lists the files of effect id, in order.
 func (s *Store) EffectFiles(ctx context.Context, id int64) ([]EffectFile, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT filename, content_type, sha256, size FROM discord_effect_files WHERE effect_id = ? ORDER BY position`, id)
+	return scanEffectFiles(s.rdb.QueryContext(ctx, effectFilesQuery, id))
+}
+
+func (t *Tx) effectFiles(id int64) ([]EffectFile, error) {
+	return scanEffectFiles(t.query(effectFilesQuery, id))
+}
+
+// setAttachmentIDs records Discord's attachment ids of a confirmed send's
+// files, by position; ids past the files are ignored.
+func (t *Tx) setAttachmentIDs(id int64, ids []string) error {
+	for i, a := range ids {
+		if i >= MaxEffectFiles {
+			break
+		}
+		if !snowflakeID(a) {
+			return fmt.Errorf("outbox: effect %d: attachment id %d is not a Discord id", id, i)
+		}
+		if _, err := t.exec(`UPDATE discord_effect_files SET attachment_id = ? WHERE effect_id = ? AND position = ?`, a, id, i); err != nil {
+			return fmt.Errorf("outbox: effect %d: attachment ids: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// snowflakeID reports whether s is a Discord id: 1 to 20 digits.
+func snowflakeID(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func scanEffectFiles(rows *sql.Rows, err error) ([]EffectFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("effect files: %w", err)
 	}
@@ -54,7 +97,7 @@ func (s *Store) EffectFiles(ctx context.Context, id int64) ([]EffectFile, error)
 	var out []EffectFile
 	for rows.Next() {
 		var f EffectFile
-		if err := rows.Scan(&f.Filename, &f.ContentType, &f.SHA256, &f.Size); err != nil {
+		if err := rows.Scan(&f.Filename, &f.ContentType, &f.SHA256, &f.Size, &f.AttachmentID); err != nil {
 			return nil, fmt.Errorf("effect files: %w", err)
 		}
 		out = append(out, f)

@@ -266,6 +266,9 @@ type Outcome struct {
 	ErrorCode string
 	Error     string
 	Evidence  string // how a confirmed or unknown outcome was established (response, nonce in history, …)
+	// AttachmentIDs are Discord's ids of a confirmed send's files, in the
+	// order they were sent (from the message Discord answered with).
+	AttachmentIDs []string
 }
 
 // SettleEffect records the outcome of an attempting effect (or evidence that
@@ -309,7 +312,10 @@ func (t *Tx) SettleEffect(id int64, o Outcome) (Effect, error) {
 			if err := t.queryRow(`SELECT conversation_id FROM discord_outbox WHERE id = ?`, id).Scan(&conv); err != nil {
 				return e, fmt.Errorf("settle effect %d: %w", id, err)
 			}
-			if err := t.advance(conv, o.MessageID, false); err != nil {
+			if err := t.advance(conv, o.MessageID, false, false); err != nil {
+				return e, err
+			}
+			if err := t.setAttachmentIDs(id, o.AttachmentIDs); err != nil {
 				return e, err
 			}
 			if _, err := t.exec(`UPDATE attention_items SET anchor_consumed = 1 WHERE anchor_effect = ?`, id); err != nil {
@@ -352,12 +358,28 @@ func (t *Tx) recordOutcome(e Effect) error {
 	if e.Kind == EffectReact {
 		kind = "discord.react." + e.State
 	}
-	content, _ := json.Marshal(map[string]any{
+	rec := map[string]any{
 		"effect_id": e.ID, "kind": e.Kind, "state": e.State, "conversation": e.Conversation, "channel_id": e.ChannelID,
 		"text": e.Text, "emoji": e.Emoji, "target_message_id": e.Target, "reply_reference": e.ReplyReference,
 		"item_id": e.ItemID, "message_id": e.MessageID, "error_code": e.ErrorCode, "error": e.Error, "evidence": e.Evidence,
 		"held_reason": e.HeldReason, "released_by": e.ReleasedBy,
-	})
+	}
+	if e.Kind == EffectSend {
+		// The files it carried: name, size and, once Discord confirmed them,
+		// their attachment ids.
+		files, err := t.effectFiles(e.ID)
+		if err != nil {
+			return err
+		}
+		if len(files) > 0 {
+			list := make([]map[string]any, len(files))
+			for i, f := range files {
+				list[i] = map[string]any{"filename": f.Filename, "size": f.Size, "attachment_id": f.AttachmentID}
+			}
+			rec["files"] = list
+		}
+	}
+	content, _ := json.Marshal(rec)
 	_, _, err := t.appendItem(e.Session, kind, LaneSpeech, string(content), t.now, t.now)
 	return err
 }

@@ -406,3 +406,48 @@ func TestTheInboundCursorIsTheNewestAdmitted(t *testing.T) {
 		t.Fatalf("after 0027's update: d1 %q d2 %q, want 1000 and 5", d1, d2)
 	}
 }
+
+// A message admitted out of order (older ones may still be on their way)
+// does not move a cursor the conversation has, but gives one to a
+// conversation that has none: without a cursor the backfill reads nothing,
+// so a DM admitted before the transport's first hello, the first of its
+// conversation, left every message after it unread by the next transport
+// (internal/discord TestBackfillReadsBehindOurOwnNewestSend failed so).
+func TestAnOutOfOrderMessageStartsAMissingCursorOnly(t *testing.T) {
+	s := openTest(t, t.TempDir(), Options{})
+	mustWrite(t, s, func(tx *Tx) error { _, err := tx.EnsureSession("default"); return err })
+	admit := func(msgID string, outOfOrder bool) {
+		t.Helper()
+		mustWrite(t, s, func(tx *Tx) error {
+			now := tx.Now()
+			a, err := tx.AdmitInput(NewInput{Session: "default", SourceKind: "discord", SourceKey: "discord:" + msgID,
+				Conversation: ConversationKey("900"), Author: "u1", Directed: true, OccurredAt: now, ReceivedAt: now, Body: "hi " + msgID})
+			if err != nil {
+				return err
+			}
+			_, err = tx.RecordDiscordMessage(a, DiscordMessage{Session: "default", MessageID: msgID, ChannelID: "900", ChannelKind: "dm",
+				AuthorID: "u1", Mode: "dm", OutOfOrder: outOfOrder})
+			return err
+		})
+	}
+	cursor := func() string {
+		t.Helper()
+		c, err := s.ConversationByRef(context.Background(), "d1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.LastInboundID
+	}
+	admit("1000", true)
+	if got := cursor(); got != "1000" {
+		t.Fatalf("the first message, out of order, left the cursor %q; want 1000", got)
+	}
+	admit("1005", true)
+	if got := cursor(); got != "1000" {
+		t.Fatalf("a later out-of-order message moved the cursor to %q; want it to stay at 1000", got)
+	}
+	admit("1003", false)
+	if got := cursor(); got != "1003" {
+		t.Fatalf("an in-order message left the cursor %q; want 1003", got)
+	}
+}

@@ -236,6 +236,17 @@ type Receipt struct {
 	ErrorCode string `json:"error_code,omitempty"`
 	Error     string `json:"error,omitempty"`
 	Evidence  string `json:"evidence,omitempty"`
+	// Files are a confirmed send's files as Discord made them, in the order
+	// they were sent (at most MaxSendFiles).
+	Files []SentFile `json:"files,omitempty"`
+}
+
+// SentFile is a file of a confirmed send as the message Discord answered
+// with has it.
+type SentFile struct {
+	AttachmentID string `json:"attachment_id"`
+	Filename     string `json:"filename"`
+	Size         int64  `json:"size"`
 }
 
 // ReceiptResponse is the effect as recorded.

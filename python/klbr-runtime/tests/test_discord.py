@@ -53,6 +53,18 @@ class DiscordTest(peer.HostRequestsTest):
                                 ("discord.send", {"conversation": "d2", "text": "logs", "files": ["/w/report.txt"]})])
         self.assertEqual(v, "True")
 
+    def test_a_file_send_receipt_names_its_files(self):
+        conv = {"alias": "d2", "key": "discord:20", "kind": "dm", "channel_id": "20", "pending": 1}
+        rc = {"effect_id": 7, "kind": "send", "state": "confirmed", "conversation": "d2", "message_id": "555",
+              "files": [{"filename": "report.txt", "size": 10, "attachment_id": "5550"},
+                        {"filename": "shot.png", "size": 308}, "not a file"]}
+        v, _ = self.value("c = await discord.current()\nr = await c.send('logs', files=['report.txt', 'shot.png'])\n"
+                          "[(f.filename, f.size, f.attachment_id) for f in r.files], repr(r.files[0])",
+                          [ok(conv), ok(rc)])
+        self.assertEqual(v, "([('report.txt', 10, '5550'), ('shot.png', 308, None)], \"<SentFile 'report.txt', 10 bytes, attachment 5550>\")")
+        v, _ = self.value("c = await discord.current()\n(await c.send('no files')).files", [ok(conv), ok({"state": "confirmed"})])
+        self.assertEqual(v, "[]")
+
     def test_current_awaited_twice_asks_once(self):
         conv = {"alias": "d1", "kind": "dm"}
         v, reqs = self.value("c = discord.current()\nc2 = await c\n(c2 is c, c.alias, (await c).alias)", [ok(conv)])

@@ -33,7 +33,7 @@ from . import _outside
 from ._sdk import HostError, request, request_sync
 
 __all__ = ["current", "conversations", "conversation", "items", "mark", "receipt",
-           "Conversation", "Receipt", "Message", "Item", "Attachment", "HostError", "STATUSES"]
+           "Conversation", "Receipt", "SentFile", "Message", "Item", "Attachment", "HostError", "STATUSES"]
 
 STATUSES = ("pending", "seen", "acted", "ignored")
 
@@ -60,10 +60,12 @@ class Receipt:
     of either as a notice, and ``await r.refresh()`` shows it).
     A send that delivery.prepare split into several messages has one receipt
     per message in ``parts`` (this one is the first's); it is delivered only
-    when every part is."""
+    when every part is. ``files`` lists the files a send carried (a
+    ``SentFile`` each: ``filename``, ``size`` and ``attachment_id``, Discord's
+    id of the file once it confirmed the message, else None)."""
 
     __slots__ = ("effect_id", "kind", "state", "conversation", "message_id", "reply_reference",
-                 "item_id", "error_code", "error", "repeat", "note", "parts", "raw")
+                 "item_id", "error_code", "error", "repeat", "note", "parts", "files", "raw")
 
     def __init__(self, r):
         if not isinstance(r, dict):
@@ -82,6 +84,8 @@ class Receipt:
         self.note = r.get("note") or None
         parts = r.get("parts")
         self.parts = [Receipt(p) for p in parts] if isinstance(parts, list) else []
+        files = r.get("files")
+        self.files = [SentFile(f) for f in files if isinstance(f, dict)] if isinstance(files, list) else []
 
     @property
     def delivered(self):
@@ -109,6 +113,21 @@ class Receipt:
         if self.state == "unknown":
             return head + why + " - delivery could not be established; do not claim it was said>"
         return head + why + " - NOT delivered>"
+
+
+class SentFile:
+    """A file a send carried, as its receipt names it."""
+
+    __slots__ = ("filename", "size", "attachment_id")
+
+    def __init__(self, f):
+        self.filename = f.get("filename", "")
+        self.size = f.get("size", 0)
+        self.attachment_id = f.get("attachment_id") or None
+
+    def __repr__(self):
+        where = f", attachment {self.attachment_id}" if self.attachment_id else ", not confirmed by Discord"
+        return f"<SentFile {self.filename!r}, {self.size} bytes{where}>"
 
 
 class Message:
