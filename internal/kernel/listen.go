@@ -64,12 +64,12 @@ func (k *kernel) bridgeListen(path string, grace time.Duration) (*os.File, error
 		}
 	}()
 	go func() {
-		_, _ = io.Copy(s, ours)
+		_ = framesToStream(s, ours)
 		_ = s.CloseWrite()
 		close(ln.fromChild)
 	}()
 	go func() {
-		_, _ = io.Copy(ours, s)
+		_ = framesFromStream(ours, s)
 		_ = unix.Shutdown(fds[0], unix.SHUT_WR)
 	}()
 	go ln.watch(k)
