@@ -99,7 +99,7 @@ func TestListenNewEpoch(t *testing.T) {
 	if l, err := readFrame(old); err != nil || l != "echo 1:a" {
 		t.Fatalf("first frame %q, %v", l, err)
 	}
-	writeFrame(old, "later")                            // answered while no one is attached
+	writeFrame(old, "later")                           // answered while no one is attached
 	old.Write([]byte{0, 0, 0, 10, 'h', 'a', 'l', 'f'}) // the old klbr-core dies mid-frame
 	time.Sleep(100 * time.Millisecond)
 	stop()
