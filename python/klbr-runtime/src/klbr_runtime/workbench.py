@@ -402,6 +402,8 @@ class Workbench:
             self.loop.call_soon_threadsafe(self._on_reply, eid, rid, f)
         elif t == "shutdown":
             self.shutdown()
+        elif t == "reattach":
+            self.reattach()
         elif t == "hook_invoke":
             inv = field(f, "invocation", str, "")
             self.hub.send(framing.encode_frame(self.conn.frame(
@@ -422,6 +424,25 @@ class Workbench:
             t = threading.Timer(INTERRUPT_ESCALATE, self._escalate, (ex, 0))
             t.daemon = True
             t.start()
+
+    def reattach(self):
+        """``reattach``: a restarted klbr-core took this worker over (a worker
+        on a host outlives klbr-core; docs/hosts.md). Whatever was in flight
+        with its predecessor is gone: the running cell is interrupted (the
+        host has recorded it lost; its outcome is not awaited), every pending
+        host request ends with a ``lost`` error, and the worker says hello
+        again, after the output written before, for the new host to check."""
+        ex = self.latest
+        if ex is not None and not ex.finished:
+            self.interrupt(ex.id)
+        err = {"code": "lost", "message": "klbr-core restarted while this request was pending; its answer is lost"}
+        for (eid, rid), waiter in list(self.sync_pending.items()):
+            waiter[1] = self.conn.frame("host_reply", execution=eid, request=rid, ok=False, error=err)
+            waiter[0].set()
+        for eid, rid in list(self.pending):
+            self.loop.call_soon_threadsafe(
+                self._on_reply, eid, rid, self.conn.frame("host_reply", execution=eid, request=rid, ok=False, error=err))
+        self.hub.send(framing.encode_frame(self.conn.hello_frame()))
 
     def _escalate(self, ex, attempt):
         """Timer thread: the cell has not finished since its cancel; if the
