@@ -30,6 +30,7 @@ const (
 	TypeHostReply  = "host_reply"
 	TypeHookInvoke = "hook_invoke"
 	TypeShutdown   = "shutdown"
+	TypeReattach   = "reattach"
 	TypeOutput     = "output"
 	TypeRequest    = "host_request"
 	TypeOutcome    = "outcome"

@@ -311,6 +311,8 @@ class Workbench:
         self.deferred_interrupt = None  # an Execution whose SIGINT landed in runner code
         self.sigint_target = None       # the Execution an escalation SIGINT is for
         self.shutting_down = False
+        self.reattach_lock = threading.Lock()
+        self.hello_after = None         # reattach: the Execution whose end is followed by a hello
         self.future_flags = 0
         self.cell_files = []
         self.carry_ctx = contextvars.copy_context()
@@ -431,10 +433,18 @@ class Workbench:
         with its predecessor is gone: the running cell is interrupted (the
         host has recorded it lost; its outcome is not awaited), every pending
         host request ends with a ``lost`` error, and the worker says hello
-        again, after the output written before, for the new host to check."""
+        again for the new host to check, once that cell has ended (so that
+        the host's next cell is not refused as a second one)."""
         ex = self.latest
+        hello_now = True
         if ex is not None and not ex.finished:
-            self.interrupt(ex.id)
+            with self.reattach_lock:
+                self.hello_after = ex
+                hello_now = ex.finished  # it ended meanwhile: _finish did not see hello_after
+                if hello_now:
+                    self.hello_after = None
+            if not hello_now:
+                self.interrupt(ex.id)
         err = {"code": "lost", "message": "klbr-core restarted while this request was pending; its answer is lost"}
         for (eid, rid), waiter in list(self.sync_pending.items()):
             waiter[1] = self.conn.frame("host_reply", execution=eid, request=rid, ok=False, error=err)
@@ -442,7 +452,8 @@ class Workbench:
         for eid, rid in list(self.pending):
             self.loop.call_soon_threadsafe(
                 self._on_reply, eid, rid, self.conn.frame("host_reply", execution=eid, request=rid, ok=False, error=err))
-        self.hub.send(framing.encode_frame(self.conn.hello_frame()))
+        if hello_now:
+            self.hub.send(framing.encode_frame(self.conn.hello_frame()))
 
     def _escalate(self, ex, attempt):
         """Timer thread: the cell has not finished since its cancel; if the
@@ -634,6 +645,12 @@ class Workbench:
         if self.shutting_down:
             return
         self._send_outcome(ex, status, value, err)
+        with self.reattach_lock:
+            hello = self.hello_after is ex
+            if hello:
+                self.hello_after = None
+        if hello:
+            self.hub.send(framing.encode_frame(self.conn.hello_frame()))
 
     def _send_outcome(self, ex, status, value, err):
         f = self.conn.frame("outcome", execution=ex.id, status=status, value=None, value_truncated=False)
