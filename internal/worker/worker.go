@@ -161,9 +161,9 @@ type Worker struct {
 	// reattaching: Reattach took over a generation a predecessor of this
 	// klbr-core started (set before the handshake, read only by it).
 	reattaching bool
-	killOnce sync.Once
-	killed   chan struct{} // closed once the tree is gone and the placement released
-	wg       sync.WaitGroup
+	killOnce    sync.Once
+	killed      chan struct{} // closed once the tree is gone and the placement released
+	wg          sync.WaitGroup
 }
 
 type execution struct {
