@@ -95,7 +95,9 @@ func (ln *listener) watch(k *kernel) {
 }
 
 // drainListen gives the child's last frames up to the grace period to reach the peer
-// (which may have to reconnect first), then closes the socket.
+// (which may have to reconnect first), then closes the socket. A tree ended by a signal (a
+// stop of the unit: klbr-core stopping a generation, or one left over from a predecessor)
+// has no peer waiting for them: the socket closes at once.
 func (k *kernel) drainListen() {
 	ln := k.listen
 	if ln == nil {
@@ -104,7 +106,9 @@ func (k *kernel) drainListen() {
 	close(ln.stop)
 	select {
 	case <-ln.fromChild:
-		ln.stream.WaitFlushed(ln.grace)
+		if !k.signalled {
+			ln.stream.WaitFlushed(ln.grace)
+		}
 	case <-time.After(time.Second):
 	}
 	ln.l.Close()

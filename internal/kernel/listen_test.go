@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -63,7 +64,7 @@ func readFrame(r io.Reader) (string, error) {
 
 // startListen starts klbr-kernel --listen SOCK with grace running py -c
 // script and waits for its socket.
-func startListen(t *testing.T, grace string, script string) (sock string, stderr *bytes.Buffer, exited chan error) {
+func startListen(t *testing.T, grace string, script string) (sock string, stderr *bytes.Buffer, exited chan struct{}) {
 	t.Helper()
 	sock = filepath.Join(t.TempDir(), "protocol.sock")
 	cmd := exec.Command(kernelBin, "--listen", sock, "--grace", grace, "--", python(t), "-c", script)
@@ -72,8 +73,8 @@ func startListen(t *testing.T, grace string, script string) (sock string, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited = make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited = make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
@@ -252,3 +253,32 @@ func TestAttachRefusesALink(t *testing.T) {
 		t.Fatalf("attach to a socket: %q %v", out, err)
 	}
 }
+
+// TestListenStoppedWithoutPeer: a unit stopped while no connection is attached (a
+// generation left over from a dead klbr-core, stopped by its successor) ends at once: the
+// kernel does not wait out its grace for a peer to take the child's last frames.
+func TestListenStoppedWithoutPeer(t *testing.T) {
+	sock, stderr, exited := startListen(t, "60s", frameEcho)
+	s := resume.New(resume.Config{})
+	stop := relay(t, s, sock)
+	writeFrame(s, "a")
+	if l, err := readFrame(s); err != nil || l != "echo 1:a" {
+		t.Fatalf("first frame %q, %v", l, err)
+	}
+	stop()
+	time.Sleep(200 * time.Millisecond)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(must(exec.Command("pgrep", "-f", "--", "--listen "+sock).Output()))))
+	if pid == 0 {
+		t.Fatal("no kernel process")
+	}
+	began := time.Now()
+	syscall.Kill(pid, syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the kernel outlived a stop without a peer by 20 s (stderr %s)", stderr.String())
+	}
+	t.Logf("stopped in %s", time.Since(began).Round(time.Millisecond))
+}
+
+func must(b []byte, err error) []byte { return b }
