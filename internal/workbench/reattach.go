@@ -34,8 +34,8 @@ type remoteSession struct {
 // klbr-workbench-<session>-<generation>.service. The unit of the store's
 // current generation, when the store does not say it ended, is reattached
 // (worker.Reattach: a new epoch of its stream, its hello checked) and
-// becomes the session's worker, with its Python state; every other unit of
-// the session (an ended generation, an older one) is stopped. A generation
+// becomes the session's worker, with its Python state; every older unit of
+// the session, and the current one when it ended, is stopped. A generation
 // that cannot be reattached is stopped too, and the session is told, as
 // for a workbench lost between cells, before its next cell.
 //
@@ -114,6 +114,9 @@ func (m *Manager) reattachOne(ctx context.Context, rs remoteSession) {
 		gen, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(u.Unit, prefix), ".service"), 10, 64)
 		if err != nil || hosts.WorkerUnitName(worker.RoleWorkbench, rs.id, gen) != u.Unit {
 			continue // another session's (its name only begins like this one's)
+		}
+		if gen > rs.gen {
+			continue // started since the store was read (a prepared generation): not ours to judge
 		}
 		if gen == rs.gen && !ended && u.Active == "active" && live == "" {
 			live = u.Unit
