@@ -72,6 +72,9 @@ func (m *Manager) ReattachRemote(ctx context.Context) error {
 			rs.ws = p.Dir
 		}
 		if rs.b, err = m.bench(s.ID); err != nil {
+			for _, rs := range todo {
+				rs.b.give()
+			}
 			return err
 		}
 		select {
