@@ -230,6 +230,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		return fmt.Errorf("serve: %w", err)
 	}
 	d.bench, d.placer, d.benchErr = newWorkbench(ctx, cfg, st, d.sessions, d.disk, log, remote, d.hosts, func(e string) { m.WorkerEvent("workbench", e) })
+	if d.bench != nil {
+		// Workbenches on hosts that outlived a killed predecessor are taken
+		// back (in the background, each session's turn held until then).
+		if err := d.bench.ReattachRemote(ctx); err != nil {
+			log.Warn("workbenches on hosts are not reattached", "error", err)
+		}
+	}
 	stopBound := d.watchBound(ctx)
 	defer stopBound()
 	mode := ""

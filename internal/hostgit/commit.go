@@ -10,7 +10,22 @@ import (
 // File is one file of a tree the host read itself.
 type File struct {
 	Path string // slash path inside the tree
-	Data []byte
+	Data []byte // the content; a link's target
+	Exec bool   // an executable file: git mode 100755
+	// Link: a symbolic link to Data (git mode 120000). git stores the
+	// target as a blob: nothing follows it, here or in the diff.
+	Link bool
+}
+
+// mode is f's git mode.
+func (f File) mode() string {
+	switch {
+	case f.Link:
+		return "120000"
+	case f.Exec:
+		return "100755"
+	}
+	return "100644"
 }
 
 // Commit writes files as one root commit per tree into repo (a repository
@@ -27,7 +42,7 @@ func (g *Git) Commit(ctx context.Context, repo string, trees map[string][]File) 
 	for i, name := range names {
 		fmt.Fprintf(&in, "commit refs/heads/%s\nmark :%d\ncommitter klbr <klbr@localhost> 0 +0000\ndata 0\ndeleteall\n", name, i+1)
 		for _, f := range trees[name] {
-			fmt.Fprintf(&in, "M 100644 inline %s\ndata %d\n", quote(f.Path), len(f.Data))
+			fmt.Fprintf(&in, "M %s inline %s\ndata %d\n", f.mode(), quote(f.Path), len(f.Data))
 			in.Write(f.Data)
 			in.WriteByte('\n')
 		}

@@ -101,3 +101,42 @@ func TestCommitQuotesPaths(t *testing.T) {
 		t.Errorf("missing paths %v (got %q)", want, got)
 	}
 }
+
+// Commit keeps an executable file's mode and a symbolic link as a link
+// (its target a blob, which nothing follows): the diff between two trees
+// says so in git's own terms.
+func TestCommitModesAndLinks(t *testing.T) {
+	g := newGit(t)
+	ctx := context.Background()
+	repo, done, err := g.Scratch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	c, err := g.Commit(ctx, repo, map[string][]File{
+		"base": {{Path: "run.sh", Data: []byte("echo\n")}, {Path: "data", Data: []byte("x\n")}},
+		"work": {{Path: "run.sh", Data: []byte("echo\n"), Exec: true}, {Path: "data", Data: []byte("../../etc/passwd"), Link: true},
+			{Path: "new", Data: []byte("/root/.ssh/id_ed25519"), Link: true}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := g.Run(ctx, Cmd{GitDir: repo}, "ls-tree", "-r", c["work"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"100755 blob", "120000 blob"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("ls-tree of the work tree has no %q:\n%s", want, out)
+		}
+	}
+	diff, err := g.Run(ctx, Cmd{GitDir: repo}, "diff", "--binary", c["base"], c["work"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"old mode 100644\nnew mode 100755", "new file mode 120000", "+../../etc/passwd\n\\ No newline at end of file"} {
+		if !strings.Contains(string(diff), want) {
+			t.Fatalf("the diff has no %q:\n%s", want, diff)
+		}
+	}
+}

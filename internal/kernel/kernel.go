@@ -53,6 +53,9 @@ type kernel struct {
 	ppid   int       // the parent at start; a different getppid() means it died
 	killed bool      // the kernel has SIGKILLed the tree (grace over, parent gone)
 	listen *listener // --listen
+	// signalled: the kernel was told to end the tree (SIGTERM, SIGUSR1):
+	// --listen does not wait for a peer to take the child's last frames.
+	signalled bool
 }
 
 // parentGone reports whether the process that started the kernel has died (the kernel was
@@ -270,6 +273,7 @@ func (k *kernel) supervise(cfg Config, pid int, chld, sigs <-chan os.Signal) (st
 		case <-chld:
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
+			k.signalled = k.signalled || sig == unix.SIGTERM || sig == unix.SIGUSR1
 			if sig == unix.SIGTERM && k.parentGone() {
 				k.log.Print("parent died: killing the tree")
 				k.killTree(pid)

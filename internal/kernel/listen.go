@@ -87,12 +87,12 @@ func (k *kernel) bridgeListen(path string, grace time.Duration) (*os.File, error
 		}
 	}()
 	go func() {
-		_, _ = io.Copy(s, ours)
+		_ = framesToStream(s, ours)
 		_ = s.CloseWrite()
 		close(ln.fromChild)
 	}()
 	go func() {
-		_, _ = io.Copy(ours, s)
+		_ = framesFromStream(ours, s)
 		_ = unix.Shutdown(fds[0], unix.SHUT_WR)
 	}()
 	go ln.watch(k)
@@ -118,7 +118,9 @@ func (ln *listener) watch(k *kernel) {
 }
 
 // drainListen gives the child's last frames up to the grace period to reach the peer
-// (which may have to reconnect first), then closes the socket.
+// (which may have to reconnect first), then closes the socket. A tree ended by a signal (a
+// stop of the unit: klbr-core stopping a generation, or one left over from a predecessor)
+// has no peer waiting for them: the socket closes at once.
 func (k *kernel) drainListen() {
 	ln := k.listen
 	if ln == nil {
@@ -127,7 +129,9 @@ func (k *kernel) drainListen() {
 	close(ln.stop)
 	select {
 	case <-ln.fromChild:
-		ln.stream.WaitFlushed(ln.grace)
+		if !k.signalled {
+			ln.stream.WaitFlushed(ln.grace)
+		}
 	case <-time.After(time.Second):
 	}
 	ln.l.Close()

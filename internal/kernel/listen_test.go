@@ -3,6 +3,7 @@ package kernel
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +19,111 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/resume"
 )
+
+// frameEcho is a child that answers each frame of the worker protocol's
+// framing with "echo N:" and its payload; "later" is answered half a second
+// late, as "late".
+const frameEcho = `
+import socket, struct, time
+s = socket.socket(fileno=3)
+f = s.makefile("rwb", buffering=0)
+def read(n):
+    b = b""
+    while len(b) < n:
+        c = f.read(n - len(b))
+        if not c:
+            raise SystemExit(0)
+        b += c
+    return b
+n = 0
+while True:
+    (size,) = struct.unpack(">I", read(4))
+    p = read(size)
+    n += 1
+    if p == b"later":
+        time.sleep(0.5)
+        p = b"late"
+    out = b"echo %d:" % n + p
+    s.sendall(struct.pack(">I", len(out)) + out)
+`
+
+func writeFrame(w io.Writer, p string) {
+	w.Write(binary.BigEndian.AppendUint32(nil, uint32(len(p))))
+	w.Write([]byte(p))
+}
+
+func readFrame(r io.Reader) (string, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return "", err
+	}
+	b := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+	_, err := io.ReadFull(r, b)
+	return string(b), err
+}
+
+// startListen starts klbr-kernel --listen SOCK with grace running py -c
+// script and waits for its socket.
+func startListen(t *testing.T, grace string, script string) (sock string, stderr *bytes.Buffer, exited chan struct{}) {
+	t.Helper()
+	sock = filepath.Join(t.TempDir(), "protocol.sock")
+	cmd := exec.Command(kernelBin, "--listen", sock, "--grace", grace, "--", python(t), "-c", script)
+	stderr = &bytes.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited = make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			return sock, stderr, exited
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no socket; stderr %s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestListenNewEpoch: a klbr-core that restarted takes the worker over with a new epoch
+// of its stream. What was in flight when its predecessor died is dropped whole, frame by
+// frame: half a frame the old one had sent never reaches the child (which would read it
+// and the new one's first frame as garbage), and the child's frame written while no one
+// was attached never reaches the new one. The child's state is kept: it counts on.
+func TestListenNewEpoch(t *testing.T) {
+	sock, stderr, _ := startListen(t, "30s", frameEcho)
+	old := resume.New(resume.Config{})
+	stop := relay(t, old, sock)
+	writeFrame(old, "a")
+	if l, err := readFrame(old); err != nil || l != "echo 1:a" {
+		t.Fatalf("first frame %q, %v", l, err)
+	}
+	writeFrame(old, "later")                           // answered while no one is attached
+	old.Write([]byte{0, 0, 0, 10, 'h', 'a', 'l', 'f'}) // the old klbr-core dies mid-frame
+	time.Sleep(100 * time.Millisecond)
+	stop()
+	time.Sleep(time.Second) // "late" is written, unacknowledged
+
+	fresh := resume.New(resume.Config{NewEpoch: true})
+	stop = relay(t, fresh, sock)
+	defer stop()
+	writeFrame(fresh, "b")
+	got := make(chan string, 1)
+	go func() { l, err := readFrame(fresh); got <- fmt.Sprintf("%q %v", l, err) }()
+	select {
+	case l := <-got:
+		if l != `"echo 3:b" <nil>` {
+			t.Fatalf("the new epoch's first frame %s; want the child's answer to b, counted on (stderr %s)", l, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no answer in the new epoch: the child is stuck in a frame cut by it (stderr %s)", stderr.String())
+	}
+	if fresh.ID() == old.ID() {
+		t.Fatal("the new epoch kept the old stream's ID")
+	}
+}
 
 // relay starts klbr-kernel --attach SOCK and attaches s through it; the returned stop
 // drops that connection.
@@ -39,17 +146,8 @@ func relay(t *testing.T, s *resume.Stream, sock string) (stop func()) {
 // killed.
 func TestListenReattach(t *testing.T) {
 	py := python(t)
-	script := `
-import socket
-s = socket.socket(fileno=3)
-f = s.makefile("rwb", buffering=0)
-n = 0
-for line in f:
-    n += 1
-    s.sendall(b"echo %d:" % n + line)
-`
 	sock := filepath.Join(t.TempDir(), "protocol.sock")
-	cmd := exec.Command(kernelBin, "--listen", sock, "--grace", "2s", "--", py, "-c", script)
+	cmd := exec.Command(kernelBin, "--listen", sock, "--grace", "2s", "--", py, "-c", frameEcho)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -69,14 +167,14 @@ for line in f:
 	s := resume.New(resume.Config{})
 	r := bufio.NewReader(s)
 	stop := relay(t, s, sock)
-	s.Write([]byte("a\n"))
-	if l, err := r.ReadString('\n'); err != nil || l != "echo 1:a\n" {
-		t.Fatalf("first line %q, %v", l, err)
+	writeFrame(s, "a")
+	if l, err := readFrame(r); err != nil || l != "echo 1:a" {
+		t.Fatalf("first frame %q, %v", l, err)
 	}
 	stop()
-	s.Write([]byte("b\n")) // while detached
+	writeFrame(s, "b") // while detached
 	stop = relay(t, s, sock)
-	if l, err := r.ReadString('\n'); err != nil || l != "echo 2:b\n" {
+	if l, err := readFrame(r); err != nil || l != "echo 2:b" {
 		t.Fatalf("after the reattach: %q, %v; stderr %s", l, err, stderr.String())
 	}
 	stop()
@@ -225,3 +323,32 @@ func TestListenHandle(t *testing.T) {
 	default:
 	}
 }
+
+// TestListenStoppedWithoutPeer: a unit stopped while no connection is attached (a
+// generation left over from a dead klbr-core, stopped by its successor) ends at once: the
+// kernel does not wait out its grace for a peer to take the child's last frames.
+func TestListenStoppedWithoutPeer(t *testing.T) {
+	sock, stderr, exited := startListen(t, "60s", frameEcho)
+	s := resume.New(resume.Config{})
+	stop := relay(t, s, sock)
+	writeFrame(s, "a")
+	if l, err := readFrame(s); err != nil || l != "echo 1:a" {
+		t.Fatalf("first frame %q, %v", l, err)
+	}
+	stop()
+	time.Sleep(200 * time.Millisecond)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(must(exec.Command("pgrep", "-f", "--", "--listen "+sock).Output()))))
+	if pid == 0 {
+		t.Fatal("no kernel process")
+	}
+	began := time.Now()
+	syscall.Kill(pid, syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the kernel outlived a stop without a peer by 20 s (stderr %s)", stderr.String())
+	}
+	t.Logf("stopped in %s", time.Since(began).Round(time.Millisecond))
+}
+
+func must(b []byte, err error) []byte { return b }

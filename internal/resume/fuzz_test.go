@@ -9,6 +9,7 @@ import (
 func FuzzHello(f *testing.F) {
 	f.Add(hello{id: ID{1, 2, 3}, recv: 42}.encode())
 	f.Add([]byte("KLBRRS01"))
+	f.Add(hello{id: ID{9}, recv: 0, epoch: true}.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := decodeHello(b)
 		if err != nil {

@@ -9,6 +9,13 @@
 // other dials (klbr-core, over its SSH connection). Either calls Attach with each new
 // connection; Read, Write and CloseWrite work across them, blocking while no connection is
 // attached.
+//
+// A dialer that lost the stream's state (klbr-core restarted while a worker on a host ran on)
+// cannot resume it: it asks for a new epoch instead (Config.NewEpoch). The listener, when no
+// connection is attached, drops what it had in flight both ways (bytes sent and not
+// acknowledged, bytes received and not read), takes the epoch's ID and begins again at zero;
+// its Read and Write report the cut once (ErrNewEpoch), so the layer above can find its next
+// message boundary. The new dialer never sees a byte of the old epoch.
 package resume
 
 import (
@@ -37,12 +44,23 @@ var (
 	// ErrStranger: a listener refused a dialer that is new to it while the stream has
 	// history: it is not the stream's peer.
 	ErrStranger = errors.New("resume: a new peer for a stream with history")
+	// ErrAttached: a listener refused a new epoch while a connection is attached; the dialer
+	// asks again (the attached one may be a dead peer's, not yet timed out).
+	ErrAttached = errors.New("resume: a new epoch was asked for while a connection is attached")
+	// ErrNewEpoch (a listener's Read and Write): a new epoch began; what was in flight of the
+	// old one is gone. Read reports it once, before the first byte of the new epoch; a Write
+	// it cuts wrote nothing into the new epoch.
+	ErrNewEpoch = errors.New("resume: a new epoch began; what was in flight is gone")
 )
 
 // Config configures a stream.
 type Config struct {
 	// Listener: this side draws the ID; the other learns it.
 	Listener bool
+	// NewEpoch (a dialer): this side has none of the stream's state (it restarted) and asks
+	// the listener to begin a new epoch, of an ID this side draws, dropping what was in
+	// flight; it never resumes the old one.
+	NewEpoch bool
 	// Window bounds both the bytes sent and not acknowledged (Write blocks beyond it) and
 	// the bytes received and not read (the connection is not read beyond it); 0: 1 MiB.
 	Window int
@@ -66,6 +84,11 @@ type Stream struct {
 	id   ID
 	// known: the dialer has learnt the ID.
 	known bool
+	// epochAsk: a NewEpoch dialer's hellos ask for the epoch id until the listener is seen
+	// to have taken it.
+	epochAsk bool
+	// epochs counts the epochs a listener began; readEpoch is the last Read reported.
+	epochs, readEpoch uint64
 
 	out     []byte // positions [acked, sent) (the end, at sent, has no byte)
 	acked   uint64 // the peer has received everything below
@@ -105,6 +128,9 @@ func New(cfg Config) *Stream {
 	if s.listener {
 		_, _ = rand.Read(s.id[:])
 		s.known = true
+	} else if cfg.NewEpoch {
+		_, _ = rand.Read(s.id[:])
+		s.epochAsk = true
 	}
 	s.cond = sync.NewCond(&s.mu)
 	return s
@@ -118,16 +144,21 @@ func (s *Stream) ID() ID {
 }
 
 // Write queues p; it blocks while the window is full, also while no connection is attached.
+// A new epoch that begins meanwhile ends it with ErrNewEpoch: nothing of p is in the new one.
 func (s *Stream) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
+	ep := s.epochs
 	for len(p) > 0 {
-		for s.err == nil && !s.closing && len(s.out) >= s.window && !s.passed(s.writeBy) {
+		for s.err == nil && !s.closing && s.epochs == ep && len(s.out) >= s.window && !s.passed(s.writeBy) {
 			s.cond.Wait()
 		}
 		if s.err != nil {
 			return n, s.err
+		}
+		if s.epochs != ep {
+			return n, ErrNewEpoch
 		}
 		if len(s.out) >= s.window && !s.closing {
 			return n, os.ErrDeadlineExceeded
@@ -144,12 +175,17 @@ func (s *Stream) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// Read reads what arrived; io.EOF after the peer's end.
+// Read reads what arrived; io.EOF after the peer's end; ErrNewEpoch once when a new epoch
+// began since the last Read.
 func (s *Stream) Read(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for len(s.in) == 0 && !s.inEnd && s.err == nil && !s.passed(s.readBy) {
+	for len(s.in) == 0 && !s.inEnd && s.err == nil && s.readEpoch == s.epochs && !s.passed(s.readBy) {
 		s.cond.Wait()
+	}
+	if s.readEpoch != s.epochs {
+		s.readEpoch = s.epochs
+		return 0, ErrNewEpoch
 	}
 	if len(s.in) > 0 {
 		n := copy(p, s.in)
@@ -325,7 +361,7 @@ func (s *Stream) Attach(c io.ReadWriteCloser) error {
 		s.gen++
 	}
 	gen := s.gen
-	mine := hello{id: s.id, recv: s.recv}
+	mine := hello{id: s.id, recv: s.recv, epoch: s.epochAsk}
 	s.mu.Unlock()
 
 	peer, err := s.shake(c, mine)
@@ -335,7 +371,23 @@ func (s *Stream) Attach(c io.ReadWriteCloser) error {
 	}
 	s.mu.Lock()
 	if s.listener && s.err == nil {
-		if err := s.checkStranger(peer); err != nil {
+		if peer.epoch && peer.id != s.id {
+			// A new epoch, never while a connection is attached: one
+			// peer at a time, and a dead one's connection times out.
+			err := ErrAttached
+			if peer.id == (ID{}) {
+				err = fmt.Errorf("%w: a new epoch without an ID", errProtocol)
+			}
+			if s.conn == nil && peer.id != (ID{}) {
+				s.begin(peer.id)
+				err = nil
+			}
+			if err != nil {
+				s.mu.Unlock()
+				c.Close()
+				return err
+			}
+		} else if err := s.checkStranger(peer); err != nil {
 			s.mu.Unlock()
 			c.Close()
 			return err
@@ -347,7 +399,7 @@ func (s *Stream) Attach(c io.ReadWriteCloser) error {
 		s.gen++
 		gen = s.gen
 	}
-	if err := s.admit(gen, peer, c); err != nil {
+	if err := s.admit(gen, &peer, c); err != nil {
 		s.mu.Unlock()
 		c.Close()
 		return err
@@ -400,7 +452,7 @@ func (s *Stream) shake(c io.ReadWriteCloser, mine hello) (hello, error) {
 }
 
 // admit makes c the stream's connection after its hello; s.mu is held.
-func (s *Stream) admit(gen uint64, peer hello, c io.Closer) error {
+func (s *Stream) admit(gen uint64, peer *hello, c io.Closer) error {
 	if s.err != nil {
 		return s.err
 	}
@@ -412,15 +464,27 @@ func (s *Stream) admit(gen uint64, peer hello, c io.Closer) error {
 		end++
 	}
 	if s.listener {
-		if err := s.checkStranger(peer); err != nil {
+		if err := s.checkStranger(*peer); err != nil {
 			return err
 		}
 	} else {
-		if s.known && peer.id != s.id {
+		switch {
+		case peer.epoch:
+			return fmt.Errorf("%w: a listener asked for a new epoch", errProtocol)
+		case s.epochAsk && peer.id != s.id:
+			// The listener begins this side's epoch at this hello (or
+			// refuses the connection): from nothing, whatever its hello says.
+			if s.recv > 0 {
+				s.fail(fmt.Errorf("%w: epoch %s was taken, now %s", ErrOtherStream, s.id, peer.id))
+				return s.err
+			}
+			peer.recv = 0
+		case s.known && peer.id != s.id:
 			s.fail(fmt.Errorf("%w: was %s, now %s", ErrOtherStream, s.id, peer.id))
 			return s.err
+		default:
+			s.id, s.known, s.epochAsk = peer.id, true, false
 		}
-		s.id, s.known = peer.id, true
 	}
 	if peer.recv < s.acked || peer.recv > end {
 		s.fail(fmt.Errorf("%w: it has received %d, this side keeps %d to %d", ErrGap, peer.recv, s.acked, end))
@@ -431,6 +495,17 @@ func (s *Stream) admit(gen uint64, peer hello, c io.Closer) error {
 	s.ackWrote = s.recv
 	s.cond.Broadcast()
 	return nil
+}
+
+// begin starts a listener's new epoch id: what was in flight both ways is dropped and
+// both counts begin at zero; s.mu is held.
+func (s *Stream) begin(id ID) {
+	s.id = id
+	s.out, s.acked, s.sent = nil, 0, 0
+	s.in, s.recv, s.inEnd = nil, 0, false
+	s.ackWrote, s.ackDue, s.ping = 0, false, false
+	s.epochs++
+	s.cond.Broadcast()
 }
 
 // checkStranger refuses, on a listener, a peer that is not this stream's:
@@ -524,6 +599,11 @@ func (s *Stream) readLoop(c io.Reader, gen uint64, heard *atomic.Int64) error {
 
 // take applies one frame; s.mu is held.
 func (s *Stream) take(gen uint64, f frame) error {
+	if s.epochAsk {
+		// A listener sends frames only on a connection it admitted: it
+		// has taken this side's epoch.
+		s.known, s.epochAsk = true, false
+	}
 	switch f.kind {
 	case frameAck:
 		end := s.sent

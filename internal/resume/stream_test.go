@@ -270,7 +270,7 @@ func TestGap(t *testing.T) {
 	s.id, s.known = ID{1}, true
 	s.sent, s.acked = 10, 5
 	s.out = make([]byte, 5)
-	err := s.admit(s.gen, hello{id: ID{1}, recv: 3}, io.NopCloser(nil))
+	err := s.admit(s.gen, &hello{id: ID{1}, recv: 3}, io.NopCloser(nil))
 	s.mu.Unlock()
 	if !errors.Is(err, ErrGap) || !errors.Is(s.Err(), ErrGap) {
 		t.Fatalf("admit: %v", err)
@@ -280,7 +280,7 @@ func TestGap(t *testing.T) {
 	s.id, s.known = ID{1}, true
 	s.sent = 10
 	s.out = make([]byte, 10)
-	err = s.admit(s.gen, hello{id: ID{1}, recv: 12}, io.NopCloser(nil))
+	err = s.admit(s.gen, &hello{id: ID{1}, recv: 12}, io.NopCloser(nil))
 	s.mu.Unlock()
 	if !errors.Is(err, ErrGap) {
 		t.Fatalf("a count past what was sent: %v", err)
@@ -306,5 +306,92 @@ func TestSilentLinkDetaches(t *testing.T) {
 	}
 	if _, ok := srv.Detached(); !ok {
 		t.Fatal("the stream is attached to a silent connection")
+	}
+}
+
+// TestNewEpoch: a dialer that lost the stream's state (klbr-core restarted) asks for a new
+// epoch. The listener refuses it while another connection is attached (never two peers, and
+// the attached one undisturbed); once detached it drops what was in flight both ways, says so
+// once to its reader and to a writer the epoch cut, and the new dialer sees only what was
+// written after. The old dialer is a stranger then, and learns that its stream is gone; the
+// new one resumes over later connections as any dialer does.
+func TestNewEpoch(t *testing.T) {
+	socks := newSockets(t)
+	srv := New(Config{Listener: true, Window: 8})
+	old := New(Config{})
+	stop := make(chan struct{})
+	res := make(chan error, 1)
+	go func() { _, err := attach(socks, srv, old, stop); res <- err }()
+	if _, err := old.Write([]byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(srv, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new epoch while old is attached: refused, old undisturbed.
+	fresh := New(Config{NewEpoch: true})
+	never := make(chan struct{})
+	errSrv, errCli := attach(socks, srv, fresh, never)
+	if !errors.Is(errSrv, ErrAttached) || errCli == nil || fresh.Err() != nil {
+		t.Fatalf("a new epoch while attached: listener %v, dialer %v (stream %v)", errSrv, errCli, fresh.Err())
+	}
+	old.Write([]byte("b"))
+	if _, err := io.ReadFull(srv, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	<-res
+
+	// In flight, both ways, as the old dialer dies: its bytes never arrive, and the
+	// listener's are not acknowledged; a writer blocks on the full window.
+	old.Write([]byte("lost-up"))
+	srv.Write([]byte("lost-dn"))
+	cut := make(chan error, 1)
+	go func() { _, err := srv.Write([]byte("cut-by-the-epoch")); cut <- err }()
+	time.Sleep(20 * time.Millisecond)
+
+	stop = make(chan struct{})
+	go func() { _, err := attach(socks, srv, fresh, stop); res <- err }()
+	if err := <-cut; !errors.Is(err, ErrNewEpoch) {
+		t.Fatalf("a write cut by the new epoch: %v", err)
+	}
+	if _, err := srv.Read(make([]byte, 8)); !errors.Is(err, ErrNewEpoch) {
+		t.Fatalf("the listener's first read after the epoch: %v; want ErrNewEpoch", err)
+	}
+	fresh.Write([]byte("new-up"))
+	got := make([]byte, 6)
+	if _, err := io.ReadFull(srv, got); err != nil || string(got) != "new-up" {
+		t.Fatalf("the listener read %q %v", got, err)
+	}
+	srv.Write([]byte("new-dn"))
+	if _, err := io.ReadFull(fresh, got); err != nil || string(got) != "new-dn" {
+		t.Fatalf("the new dialer read %q %v; want only what was written after the epoch", got, err)
+	}
+	if srv.ID() != fresh.ID() || srv.ID() == old.ID() {
+		t.Fatalf("ids: listener %s, new dialer %s, old %s", srv.ID(), fresh.ID(), old.ID())
+	}
+	close(stop)
+	<-res
+
+	// The old dialer comes back: the listener refuses it, and it learns its stream is gone.
+	never = make(chan struct{})
+	errSrv, _ = attach(socks, srv, old, never)
+	if !errors.Is(errSrv, ErrStranger) || !errors.Is(old.Err(), ErrOtherStream) {
+		t.Fatalf("the old dialer after the epoch: listener %v, its stream %v", errSrv, old.Err())
+	}
+
+	// The new dialer resumes after a drop like any dialer: no second epoch.
+	stop = make(chan struct{})
+	go func() { _, err := attach(socks, srv, fresh, stop); res <- err }()
+	fresh.Write([]byte("again"))
+	got = make([]byte, 5)
+	if _, err := io.ReadFull(srv, got); err != nil || string(got) != "again" {
+		t.Fatalf("after a drop the listener read %q %v", got, err)
+	}
+	close(stop)
+	<-res
+	if srv.Err() != nil || fresh.Err() != nil {
+		t.Fatalf("streams ended: %v %v", srv.Err(), fresh.Err())
 	}
 }

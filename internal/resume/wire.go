@@ -12,6 +12,11 @@ import (
 //
 //	"KLBRRS01" | stream id (16 bytes) | count received (uint64, big-endian)
 //
+// or, from a dialer that lost the stream's state (a restarted klbr-core: Config.NewEpoch),
+// until the listener has taken it:
+//
+//	"KLBRRE01" | the new epoch's stream id, drawn by the dialer | count received
+//
 // then carries frames:
 //
 //	'D' | offset (uint64) | length (uint32, 1..MaxFrame) | bytes   data at offset
@@ -23,6 +28,7 @@ import (
 
 const (
 	helloMagic = "KLBRRS01"
+	epochMagic = "KLBRRE01"
 	helloSize  = len(helloMagic) + 16 + 8
 	// MaxFrame is the most bytes one data frame carries.
 	MaxFrame = 32 << 10
@@ -41,11 +47,18 @@ func (id ID) String() string { return fmt.Sprintf("%x", id[:]) }
 type hello struct {
 	id   ID
 	recv uint64
+	// epoch: the dialer lost what it had of the stream and asks the listener to begin a
+	// new epoch named id, dropping what either side had in flight.
+	epoch bool
 }
 
 func (h hello) encode() []byte {
 	b := make([]byte, 0, helloSize)
-	b = append(b, helloMagic...)
+	if h.epoch {
+		b = append(b, epochMagic...)
+	} else {
+		b = append(b, helloMagic...)
+	}
 	b = append(b, h.id[:]...)
 	return binary.BigEndian.AppendUint64(b, h.recv)
 }
@@ -58,10 +71,14 @@ func decodeHello(b []byte) (hello, error) {
 	if len(b) != helloSize {
 		return hello{}, fmt.Errorf("%w: hello of %d bytes", errProtocol, len(b))
 	}
-	if string(b[:len(helloMagic)]) != helloMagic {
+	var h hello
+	switch string(b[:len(helloMagic)]) {
+	case helloMagic:
+	case epochMagic:
+		h.epoch = true
+	default:
 		return hello{}, fmt.Errorf("%w: not a resumable stream (bad magic)", errProtocol)
 	}
-	var h hello
 	copy(h.id[:], b[len(helloMagic):len(helloMagic)+16])
 	h.recv = binary.BigEndian.Uint64(b[len(helloMagic)+16:])
 	return h, nil

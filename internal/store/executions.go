@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -187,4 +188,16 @@ func (t *Tx) RecoverExecutions() (int64, error) {
 		}
 	}
 	return int64(len(ls)), nil
+}
+
+// KernelGenerationEnded reports whether session's generation gen has ended:
+// a kernel.reset notice names it (a reset, a loss, a failed start).
+func (s *Store) KernelGenerationEnded(ctx context.Context, session string, gen int64) (bool, error) {
+	var n int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM events WHERE session_id = ? AND kind = 'kernel.reset'
+		AND json_extract(content, '$.generation') = ?`, session, gen).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("kernel generation ended: %w", err)
+	}
+	return n > 0, nil
 }

@@ -107,3 +107,25 @@ func TestRecoverExecutionOfAnAnsweredCall(t *testing.T) {
 		t.Fatalf("answering an answered call: %v", err)
 	}
 }
+
+// A generation has ended once a kernel.reset names it, and only that one.
+func TestKernelGenerationEnded(t *testing.T) {
+	s := newStore(t)
+	admitN(t, s, "default", "k1")
+	mustWrite(t, s, func(tx *Tx) error {
+		for range 2 {
+			if _, err := tx.NextKernelGeneration("default", nil); err != nil {
+				return err
+			}
+		}
+		return tx.KernelReset("default", 1, "reset")
+	})
+	for gen, want := range map[int64]bool{1: true, 2: false, 3: false} {
+		if got, err := s.KernelGenerationEnded(t.Context(), "default", gen); err != nil || got != want {
+			t.Fatalf("generation %d ended: %v %v; want %v", gen, got, err, want)
+		}
+	}
+	if got, _ := s.KernelGenerationEnded(t.Context(), "other", 1); got {
+		t.Fatal("another session's reset ends this one's generation")
+	}
+}

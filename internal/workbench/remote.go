@@ -221,14 +221,22 @@ func (r *Remote) prepare(ctx context.Context, spec *worker.Spec, runtimeSrc, ws 
 	}
 	// The host's own unit is the placement; the workspace is the unit's
 	// directory there, or the child's copy.
-	spec.Placer, spec.Workspace = nil, ""
-	u := hosts.WorkerUnit{Engine: r.Hosts, Host: r.Host,
-		Name: hosts.WorkerUnitName(spec.Role, spec.Session, spec.Generation), Kernel: spec.Kernel}
-	if ws != "" {
-		spec.Workspace, u.Workspace = ws, path.Base(ws)
-	}
-	spec.Remote = u
+	spec.Placer, spec.Workspace = nil, ws
+	spec.Remote = r.unit(spec.Role, spec.Session, spec.Generation, ws)
 	return nil
+}
+
+// unit is the unit of a generation on the host: ws, when set, the child's
+// copy it works in.
+func (r *Remote) unit(role, session string, gen int64, ws string) hosts.WorkerUnit {
+	u := hosts.WorkerUnit{Engine: r.Hosts, Host: r.Host, Name: hosts.WorkerUnitName(role, session, gen), Kernel: r.Kernel}
+	if u.Kernel == "" {
+		u.Kernel = "klbr-kernel"
+	}
+	if ws != "" {
+		u.Workspace = path.Base(ws)
+	}
+	return u
 }
 
 // pack packs a directory, or a file as a tree of that one file; with keep

@@ -8,13 +8,16 @@ import (
 	"fmt"
 	"io"
 	"unicode/utf8"
+
+	"github.com/klbr-dev/klbr/internal/kernel"
 )
 
 // ProtocolVersion is the worker protocol version this host speaks.
 const ProtocolVersion = 1
 
-// MaxFrameBytes bounds one frame's JSON payload.
-const MaxFrameBytes = 1 << 20
+// MaxFrameBytes bounds one frame's JSON payload (klbr-kernel's --listen
+// bridge carries frames whole up to the same bound).
+const MaxFrameBytes = kernel.MaxProtocolFrame
 
 // ErrProtocol marks every malformed frame. The stream is abandoned after it.
 var ErrProtocol = errors.New("worker protocol error")
@@ -27,6 +30,7 @@ const (
 	TypeHostReply  = "host_reply"
 	TypeHookInvoke = "hook_invoke"
 	TypeShutdown   = "shutdown"
+	TypeReattach   = "reattach"
 	TypeOutput     = "output"
 	TypeRequest    = "host_request"
 	TypeOutcome    = "outcome"

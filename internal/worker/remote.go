@@ -136,8 +136,50 @@ func (w *Worker) spawnResumable(ctx context.Context, r Resumable) error {
 		st.Close()
 		return fmt.Errorf("worker: start the remote unit: %w", err)
 	}
+	return w.attachResumable(ctx, r, st, sc)
+}
+
+// Reattach takes over a generation that outlived the klbr-core that started
+// it: spec.Remote's unit on a host (a Resumable), whose kernel kept Python
+// and its state while no one was attached. Nothing is started. The stream
+// begins a new epoch (resume.Config.NewEpoch: what the dead klbr-core had in
+// flight is gone, both ways), the worker is told so (reattach: it
+// interrupts the cell it was running and ends its pending host requests),
+// and its hello, which must name spec's role, session and generation, is
+// the handshake. When that fails (no kernel listens on the unit's socket,
+// another worker answers, no hello in time), the unit is stopped and the
+// error says why.
+func Reattach(ctx context.Context, spec Spec) (*Worker, error) {
+	r, ok := spec.Remote.(Resumable)
+	if !ok {
+		return nil, errors.New("worker: reattach: only a worker on a host outlives klbr-core")
+	}
+	// The dead klbr-core's connection may still look attached to the
+	// kernel until its keepalives run out (15 s): the new epoch waits.
+	spec.Handshake = max(spec.Handshake, 30*time.Second)
+	w := newWorker(spec)
+	w.reattaching = true
+	st := resume.New(resume.Config{NewEpoch: true})
+	sc := &streamConn{st: st, ended: make(chan struct{})}
+	w.conn = sc
+	if err := w.attachResumable(ctx, r, st, sc); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// attachResumable keeps the worker's protocol stream st attached to the
+// unit, then greets the worker through sc (a reattached worker is told so
+// first).
+func (w *Worker) attachResumable(ctx context.Context, r Resumable, st *resume.Stream, sc *streamConn) error {
 	w.stream = st
 	go w.keepAttached(r, st, sc.ended)
+	if w.reattaching {
+		if err := w.send(&Frame{Type: TypeReattach}); err != nil {
+			w.Kill()
+			return fmt.Errorf("worker: reattach: %w", err)
+		}
+	}
 	return w.greet(ctx)
 }
 

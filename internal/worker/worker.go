@@ -167,9 +167,12 @@ type Worker struct {
 	stopping atomic.Bool    // Stop was called: the end of the stream is expected
 	stream   *resume.Stream // a resumable remote worker's protocol stream
 	dropping atomic.Bool    // Kill is stopping the remote unit: its end needs no last words
-	killOnce sync.Once
-	killed   chan struct{} // closed once the tree is gone and the placement released
-	wg       sync.WaitGroup
+	// reattaching: Reattach took over a generation a predecessor of this
+	// klbr-core started (set before the handshake, read only by it).
+	reattaching bool
+	killOnce    sync.Once
+	killed      chan struct{} // closed once the tree is gone and the placement released
+	wg          sync.WaitGroup
 }
 
 type execution struct {
@@ -183,6 +186,14 @@ type execution struct {
 // Start spawns the kernel, places it, gives it the go-ahead and waits for
 // the worker's hello, all before ctx ends.
 func Start(ctx context.Context, spec Spec) (*Worker, error) {
+	w := newWorker(spec)
+	if err := w.spawn(ctx); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+func newWorker(spec Spec) *Worker {
 	if spec.Handshake <= 0 {
 		spec.Handshake = 10 * time.Second
 	}
@@ -207,30 +218,37 @@ func Start(ctx context.Context, spec Spec) (*Worker, error) {
 		hooks: map[string]chan *Frame{}, dead: make(chan struct{}), exited: make(chan struct{}), killed: make(chan struct{}),
 		requests: make(chan *Frame, spec.RequestQueue),
 	}
-	if err := w.spawn(ctx); err != nil {
-		return nil, err
+	return w
+}
+
+// socketpair makes the protocol socket: w.conn is klbr-core's end, the
+// other end is returned (the caller closes it).
+func (w *Worker) socketpair() (*os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("worker: socketpair: %w", err)
 	}
-	return w, nil
+	hostEnd := os.NewFile(uintptr(fds[0]), "protocol-host")
+	workerEnd := os.NewFile(uintptr(fds[1]), "protocol-worker")
+	fc, err := net.FileConn(hostEnd)
+	hostEnd.Close()
+	if err != nil {
+		workerEnd.Close()
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	w.conn = fc.(*net.UnixConn)
+	return workerEnd, nil
 }
 
 func (w *Worker) spawn(ctx context.Context) error {
 	if r, ok := w.spec.Remote.(Resumable); ok {
 		return w.spawnResumable(ctx, r)
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	workerEnd, err := w.socketpair()
 	if err != nil {
-		return fmt.Errorf("worker: socketpair: %w", err)
+		return err
 	}
-	hostEnd := os.NewFile(uintptr(fds[0]), "protocol-host")
-	workerEnd := os.NewFile(uintptr(fds[1]), "protocol-worker")
 	defer workerEnd.Close()
-	fc, err := net.FileConn(hostEnd)
-	hostEnd.Close()
-	if err != nil {
-		workerEnd.Close()
-		return fmt.Errorf("worker: %w", err)
-	}
-	w.conn = fc.(*net.UnixConn)
 	s := w.spec
 	if s.Remote != nil {
 		return w.spawnRemote(ctx, workerEnd)
@@ -343,6 +361,12 @@ func (w *Worker) handshake(ctx context.Context) error {
 	w.conn.SetReadDeadline(deadline)
 	defer w.conn.SetReadDeadline(time.Time{})
 	f, err := ReadFrame(w.conn)
+	// A worker taken over (Reattach) may send frames of what it did before
+	// it read reattach (a cell's output, its outcome) ahead of its hello:
+	// they belong to a predecessor's cells, recorded lost, and are dropped.
+	for skipped := 0; err == nil && w.reattaching && f.Type != TypeHello && skipped < 100000; skipped++ {
+		f, err = ReadFrame(w.conn)
+	}
 	if err != nil {
 		select {
 		case <-w.exited:

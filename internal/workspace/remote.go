@@ -120,8 +120,10 @@ type Patch struct {
 // applies it or not. The host's archive is read bounded and its names
 // checked (readTree); the diff runs in a scratch repository of the host's
 // (hostgit) on contents read here, so git never opens a tree of the
-// child's. Only regular files count: links, and the executable bit, do
-// not travel.
+// child's. Regular files count with their executable bit, and symbolic
+// links as git links (their target text, never followed: not here, where
+// only the archive's header is read, nor on the host, whose tar stores a
+// link as a link); other kinds are left out.
 func (w *Workspaces) Patch(ctx context.Context, p Place) (Patch, error) {
 	if p.Host == "" || p.Mode != store.WorkspaceWorktree {
 		return Patch{}, fmt.Errorf("%s is no copy on a host: no patch", p.Dir)
@@ -135,9 +137,9 @@ func (w *Workspaces) Patch(ctx context.Context, p Place) (Patch, error) {
 	if err != nil {
 		return Patch{}, fmt.Errorf("the base of %s: %w", name, err)
 	}
-	baseSum := map[string][sha256.Size]byte{}
-	if _, err := readTree(bytes.NewReader(baseTar), lim, func(n string, data []byte) error {
-		baseSum[n] = sha256.Sum256(data)
+	baseSum := map[string]entrySum{}
+	if _, err := readEntries(bytes.NewReader(baseTar), lim, func(e treeEntry) error {
+		baseSum[e.Name] = sumOf(e)
 		return nil
 	}); err != nil {
 		return Patch{}, fmt.Errorf("the base of %s: %w", name, err)
@@ -153,10 +155,10 @@ func (w *Workspaces) Patch(ctx context.Context, p Place) (Patch, error) {
 	}()
 	var work []hostgit.File
 	seen := map[string]bool{}
-	_, terr := readTree(pr, lim, func(n string, data []byte) error {
-		seen[n] = true
-		if s, ok := baseSum[n]; !ok || s != sha256.Sum256(data) {
-			work = append(work, hostgit.File{Path: n, Data: data})
+	_, terr := readEntries(pr, lim, func(e treeEntry) error {
+		seen[e.Name] = true
+		if s, ok := baseSum[e.Name]; !ok || s != sumOf(e) {
+			work = append(work, hostgit.File{Path: e.Name, Data: e.Data, Exec: e.Exec, Link: e.Link})
 		}
 		return nil
 	})
@@ -188,9 +190,9 @@ func (w *Workspaces) Patch(ctx context.Context, p Place) (Patch, error) {
 		return Patch{}, nil
 	}
 	var base []hostgit.File
-	if _, err := readTree(bytes.NewReader(baseTar), lim, func(n string, data []byte) error {
-		if changed[n] {
-			base = append(base, hostgit.File{Path: n, Data: data})
+	if _, err := readEntries(bytes.NewReader(baseTar), lim, func(e treeEntry) error {
+		if changed[e.Name] {
+			base = append(base, hostgit.File{Path: e.Name, Data: e.Data, Exec: e.Exec, Link: e.Link})
 		}
 		return nil
 	}); err != nil {
@@ -227,6 +229,16 @@ func (w *Workspaces) Patch(ctx context.Context, p Place) (Patch, error) {
 		return Patch{}, err
 	}
 	return Patch{Ref: "a" + ref.SHA256, Size: ref.Size, Files: len(changed)}, nil
+}
+
+// entrySum is what a patch compares of a file: its kind, mode and content.
+type entrySum struct {
+	sum        [sha256.Size]byte
+	exec, link bool
+}
+
+func sumOf(e treeEntry) entrySum {
+	return entrySum{sum: sha256.Sum256(e.Data), exec: e.Exec && !e.Link, link: e.Link}
 }
 
 // removeOnHost removes p's workspace on its host, and its base here.

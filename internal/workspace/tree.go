@@ -119,6 +119,38 @@ var errTreeName = errors.New("not a plain relative name")
 // is left out; directories are passed over and links and other kinds left
 // out and counted.
 func readTree(r io.Reader, lim Limits, fn func(name string, data []byte) error) (skipped int, err error) {
+	links := 0
+	skipped, err = readEntries(r, lim, func(e treeEntry) error {
+		if e.Link {
+			links++
+			return nil
+		}
+		return fn(e.Name, e.Data)
+	})
+	return skipped + links, err
+}
+
+// treeEntry is a file of a tree archive: a regular file (its content, and
+// whether its owner may execute it) or a symbolic link (its target, as the
+// archive says it: text, never followed).
+type treeEntry struct {
+	Name string
+	Data []byte
+	Exec bool
+	Link bool
+}
+
+// readEntries is readTree with symbolic links passed on too (Link, the
+// target in Data: at most maxTarName bytes, no NUL, counted in
+// lim.MaxBytes) and each file's executable bit. A name beneath a link's is
+// refused: a tree holds no path through a link.
+func readEntries(r io.Reader, lim Limits, fn func(treeEntry) error) (skipped int, err error) {
+	var links, names []string
+	defer func() {
+		if err == nil {
+			err = checkBeneathLinks(links, names)
+		}
+	}()
 	tr := tar.NewReader(r)
 	entries, size := 0, int64(0)
 	for {
@@ -141,12 +173,27 @@ func readTree(r io.Reader, lim Limits, fn func(name string, data []byte) error) 
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
+			names = append(names, name)
 			continue
 		case tar.TypeReg:
+		case tar.TypeSymlink:
+			t := h.Linkname
+			if t == "" || len(t) > maxTarName || strings.IndexByte(t, 0) >= 0 {
+				return skipped, fmt.Errorf("read tree: %s: a link whose target is empty, overlong or holds a NUL", name)
+			}
+			if size += int64(len(t)); size > lim.MaxBytes {
+				return skipped, fmt.Errorf("read tree: %w: more than %d bytes", ErrTooLarge, lim.MaxBytes)
+			}
+			links, names = append(links, name), append(names, name)
+			if err := fn(treeEntry{Name: name, Data: []byte(t), Link: true}); err != nil {
+				return skipped, err
+			}
+			continue
 		default:
 			skipped++
 			continue
 		}
+		names = append(names, name)
 		if h.Size < 0 || size+h.Size > lim.MaxBytes {
 			return skipped, fmt.Errorf("read tree: %w: more than %d bytes", ErrTooLarge, lim.MaxBytes)
 		}
@@ -158,11 +205,41 @@ func readTree(r io.Reader, lim Limits, fn func(name string, data []byte) error) 
 		if int64(len(data)) != h.Size {
 			return skipped, fmt.Errorf("read tree: %s: %d bytes of %d", name, len(data), h.Size)
 		}
-		if err := fn(name, data); err != nil {
+		if err := fn(treeEntry{Name: name, Data: data, Exec: h.Mode&0o100 != 0}); err != nil {
 			return skipped, err
 		}
 	}
 }
+
+// checkBeneathLinks refuses names that go through a link of links, and a
+// name given twice.
+func checkBeneathLinks(links, names []string) error {
+	if len(links) == 0 {
+		return nil
+	}
+	isLink := make(map[string]bool, len(links))
+	for _, l := range links {
+		isLink[l] = true
+	}
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if seen[n] {
+			return fmt.Errorf("read tree: %q: %w", truncate(n, 200), errTreeTwice)
+		}
+		seen[n] = true
+		for p := path.Dir(n); p != "."; p = path.Dir(p) {
+			if isLink[p] {
+				return fmt.Errorf("read tree: %q: %w", truncate(n, 200), errBeneathLink)
+			}
+		}
+	}
+	return nil
+}
+
+var (
+	errBeneathLink = errors.New("a name beneath a link")
+	errTreeTwice   = errors.New("a name given twice in a tree with links")
+)
 
 // treeName is an archive entry's name as a clean relative slash path ("."
 // and "./" prefixes dropped; "" for the tree itself).

@@ -136,13 +136,18 @@ func FuzzReadTree(f *testing.F) {
 	f.Add(tarOf(f, tar.Header{Name: "./a", Typeflag: tar.TypeReg, Size: 3}, tar.Header{Name: "./d/", Typeflag: tar.TypeDir}))
 	f.Add(tarOf(f, tar.Header{Name: "../x", Typeflag: tar.TypeReg, Size: 1}))
 	f.Add([]byte{})
+	f.Add(tarOf(f, tar.Header{Name: "./l", Typeflag: tar.TypeSymlink, Linkname: "../../etc"}, tar.Header{Name: "./l/x", Typeflag: tar.TypeReg, Size: 1}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		lim := Limits{MaxFiles: 50, MaxBytes: 1 << 16}
 		total := 0
-		readTree(bytes.NewReader(b), lim, func(n string, d []byte) error {
+		readEntries(bytes.NewReader(b), lim, func(e treeEntry) error {
+			n, d := e.Name, e.Data
 			total += len(d)
 			if n == "" || strings.HasPrefix(n, "/") || filepath.Clean(n) != n || n == ".." || strings.HasPrefix(n, "../") || hasGit(n) {
 				t.Fatalf("yielded %q", n)
+			}
+			if e.Link && (len(d) == 0 || len(d) > maxTarName || bytes.IndexByte(d, 0) >= 0) {
+				t.Fatalf("a link to %q", d)
 			}
 			return nil
 		})
@@ -150,4 +155,49 @@ func FuzzReadTree(f *testing.F) {
 			t.Fatalf("%d bytes past the bound", total)
 		}
 	})
+}
+
+// A patch's reader (readEntries) passes links on as links, their target
+// text never followed, and each file's executable bit; a link's target is
+// bounded, and a name beneath a link refuses the archive.
+func TestReadEntriesLinksAndModes(t *testing.T) {
+	lim := Limits{MaxFiles: 10, MaxBytes: 100}
+	type got struct {
+		name, data string
+		exec, link bool
+	}
+	for _, tc := range []struct {
+		name    string
+		entries []tar.Header
+		want    []got
+		err     string
+	}{
+		{"modes and links", []tar.Header{{Name: "./run.sh", Typeflag: tar.TypeReg, Size: 1, Mode: 0o755},
+			{Name: "./a.txt", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}, {Name: "./l", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}},
+			[]got{{"run.sh", "x", true, false}, {"a.txt", "x", false, false}, {"l", "/etc/passwd", false, true}}, ""},
+		{"beneath a link", []tar.Header{{Name: "./d", Typeflag: tar.TypeSymlink, Linkname: "/etc"},
+			{Name: "./d/passwd", Typeflag: tar.TypeReg, Size: 1}}, nil, "beneath a link"},
+		{"a link and a directory of one name", []tar.Header{{Name: "./d/", Typeflag: tar.TypeDir}, {Name: "./d/x", Typeflag: tar.TypeReg, Size: 1},
+			{Name: "./d", Typeflag: tar.TypeSymlink, Linkname: "/etc"}}, nil, "read tree"},
+		{"target too long", []tar.Header{{Name: "./l", Typeflag: tar.TypeSymlink, Linkname: strings.Repeat("a", 5000)}}, nil, "overlong"},
+		{"targets count as bytes", []tar.Header{{Name: "./l", Typeflag: tar.TypeSymlink, Linkname: strings.Repeat("a", 60)},
+			{Name: "./m", Typeflag: tar.TypeSymlink, Linkname: strings.Repeat("b", 60)}}, nil, "more than 100 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var all []got
+			_, err := readEntries(bytes.NewReader(tarOf(t, tc.entries...)), lim, func(e treeEntry) error {
+				all = append(all, got{e.Name, string(e.Data), e.Exec, e.Link})
+				return nil
+			})
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(all, tc.want) {
+				t.Fatalf("read %v, %v; want %v", all, err, tc.want)
+			}
+		})
+	}
 }

@@ -763,3 +763,73 @@ class LifecycleTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ReattachTest(unittest.TestCase):
+    """``reattach``: a restarted klbr-core takes a worker on a host over."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="klbr-wb-")
+        self.worker = peer.Worker(workspace=self.tmp).start()
+
+    def tearDown(self):
+        self.worker.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def reattach(self, eid):
+        """Send reattach; return (the new hello, the outcome of eid)."""
+        w = self.worker
+        w.send("reattach")
+        hello, outcome = None, None
+        deadline = time.monotonic() + 10
+        while hello is None:
+            f = w.recv(max(deadline - time.monotonic(), 0.001))
+            if f["type"] == "hello":
+                hello = f
+            elif f["type"] == "outcome" and f["execution"] == eid:
+                outcome = f
+        self.assertIsNotNone(outcome, "the hello came before the cut cell ended")
+        return hello, outcome
+
+    def test_a_blocked_cell_is_interrupted_and_the_state_kept(self):
+        w = self.worker
+        w.run_ok("x = 41")
+        eid = w.next_id()
+        w.send("execute", execution=eid, code="import time\nprint('sleeping')\ntime.sleep(60)")
+        time.sleep(0.3)
+        hello, outcome = self.reattach(eid)
+        self.assertEqual(hello["pid"], w.proc.pid)
+        self.assertEqual(hello["role"], "workbench")
+        self.assertEqual(outcome["status"], "cancelled", outcome)
+        out, _ = w.run_ok("x + 1")
+        self.assertEqual(out["value"], "42")
+
+    def test_a_pending_request_ends_lost(self):
+        w = self.worker
+        eid = w.next_id()
+        w.send("execute", execution=eid, code="r = await history.search('q')")
+        deadline = time.monotonic() + 10
+        while True:  # the request is out, and never answered
+            f = w.recv(max(deadline - time.monotonic(), 0.001))
+            if f["type"] == "host_request":
+                break
+        hello, outcome = self.reattach(eid)
+        self.assertEqual(hello["type"], "hello")
+        self.assertIn(outcome["status"], ("error", "cancelled"), outcome)
+        w.run_ok("y = 1")
+
+    def test_a_pending_sync_request_ends_lost(self):
+        w = self.worker
+        eid = w.next_id()
+        w.send("execute", execution=eid, code=(
+            "import klbr._sdk as sdk\ntry:\n    sdk._rt().request_sync('history.search', {'query': 'q'})\n"
+            "except Exception as e:\n    print('ENDED', e)\n    raise"))
+        deadline = time.monotonic() + 10
+        while True:
+            f = w.recv(max(deadline - time.monotonic(), 0.001))
+            if f["type"] == "host_request":
+                break
+        hello, outcome = self.reattach(eid)
+        self.assertEqual(hello["type"], "hello")
+        self.assertNotEqual(outcome["status"], "ok", outcome)
+        w.run_ok("y = 1")

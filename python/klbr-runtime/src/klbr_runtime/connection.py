@@ -88,12 +88,15 @@ class Connection:
         except OSError as e:
             self.host_gone(f"writing to the protocol socket failed: {e}")
 
-    def send_hello(self):
+    def hello_frame(self):
         v = sys.version_info
-        self.send(self.frame(
+        return self.frame(
             "hello", role=self.role, pid=os.getpid(),
             python=f"{v.major}.{v.minor}.{v.micro}", sdk=SDK_VERSION,
-            protocol=PROTOCOL, skills_revision=self.skills_revision))
+            protocol=PROTOCOL, skills_revision=self.skills_revision)
+
+    def send_hello(self):
+        self.send(self.hello_frame())
 
     # -- receiving -----------------------------------------------------------
 

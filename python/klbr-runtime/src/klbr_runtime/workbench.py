@@ -311,6 +311,8 @@ class Workbench:
         self.deferred_interrupt = None  # an Execution whose SIGINT landed in runner code
         self.sigint_target = None       # the Execution an escalation SIGINT is for
         self.shutting_down = False
+        self.reattach_lock = threading.Lock()
+        self.hello_after = None         # reattach: the Execution whose end is followed by a hello
         self.future_flags = 0
         self.cell_files = []
         self.carry_ctx = contextvars.copy_context()
@@ -402,6 +404,8 @@ class Workbench:
             self.loop.call_soon_threadsafe(self._on_reply, eid, rid, f)
         elif t == "shutdown":
             self.shutdown()
+        elif t == "reattach":
+            self.reattach()
         elif t == "hook_invoke":
             inv = field(f, "invocation", str, "")
             self.hub.send(framing.encode_frame(self.conn.frame(
@@ -422,6 +426,34 @@ class Workbench:
             t = threading.Timer(INTERRUPT_ESCALATE, self._escalate, (ex, 0))
             t.daemon = True
             t.start()
+
+    def reattach(self):
+        """``reattach``: a restarted klbr-core took this worker over (a worker
+        on a host outlives klbr-core; docs/hosts.md). Whatever was in flight
+        with its predecessor is gone: the running cell is interrupted (the
+        host has recorded it lost; its outcome is not awaited), every pending
+        host request ends with a ``lost`` error, and the worker says hello
+        again for the new host to check, once that cell has ended (so that
+        the host's next cell is not refused as a second one)."""
+        ex = self.latest
+        hello_now = True
+        if ex is not None and not ex.finished:
+            with self.reattach_lock:
+                self.hello_after = ex
+                hello_now = ex.finished  # it ended meanwhile: _finish did not see hello_after
+                if hello_now:
+                    self.hello_after = None
+            if not hello_now:
+                self.interrupt(ex.id)
+        err = {"code": "lost", "message": "klbr-core restarted while this request was pending; its answer is lost"}
+        for (eid, rid), waiter in list(self.sync_pending.items()):
+            waiter[1] = self.conn.frame("host_reply", execution=eid, request=rid, ok=False, error=err)
+            waiter[0].set()
+        for eid, rid in list(self.pending):
+            self.loop.call_soon_threadsafe(
+                self._on_reply, eid, rid, self.conn.frame("host_reply", execution=eid, request=rid, ok=False, error=err))
+        if hello_now:
+            self.hub.send(framing.encode_frame(self.conn.hello_frame()))
 
     def _escalate(self, ex, attempt):
         """Timer thread: the cell has not finished since its cancel; if the
@@ -613,6 +645,12 @@ class Workbench:
         if self.shutting_down:
             return
         self._send_outcome(ex, status, value, err)
+        with self.reattach_lock:
+            hello = self.hello_after is ex
+            if hello:
+                self.hello_after = None
+        if hello:
+            self.hub.send(framing.encode_frame(self.conn.hello_frame()))
 
     def _send_outcome(self, ex, status, value, err):
         f = self.conn.frame("outcome", execution=ex.id, status=status, value=None, value_truncated=False)
