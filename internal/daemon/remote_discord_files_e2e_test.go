@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/klbr-dev/klbr/internal/discordtest"
@@ -107,5 +108,63 @@ func TestACellOnAWorkerHostSendsFilesFromItsWorkspace(t *testing.T) {
 	recs := a.kinds(store.LaneSpeech, "discord.sent")
 	if len(recs) != 1 || json.Unmarshal(recs[0].Content, &rec) != nil || len(rec.Files) != 2 || rec.Files[1].AttachmentID != s.ID+"1" {
 		t.Fatalf("want one receipt naming both files: %d records, %+v", len(recs), rec)
+	}
+}
+
+// A child spawned on a worker host, delegated discord.send, sends a file of
+// its copy of the workspace there (WORK_DIR/klbr-ws-…): Discord gets the
+// copy's bytes, which the child changed, not the parent's file; a link in
+// the copy to another unit's file is refused.
+func TestAChildOnAWorkerHostSendsAFileFromItsCopy(t *testing.T) {
+	h, ws := remoteChildLab(t)
+	other := filepath.Join(h.WorkDir, "klbr-job-99-1.service")
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "secret"), []byte("another unit's secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := modeltest.New()
+	defer model.Close()
+	var mu sync.Mutex
+	rootN, childN := 0, 0
+	model.Answer(func(n int, req modeltest.Request) modeltest.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		wait := modeltest.Reply{Calls: []modeltest.Call{{ID: fmt.Sprintf("w%d", n), Code: "await runtime.wait(None, reason='idle')"}}}
+		for _, m := range req.Messages {
+			if strings.Contains(content(m), "TASK-ON-HOST") && m["role"] == "user" {
+				childN++
+				if childN > 1 {
+					return modeltest.Reply{Calls: []modeltest.Call{{ID: fmt.Sprintf("k%d", n), Code: "await agents.finish({'sent': True})"}}}
+				}
+				return modeltest.Reply{Calls: []modeltest.Call{{ID: "k1", Code: "import os\n" +
+					"open('notes.txt', 'a').write('from the child\\n')\n" +
+					fmt.Sprintf("os.symlink(%q, 'evil.txt')\n", filepath.Join(other, "secret")) +
+					"c = (await discord.conversations())[0]\n" +
+					"r = await c.send('from the child', files=['notes.txt'])\n" +
+					"print('CHILD SENT', r.state, [(f.filename, f.size) for f in r.files])\n" +
+					"try:\n    await c.send('x', files=['evil.txt'])\nexcept discord.HostError as e:\n    print('EVIL', e.code, e)\n"}}}
+			}
+		}
+		rootN++
+		if rootN == 1 {
+			return modeltest.Reply{Calls: []modeltest.Call{{ID: "r1", Code: "c = await agents.spawn(task='TASK-ON-HOST: send the notes', host='lab', delegate=['discord.send'])\nprint('SPAWNED', c.id)"}}}
+		}
+		return wait
+	})
+	a, _ := startRemoteChildAgent(t, h, model, ws)
+	fake := discordtest.New("99")
+	defer fake.Close()
+	startTransport(t, fake, a.data)
+	a.eventually("the gateway session", fake.Connected)
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("8801", "88", "", "5", "have a child send the notes"))
+	a.eventually("the child's send", func() bool { return a.cellSaid("child-1", "EVIL ") })
+	if !a.cellSaid("child-1", "CHILD SENT confirmed [('notes.txt', 20)]") || !a.cellSaid("child-1", "EVIL invalid") || !a.cellSaid("child-1", "symbolic link") {
+		t.Fatalf("the child's cell:\n%v", a.sessionRecords("child-1"))
+	}
+	sent := fake.Sent()
+	if len(sent) != 1 || len(sent[0].Files) != 1 || sent[0].Files[0].Name != "notes.txt" || string(sent[0].Files[0].Data) != "root\nfrom the child\n" {
+		t.Fatalf("Discord got %+v", sent)
 	}
 }
