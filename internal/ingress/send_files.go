@@ -136,9 +136,9 @@ func (o *Ops) sendFiles(ctx context.Context, session string, raw []json.RawMessa
 				return nil, refuse("invalid", "discord send: file %q on host %s: %s; nothing was sent", clip(rel), remote.Host, refusal.Reason)
 			}
 		} else {
-			f, err := root.OpenFile(rel)
-			if err != nil {
-				return nil, refuse("invalid", "discord send: file %q: %v", clip(rel), celltreeReason(err))
+			f, oerr := root.OpenFile(rel)
+			if oerr != nil {
+				return nil, refuse("invalid", "discord send: file %q: %v", clip(rel), celltreeReason(oerr))
 			}
 			ef, n, err = spoolFile(arts, f, ingressapi.MaxSendFileBytes-total)
 			f.Close()
