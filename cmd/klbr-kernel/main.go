@@ -6,6 +6,7 @@
 //
 //	klbr-kernel [--protocol-fd N] [--go-ahead-fd M] [--deadline DURATION] [--keep-env NAME]...
 //	            [--rlimit-as BYTES] [--rlimit-nproc N] -- ARGV...
+//	klbr-kernel --read-beneath ROOT NAME MAX   (one file of a cell's directory, no link followed)
 
 // The runtime must not hold the cgroup CPU files open (Go 1.25+ does, to track GOMAXPROCS):
 // the kernel closes every inherited fd at start and should find only inherited ones.
@@ -26,5 +27,8 @@ import (
 func init() { runtime.LockOSThread() }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == kernel.ReadBeneathArg {
+		os.Exit(kernel.ReadBeneathMain(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	os.Exit(kernel.Main(os.Args[1:]))
 }

@@ -72,13 +72,13 @@ func (d *daemon) bootBehavior(ctx context.Context, cfg *config.Config, m *metric
 	d.bench.SetOps("local.", agents.Guard(d.store, delivery.NewLocal(d.store, d.hooks)))
 	dops := ingress.NewOps(d.store, d.hooks, d.ingress)
 	dops.Workspace = func(ctx context.Context, session string) (string, error) { // a send's files are read beneath it
-		// A cell on a worker host names files in the host's copy: never
-		// read klbr-core's own in their place.
-		if host, err := d.bench.HostOf(ctx, session); err != nil || host != "" {
+		// A cell on a worker host names files in the host's copy: the
+		// host's klbr-kernel reads them there, never klbr-core's own.
+		if hd, onHost, err := d.bench.HostDirOf(ctx, session); err != nil || onHost {
 			if err != nil {
 				return "", err
 			}
-			return "", &ingress.RemoteWorkspaceError{Host: host}
+			return "", &ingress.RemoteWorkspaceError{Host: hd.Host, Read: hd.Read}
 		}
 		p, err := wb.Workspaces.For(ctx, session)
 		return p.Dir, err

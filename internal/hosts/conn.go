@@ -270,13 +270,27 @@ func (c *conn) runIn(ctx context.Context, script string, stdin io.Reader, stdout
 		return &HostError{Host: c.h.Name, Kind: ErrLost, Msg: ctx.Err().Error()}
 	}
 	if err != nil {
-		return fmt.Errorf("host %s: %w: %s", c.h.Name, err, lastLine(stderr.String()))
+		return &scriptError{host: c.h.Name, err: err, last: lastLine(stderr.String())}
 	}
 	c.mu.Lock()
 	c.lastErr, c.since = nil, time.Time{}
 	c.mu.Unlock()
 	return nil
 }
+
+// scriptError is a script that ran on the host and failed: its exit and the last line
+// of its stderr.
+type scriptError struct {
+	host string
+	err  error // an *exec.ExitError
+	last string
+}
+
+func (e *scriptError) Error() string {
+	return fmt.Sprintf("host %s: %v: %s", e.host, e.err, e.last)
+}
+
+func (e *scriptError) Unwrap() error { return e.err }
 
 // Quote makes s one word for a POSIX shell.
 func Quote(s string) string {

@@ -19,6 +19,7 @@ import (
 	"github.com/klbr-dev/klbr/internal/artifacts"
 	"github.com/klbr-dev/klbr/internal/celltree"
 	"github.com/klbr-dev/klbr/internal/hooks"
+	"github.com/klbr-dev/klbr/internal/hosts"
 	"github.com/klbr-dev/klbr/internal/ingress/ingressapi"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -34,13 +35,18 @@ type sendFile struct {
 }
 
 // decodeSendFiles decodes a send's files: each a path (a JSON string) or
-// {"message_id", "attachment_id"}.
-func decodeSendFiles(ws string, raw []json.RawMessage) ([]sendFile, error) {
+// {"message_id", "attachment_id"}. With onHost, paths name files in the
+// host's copy of the workspace, which only the host's klbr-kernel resolves:
+// they are checked here for their form alone.
+func decodeSendFiles(ws string, onHost bool, raw []json.RawMessage) ([]sendFile, error) {
 	out := make([]sendFile, len(raw))
 	for i, r := range raw {
 		var p string
 		if json.Unmarshal(r, &p) == nil {
 			rel, err := workspaceRel(ws, p)
+			if onHost {
+				rel, err = hostPath(p)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("file %q: %w", clip(p), err)
 			}
@@ -73,27 +79,29 @@ func (o *Ops) sendFiles(ctx context.Context, session string, raw []json.RawMessa
 		return nil, refuse("unavailable", "discord send: klbr-core keeps no artifacts here: files cannot be sent")
 	}
 	ws := ""
+	var remote *RemoteWorkspaceError
 	if o.Workspace != nil {
 		var err error
 		ws, err = o.Workspace(ctx, session)
-		var remote *RemoteWorkspaceError
 		if errors.As(err, &remote) {
-			if err := remoteFiles(remote, raw); err != nil {
-				return nil, err
+			if remote.Read == nil {
+				if err := remoteFiles(remote, raw); err != nil {
+					return nil, err
+				}
 			}
-			ws, err = "", nil // attachments only: no workspace is read
+			ws, err = "", nil // the host's klbr-kernel reads the files there
 		}
 		if err != nil {
 			return nil, err
 		}
 	}
-	files, err := decodeSendFiles(ws, raw)
+	files, err := decodeSendFiles(ws, remote != nil, raw)
 	if err != nil {
 		return nil, refuse("invalid", "discord send: %v", err)
 	}
 	var root *celltree.Root
 	for _, f := range files {
-		if f.att == nil && root == nil {
+		if f.att == nil && root == nil && remote == nil {
 			if ws == "" {
 				return nil, refuse("unsupported", "discord send: workspace files cannot be sent from here (no workspace)")
 			}
@@ -119,12 +127,22 @@ func (o *Ops) sendFiles(ctx context.Context, session string, raw []json.RawMessa
 			continue
 		}
 		rel := sf.path
-		f, err := root.OpenFile(rel)
-		if err != nil {
-			return nil, refuse("invalid", "discord send: file %q: %v", clip(rel), celltreeReason(err))
+		var ef store.EffectFile
+		var n int64
+		if remote != nil {
+			ef, n, err = spoolHostFile(ctx, arts, remote, rel, ingressapi.MaxSendFileBytes-total)
+			var refusal *hosts.FileRefusal
+			if errors.As(err, &refusal) && !refusal.TooLarge {
+				return nil, refuse("invalid", "discord send: file %q on host %s: %s; nothing was sent", clip(rel), remote.Host, refusal.Reason)
+			}
+		} else {
+			f, oerr := root.OpenFile(rel)
+			if oerr != nil {
+				return nil, refuse("invalid", "discord send: file %q: %v", clip(rel), celltreeReason(oerr))
+			}
+			ef, n, err = spoolFile(arts, f, ingressapi.MaxSendFileBytes-total)
+			f.Close()
 		}
-		ef, n, err := spoolFile(arts, f, ingressapi.MaxSendFileBytes-total)
-		f.Close()
 		if errors.Is(err, errFilesTooLarge) {
 			return nil, refuse("too_large", "discord send: the files come to more than %d bytes (%d so far with %q); Discord takes 10 MiB a message from a bot: send fewer or smaller files",
 				ingressapi.MaxSendFileBytes, total+n, clip(rel))
@@ -147,9 +165,17 @@ var errFilesTooLarge = errors.New("too large")
 // RemoteWorkspaceError is what Ops.Workspace answers for a session whose
 // cells run on a worker host (KLBR_REMOTE_PLACEMENT, [agent] host, or a
 // child spawned there): the files its cell names are in the host's copy of
-// the workspace, and klbr-core cannot read those yet. Reading the local
-// workspace instead would send another file than the one the cell meant.
-type RemoteWorkspaceError struct{ Host string }
+// the workspace, never klbr-core's (which would send another file than the
+// one the cell meant).
+type RemoteWorkspaceError struct {
+	Host string
+	// Read writes the file a cell there names (relative to its workspace,
+	// or absolute on the host) to w, at most max bytes, as the host's
+	// klbr-kernel reads it beneath that workspace without following a link
+	// (hosts.Engine.ReadBeneath): a refusal is a *hosts.FileRefusal. Nil:
+	// workspace files are refused.
+	Read func(ctx context.Context, name string, max int64, w io.Writer) error
+}
 
 func (e *RemoteWorkspaceError) Error() string {
 	return "the workbench runs on worker host " + e.Host
@@ -167,6 +193,79 @@ func remoteFiles(remote *RemoteWorkspaceError, raw []json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// spoolHostFile copies the file name from the worker host's workspace into
+// an artifact, at most limit bytes: the host's kernel refuses a larger file
+// before it writes a byte, and the spool is bounded again here.
+func spoolHostFile(ctx context.Context, arts *artifacts.Store, remote *RemoteWorkspaceError, name string, limit int64) (store.EffectFile, int64, error) {
+	if limit < 0 {
+		limit = 0
+	}
+	sp, err := arts.NewSpool()
+	if err != nil {
+		return store.EffectFile{}, 0, err
+	}
+	cw := &capWriter{w: sp, max: limit}
+	err = remote.Read(ctx, name, limit, cw)
+	var refusal *hosts.FileRefusal
+	switch {
+	case cw.over || errors.As(err, &refusal) && refusal.TooLarge:
+		sp.Discard()
+		return store.EffectFile{}, max(cw.n, limit+1), errFilesTooLarge
+	case err != nil:
+		sp.Discard()
+		return store.EffectFile{}, cw.n, err
+	}
+	ref, err := sp.Commit()
+	if err != nil {
+		return store.EffectFile{}, cw.n, err
+	}
+	ct := ""
+	if len(cw.head) > 0 {
+		if ct = http.DetectContentType(cw.head); ct == "application/octet-stream" {
+			ct = ""
+		}
+	}
+	return store.EffectFile{SHA256: ref.SHA256, Size: ref.Size, ContentType: ct}, cw.n, nil
+}
+
+// capWriter passes on at most max bytes, keeping the first 512 for the
+// content type; past max it fails (the transfer ends) and says so.
+type capWriter struct {
+	w    io.Writer
+	max  int64
+	n    int64
+	over bool
+	head []byte
+}
+
+func (c *capWriter) Write(p []byte) (int, error) {
+	if c.n+int64(len(p)) > c.max {
+		c.over = true
+		return 0, errFilesTooLarge
+	}
+	if k := min(len(p), 512-len(c.head)); k > 0 {
+		c.head = append(c.head, p[:k]...)
+	}
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// hostPath checks the form of a path a cell on a worker host names: the
+// host's klbr-kernel resolves it beneath the workspace there.
+func hostPath(p string) (string, error) {
+	if p == "" || len(p) > MaxSendPathBytes || !utf8.ValidString(p) || strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("a path is 1 to %d bytes of UTF-8", MaxSendPathBytes)
+	}
+	if !filepath.IsAbs(p) {
+		p = filepath.Clean(p)
+		if p == "." || p == ".." || strings.HasPrefix(p, "../") {
+			return "", errors.New("not a file in the workspace")
+		}
+	}
+	return p, nil
 }
 
 // attachmentFile is an attachment of a message the session was shown, as a

@@ -332,7 +332,7 @@ func (m *Manager) Execute(ctx context.Context, sessionID, code string, h worker.
 	b.cellMu.Lock()
 	b.cell = &RunningCell{Session: sessionID, Execution: execID, Started: time.Now(), Deadline: deadline}
 	b.cellMu.Unlock()
-	ctx = withPin(ctx, pin)
+	ctx = withGeneration(withPin(ctx, pin), w.Generation())
 	if h == nil {
 		h = &commands{m: m, b: b, session: sessionID}
 	}
