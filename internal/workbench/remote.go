@@ -114,19 +114,6 @@ func (m *Manager) RemoteHost() string {
 	return m.cfg.Remote.Host
 }
 
-// HostOf names the worker host session's cells run on, "" for here: the
-// root sessions' under a remote placement, a child's spawned on a host.
-func (m *Manager) HostOf(ctx context.Context, session string) (string, error) {
-	if m.remoteFor(session) {
-		return m.cfg.Remote.Host, nil
-	}
-	p, onHost, err := m.hostPlace(ctx, session)
-	if err != nil || !onHost {
-		return "", err
-	}
-	return p.Host, nil
-}
-
 // hostPlace is where session works when that is on a worker host (a
 // child spawned there); onHost false: here.
 func (m *Manager) hostPlace(ctx context.Context, session string) (p workspace.Place, onHost bool, err error) {
