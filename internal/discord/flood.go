@@ -3,7 +3,9 @@ package discord
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +24,10 @@ import (
 // messages can be read back with history: nothing is dropped silently. The
 // operator (discord.operator_user_id) is never limited, and DMs go through a
 // lane of their own to admission, so a flood in a guild channel never delays
-// a DM. Backfills (start, deaf recovery, thread read-back) are bounded by
+// a DM. An author has two buckets: one for what they address to the agent
+// (DMs and mentions) and one for the rest, so their chatter in a busy
+// channel never costs them a DM. A burst still open when the transport stops
+// is admitted as a notice before it ends. Backfills (start, deaf recovery, thread read-back) are bounded by
 // their page and are not limited, but a message the limiter refused live
 // stays refused when a backfill reads it again.
 
@@ -68,10 +73,10 @@ type tokenBucket struct {
 
 // burst is one run of refusals for one key.
 type burst struct {
-	scope, key     string // "author" or "channel", and its id
-	author, name   string // the first refused message's author
-	channel        string
-	first, last    string // message ids refused, oldest and newest
+	scope, key     string   // "author" or "channel", and its id
+	author, name   string   // the first refused message's author
+	channels       []string // where its messages were, the first maxBurstChannels
+	first, last    string   // message ids refused, oldest and newest
 	count          int
 	started, later time.Time // first and latest refusal
 }
@@ -84,7 +89,7 @@ type flood struct {
 	now      func() time.Time
 
 	mu      sync.Mutex
-	buckets map[string]*tokenBucket // "a<id>" authors, "c<id>" channels
+	buckets map[string]*tokenBucket // "a<id>" authors' other messages, "d<id>" their DMs and mentions, "c<id>" channels
 	bursts  map[string]*burst       // by bucket key
 	// decided remembers the latest messages' decisions: a message the
 	// gateway delivers twice (a replay, a re-dispatch) is decided once.
@@ -136,6 +141,9 @@ func (f *flood) refused(id string) bool {
 func (f *flood) decideLocked(m ingressapi.Message) bool {
 	now := f.now()
 	ak := "a" + m.AuthorID
+	if m.Mode == ingressapi.ModeDM || m.Mode == ingressapi.ModeMention {
+		ak = "d" + m.AuthorID
+	}
 	a := f.bucketLocked(ak, f.lim.AuthorBurst, f.lim.AuthorPerMinute, now)
 	var c *tokenBucket
 	ck := ""
@@ -203,8 +211,11 @@ func (f *flood) forgetLocked(now time.Time) {
 func (f *flood) refuseLocked(key, scope, id string, m ingressapi.Message, now time.Time) {
 	b := f.bursts[key]
 	if b == nil {
-		b = &burst{scope: scope, key: id, author: m.AuthorID, name: m.AuthorName, channel: m.ChannelID, first: m.MessageID, started: now}
+		b = &burst{scope: scope, key: id, author: m.AuthorID, name: m.AuthorName, first: m.MessageID, started: now}
 		f.bursts[key] = b
+	}
+	if len(b.channels) < maxBurstChannels && !slices.Contains(b.channels, m.ChannelID) {
+		b.channels = append(b.channels, m.ChannelID)
 	}
 	b.count++
 	b.later = now
@@ -216,15 +227,19 @@ func (f *flood) refuseLocked(key, scope, id string, m ingressapi.Message, now ti
 	}
 }
 
+// maxBurstChannels bounds the channels a notice names.
+const maxBurstChannels = 8
+
 // ended takes the bursts that are over: quiet for Quiet, or open for
-// maxBurstSpan (a new burst starts with the next refusal).
-func (f *flood) ended() []burst {
+// maxBurstSpan (a new burst starts with the next refusal); all says every
+// burst is over (the transport stops).
+func (f *flood) ended(all bool) []burst {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()
 	var out []burst
 	for k, b := range f.bursts {
-		if now.Sub(b.later) >= f.lim.Quiet || now.Sub(b.started) >= maxBurstSpan {
+		if all || now.Sub(b.later) >= f.lim.Quiet || now.Sub(b.started) >= maxBurstSpan {
 			out = append(out, *b)
 			delete(f.bursts, k)
 		}
@@ -239,12 +254,16 @@ func (b burst) notice(lim FloodLimits) ingressapi.Message {
 		who = b.name + " (" + b.key + ")"
 	}
 	rate := fmt.Sprintf("the per-author limit (%d at once, %d a minute) for %s", lim.AuthorBurst, lim.AuthorPerMinute, who)
+	where := "channel " + strings.Join(b.channels, ", ")
+	if len(b.channels) > 1 {
+		where = "channels " + strings.Join(b.channels, ", ")
+	}
 	if b.scope == "channel" {
 		rate = fmt.Sprintf("the per-channel limit (%d at once, %d a minute) for channel %s", lim.ChannelBurst, lim.ChannelPerMinute, b.key)
 	}
 	return ingressapi.Message{MessageID: "r" + strconv.FormatInt(time.Now().UnixNano(), 10), Mode: ingressapi.ModeGap, OccurredAt: time.Now(),
-		Content: fmt.Sprintf("[klbr-discord] rate-limited: %d messages in channel %s (ids %s to %s) were not admitted: past %s. "+
-			"They are still in the channel: read them with history(after=…) if they matter.", b.count, b.channel, b.first, b.last, rate)}
+		Content: fmt.Sprintf("[klbr-discord] rate-limited: %d messages in %s (ids %s to %s) were not admitted: past %s. "+
+			"They are still there: read them with history(after=…) if they matter.", b.count, where, b.first, b.last, rate)}
 }
 
 // floodLoop admits a notice for each burst that ended.
@@ -257,10 +276,29 @@ func (t *transport) floodLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		for _, b := range t.flood.ended() {
+		for _, b := range t.flood.ended(false) {
 			t.floodBursts.Add(1)
-			t.log.Warn("a flood was rate-limited", "scope", b.scope, "id", b.key, "channel", b.channel, "messages", b.count)
+			t.log.Warn("a flood was rate-limited", "scope", b.scope, "id", b.key, "channels", b.channels, "messages", b.count)
 			t.enqueue(ctx, b.notice(t.flood.lim))
 		}
 	}
+}
+
+// floodFlush admits a notice for each burst still open when the transport
+// stops (within a few seconds: klbr-core may be down too), so that no
+// refusal goes unrecorded with the transport's memory.
+func (t *transport) floodFlush() {
+	bs := t.flood.ended(true)
+	if len(bs) == 0 {
+		return
+	}
+	notices := make([]ingressapi.Message, len(bs))
+	for i, b := range bs {
+		t.floodBursts.Add(1)
+		t.log.Warn("a flood was rate-limited (the transport stops)", "scope", b.scope, "id", b.key, "channels", b.channels, "messages", b.count)
+		notices[i] = b.notice(t.flood.lim)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	t.admit(ctx, notices, false)
 }

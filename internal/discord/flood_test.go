@@ -117,3 +117,31 @@ func coreMetricEventually(t *testing.T, c *core, name string, ok func(float64) b
 	waitFor(t, name, func() bool { v = coreMetric(t, c, name); return ok(v) })
 	return v
 }
+
+// A burst still open when klbr-discord stops (its quiet time not yet over)
+// is recorded as a notice before the transport ends: the refusals do not go
+// with its memory.
+func TestAnOpenBurstIsRecordedWhenTheTransportStops(t *testing.T) {
+	c := startCore(t, t.TempDir())
+	fake := discordtest.New("99")
+	defer fake.Close()
+	stop := runTransportStoppable(t, fake, c.socket, func(cfg *Config) {
+		cfg.Probe.Interval = -1
+		cfg.Flood = FloodLimits{AuthorBurst: 5, AuthorPerMinute: 1, ChannelBurst: 1000, ChannelPerMinute: 1000, Quiet: time.Hour}
+	})
+	for i := range 8 {
+		fake.Dispatch("MESSAGE_CREATE", discordtest.Message(fmt.Sprint(30001+i), "50", "7", "5", fmt.Sprint("chatter ", i)))
+	}
+	// The gateway's events are handled in order: once this one is admitted,
+	// the eight were decided.
+	fake.Dispatch("MESSAGE_CREATE", discordtest.Message("30100", "51", "7", "6", "someone else"))
+	waitFor(t, "the marker", func() bool { return count(pending(t, c), "discord:51") == 1 })
+	if n := count(pending(t, c), "discord:gateway"); n != 0 {
+		t.Fatalf("%d notices before the stop, with an hour's quiet time", n)
+	}
+	stop()
+	notice := inputContents(t, c, "discord:gateway")
+	if len(notice) != 1 || !strings.Contains(notice[0], "rate-limited: 3 messages in channel 50 (ids 30006 to 30008)") {
+		t.Fatalf("notices after the stop: %q, want one naming the 3 refused", notice)
+	}
+}

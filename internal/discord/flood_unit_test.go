@@ -49,11 +49,11 @@ func TestFloodLimiter(t *testing.T) {
 	if ok, first := f.allow(refused); ok || first {
 		t.Fatalf("a repeat: allowed %v, first %v", ok, first)
 	}
-	if ends := f.ended(); len(ends) != 0 {
+	if ends := f.ended(false); len(ends) != 0 {
 		t.Fatalf("bursts ended while they go on: %+v", ends)
 	}
 	now = now.Add(10 * time.Second) // one token back (6 a minute), and quiet
-	ends := f.ended()
+	ends := f.ended(false)
 	if len(ends) != 2 {
 		t.Fatalf("%d bursts ended, want the author's and the channel's", len(ends))
 	}
@@ -80,11 +80,57 @@ func TestFloodLimiter(t *testing.T) {
 	for i := 0; i < 700; i++ {
 		allow(m("11", "52", "channel"))
 		now = now.Add(time.Second)
-		if i == 100 && len(f.ended()) != 0 {
+		if i == 100 && len(f.ended(false)) != 0 {
 			t.Fatal("a burst ended while refusals went on")
 		}
 	}
-	if ends := f.ended(); len(ends) != 1 || ends[0].key != "11" {
+	if ends := f.ended(false); len(ends) != 1 || ends[0].key != "11" {
 		t.Fatalf("a long flood's burst did not end at its longest span: %+v", ends)
+	}
+}
+
+// An author's chatter past their bucket never costs them a DM or a mention
+// (those have a bucket of their own, itself limited); a burst's notice
+// names every channel it spanned; the transport's stop takes the bursts
+// still open.
+func TestAnAuthorsChatterDoesNotCostTheirDMs(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	f := newFlood(FloodLimits{AuthorBurst: 2, AuthorPerMinute: 1, ChannelBurst: 100, ChannelPerMinute: 100, Quiet: time.Hour}, "")
+	f.now = func() time.Time { return now }
+	next := 100
+	m := func(channel, kind, mode string) ingressapi.Message {
+		next++
+		return ingressapi.Message{MessageID: fmt.Sprint(next), AuthorID: "5", AuthorName: "user5", ChannelID: channel, ChannelKind: kind, Mode: mode}
+	}
+	allow := func(msg ingressapi.Message) bool { ok, _ := f.allow(msg); return ok }
+	for i, ch := range []string{"50", "51", "50", "51"} {
+		if got, want := allow(m(ch, "channel", ingressapi.ModeAmbient)), i < 2; got != want {
+			t.Fatalf("chatter %d: allowed %v, want %v", i, got, want)
+		}
+	}
+	if !allow(m("60", "dm", ingressapi.ModeDM)) || !allow(m("50", "channel", ingressapi.ModeMention)) {
+		t.Fatal("a DM or mention after the author's chatter was refused")
+	}
+	if allow(m("60", "dm", ingressapi.ModeDM)) {
+		t.Fatal("a third DM at once passed: DMs and mentions are limited too")
+	}
+	if ends := f.ended(false); len(ends) != 0 {
+		t.Fatalf("bursts ended while quiet is an hour: %+v", ends)
+	}
+	ends := f.ended(true)
+	if len(ends) != 2 {
+		t.Fatalf("the stop took %d bursts, want the chatter's and the DMs'", len(ends))
+	}
+	var chatter burst
+	for _, b := range ends {
+		if b.count == 2 {
+			chatter = b
+		}
+	}
+	if n := chatter.notice(f.lim).Content; !strings.Contains(n, "2 messages in channels 50, 51") {
+		t.Fatalf("the chatter's notice %q does not name both channels", n)
+	}
+	if len(f.ended(true)) != 0 {
+		t.Fatal("a burst was taken twice")
 	}
 }

@@ -123,6 +123,7 @@ func Run(ctx context.Context, cfg Config) error {
 	err = gw.Run(ctx)
 	cancel()
 	wg.Wait()
+	t.floodFlush()
 	if f := t.fenced.Load(); f != nil {
 		return *f
 	}
