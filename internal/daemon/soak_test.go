@@ -17,6 +17,7 @@ import (
 
 	"github.com/klbr-dev/klbr/internal/api"
 	"github.com/klbr-dev/klbr/internal/discordtest"
+	"github.com/klbr-dev/klbr/internal/hosttest"
 	"github.com/klbr-dev/klbr/internal/modeltest"
 	"github.com/klbr-dev/klbr/internal/store"
 )
@@ -30,6 +31,9 @@ type soakModel struct {
 	reject  int  // answer the next n requests 400
 	final   bool // answer every request by sending and waiting
 	replies map[string]int
+	// once is a cell for the next answer; sticky one for every answer
+	// until cleared (soak_mix_test.go's events set them).
+	once, sticky string
 }
 
 func (m *soakModel) reply(n int) modeltest.Reply {
@@ -48,7 +52,15 @@ func (m *soakModel) reply(n int) modeltest.Reply {
 		return modeltest.Reply{Status: 400, Body: `{"error":{"message":"bad request"}}`}
 	case m.final:
 		m.replies["final"]++
-		return modeltest.Reply{Calls: []modeltest.Call{{Code: "await local.send('soak: final answer')\nawait runtime.wait(None)"}}}
+		return modeltest.Reply{Usage: soakUsage(), Calls: []modeltest.Call{{Code: "await local.send('soak: final answer')\nawait runtime.wait(None)"}}}
+	case m.once != "":
+		m.replies["once"]++
+		code := m.once
+		m.once = ""
+		return modeltest.Reply{Usage: soakUsage(), Calls: []modeltest.Call{{Code: code}}}
+	case m.sticky != "":
+		m.replies["sticky"]++
+		return modeltest.Reply{Usage: soakUsage(), Calls: []modeltest.Call{{Code: m.sticky}}}
 	}
 	k := m.rng.IntN(100)
 	var code string
@@ -67,7 +79,7 @@ func (m *soakModel) reply(n int) modeltest.Reply {
 			"await runtime.wait(None)", n)
 	case k < 75:
 		m.replies["prose"]++
-		return modeltest.Reply{Text: "Thinking about it."}
+		return modeltest.Reply{Usage: soakUsage(), Text: "Thinking about it."}
 	case k < 85:
 		m.replies["wait 1s"]++
 		code = "await runtime.wait(1, reason='poll once')"
@@ -75,7 +87,7 @@ func (m *soakModel) reply(n int) modeltest.Reply {
 		m.replies["slow cell"]++
 		code = "import time\ntime.sleep(1.5)\nprint('slow')"
 	}
-	return modeltest.Reply{Calls: []modeltest.Call{{Code: code}}}
+	return modeltest.Reply{Usage: soakUsage(), Calls: []modeltest.Call{{Code: code}}}
 }
 
 func (m *soakModel) set(f func(m *soakModel)) { m.mu.Lock(); f(m); m.mu.Unlock() }
@@ -170,10 +182,37 @@ func TestSoak(t *testing.T) {
 	t.Logf("soak: %s, seed %d (KLBR_SOAK_SEED reruns it)", dur, seed)
 	rng := rand.New(rand.NewPCG(seed, 14))
 	sm := &soakModel{rng: rand.New(rand.NewPCG(seed, 15)), replies: map[string]int{}}
-	model := modeltest.New()
+	model, spare := modeltest.New(), modeltest.New()
 	defer model.Close()
+	defer spare.Close()
 	model.Otherwise(sm.reply)
-	a := startAgent(t, model, "max_retry_backoff_ms = 2000\nmax_steps = 12\n")
+	spare.Otherwise(sm.reply)
+	counts := map[string]int{}
+	mix := &soakMix{t: t, sm: sm, models: map[string]*modeltest.Server{"main": model, "spare": spare}, route: "main",
+		agent: "max_retry_backoff_ms = 2000\nmax_steps = 12\n", counts: counts}
+	switch reason := hosttest.Missing(); {
+	case dur < soakHostsFrom && os.Getenv("KLBR_SOAK_HOSTS") != "1":
+		t.Logf("soak: no worker host below %s (KLBR_SOAK_HOSTS=1 boots one)", soakHostsFrom)
+	case reason != "" && os.Getenv("CI") == "true":
+		t.Fatalf("CI=true and the soak's worker host cannot boot: %s", reason)
+	case reason != "":
+		t.Logf("soak: no worker host: %s", reason)
+	default:
+		mix.host = hosttest.Start(t)
+		mix.host.InstallKernel(t)
+		t.Logf("soak: worker host lab at %s", mix.host.SSH())
+	}
+	requirePython(t)
+	data, env := instance(t)
+	conf := filepath.Join(data, "klbr.toml")
+	if err := os.WriteFile(conf, []byte(mix.config("main")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := &agent{t: t, model: model, data: data, env: append(env, "PATH="+kernelDir(t)+":"+os.Getenv("PATH"), "KLBR_CONFIG="+conf)}
+	a.start()
+	mix.a = a
+	db := openRO(t, a.data)
+	defer db.Close()
 	t.Cleanup(func() {
 		// A failed soak keeps its store for a look (before the directory goes).
 		if t.Failed() {
@@ -194,13 +233,30 @@ func TestSoak(t *testing.T) {
 	stopDiscord := startTransport(t, fake, a.data)
 	a.eventually("the gateway session", fake.Connected)
 
-	counts := map[string]int{}
 	var acked []int64
 	var violations []string
 	violate := func(format string, args ...any) {
 		v := fmt.Sprintf(format, args...)
 		violations = append(violations, v)
 		t.Log("VIOLATION:", v)
+	}
+	mix.violate, mix.fake = violate, fake
+	// The DMs and mentions that must be admitted once each: those the
+	// gateway took, and those in a conversation the core knows (klbr-discord
+	// reads those back from history when it starts).
+	expect := map[string]bool{}
+	knownChannel := map[string]bool{}
+	discordIn := func(kind, id, channel string, m map[string]any) {
+		delivered := fake.Dispatch("MESSAGE_CREATE", m)
+		if kind == "ambient" {
+			return
+		}
+		if delivered || knownChannel[channel] {
+			expect[id] = true
+		}
+		if delivered {
+			knownChannel[channel] = true
+		}
 	}
 	checkStrays := func(when string) {
 		pid := a.d.cmd.Process.Pid
@@ -229,25 +285,61 @@ func TestSoak(t *testing.T) {
 			}
 			acked = append(acked, res.ID)
 		case "dm":
-			fake.Dispatch("MESSAGE_CREATE", discordtest.Message(id, strconv.Itoa(40+rng.IntN(3)), "", strconv.Itoa(50+rng.IntN(3)), "soak dm "+id))
+			ch := strconv.Itoa(40 + rng.IntN(3))
+			discordIn(kind, id, ch, discordtest.Message(id, ch, "", strconv.Itoa(50+rng.IntN(3)), "soak dm "+id))
 		case "mention":
 			m := discordtest.Message(id, "60", "7", "51", "<@99> soak mention "+id)
 			m["mentions"] = []any{map[string]any{"id": "99", "username": "klbr"}}
-			fake.Dispatch("MESSAGE_CREATE", m)
+			discordIn(kind, id, "60", m)
 		case "ambient":
-			fake.Dispatch("MESSAGE_CREATE", discordtest.Message(id, strconv.Itoa(60+rng.IntN(2)), "7", "52", "soak chatter "+id))
+			ch := strconv.Itoa(60 + rng.IntN(2))
+			discordIn(kind, id, ch, discordtest.Message(id, ch, "7", "52", "soak chatter "+id))
 		}
 	}
 
 	start := a.sample()
+	began := time.Now()
 	settleAt := time.Now().Add(dur * 2 / 3) // the last third: no more SIGKILLs of klbr-core, so its figures can be compared
 	settled := false
 	var early procSample
+	// Periodic samples: printed as they are taken; the settled ones give
+	// the last incarnation's slopes.
+	every := min(max(dur/60, 5*time.Second), time.Minute)
+	var lastSample time.Time
+	var settledAt, settledRSS, settledFDs []float64
+	var maxWAL int64
+	takeSample := func() {
+		lastSample = time.Now()
+		p, wal := a.sample(), walBytes(a.data)
+		maxWAL = max(maxWAL, wal)
+		if settled {
+			settledAt = append(settledAt, time.Since(began).Hours())
+			settledRSS = append(settledRSS, p.rss/(1<<20))
+			settledFDs = append(settledFDs, p.fds)
+		}
+		t.Logf("soak sample at %s: RSS %.1f MB, %.0f fds, %.0f goroutines, WAL %.2f MB, %d model requests, settled %v",
+			time.Since(began).Round(time.Second), p.rss/(1<<20), p.fds, p.goroutines, float64(wal)/(1<<20), mix.requests(), settled)
+	}
 	end := time.Now().Add(dur)
 	for time.Now().Before(end) {
 		if !settled && time.Now().After(settleAt) {
 			settled = true
 			early = a.sample()
+		}
+		if time.Since(lastSample) >= every {
+			takeSample()
+		}
+		// The second mix: a few events in 200 iterations.
+		switch j := rng.IntN(200); {
+		case j < 1:
+			mix.spendCap(&acked)
+		case j < 2:
+			mix.reload(&acked)
+		case j < 3:
+			msgID++
+			mix.attachment(db, msgID, expect)
+		case j < 4:
+			mix.remoteJob(db, &acked)
 		}
 		k := rng.IntN(100)
 		switch {
@@ -327,10 +419,22 @@ func TestSoak(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	finalSample := a.sample()
+	takeSample()
 
-	db := openRO(t, a.data)
-	defer db.Close()
 	disposition(t, db, acked, violate, counts)
+	lost, dup := discordAdmitted(db, expect, 60*time.Second)
+	for _, id := range lost {
+		violate("Discord message %s was delivered and never admitted", id)
+	}
+	for _, id := range dup {
+		violate("Discord message %s was admitted more than once", id)
+	}
+	counts["lost inputs"] = len(lost)
+	counts["duplicated inputs"] = len(dup)
+	counts["discord DMs and mentions expected"] = len(expect)
+	if maxWAL > 256<<20 {
+		violate("the WAL reached %.1f MB", float64(maxWAL)/(1<<20))
+	}
 	seen := map[string]int{}
 	for _, s := range fake.Sent() {
 		if s.Nonce != "" {
@@ -346,7 +450,7 @@ func TestSoak(t *testing.T) {
 	counts["local sends"] = len(a.kinds(store.LaneSpeech, "local.sent"))
 	counts["context compactions"] = len(a.kinds(store.LaneNotice, "context.compacted"))
 	counts["context budget pauses"] = len(a.kinds(store.LaneNotice, "context.budget"))
-	counts["model requests"] = model.Count()
+	counts["model requests"] = mix.requests()
 	if s := a.session(); s.State == store.StatePaused || s.State == store.StateStopped {
 		if s.StateReason == "" {
 			violate("the session is %s without a reason", s.State)
@@ -385,7 +489,11 @@ func TestSoak(t *testing.T) {
 	if settled {
 		fmt.Fprintf(&b, "  last incarnation: %.0f goroutines, %.0f fds, %.1f MB RSS at its start; %.0f, %.0f, %.1f MB at the end\n",
 			early.goroutines, early.fds, early.rss/(1<<20), finalSample.goroutines, finalSample.fds, finalSample.rss/(1<<20))
+		fmt.Fprintf(&b, "  last incarnation's slopes over %d samples: RSS %+.2f MB/h, open files %+.1f/h\n",
+			len(settledAt), slope(settledAt, settledRSS), slope(settledAt, settledFDs))
 	}
+	fmt.Fprintf(&b, "  largest WAL sampled: %.2f MB; at the end %.2f MB\n", float64(maxWAL)/(1<<20), float64(walBytes(a.data))/(1<<20))
+	fmt.Fprintf(&b, "  worker host: %v\n", mix.host != nil)
 	t.Log(b.String())
 	if len(violations) > 0 {
 		t.Fatalf("%d violations:\n%s\ndaemon log (last incarnation):\n%s", len(violations), strings.Join(violations, "\n"), a.d)
@@ -424,6 +532,36 @@ func disposition(t *testing.T, db *sql.DB, acked []int64, violate func(string, .
 			violate("acknowledged operator input %d is not in the store", id)
 		}
 	}
+}
+
+// discordAdmitted waits up to limit for every message of expect to be
+// admitted, then names those that are not (lost) and every message
+// admitted more than once (duplicated).
+func discordAdmitted(db *sql.DB, expect map[string]bool, limit time.Duration) (lost, dup []string) {
+	missing := func() []string {
+		var out []string
+		for id := range expect {
+			var n int
+			db.QueryRow(`SELECT count(*) FROM discord_messages WHERE message_id = ?`, id).Scan(&n)
+			if n == 0 {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	until(limit, func() bool { return len(missing()) == 0 })
+	lost = missing()
+	rows, err := db.Query(`SELECT message_id FROM discord_messages GROUP BY message_id HAVING count(*) > 1`)
+	if err != nil {
+		return lost, []string{"(query: " + err.Error() + ")"}
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		rows.Scan(&id)
+		dup = append(dup, id)
+	}
+	return lost, dup
 }
 
 func sortedKeys(m map[string]int) []string {

@@ -46,10 +46,22 @@ const Worker = "klbr"
 // apt-get install -y iproute2 openssh-server openssh-client).
 func Require(tb testing.TB) {
 	tb.Helper()
-	systemdlab.Require(tb, "ip", "ssh", "ssh-keygen")
-	if _, err := os.Stat(sshd); err != nil {
-		citest.SkipOrFail(tb, sshd+" is missing (apt-get install -y openssh-server)")
+	if reason := Missing(); reason != "" {
+		citest.SkipOrFail(tb, reason)
 	}
+}
+
+// Missing says what this machine lacks to boot a host ("": nothing): a
+// test that can do without one (the soak's host part) asks it instead of
+// Require.
+func Missing() string {
+	if reason := systemdlab.Missing("ip", "ssh", "ssh-keygen"); reason != "" {
+		return reason
+	}
+	if _, err := os.Stat(sshd); err != nil {
+		return sshd + " is missing (apt-get install -y openssh-server)"
+	}
+	return ""
 }
 
 const sshd = "/usr/sbin/sshd"

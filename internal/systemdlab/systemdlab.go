@@ -29,22 +29,32 @@ var script []byte
 // hierarchies pids and memory, and the extra tools named.
 func Require(tb testing.TB, tools ...string) {
 	tb.Helper()
+	if reason := Missing(tools...); reason != "" {
+		citest.SkipOrFail(tb, reason)
+	}
+}
+
+// Missing says what this machine lacks to boot a lab with tools on the
+// PATH ("": nothing): a test that can do without the lab asks it instead
+// of Require.
+func Missing(tools ...string) string {
 	if os.Geteuid() != 0 {
-		citest.SkipOrFail(tb, "the systemd lab needs root")
+		return "the systemd lab needs root"
 	}
 	if _, err := os.Stat("/lib/systemd/systemd"); err != nil {
-		citest.SkipOrFail(tb, "/lib/systemd/systemd is missing (apt-get install -y systemd dbus)")
+		return "/lib/systemd/systemd is missing (apt-get install -y systemd dbus)"
 	}
 	for _, tool := range append([]string{"dbus-daemon", "unshare", "nsenter", "setsid", "bash"}, tools...) {
 		if _, err := exec.LookPath(tool); err != nil {
-			citest.SkipOrFail(tb, tool+" is missing (apt-get install -y systemd dbus util-linux)")
+			return tool + " is missing (apt-get install -y systemd dbus util-linux)"
 		}
 	}
 	for _, h := range []string{"pids", "memory"} {
 		if err := syscall.Access("/sys/fs/cgroup/"+h, 2); err != nil {
-			citest.SkipOrFail(tb, "the systemd lab needs a writable cgroup v1 hierarchy /sys/fs/cgroup/"+h)
+			return "the systemd lab needs a writable cgroup v1 hierarchy /sys/fs/cgroup/" + h
 		}
 	}
+	return ""
 }
 
 // Lab is a lab directory: Run is its /run (units go in Run/systemd/system,
