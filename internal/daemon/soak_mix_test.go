@@ -62,8 +62,8 @@ func (x *soakMix) config(route string) string {
 	}
 	b.WriteString("[spend]\ndaily_usd = 1000\ntime_zone = \"UTC\"\n\n")
 	if h := x.host; h != nil {
-		fmt.Fprintf(&b, "[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\n",
-			h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir)
+		fmt.Fprintf(&b, "[hosts.lab]\nssh = %q\nidentity_file = %q\nknown_hosts_file = %q\nwork_dir = %q\nmanager = %q\n",
+			h.SSH(), h.IdentityFile, h.KnownHostsFile, h.WorkDir, h.Manager)
 	}
 	return b.String()
 }

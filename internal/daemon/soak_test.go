@@ -320,6 +320,14 @@ func TestSoak(t *testing.T) {
 		t.Logf("soak sample at %s: RSS %.1f MB, %.0f fds, %.0f goroutines, WAL %.2f MB, %d model requests, settled %v",
 			time.Since(began).Round(time.Second), p.rss/(1<<20), p.fds, p.goroutines, float64(wal)/(1<<20), mix.requests(), settled)
 	}
+	// Each event of the second mix once at the start (so that the 3-minute
+	// soak has them all), then a few in every 200 iterations.
+	takeSample()
+	mix.spendCap(&acked)
+	mix.reload(&acked)
+	msgID++
+	mix.attachment(db, msgID, expect)
+	mix.remoteJob(db, &acked)
 	end := time.Now().Add(dur)
 	for time.Now().Before(end) {
 		if !settled && time.Now().After(settleAt) {
