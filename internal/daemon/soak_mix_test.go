@@ -49,6 +49,7 @@ type soakMix struct {
 	host    *hosttest.Host               // nil: the host part is off
 	agent   string                       // the [agent] keys beside route
 	seq     int
+	nudged  time.Time
 	violate func(format string, args ...any)
 	counts  map[string]int
 }
@@ -82,6 +83,23 @@ func (x *soakMix) poke(acked *[]int64, why string) {
 	*acked = append(*acked, res.ID)
 }
 
+// nudge pokes the session when its last attempt ended at a request the
+// route refused (400): such an attempt is not retried, only a new input
+// starts the next one (TestRejectedRequest).
+func (x *soakMix) nudge(acked *[]int64) {
+	s, err := x.a.c.Session(x.t.Context(), "default")
+	if err == nil && s.State == store.StateReady && s.Retry != nil && strings.Contains(s.Retry.LastError, "HTTP 400") &&
+		time.Since(x.nudged) > 2*time.Second {
+		x.nudged = time.Now()
+		x.counts["nudge after a 400"]++
+		x.poke(acked, "after a refused request")
+	}
+}
+
+// calm ends the 400s still due, so that the event's own request is not
+// refused.
+func (x *soakMix) calm() { x.sm.set(func(m *soakModel) { m.reject = 0 }) }
+
 // until polls cond every 100 ms up to limit.
 func until(limit time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(limit)
@@ -105,6 +123,7 @@ func (x *soakMix) held() bool {
 // it, and sees the session ask its route again.
 func (x *soakMix) spendCap(acked *[]int64) {
 	x.counts["spend cap"]++
+	x.calm()
 	st, err := x.a.c.Status(x.t.Context())
 	if err != nil || st.Spend == nil {
 		x.violate("spend cap: status has no spend: %+v %v", st.Spend, err)
@@ -136,7 +155,7 @@ func (x *soakMix) spendCap(acked *[]int64) {
 		x.violate("spend cap: raising the daily cap: %v", err)
 		return
 	}
-	if !until(60*time.Second, func() bool { return !x.held() && x.requests() > n }) {
+	if !until(60*time.Second, func() bool { x.nudge(acked); return !x.held() && x.requests() > n }) {
 		s := x.a.session()
 		x.violate("spend cap: the session did not resume within 60 s of the raised cap: state %s, retry %+v", s.State, s.Retry)
 		return
@@ -148,6 +167,7 @@ func (x *soakMix) spendCap(acked *[]int64) {
 // sees the next request go there.
 func (x *soakMix) reload(acked *[]int64) {
 	x.counts["reload"]++
+	x.calm()
 	to := "spare"
 	if x.route == "spare" {
 		to = "main"
@@ -167,7 +187,7 @@ func (x *soakMix) reload(acked *[]int64) {
 	}
 	n := x.models[to].Count()
 	x.poke(acked, "input after a reload")
-	if !until(60*time.Second, func() bool { return x.models[to].Count() > n }) {
+	if !until(60*time.Second, func() bool { x.nudge(acked); return x.models[to].Count() > n }) {
 		s := x.a.session()
 		x.violate("reload: route %s had no request within 60 s of the reload: state %s, retry %+v", to, s.State, s.Retry)
 		return
@@ -177,8 +197,9 @@ func (x *soakMix) reload(acked *[]int64) {
 
 // attachment sends a DM with a text attachment, sees its bytes fetched into
 // an artifact of their digest, and a cell read the same text.
-func (x *soakMix) attachment(db *sql.DB, msgID int, dms map[string]bool) {
+func (x *soakMix) attachment(db *sql.DB, msgID int, dms map[string]bool, acked *[]int64) {
 	x.counts["attachment"]++
+	x.calm()
 	if !until(30*time.Second, x.fake.Connected) {
 		x.violate("attachment: no gateway session within 30 s")
 		return
@@ -216,6 +237,7 @@ func (x *soakMix) attachment(db *sql.DB, msgID int, dms map[string]bool) {
 	}
 	want := "soak-att " + id + " " + digest
 	if !until(90*time.Second, func() bool {
+		x.nudge(acked)
 		var n int
 		db.QueryRow(`SELECT count(*) FROM events WHERE kind = 'cell.finished' AND content LIKE ?`, "%"+want+"%").Scan(&n)
 		return n > 0
@@ -234,6 +256,7 @@ func (x *soakMix) remoteJob(db *sql.DB, acked *[]int64) {
 		return
 	}
 	x.counts["remote job"]++
+	x.calm()
 	x.seq++
 	mark := fmt.Sprintf("soak-remote-%d", x.seq)
 	x.sm.set(func(m *soakModel) {
@@ -244,6 +267,7 @@ func (x *soakMix) remoteJob(db *sql.DB, acked *[]int64) {
 	var state, out string
 	var runs int
 	if !until(2*time.Minute, func() bool {
+		x.nudge(acked)
 		db.QueryRow(`SELECT state, output_preview, runs FROM jobs WHERE host = 'lab' AND spec LIKE ?`, "%"+mark+"%").Scan(&state, &out, &runs)
 		return state == string(store.JobSucceeded) || state == string(store.JobFailed) || state == string(store.JobCancelled) || state == string(store.JobUnknown)
 	}) {

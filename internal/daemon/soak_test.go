@@ -326,7 +326,7 @@ func TestSoak(t *testing.T) {
 	mix.spendCap(&acked)
 	mix.reload(&acked)
 	msgID++
-	mix.attachment(db, msgID, expect)
+	mix.attachment(db, msgID, expect, &acked)
 	mix.remoteJob(db, &acked)
 	end := time.Now().Add(dur)
 	for time.Now().Before(end) {
@@ -345,7 +345,7 @@ func TestSoak(t *testing.T) {
 			mix.reload(&acked)
 		case j < 3:
 			msgID++
-			mix.attachment(db, msgID, expect)
+			mix.attachment(db, msgID, expect, &acked)
 		case j < 4:
 			mix.remoteJob(db, &acked)
 		}
