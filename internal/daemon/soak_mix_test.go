@@ -197,7 +197,7 @@ func (x *soakMix) reload(acked *[]int64) {
 
 // attachment sends a DM with a text attachment, sees its bytes fetched into
 // an artifact of their digest, and a cell read the same text.
-func (x *soakMix) attachment(db *sql.DB, msgID int, dms map[string]bool, acked *[]int64) {
+func (x *soakMix) attachment(db *sql.DB, msgID int, dms map[string]string, acked *[]int64) {
 	x.counts["attachment"]++
 	x.calm()
 	if !until(30*time.Second, x.fake.Connected) {
@@ -222,7 +222,7 @@ func (x *soakMix) attachment(db *sql.DB, msgID int, dms map[string]bool, acked *
 		x.violate("attachment: the gateway did not take message %s", id)
 		return
 	}
-	dms[id] = true
+	dms[id] = "a DM with an attachment in channel 43 at " + time.Now().UTC().Format("15:04:05.000")
 	var state, got string
 	if !until(90*time.Second, func() bool {
 		db.QueryRow(`SELECT f.state, COALESCE(f.sha256, '') FROM discord_attachment_fetches f JOIN discord_messages d ON d.input_id = f.input_id WHERE d.message_id = ?`, id).Scan(&state, &got)

@@ -244,7 +244,7 @@ func TestSoak(t *testing.T) {
 	// The DMs and mentions that must be admitted once each: those the
 	// gateway took, and those in a conversation the core knows (klbr-discord
 	// reads those back from history when it starts).
-	expect := map[string]bool{}
+	expect := map[string]string{} // message id: what it was, for a violation
 	knownChannel := map[string]bool{}
 	discordIn := func(kind, id, channel string, m map[string]any) {
 		delivered := fake.Dispatch("MESSAGE_CREATE", m)
@@ -252,7 +252,7 @@ func TestSoak(t *testing.T) {
 			return
 		}
 		if delivered || knownChannel[channel] {
-			expect[id] = true
+			expect[id] = fmt.Sprintf("a %s in channel %s at %s, taken by the gateway %v", kind, channel, time.Now().UTC().Format("15:04:05.000"), delivered)
 		}
 		if delivered {
 			knownChannel[channel] = true
@@ -396,6 +396,7 @@ func TestSoak(t *testing.T) {
 			stopDiscord()
 			time.Sleep(time.Duration(200+rng.IntN(1500)) * time.Millisecond)
 			stopDiscord = startTransport(t, fake, a.data)
+			t.Logf("soak: klbr-discord restarted at %s", time.Now().UTC().Format("15:04:05.000"))
 		case k < 97 && !settled:
 			counts["klbr-core SIGKILL"]++
 			a.kill()
@@ -432,7 +433,7 @@ func TestSoak(t *testing.T) {
 	disposition(t, db, acked, violate, counts)
 	lost, dup := discordAdmitted(db, expect, 60*time.Second)
 	for _, id := range lost {
-		violate("Discord message %s was delivered and never admitted", id)
+		violate("Discord message %s (%s) was never admitted", id, expect[id])
 	}
 	for _, id := range dup {
 		violate("Discord message %s was admitted more than once", id)
@@ -545,7 +546,7 @@ func disposition(t *testing.T, db *sql.DB, acked []int64, violate func(string, .
 // discordAdmitted waits up to limit for every message of expect to be
 // admitted, then names those that are not (lost) and every message
 // admitted more than once (duplicated).
-func discordAdmitted(db *sql.DB, expect map[string]bool, limit time.Duration) (lost, dup []string) {
+func discordAdmitted(db *sql.DB, expect map[string]string, limit time.Duration) (lost, dup []string) {
 	missing := func() []string {
 		var out []string
 		for id := range expect {
