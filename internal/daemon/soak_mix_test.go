@@ -129,7 +129,13 @@ func (x *soakMix) spendCap(acked *[]int64) {
 		x.violate("spend cap: status has no spend: %+v %v", st.Spend, err)
 		return
 	}
-	capUSD := math.Max(st.Spend.DayUSD, 0.0001)
+	if st.Spend.DayUSD <= 0 {
+		x.counts["spend cap skipped: nothing spent yet"]++
+		return
+	}
+	// Half of what the day has spent: reached whatever a request in
+	// flight settles at.
+	capUSD := st.Spend.DayUSD / 2
 	if _, err := x.a.c.SetSpendCap(x.t.Context(), "daily", capUSD); err != nil {
 		x.violate("spend cap: lowering the daily cap to %v: %v", capUSD, err)
 		return
@@ -138,7 +144,12 @@ func (x *soakMix) spendCap(acked *[]int64) {
 	if !until(60*time.Second, x.held) {
 		s := x.a.session()
 		x.violate("spend cap: the session is not held at a daily cap of $%.4f within 60 s: state %s, retry %+v", capUSD, s.State, s.Retry)
-	} else {
+		if _, err := x.a.c.SetSpendCap(x.t.Context(), "daily", 1000); err != nil {
+			x.violate("spend cap: raising the daily cap: %v", err)
+		}
+		return
+	}
+	{
 		n := x.requests()
 		x.poke(acked, "another input at the cap")
 		time.Sleep(time.Second)
