@@ -149,19 +149,18 @@ func (x *soakMix) spendCap(acked *[]int64) {
 		}
 		return
 	}
-	{
-		n := x.requests()
-		x.poke(acked, "another input at the cap")
-		time.Sleep(time.Second)
-		if m := x.requests(); m != n {
-			x.violate("spend cap: %d model requests started while the session was held", m-n)
-		}
-		if st, err := x.a.c.Status(x.t.Context()); err != nil || st.Spend == nil || len(st.Spend.Held) == 0 {
-			x.violate("spend cap: status does not list the held session: %+v %v", st.Spend, err)
-		}
-		x.counts["spend cap held"]++
-	}
+	// Held: an input is admitted and no request starts.
 	n := x.requests()
+	x.poke(acked, "another input at the cap")
+	time.Sleep(time.Second)
+	if m := x.requests(); m != n {
+		x.violate("spend cap: %d model requests started while the session was held", m-n)
+	}
+	if st, err := x.a.c.Status(x.t.Context()); err != nil || st.Spend == nil || len(st.Spend.Held) == 0 {
+		x.violate("spend cap: status does not list the held session: %+v %v", st.Spend, err)
+	}
+	x.counts["spend cap held"]++
+	n = x.requests()
 	if _, err := x.a.c.SetSpendCap(x.t.Context(), "daily", 1000); err != nil {
 		x.violate("spend cap: raising the daily cap: %v", err)
 		return

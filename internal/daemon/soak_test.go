@@ -168,8 +168,13 @@ func strays(workspace string, alive int) []string {
 // sets it from SOAK, default 3m): idle stretches, cells doing file work and
 // subprocesses, ambient chatter, DMs and mentions, operator messages, route
 // outages and 4xx answers, workbench kills, klbr-discord restarts and
-// SIGKILL of klbr-core at random moments. Then it checks the records and
-// the fakes' logs and fails on any violation, printing the counts.
+// SIGKILL of klbr-core at random moments; and the second mix
+// (soak_mix_test.go): spend caps hit and raised, reloads between two
+// routes, Discord attachments read by a cell and, from soakHostsFrom on,
+// remote jobs on a worker host. It prints a sample (RSS, open files,
+// goroutines, WAL) about every minute. Then it checks the records and the
+// fakes' logs (lost and duplicated inputs among them) and fails on any
+// violation, printing the counts and the last incarnation's slopes.
 func TestSoak(t *testing.T) {
 	dur, err := time.ParseDuration(os.Getenv("KLBR_SOAK"))
 	if err != nil || dur <= 0 {
