@@ -269,19 +269,24 @@ func (x *soakMix) remoteJob(db *sql.DB, acked *[]int64) {
 	x.calm()
 	x.seq++
 	mark := fmt.Sprintf("soak-remote-%d", x.seq)
+	// Every answer starts the job until it is in the store: an answer to a
+	// request that new input preempted is dropped with its request.
 	x.sm.set(func(m *soakModel) {
-		m.once = fmt.Sprintf("j = await jobs.run(['sh', '-c', 'echo %s; cat /proc/sys/kernel/hostname'], host='lab')\n"+
+		m.sticky = fmt.Sprintf("j = await jobs.run(['sh', '-c', 'echo %s; cat /proc/sys/kernel/hostname'], host='lab')\n"+
 			"await runtime.wait(None, reason='remote job')", mark)
 	})
+	defer x.sm.set(func(m *soakModel) { m.sticky = "" })
 	x.poke(acked, "run a job on lab")
 	var state, out string
 	var runs int
 	if !until(2*time.Minute, func() bool {
 		x.nudge(acked)
-		db.QueryRow(`SELECT state, output_preview, runs FROM jobs WHERE host = 'lab' AND spec LIKE ?`, "%"+mark+"%").Scan(&state, &out, &runs)
+		db.QueryRow(`SELECT state, output_preview, runs FROM jobs WHERE host = 'lab' AND spec LIKE ? ORDER BY id LIMIT 1`, "%"+mark+"%").Scan(&state, &out, &runs)
+		if state != "" {
+			x.sm.set(func(m *soakModel) { m.sticky = "" })
+		}
 		return state == string(store.JobSucceeded) || state == string(store.JobFailed) || state == string(store.JobCancelled) || state == string(store.JobUnknown)
 	}) {
-		x.sm.set(func(m *soakModel) { m.once = "" })
 		x.violate("remote job %s: not ended within 2 minutes (state %q)", mark, state)
 		return
 	}

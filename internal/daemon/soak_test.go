@@ -31,9 +31,9 @@ type soakModel struct {
 	reject  int  // answer the next n requests 400
 	final   bool // answer every request by sending and waiting
 	replies map[string]int
-	// once is a cell for the next answer; sticky one for every answer
-	// until cleared (soak_mix_test.go's events set them).
-	once, sticky string
+	// sticky is a cell for every answer until cleared (soak_mix_test.go's
+	// events set it).
+	sticky string
 }
 
 func (m *soakModel) reply(n int) modeltest.Reply {
@@ -53,11 +53,6 @@ func (m *soakModel) reply(n int) modeltest.Reply {
 	case m.final:
 		m.replies["final"]++
 		return modeltest.Reply{Usage: soakUsage(), Calls: []modeltest.Call{{Code: "await local.send('soak: final answer')\nawait runtime.wait(None)"}}}
-	case m.once != "":
-		m.replies["once"]++
-		code := m.once
-		m.once = ""
-		return modeltest.Reply{Usage: soakUsage(), Calls: []modeltest.Call{{Code: code}}}
 	case m.sticky != "":
 		m.replies["sticky"]++
 		return modeltest.Reply{Usage: soakUsage(), Calls: []modeltest.Call{{Code: m.sticky}}}
