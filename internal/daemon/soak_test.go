@@ -3,6 +3,7 @@ package daemon
 import (
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -230,7 +231,15 @@ func TestSoak(t *testing.T) {
 	}
 	fake := discordtest.New("99")
 	defer fake.Close()
-	stopDiscord := startTransport(t, fake, a.data)
+	// klbr-discord's log, kept for a look at a lost message.
+	dlogPath := filepath.Join(os.TempDir(), fmt.Sprintf("klbr-soak-%d-discord.log", seed))
+	dlogFile, err := os.Create(dlogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlogFile.Close()
+	dlog := slog.New(slog.NewTextHandler(dlogFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	stopDiscord := startTransportLog(t, fake, a.data, dlog)
 	a.eventually("the gateway session", fake.Connected)
 
 	var acked []int64
@@ -395,7 +404,7 @@ func TestSoak(t *testing.T) {
 			counts["klbr-discord restart"]++
 			stopDiscord()
 			time.Sleep(time.Duration(200+rng.IntN(1500)) * time.Millisecond)
-			stopDiscord = startTransport(t, fake, a.data)
+			stopDiscord = startTransportLog(t, fake, a.data, dlog)
 			t.Logf("soak: klbr-discord restarted at %s", time.Now().UTC().Format("15:04:05.000"))
 		case k < 97 && !settled:
 			counts["klbr-core SIGKILL"]++
@@ -505,6 +514,8 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "  worker host: %v\n", mix.host != nil)
 	t.Log(b.String())
 	if len(violations) > 0 {
+		sessions, resumes := fake.Counts()
+		t.Logf("klbr-discord's log is in %s; the gateway had %d sessions and %d resumes", dlogPath, sessions, resumes)
 		t.Fatalf("%d violations:\n%s\ndaemon log (last incarnation):\n%s", len(violations), strings.Join(violations, "\n"), a.d)
 	}
 }
