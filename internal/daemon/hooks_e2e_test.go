@@ -138,7 +138,7 @@ func TestDeliveryPrepareSplitsALongDiscordMessage(t *testing.T) {
 	var cell string
 	a.eventually("the cell's outcome", func() bool {
 		for _, r := range a.kinds(store.LaneCell, "cell.finished") {
-			if strings.Contains(string(r.Content), "[") {
+			if strings.Contains(string(r.Content), `"tool_call_id":"l1"`) { // not the next cell's (l2)
 				cell = string(r.Content)
 			}
 		}
