@@ -74,7 +74,7 @@ type fetcher struct {
 	cdn   *http.Client // carries no token
 	log   *slog.Logger
 	jobs  chan fetchJob
-	ready chan struct{} // closed after hello: uploads carry the fence
+	ready <-chan struct{} // closed after hello: uploads carry the fence
 
 	mu     sync.Mutex // guards window
 	window []spent    // bytes fetched within the last hour
@@ -85,9 +85,9 @@ type spent struct {
 	n  int64
 }
 
-func newFetcher(lim FetchLimits, core *ingressapi.Client, rest *discordgo.Session, log *slog.Logger) *fetcher {
+func newFetcher(lim FetchLimits, core *ingressapi.Client, rest *discordgo.Session, log *slog.Logger, ready <-chan struct{}) *fetcher {
 	return &fetcher{lim: lim.withDefaults(), core: core, rest: rest, log: log, jobs: make(chan fetchJob, fetchQueueSize),
-		ready: make(chan struct{}), cdn: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+		ready: ready, cdn: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
 // run starts the workers; they end with ctx.

@@ -3,15 +3,13 @@ package discord
 import "sync"
 
 // order tracks the channels whose older messages may still be on their way
-// to admission: before the first hello every channel (the core has not said
-// which conversations it knows), then each conversation a hello hands over
-// until its backfill is admitted, and any channel while a catch-up of it
-// runs. A live message of such a channel is admitted out of order: it does
+// to admission: each conversation a hello hands over until its backfill is
+// admitted, and any channel while a catch-up of it runs (nothing is admitted
+// before the first hello). A live message of such a channel is admitted out of order: it does
 // not move the conversation's backfill cursor, so a transport stopped before
 // the catch-up's messages were admitted reads them again when it starts.
 type order struct {
 	mu      sync.Mutex
-	helloed bool
 	pending map[string]int // catch-ups due or running, by channel
 }
 
@@ -22,14 +20,13 @@ func newOrder() *order { return &order{pending: map[string]int{}} }
 func (o *order) outOfOrder(ch string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return !o.helloed || o.pending[ch] > 0
+	return o.pending[ch] > 0
 }
 
 // hello begins a catch-up of each channel a hello handed over.
 func (o *order) hello(channels []string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.helloed = true
 	for _, ch := range channels {
 		o.pending[ch]++
 	}

@@ -66,11 +66,11 @@ func Run(ctx context.Context, cfg Config) error {
 	core := ingressapi.NewClient(cfg.IngressSocket)
 	defer core.Close()
 	t := &transport{cfg: cfg, rest: rest, core: core, link: newCoreLink(cfg.Log), log: cfg.Log, queue: make(chan ingressapi.Message, cfg.QueueSize),
-		urgent: make(chan ingressapi.Message, urgentQueue), flood: newFlood(cfg.Flood, cfg.Operator), order: newOrder(), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}),
+		urgent: make(chan ingressapi.Message, urgentQueue), flood: newFlood(cfg.Flood, cfg.Operator), order: newOrder(), echoes: newEchoes(4096), unsettled: newUnsettled(1024), ready: make(chan struct{}), helloed: make(chan struct{}),
 		budget: budget, watch: newWatch(), joins: make(chan ThreadCreate, threadJoinQueue), rediscover: newRediscovery(),
 		filter: Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots, Threads: map[string]string{}}}
 	t.channels.Store(&Filter{Channels: cfg.Channels, Directed: cfg.Directed, IncludeBots: cfg.IncludeBots})
-	t.fetch = newFetcher(cfg.Fetch, core, rest, cfg.Log.With("component", "fetcher"))
+	t.fetch = newFetcher(cfg.Fetch, core, rest, cfg.Log.With("component", "fetcher"), t.helloed)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	t.ctx = ctx
@@ -135,21 +135,24 @@ func Run(ctx context.Context, cfg Config) error {
 var ErrFenced = errors.New("another klbr-discord is the sender")
 
 type transport struct {
-	stop       context.CancelFunc
-	fenced     atomic.Pointer[error] // set when klbr-core refused this transport's hello
-	cfg        Config
-	rest       *discordgo.Session
-	core       *ingressapi.Client
-	link       *coreLink // whether klbr-core answers, logged at each change
-	log        *slog.Logger
-	queue      chan ingressapi.Message
-	urgent     chan ingressapi.Message // DMs: admitted before the rest
-	flood      *flood
-	order      *order // channels whose older messages may not be admitted yet
-	fetch      *fetcher
-	fetchReady sync.Once  // the fetcher starts after the first hello
-	filter     Filter     // used only by the gateway's goroutine, but for Threads (parentsMu)
-	parentsMu  sync.Mutex // guards filter.Threads (thread discovery adds to it) and joinedThreads
+	stop   context.CancelFunc
+	fenced atomic.Pointer[error] // set when klbr-core refused this transport's hello
+	cfg    Config
+	rest   *discordgo.Session
+	core   *ingressapi.Client
+	link   *coreLink // whether klbr-core answers, logged at each change
+	log    *slog.Logger
+	queue  chan ingressapi.Message
+	urgent chan ingressapi.Message // DMs: admitted before the rest
+	flood  *flood
+	order  *order // channels whose older messages may not be admitted yet
+	fetch  *fetcher
+	// helloed is closed at the first hello: admission and the fetcher
+	// start then.
+	helloed   chan struct{}
+	helloOnce sync.Once
+	filter    Filter     // used only by the gateway's goroutine, but for Threads (parentsMu)
+	parentsMu sync.Mutex // guards filter.Threads (thread discovery adds to it) and joinedThreads
 	// joinedThreads are the threads this transport joined (at most maxThreads).
 	joinedThreads map[string]bool
 	guilds        atomic.Pointer[[]string] // READY's guilds
@@ -272,8 +275,17 @@ func (t *transport) enqueue(ctx context.Context, m ingressapi.Message) {
 
 // admitLoop admits queued messages in order, in batches of what has
 // gathered while the previous batch was committed, retrying each batch until
-// the core acknowledges it.
+// the core acknowledges it. It starts after the first hello: a message
+// admitted before it would start its conversation's backfill cursor, and the
+// hello's backfill would read the live messages queued behind it as ones
+// that arrived while klbr-discord was not connected (a false gap notice when
+// a page fills).
 func (t *transport) admitLoop(ctx context.Context) {
+	select {
+	case <-t.helloed:
+	case <-ctx.Done():
+		return
+	}
 	batch := make([]ingressapi.Message, 0, ingressapi.MaxBatch)
 	for {
 		batch = batch[:0]
@@ -395,7 +407,7 @@ hello:
 		t.backfill(ctx, hello.Conversations)
 		t.discoverOnce.Do(func() { t.discoverThreads(ctx, hello.Conversations) })
 	})
-	t.fetchReady.Do(func() { close(t.fetch.ready) })
+	t.helloOnce.Do(func() { close(t.helloed) })
 	for _, j := range hello.Fetches {
 		t.fetch.add(ctx, j)
 	}
